@@ -1,0 +1,21 @@
+"""Small helpers shared by the three packages."""
+
+from __future__ import annotations
+
+
+def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> None:
+    """Make re-exported names report the public module, so reprs and docs say ``runtime.Runtime``.
+
+    Trio does the same in ``trio._util``: tracebacks and docs then name the public module,
+    not the private file a class happens to live in.
+    """
+    package = module_name.split(".")[0]
+    for name, obj in namespace.items():
+        if name.startswith("_") or not (isinstance(obj, type) or callable(obj)):
+            continue
+        current = getattr(obj, "__module__", None)
+        if isinstance(current, str) and current.split(".")[0] == package and "._" in current:
+            try:
+                obj.__module__ = module_name
+            except (AttributeError, TypeError):  # builtins and slotted callables refuse
+                continue

@@ -1,0 +1,559 @@
+"""Every error powertrio raises, each with a stable machine-readable code.
+
+Callers branch on the class or on ``code``, never on the message text. A code is never
+reused for a different meaning. Structured fields carry the details (actor id, stream,
+version, ...); the message is for people and says what to do next.
+
+The tree (code in brackets)::
+
+    PowertrioError                                [powertrio]
+    ├── ConfigError (ValueError)                  [config.invalid]
+    │   └── MissingSettingError                   [config.missing]
+    ├── ActorError                                [actor]
+    │   ├── ActorStoppedError                     [actor.stopped]
+    │   ├── ActorNotFoundError (LookupError)      [actor.not_found]
+    │   ├── ActorExistsError (ValueError)         [actor.exists]
+    │   ├── ActorCrashedError                     [actor.crashed]
+    │   ├── AskTimeoutError (TimeoutError)        [actor.ask_timeout]
+    │   ├── MailboxFullError                      [actor.mailbox_full]
+    │   └── RuntimeClosedError                    [actor.runtime_closed]
+    ├── SupervisorError                           [supervisor]
+    │   └── IntensityExceededError                [supervisor.intensity_exceeded]
+    ├── StoreError                                [store]
+    │   ├── ConcurrencyConflictError              [store.conflict]
+    │   ├── StoreClosedError                      [store.closed]
+    │   ├── CorruptLogError                       [store.corrupt]
+    │   ├── ForeignDatabaseError                  [store.foreign]
+    │   ├── StoreSchemaVersionError               [store.schema_version]
+    │   └── StreamNotFoundError (LookupError)     [store.stream_not_found]
+    ├── CodecError                                [codec]
+    │   ├── UnknownEventTypeError                 [codec.unknown_type]
+    │   ├── FutureEventVersionError               [codec.future_version]
+    │   └── EventDecodeError                      [codec.decode]
+    ├── LLMError                                  [llm]
+    │   ├── LLMRateLimitedError                   [llm.rate_limited]
+    │   ├── LLMAuthError                          [llm.auth]
+    │   ├── LLMBadRequestError                    [llm.bad_request]
+    │   │   └── LLMContextOverflowError           [llm.context_overflow]
+    │   ├── LLMTimeoutError                       [llm.timeout]
+    │   ├── LLMConnectionError                    [llm.connection]
+    │   ├── LLMServerError                        [llm.server]
+    │   ├── LLMMalformedStreamError               [llm.malformed_stream]
+    │   └── ScriptExhaustedError                  [llm.script_exhausted]
+    └── ToolError                                 [tool]
+        ├── ToolNotFoundError (LookupError)       [tool.not_found]
+        ├── ToolArgumentsError                    [tool.invalid_args]
+        ├── ToolTimeoutError                      [tool.timeout]
+        └── ToolDefinitionError (TypeError)       [tool.bad_definition]
+
+Where an error means "you misused the API" it also subclasses the built-in it behaves
+like (``ValueError``, ``LookupError``, ...), as attrs does.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+__all__ = [
+    "ActorCrashedError",
+    "ActorError",
+    "ActorExistsError",
+    "ActorNotFoundError",
+    "ActorStoppedError",
+    "AskTimeoutError",
+    "CodecError",
+    "ConcurrencyConflictError",
+    "ConfigError",
+    "CorruptLogError",
+    "EventDecodeError",
+    "ForeignDatabaseError",
+    "FutureEventVersionError",
+    "IntensityExceededError",
+    "LLMAuthError",
+    "LLMBadRequestError",
+    "LLMConnectionError",
+    "LLMContextOverflowError",
+    "LLMError",
+    "LLMMalformedStreamError",
+    "LLMRateLimitedError",
+    "LLMServerError",
+    "LLMTimeoutError",
+    "MailboxFullError",
+    "MissingSettingError",
+    "PowertrioError",
+    "RuntimeClosedError",
+    "ScriptExhaustedError",
+    "StoreClosedError",
+    "StoreError",
+    "StoreSchemaVersionError",
+    "StreamNotFoundError",
+    "SupervisorError",
+    "ToolArgumentsError",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolNotFoundError",
+    "ToolTimeoutError",
+    "UnknownEventTypeError",
+    "all_error_classes",
+]
+
+
+class PowertrioError(Exception):
+    """The root of every error powertrio raises.
+
+    ``code`` is stable and machine-readable; ``str(error)`` is for people.
+    """
+
+    code: ClassVar[str] = "powertrio"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+
+# --- configuration -------------------------------------------------------------------
+
+
+class ConfigError(PowertrioError, ValueError):
+    """A configuration value is invalid."""
+
+    code = "config.invalid"
+
+
+class MissingSettingError(ConfigError):
+    """A required setting is missing; ``variable`` names the environment variable."""
+
+    code = "config.missing"
+
+    def __init__(self, variable: str, message: str | None = None) -> None:
+        self.variable = variable
+        super().__init__(message or f"missing setting: set the environment variable {variable}")
+
+
+# --- actors --------------------------------------------------------------------------
+
+
+class ActorError(PowertrioError):
+    """Something went wrong talking to an actor."""
+
+    code = "actor"
+
+
+class ActorStoppedError(ActorError):
+    """The actor has stopped for good; it will not handle this message."""
+
+    code = "actor.stopped"
+
+    def __init__(self, actor_id: str, message: str | None = None) -> None:
+        self.actor_id = actor_id
+        super().__init__(
+            message or f"actor {actor_id!r} is stopped and accepts no more messages"
+        )
+
+
+class ActorNotFoundError(ActorError, LookupError):
+    """No live actor has this id or path."""
+
+    code = "actor.not_found"
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"no actor is registered as {key!r}")
+
+
+class ActorExistsError(ActorError, ValueError):
+    """An actor with this id is already running."""
+
+    code = "actor.exists"
+
+    def __init__(self, actor_id: str) -> None:
+        self.actor_id = actor_id
+        super().__init__(f"an actor with id {actor_id!r} is already running; pick another id")
+
+
+class ActorCrashedError(ActorError):
+    """The actor crashed while handling the message that was asked.
+
+    The original exception is the ``__cause__``.
+    """
+
+    code = "actor.crashed"
+
+    def __init__(self, actor_id: str, message_type: str) -> None:
+        self.actor_id = actor_id
+        self.message_type = message_type
+        super().__init__(f"actor {actor_id!r} crashed while handling a {message_type} message")
+
+
+class AskTimeoutError(ActorError, TimeoutError):
+    """No reply arrived within the ask timeout."""
+
+    code = "actor.ask_timeout"
+
+    def __init__(self, actor_id: str, message_type: str, timeout: float) -> None:
+        self.actor_id = actor_id
+        self.message_type = message_type
+        self.timeout = timeout
+        super().__init__(
+            f"actor {actor_id!r} did not reply to {message_type} within {timeout:g} s"
+        )
+
+
+class MailboxFullError(ActorError):
+    """A non-waiting send found the mailbox full and the overflow policy is ``reject``."""
+
+    code = "actor.mailbox_full"
+
+    def __init__(self, actor_id: str, capacity: int) -> None:
+        self.actor_id = actor_id
+        self.capacity = capacity
+        super().__init__(
+            f"mailbox of actor {actor_id!r} is full ({capacity} messages); "
+            "use the waiting `tell`, raise the capacity, or pick another overflow policy"
+        )
+
+
+class RuntimeClosedError(ActorError):
+    """The runtime is closed or closing and starts nothing new."""
+
+    code = "actor.runtime_closed"
+
+    def __init__(self, message: str = "the runtime is closed; open a new one") -> None:
+        super().__init__(message)
+
+
+# --- supervision ---------------------------------------------------------------------
+
+
+class SupervisorError(PowertrioError):
+    """A supervisor gave up."""
+
+    code = "supervisor"
+
+
+class IntensityExceededError(SupervisorError):
+    """Children crashed more often than the restart intensity allows.
+
+    The supervisor stops its children and fails, escalating to its own parent.
+    """
+
+    code = "supervisor.intensity_exceeded"
+
+    def __init__(self, supervisor_id: str, max_restarts: int, within: float) -> None:
+        self.supervisor_id = supervisor_id
+        self.max_restarts = max_restarts
+        self.within = within
+        super().__init__(
+            f"supervisor {supervisor_id!r} saw more than {max_restarts} restarts "
+            f"within {within:g} s and gave up; the last crash is the cause"
+        )
+
+
+# --- event store ---------------------------------------------------------------------
+
+
+class StoreError(PowertrioError):
+    """The event store failed or refused an operation."""
+
+    code = "store"
+
+
+class ConcurrencyConflictError(StoreError):
+    """An append's expected version did not match the stream; nothing was written."""
+
+    code = "store.conflict"
+
+    def __init__(self, stream: str, expected: int, actual: int) -> None:
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"stream {stream!r} is at version {actual}, the append expected {expected}; "
+            "nothing was written (another writer owns this stream?)"
+        )
+
+
+class StoreClosedError(StoreError):
+    """The store is closed."""
+
+    code = "store.closed"
+
+    def __init__(self, message: str = "the event store is closed") -> None:
+        super().__init__(message)
+
+
+class CorruptLogError(StoreError):
+    """The log file is damaged; ``path`` names it."""
+
+    code = "store.corrupt"
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(
+            f"event log {path!r} is damaged: {detail}; restore it from a backup "
+            "(`powertrio export` what still reads) or move it aside"
+        )
+
+
+class ForeignDatabaseError(StoreError):
+    """The file is a database, but not a powertrio event log."""
+
+    code = "store.foreign"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(
+            f"{path!r} is not a powertrio event log (it has other tables); "
+            "point the store at a new or a powertrio file"
+        )
+
+
+class StoreSchemaVersionError(StoreError):
+    """The log was written by a newer powertrio with a storage schema this one cannot read."""
+
+    code = "store.schema_version"
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        self.path = path
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"event log {path!r} has storage schema {found}, this powertrio reads up to "
+            f"{supported}; upgrade powertrio to open it"
+        )
+
+
+class StreamNotFoundError(StoreError, LookupError):
+    """No stream has this name."""
+
+    code = "store.stream_not_found"
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        super().__init__(f"no stream named {stream!r} in the event log")
+
+
+# --- codec ---------------------------------------------------------------------------
+
+
+class CodecError(PowertrioError):
+    """An event or message could not be encoded or decoded."""
+
+    code = "codec"
+
+
+class UnknownEventTypeError(CodecError):
+    """A stored event has a type name no registered class claims."""
+
+    code = "codec.unknown_type"
+
+    def __init__(self, type_name: str, stream: str | None = None, version: int | None = None):
+        self.type_name = type_name
+        self.stream = stream
+        self.version = version
+        where = f" at {stream!r} version {version}" if stream is not None else ""
+        super().__init__(
+            f"unknown event type {type_name!r}{where}; is the module that defines it imported?"
+        )
+
+
+class FutureEventVersionError(CodecError):
+    """A stored event has a newer schema version than this code understands."""
+
+    code = "codec.future_version"
+
+    def __init__(
+        self,
+        type_name: str,
+        found: int,
+        supported: int,
+        stream: str | None = None,
+        version: int | None = None,
+    ) -> None:
+        self.type_name = type_name
+        self.found = found
+        self.supported = supported
+        self.stream = stream
+        self.version = version
+        where = f" at {stream!r} version {version}" if stream is not None else ""
+        super().__init__(
+            f"event {type_name!r}{where} has schema version {found}, this code reads up to "
+            f"{supported}; upgrade the code that defines it"
+        )
+
+
+class EventDecodeError(CodecError):
+    """A stored event's payload does not fit its class."""
+
+    code = "codec.decode"
+
+    def __init__(
+        self, type_name: str, detail: str, stream: str | None = None, version: int | None = None
+    ) -> None:
+        self.type_name = type_name
+        self.detail = detail
+        self.stream = stream
+        self.version = version
+        where = f" at {stream!r} version {version}" if stream is not None else ""
+        super().__init__(f"event {type_name!r}{where} does not decode: {detail}")
+
+
+# --- LLM providers -------------------------------------------------------------------
+
+
+class LLMError(PowertrioError):
+    """A model call failed. ``retryable`` says whether trying again may help."""
+
+    code = "llm"
+    retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        provider: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.status = status
+        self.provider = provider
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class LLMRateLimitedError(LLMError):
+    """The provider rate-limited the call (HTTP 429)."""
+
+    code = "llm.rate_limited"
+    retryable = True
+
+
+class LLMAuthError(LLMError):
+    """The provider refused the credentials (HTTP 401/403)."""
+
+    code = "llm.auth"
+
+
+class LLMBadRequestError(LLMError):
+    """The provider rejected the request as malformed (HTTP 4xx)."""
+
+    code = "llm.bad_request"
+
+
+class LLMContextOverflowError(LLMBadRequestError):
+    """The request does not fit the model's context window."""
+
+    code = "llm.context_overflow"
+
+
+class LLMTimeoutError(LLMError):
+    """The call timed out (connect, read or total deadline)."""
+
+    code = "llm.timeout"
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        phase: Literal["connect", "read", "write", "pool", "total"] = "total",
+        status: int | None = None,
+        provider: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.phase = phase
+        super().__init__(message, status=status, provider=provider, retry_after=retry_after)
+
+
+class LLMConnectionError(LLMError):
+    """The provider could not be reached."""
+
+    code = "llm.connection"
+    retryable = True
+
+
+class LLMServerError(LLMError):
+    """The provider failed on its side (HTTP 5xx or an error event)."""
+
+    code = "llm.server"
+    retryable = True
+
+
+class LLMMalformedStreamError(LLMError):
+    """The provider's response or stream could not be parsed."""
+
+    code = "llm.malformed_stream"
+
+
+class ScriptExhaustedError(LLMError):
+    """A scripted test LLM was asked for more responses than it holds."""
+
+    code = "llm.script_exhausted"
+
+
+# --- tools ---------------------------------------------------------------------------
+
+
+class ToolError(PowertrioError):
+    """A tool could not be found, called or completed."""
+
+    code = "tool"
+
+
+class ToolNotFoundError(ToolError, LookupError):
+    """The model called a tool that is not available to it."""
+
+    code = "tool.not_found"
+
+    def __init__(self, name: str, available: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.available = available
+        names = ", ".join(available) or "none"
+        super().__init__(f"no tool named {name!r}; available tools: {names}")
+
+
+class ToolArgumentsError(ToolError):
+    """The arguments of a tool call do not match the tool's schema."""
+
+    code = "tool.invalid_args"
+
+    def __init__(self, name: str, problems: tuple[str, ...]) -> None:
+        self.name = name
+        self.problems = problems
+        super().__init__(f"invalid arguments for tool {name!r}: " + "; ".join(problems))
+
+
+class ToolTimeoutError(ToolError):
+    """The tool did not finish within its timeout."""
+
+    code = "tool.timeout"
+
+    def __init__(self, name: str, timeout: float) -> None:
+        self.name = name
+        self.timeout = timeout
+        super().__init__(f"tool {name!r} did not finish within {timeout:g} s")
+
+
+class ToolDefinitionError(ToolError, TypeError):
+    """A Python function cannot be turned into a tool (e.g. an unsupported parameter type)."""
+
+    code = "tool.bad_definition"
+
+
+def all_error_classes() -> tuple[type[PowertrioError], ...]:
+    """Every error class in the tree, root first (used to check codes are unique)."""
+    found: list[type[PowertrioError]] = []
+    pending: list[type[PowertrioError]] = [PowertrioError]
+    while pending:
+        cls = pending.pop(0)
+        if cls not in found:
+            found.append(cls)
+            pending.extend(cls.__subclasses__())
+    return tuple(found)

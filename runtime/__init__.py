@@ -1,0 +1,8 @@
+"""The agent-agnostic machinery: actors, mailboxes, supervisors, the event store."""
+
+from __future__ import annotations
+
+from protocols._util import fixup_module_metadata as _fixup
+
+_fixup(__name__, globals())
+del _fixup
