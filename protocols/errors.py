@@ -44,7 +44,8 @@ The tree (code in brackets)::
         ├── ToolNotFoundError (LookupError)       [tool.not_found]
         ├── ToolArgumentsError                    [tool.invalid_args]
         ├── ToolTimeoutError                      [tool.timeout]
-        └── ToolDefinitionError (TypeError)       [tool.bad_definition]
+        ├── ToolDefinitionError (TypeError)       [tool.bad_definition]
+        └── ToolInterruptedError                  [tool.interrupted]
 
 Where an error means "you misused the API" it also subclasses the built-in it behaves
 like (``ValueError``, ``LookupError``, ...), as attrs does.
@@ -91,6 +92,7 @@ __all__ = [
     "ToolArgumentsError",
     "ToolDefinitionError",
     "ToolError",
+    "ToolInterruptedError",
     "ToolNotFoundError",
     "ToolTimeoutError",
     "UnknownEventTypeError",
@@ -545,6 +547,22 @@ class ToolDefinitionError(ToolError, TypeError):
     """A Python function cannot be turned into a tool (e.g. an unsupported parameter type)."""
 
     code = "tool.bad_definition"
+
+
+class ToolInterruptedError(ToolError):
+    """A tool call was cancelled before it finished; its result, if any, is discarded.
+
+    Raised by ``ToolContext.check_cancelled()`` inside a sync tool, and named by the
+    ``interrupted`` outcome the model sees instead of a result.
+    """
+
+    code = "tool.interrupted"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"tool {name!r} was interrupted before it finished; its result is discarded"
+        )
 
 
 def all_error_classes() -> tuple[type[PowertrioError], ...]:
