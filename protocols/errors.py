@@ -29,7 +29,8 @@ The tree (code in brackets)::
     ├── CodecError                                [codec]
     │   ├── UnknownEventTypeError                 [codec.unknown_type]
     │   ├── FutureEventVersionError               [codec.future_version]
-    │   └── EventDecodeError                      [codec.decode]
+    │   ├── EventDecodeError                      [codec.decode]
+    │   └── EventEncodeError (TypeError)          [codec.encode]
     ├── LLMError                                  [llm]
     │   ├── LLMRateLimitedError                   [llm.rate_limited]
     │   ├── LLMAuthError                          [llm.auth]
@@ -67,6 +68,7 @@ __all__ = [
     "ConfigError",
     "CorruptLogError",
     "EventDecodeError",
+    "EventEncodeError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
     "IntensityExceededError",
@@ -405,6 +407,17 @@ class EventDecodeError(CodecError):
         self.version = version
         where = f" at {stream!r} version {version}" if stream is not None else ""
         super().__init__(f"event {type_name!r}{where} does not decode: {detail}")
+
+
+class EventEncodeError(CodecError, TypeError):
+    """An event cannot be encoded: its class is not registered, or a field holds a non-JSON value."""
+
+    code = "codec.encode"
+
+    def __init__(self, type_name: str, detail: str) -> None:
+        self.type_name = type_name
+        self.detail = detail
+        super().__init__(f"cannot encode event {type_name}: {detail}")
 
 
 # --- LLM providers -------------------------------------------------------------------
