@@ -1,0 +1,745 @@
+"""The LLM vocabulary: messages, tool calls, requests, responses, deltas, the LLM protocol."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any, Literal, Protocol, Self, TypeAlias, final
+
+import attrs
+import orjson
+import trio
+
+from .errors import LLMMalformedStreamError
+
+__all__ = [
+    "AssistantMessage",
+    "ContentPart",
+    "FinishDelta",
+    "FinishReason",
+    "ImagePart",
+    "LLM",
+    "LLMRequest",
+    "LLMResponse",
+    "LLMStream",
+    "Message",
+    "ResponseFormat",
+    "StreamAssembler",
+    "StreamDelta",
+    "SystemMessage",
+    "TextDelta",
+    "TextPart",
+    "ThinkingBlock",
+    "ThinkingDelta",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolChoice",
+    "ToolDefinition",
+    "ToolResultMessage",
+    "Usage",
+    "UsageDelta",
+    "UserMessage",
+    "response_deltas",
+]
+
+#: A JSON object as decoded by orjson (a JSON Schema, for instance). Kept as a plain dict so
+#: the codec passes it through; the values are ``Any`` (not ``object``) because cattrs
+#: structures ``Any`` as a pass-through and has no hook for ``object``.
+JsonObject: TypeAlias = dict[str, Any]
+
+#: Why the model stopped, normalised across providers. ``other`` covers reasons a provider
+#: invents later (Anthropic's ``pause_turn``, for instance).
+FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter", "other"]
+
+
+# --- content parts -------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class TextPart:
+    """A piece of text inside a user message."""
+
+    text: str
+    """The text."""
+    type: Literal["text"] = attrs.field(default="text", kw_only=True)
+    """The union tag; always ``"text"``."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ImagePart:
+    """An image inside a user message, by URL or as a ``data:`` URL.
+
+    Providers differ in how they take images; the transports translate this one shape
+    (OpenAI ``image_url`` parts, Anthropic ``image`` blocks with a ``base64`` or ``url``
+    source).
+    """
+
+    url: str
+    """An ``https://`` URL or a ``data:<media type>;base64,<data>`` URL."""
+    detail: Literal["auto", "low", "high"] | None = None
+    """OpenAI's resolution hint; ignored by providers that have none."""
+    type: Literal["image"] = "image"
+    """The union tag; always ``"image"``."""
+
+
+#: A part of a user message's content, tagged by ``type``.
+ContentPart: TypeAlias = TextPart | ImagePart
+
+
+def _to_parts(value: str | Sequence[ContentPart]) -> tuple[ContentPart, ...]:
+    """Normalise user content: a bare string is one text part; sequences become tuples."""
+    if isinstance(value, str):
+        return (TextPart(value),)
+    return tuple(value)
+
+
+def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
+
+
+def _blocks(value: Iterable[ThinkingBlock]) -> tuple[ThinkingBlock, ...]:
+    return tuple(value)
+
+
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(value)
+
+
+def _tools(value: Iterable[ToolDefinition]) -> tuple[ToolDefinition, ...]:
+    return tuple(value)
+
+
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+# --- tool calls and definitions ------------------------------------------------------
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolCall:
+    """A tool call the model asked for.
+
+    ``arguments`` is the raw JSON text the model produced, unparsed: models emit invalid
+    JSON now and then, and the tool layer must be able to report that precisely (and the
+    log must keep exactly what the model said).
+    """
+
+    id: str
+    """The provider's call id; the matching tool result quotes it."""
+    name: str
+    """The tool's name."""
+    arguments: str
+    """The arguments as the raw JSON string the model produced (``"{}"`` for none)."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolDefinition:
+    """A tool as offered to a provider: a name, a description, a JSON Schema for arguments.
+
+    .. note:: ``parameters`` is a dict, so instances compare by value but are not hashable.
+    """
+
+    name: str
+    """The name the model calls the tool by."""
+    description: str
+    """What the tool does, written for the model."""
+    parameters: JsonObject = attrs.Factory(lambda: {"type": "object", "properties": {}})
+    """The JSON Schema of the arguments object."""
+
+
+@final
+@attrs.frozen
+class ToolChoice:
+    """Whether and which tool the model must call.
+
+    Build one with the constructors: ``ToolChoice.auto()``, ``ToolChoice.none()``,
+    ``ToolChoice.required()`` or ``ToolChoice.tool("name")``.
+    """
+
+    mode: Literal["auto", "none", "required", "tool"] = "auto"
+    """``auto``: the model decides; ``none``: no tool; ``required``: some tool; ``tool``: the
+    one named by ``name``."""
+    name: str | None = None
+    """The tool to call when ``mode`` is ``"tool"``; ``None`` otherwise."""
+
+    def __attrs_post_init__(self) -> None:
+        if (self.mode == "tool") != (self.name is not None):
+            msg = "ToolChoice needs a name exactly when mode is 'tool'"
+            raise ValueError(msg)
+
+    @classmethod
+    def auto(cls) -> ToolChoice:
+        """Let the model decide whether to call a tool."""
+        return cls("auto")
+
+    @classmethod
+    def none(cls) -> ToolChoice:
+        """Forbid tool calls."""
+        return cls("none")
+
+    @classmethod
+    def required(cls) -> ToolChoice:
+        """Require at least one tool call, any tool."""
+        return cls("required")
+
+    @classmethod
+    def tool(cls, name: str) -> ToolChoice:
+        """Require a call of the tool ``name``."""
+        return cls("tool", name)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ResponseFormat:
+    """Ask for a JSON answer matching a JSON Schema (OpenAI ``response_format``).
+
+    .. note:: ``schema`` is a dict, so instances compare by value but are not hashable.
+    """
+
+    name: str
+    """A name for the schema (OpenAI requires one)."""
+    schema: JsonObject
+    """The JSON Schema the answer must match."""
+    strict: bool = True
+    """Ask the provider to enforce the schema exactly, where it can."""
+
+
+# --- messages ------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ThinkingBlock:
+    """A reasoning block the model produced (Anthropic extended thinking).
+
+    Anthropic requires these to be passed back unchanged, signature included, in the next
+    request of a tool loop, so they are kept on the assistant message.
+    """
+
+    thinking: str
+    """The reasoning text, or the opaque data of a redacted block."""
+    signature: str | None = None
+    """The provider's signature over the block; passed back verbatim."""
+    redacted: bool = False
+    """True for a ``redacted_thinking`` block, whose ``thinking`` is opaque data."""
+
+
+@final
+@attrs.frozen
+class SystemMessage:
+    """Instructions for the model; Anthropic takes these as the top-level ``system``."""
+
+    content: str
+    """The instructions."""
+    role: Literal["system"] = attrs.field(default="system", kw_only=True)
+    """The union tag; always ``"system"``."""
+
+
+@final
+@attrs.frozen
+class UserMessage:
+    """What the user said: text and images. A bare string is taken as one text part."""
+
+    content: tuple[ContentPart, ...] = attrs.field(converter=_to_parts)
+    """The parts, in order."""
+    role: Literal["user"] = attrs.field(default="user", kw_only=True)
+    """The union tag; always ``"user"``."""
+
+    @property
+    def text(self) -> str:
+        """The text parts joined, for logs and simple checks."""
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+@final
+@attrs.frozen(kw_only=True)
+class AssistantMessage:
+    """What the model said: text, tool calls and (Anthropic) thinking blocks."""
+
+    content: str = ""
+    """The text of the answer; empty when the model only called tools."""
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
+    """The tool calls, in the order the model made them."""
+    thinking: tuple[ThinkingBlock, ...] = attrs.field(default=(), converter=_blocks)
+    """Reasoning blocks to pass back to the provider unchanged."""
+    role: Literal["assistant"] = "assistant"
+    """The union tag; always ``"assistant"``."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolResultMessage:
+    """The result of one tool call, answering the call with the same id."""
+
+    tool_call_id: str
+    """The id of the :class:`ToolCall` this answers."""
+    content: str
+    """The result as text (usually JSON), as the model will read it."""
+    is_error: bool = False
+    """True when the tool failed and ``content`` describes the error."""
+    role: Literal["tool"] = "tool"
+    """The union tag; always ``"tool"``."""
+
+
+#: A chat message, tagged by ``role``.
+Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage
+
+
+# --- request and response ------------------------------------------------------------
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LLMRequest:
+    """One model call: the transcript plus the parameters.
+
+    Fields left ``None`` are not sent, so the provider's default applies (``model``: the
+    transport's configured model).
+    """
+
+    messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    """The transcript, oldest first."""
+    tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
+    """The tools the model may call."""
+    tool_choice: ToolChoice | None = None
+    """Whether and which tool must be called; ``None`` leaves it to the provider."""
+    response_format: ResponseFormat | None = None
+    """A JSON Schema the answer must match; ``None`` for free text."""
+    max_tokens: int | None = None
+    """The most tokens to generate (Anthropic requires a limit; its transport defaults one)."""
+    temperature: float | None = None
+    """Sampling temperature."""
+    model: str | None = None
+    """The model to call; ``None`` uses the transport's configured model."""
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    """Stop sequences."""
+    thinking_budget: int | None = None
+    """Tokens the model may spend reasoning (Anthropic extended thinking); ``None``: off."""
+
+    def fingerprint(self) -> str:
+        """A stable hash of everything that determines the answer.
+
+        Replay compares the fingerprint of the request the actor asks for now with the one
+        recorded in the log, to detect divergence. It is a SHA-256 over a canonical JSON form
+        (sorted keys, tuples as lists), so it is the same across processes and Python versions.
+
+        Returns:
+            (str): ``"sha256:"`` followed by 64 hex digits.
+        """
+        canonical = orjson.dumps(
+            attrs.asdict(self),
+            option=orjson.OPT_SORT_KEYS,
+        )
+        return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Usage:
+    """Token counts of one call, or a sum of calls (``Usage`` supports ``+``).
+
+    ``prompt_tokens`` counts every input token, cached or not, on every provider (for
+    Anthropic it is ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``),
+    so the figures compare across providers.
+    """
+
+    prompt_tokens: int = 0
+    """Input tokens, including cached ones."""
+    completion_tokens: int = 0
+    """Generated tokens, including reasoning tokens."""
+    cached_tokens: int = 0
+    """Input tokens read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the provider's prompt cache (Anthropic)."""
+    reasoning_tokens: int = 0
+    """Generated tokens spent on reasoning, when the provider reports them."""
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus generated tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LLMResponse:
+    """The model's answer to one request."""
+
+    content: str = ""
+    """The text of the answer."""
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
+    """The tool calls the model made, in order."""
+    finish_reason: FinishReason = "stop"
+    """Why the model stopped."""
+    usage: Usage = Usage()
+    """Token counts."""
+    model: str = ""
+    """The model that answered, as the provider names it."""
+    thinking: tuple[ThinkingBlock, ...] = attrs.field(default=(), converter=_blocks)
+    """Reasoning blocks (Anthropic); pass them back through :meth:`to_message`."""
+    id: str | None = None
+    """The provider's response id, when it sends one."""
+
+    def to_message(self) -> AssistantMessage:
+        """The assistant message to append to the transcript for the next request."""
+        return AssistantMessage(
+            content=self.content, tool_calls=self.tool_calls, thinking=self.thinking
+        )
+
+
+# --- stream deltas -------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class TextDelta:
+    """The next piece of the answer's text."""
+
+    text: str
+    """The new text."""
+    type: Literal["text"] = attrs.field(default="text", kw_only=True)
+    """The union tag; always ``"text"``."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ThinkingDelta:
+    """The next piece of a reasoning block (Anthropic extended thinking)."""
+
+    index: int
+    """Which reasoning block this extends, counting from 0 within the response."""
+    text: str = ""
+    """New reasoning text (or the data of a redacted block)."""
+    signature: str | None = None
+    """The block's signature, when this delta carries it."""
+    redacted: bool = False
+    """True when the block is a redacted one."""
+    type: Literal["thinking"] = "thinking"
+    """The union tag; always ``"thinking"``."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolCallDelta:
+    """A fragment of a tool call: the first fragment of a call carries its id and name.
+
+    Fragments of one call share an ``index``; their ``arguments`` concatenate to the full
+    JSON text.
+    """
+
+    index: int
+    """Which tool call this extends, counting from 0 within the response."""
+    id: str | None = None
+    """The call id (first fragment only)."""
+    name: str | None = None
+    """The tool name (first fragment only)."""
+    arguments: str = ""
+    """The next piece of the arguments' JSON text."""
+    type: Literal["tool_call"] = "tool_call"
+    """The union tag; always ``"tool_call"``."""
+
+
+@final
+@attrs.frozen
+class UsageDelta:
+    """Token counts reported during the stream; later reports replace earlier ones."""
+
+    usage: Usage
+    """The counts so far."""
+    type: Literal["usage"] = attrs.field(default="usage", kw_only=True)
+    """The union tag; always ``"usage"``."""
+
+
+@final
+@attrs.frozen
+class FinishDelta:
+    """The model stopped; the stream ends soon after."""
+
+    reason: FinishReason
+    """Why the model stopped."""
+    type: Literal["finish"] = attrs.field(default="finish", kw_only=True)
+    """The union tag; always ``"finish"``."""
+
+
+#: One item of a response stream, tagged by ``type``.
+StreamDelta: TypeAlias = TextDelta | ThinkingDelta | ToolCallDelta | UsageDelta | FinishDelta
+
+
+@final
+@attrs.define(eq=False)
+class StreamAssembler:
+    """Folds stream deltas into the final :class:`LLMResponse`.
+
+    Transports and test doubles share it so every stream assembles the same way: text
+    concatenates, tool-call fragments join by index, the last usage report wins.
+    """
+
+    _text: list[str] = attrs.field(init=False, factory=list)
+    _calls: dict[int, list[str]] = attrs.field(init=False, factory=dict)
+    _call_heads: dict[int, tuple[str, str]] = attrs.field(init=False, factory=dict)
+    _thinking: dict[int, list[str]] = attrs.field(init=False, factory=dict)
+    _thinking_meta: dict[int, tuple[str | None, bool]] = attrs.field(init=False, factory=dict)
+    usage: Usage = attrs.field(init=False, factory=Usage)
+    """The last usage reported."""
+    finish_reason: FinishReason | None = attrs.field(init=False, default=None)
+    """The finish reason reported, if any."""
+
+    def add(self, delta: StreamDelta) -> None:
+        """Fold one delta in.
+
+        Raises:
+            LLMMalformedStreamError: a tool-call fragment arrives for a call whose first
+                fragment (with id and name) was never seen.
+        """
+        if isinstance(delta, TextDelta):
+            self._text.append(delta.text)
+        elif isinstance(delta, ToolCallDelta):
+            if delta.index not in self._call_heads:
+                if delta.id is None or delta.name is None:
+                    msg = (
+                        f"tool call fragment #{delta.index} arrived before the fragment "
+                        "carrying its id and name"
+                    )
+                    raise LLMMalformedStreamError(msg)
+                self._call_heads[delta.index] = (delta.id, delta.name)
+                self._calls[delta.index] = []
+            self._calls[delta.index].append(delta.arguments)
+        elif isinstance(delta, ThinkingDelta):
+            self._thinking.setdefault(delta.index, []).append(delta.text)
+            old_signature, _ = self._thinking_meta.get(delta.index, (None, False))
+            self._thinking_meta[delta.index] = (
+                delta.signature if delta.signature is not None else old_signature,
+                delta.redacted,
+            )
+        elif isinstance(delta, UsageDelta):
+            self.usage = delta.usage
+        else:
+            self.finish_reason = delta.reason
+
+    def response(self, *, model: str = "", id: str | None = None) -> LLMResponse:
+        """The response assembled from every delta so far.
+
+        Args:
+            model (str): the model name the provider reported.
+            id (str | None): the provider's response id.
+
+        Returns:
+            (LLMResponse): the response; ``finish_reason`` defaults to ``tool_calls`` when
+            calls were made and no finish was reported, else ``stop``.
+        """
+        calls = tuple(
+            ToolCall(
+                id=self._call_heads[i][0],
+                name=self._call_heads[i][1],
+                arguments="".join(self._calls[i]),
+            )
+            for i in sorted(self._call_heads)
+        )
+        thinking = tuple(
+            ThinkingBlock(
+                thinking="".join(self._thinking[i]),
+                signature=self._thinking_meta[i][0],
+                redacted=self._thinking_meta[i][1],
+            )
+            for i in sorted(self._thinking)
+        )
+        reason: FinishReason = self.finish_reason or ("tool_calls" if calls else "stop")
+        return LLMResponse(
+            content="".join(self._text),
+            tool_calls=calls,
+            finish_reason=reason,
+            usage=self.usage,
+            model=model,
+            thinking=thinking,
+            id=id,
+        )
+
+
+def response_deltas(response: LLMResponse, *, chunk_size: int = 16) -> tuple[StreamDelta, ...]:
+    """Split a whole response into the deltas a provider would stream for it.
+
+    Test doubles use it to stream scripted responses; assembling the deltas with
+    :class:`StreamAssembler` gives back ``response`` (apart from ``model`` and ``id``).
+
+    Args:
+        response (LLMResponse): the response to split.
+        chunk_size (int): characters per text or arguments fragment; must be positive.
+
+    Returns:
+        (tuple[StreamDelta, ...]): thinking, text, tool-call fragments, usage, finish.
+
+    Raises:
+        ValueError: ``chunk_size`` is not positive.
+    """
+    if chunk_size <= 0:
+        msg = f"chunk_size must be positive, got {chunk_size}"
+        raise ValueError(msg)
+
+    def pieces(text: str) -> list[str]:
+        return [text[i : i + chunk_size] for i in range(0, len(text), chunk_size)] or [""]
+
+    out: list[StreamDelta] = []
+    for i, block in enumerate(response.thinking):
+        out.append(
+            ThinkingDelta(
+                index=i,
+                text=block.thinking,
+                signature=block.signature,
+                redacted=block.redacted,
+            )
+        )
+    if response.content:
+        out.extend(TextDelta(p) for p in pieces(response.content))
+    for i, call in enumerate(response.tool_calls):
+        for j, p in enumerate(pieces(call.arguments)):
+            if j == 0:
+                out.append(ToolCallDelta(index=i, id=call.id, name=call.name, arguments=p))
+            else:
+                out.append(ToolCallDelta(index=i, arguments=p))
+    out.append(UsageDelta(response.usage))
+    out.append(FinishDelta(response.finish_reason))
+    return tuple(out)
+
+
+# --- the stream object and the protocol ----------------------------------------------
+
+
+@final
+class LLMStream:
+    """A response being streamed: an async context manager and an async iterator of deltas.
+
+    Use it as::
+
+        async with llm.stream(request) as stream:
+            async for delta in stream:
+                ...
+            response = await stream.final_response()
+
+    Leaving the ``async with`` block (normally, by an error or by cancellation) closes the
+    underlying source at once, which for HTTP transports closes the connection, so the
+    provider stops generating. :meth:`final_response` reads whatever is left and returns the
+    assembled :class:`LLMResponse`; it can be called without iterating at all.
+
+    Sources are async generators yielding deltas and, last, the assembled
+    :class:`LLMResponse`; transports and test doubles build them. Users get streams from
+    :meth:`LLM.stream`, they do not build them.
+
+    Args:
+        source (Callable[[], AsyncIterator[StreamDelta | LLMResponse]]): opens the source; it
+            is called on entering the ``async with`` block, not before.
+    """
+
+    def __init__(
+        self, source: Callable[[], AsyncIterator[StreamDelta | LLMResponse]]
+    ) -> None:
+        self._open = source
+        self._source: AsyncIterator[StreamDelta | LLMResponse] | None = None
+        self._response: LLMResponse | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        if self._source is not None or self._closed:
+            msg = "an LLMStream can be entered only once; ask the LLM for a new stream"
+            raise RuntimeError(msg)
+        self._source = self._open()
+        await trio.lowlevel.checkpoint()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the source (and its HTTP connection) now; safe to call twice."""
+        self._closed = True
+        source, self._source = self._source, None
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        else:
+            await trio.lowlevel.checkpoint()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> StreamDelta:
+        if self._response is not None:
+            await trio.lowlevel.checkpoint()
+            raise StopAsyncIteration
+        if self._source is None:
+            msg = "iterate an LLMStream inside `async with llm.stream(request) as stream:`"
+            raise RuntimeError(msg)
+        try:
+            item = await self._source.__anext__()
+        except StopAsyncIteration:
+            msg = "the stream ended before the response was complete"
+            raise LLMMalformedStreamError(msg) from None
+        if isinstance(item, LLMResponse):
+            self._response = item
+            raise StopAsyncIteration
+        return item
+
+    @property
+    def response(self) -> LLMResponse | None:
+        """The assembled response once the stream is exhausted, else ``None``."""
+        return self._response
+
+    async def final_response(self) -> LLMResponse:
+        """Read the rest of the stream and return the assembled response.
+
+        Returns:
+            (LLMResponse): the whole answer.
+
+        Raises:
+            LLMError: the source failed (any subclass, e.g. ``LLMMalformedStreamError``).
+            RuntimeError: called outside the ``async with`` block.
+        """
+        async for _ in self:
+            pass
+        assert self._response is not None  # the loop ends only once the response arrived
+        return self._response
+
+
+class LLM(Protocol):
+    """Anything that answers LLM requests: a provider transport or a test double.
+
+    The session actor depends on this protocol only; it never builds an HTTP client.
+    """
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` in one piece.
+
+        Raises:
+            LLMError: the call failed; the subclass and its ``code`` say how.
+        """
+        ...
+
+    def stream(self, request: LLMRequest) -> LLMStream:
+        """Answer ``request`` as a stream of deltas; see :class:`LLMStream`.
+
+        Nothing is sent before the stream's ``async with`` block is entered.
+        """
+        ...
