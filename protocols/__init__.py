@@ -3,6 +3,19 @@
 from __future__ import annotations
 
 from . import errors as errors
+from ._codec import EncodedEvent as EncodedEvent
+from ._codec import EventRegistry as EventRegistry
+from ._codec import RecordLike as RecordLike
+from ._codec import Upcaster as Upcaster
+from ._codec import configure_converter as configure_converter
+from ._codec import decode as decode
+from ._codec import decode_record as decode_record
+from ._codec import default_registry as default_registry
+from ._codec import encode as encode
+from ._codec import event_type as event_type
+from ._codec import make_converter as make_converter
+from ._types import JsonObject as JsonObject
+from ._types import JsonValue as JsonValue
 from ._util import fixup_module_metadata as _fixup
 from .errors import PowertrioError as PowertrioError
 
