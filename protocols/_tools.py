@@ -1,0 +1,197 @@
+"""Tool specs and tool outcomes: what a tool looks like to a model and what a call produced."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Final, Literal, final
+
+import attrs
+
+from .errors import (
+    ToolDefinitionError,
+    ToolInterruptedError,
+)
+
+__all__ = [
+    "CrashPolicy",
+    "ToolOutcome",
+    "ToolSpec",
+    "ToolStatus",
+    "aborted_outcome",
+    "denied_outcome",
+    "idempotency_key",
+    "interrupted_outcome",
+    "validate_tool_name",
+]
+
+CrashPolicy = Literal["retry", "abort", "ask"]
+"""What recovery does with a tool call that started but never finished (DESIGN §4)."""
+
+ToolStatus = Literal[
+    "ok", "error", "invalid_arguments", "timeout", "interrupted", "aborted", "denied"
+]
+"""How a tool call ended; everything but ``"ok"`` is reported to the model as an error."""
+
+_TOOL_NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def validate_tool_name(name: str) -> str:
+    """Check that ``name`` is a tool name every provider accepts, and return it.
+
+    OpenAI and Anthropic both restrict function names to ``^[a-zA-Z0-9_-]{1,64}$``; a
+    name outside that set is refused by the provider only at request time, far from the
+    definition, so we refuse it where the tool is defined.
+
+    Args:
+        name (str): the proposed tool name.
+
+    Returns:
+        The same name.
+
+    Raises:
+        ToolDefinitionError: the name is empty, longer than 64 characters, or holds a
+            character other than ASCII letters, digits, ``_`` and ``-``.
+    """
+    if not isinstance(name, str) or _TOOL_NAME.fullmatch(name) is None:
+        raise ToolDefinitionError(
+            f"invalid tool name {name!r}: use 1 to 64 characters from a-z, A-Z, 0-9, '_' "
+            "and '-' (the providers' rule)"
+        )
+    return name
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolSpec:
+    """What a model is told about one tool.
+
+    This is the provider-neutral description a transport turns into OpenAI ``tools`` or
+    Anthropic ``tools`` entries, plus the runtime facts the session actor needs around a
+    call (crash policy, timeout, approval). It holds no callable, so it can live in events.
+    ``parameters`` is opaque JSON: it is stored and sent as is, never walked per value.
+    """
+
+    name: str = attrs.field(validator=lambda _i, _a, v: validate_tool_name(v))
+    """The tool name the model calls (``^[a-zA-Z0-9_-]{1,64}$``)."""
+    description: str
+    """What the tool does, for the model."""
+    parameters: dict[str, object]
+    """The JSON Schema (an object schema) of the call's arguments."""
+    crash_policy: CrashPolicy = "abort"
+    """What recovery does with a call that started but did not finish."""
+    timeout: float | None = None
+    """Seconds a call may take before it ends with a ``timeout`` outcome; ``None``: no limit."""
+    needs_approval: bool = False
+    """A human must approve each call before it runs."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolOutcome:
+    """How one tool call ended, as the model will be told.
+
+    Every call gets exactly one outcome, including the ones that never ran (unknown tool,
+    bad arguments, denied, interrupted), so the transcript stays provider-valid (DESIGN §2.5).
+    """
+
+    call_id: str
+    """The provider's id of the tool call this answers."""
+    tool_name: str
+    """The tool the model called (possibly one that does not exist)."""
+    status: ToolStatus
+    """How the call ended."""
+    content: str
+    """The text the model sees: the result, or what went wrong and how to fix it."""
+    error_code: str | None = None
+    """The stable powertrio error code of a failure (``tool.timeout``, ...), else ``None``."""
+
+    @property
+    def is_error(self) -> bool:
+        """Whether the model should see this outcome as an error (every status but ``ok``)."""
+        return self.status != "ok"
+
+
+def idempotency_key(session_id: str, call_id: str, *, round_index: int | None = None) -> str:
+    """Derive the idempotency key of one tool call, the same on every replay and resume.
+
+    A ``retry`` tool is re-run after a crash; the key lets it (or the API it calls) notice
+    the repeat. It is a hash of the session id and the call id (and the round, for
+    providers or scripted models that reuse call ids across rounds), so it is short,
+    has a fixed length and reveals nothing about the inputs. The parts are
+    length-prefixed, so ``("a/b", "c")`` and ``("a", "b/c")`` differ.
+
+    Args:
+        session_id (str): the session that owns the call.
+        call_id (str): the provider's id of the tool call.
+        round_index (int | None): the round of the run, when call ids may repeat.
+
+    Returns:
+        ``"pt-"`` followed by 32 hexadecimal digits.
+    """
+    parts = [session_id, call_id]
+    if round_index is not None:
+        parts.append(str(round_index))
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return "pt-" + digest.hexdigest()[:32]
+
+
+def interrupted_outcome(call_id: str, tool_name: str) -> ToolOutcome:
+    """Build the outcome of a call cancelled before it finished.
+
+    Args:
+        call_id (str): the call that was cut short.
+        tool_name (str): the tool it called.
+
+    Returns:
+        An ``interrupted`` outcome with code ``tool.interrupted``; never a fake success.
+    """
+    return ToolOutcome(
+        call_id=call_id,
+        tool_name=tool_name,
+        status="interrupted",
+        content=str(ToolInterruptedError(tool_name)),
+        error_code=ToolInterruptedError.code,
+    )
+
+
+def aborted_outcome(call_id: str, tool_name: str, reason: str) -> ToolOutcome:
+    """Build the outcome of a call closed at recovery under the ``abort`` crash policy.
+
+    Args:
+        call_id (str): the call that started but never finished.
+        tool_name (str): the tool it called.
+        reason (str): why it was closed (e.g. "the process crashed while it ran").
+
+    Returns:
+        An ``aborted`` outcome whose content tells the model the result is unknown.
+    """
+    return ToolOutcome(
+        call_id=call_id,
+        tool_name=tool_name,
+        status="aborted",
+        content=f"tool {tool_name!r} was aborted and its result is unknown: {reason}",
+    )
+
+
+def denied_outcome(call_id: str, tool_name: str, reason: str) -> ToolOutcome:
+    """Build the outcome of a call a human (or the lack of an approval) did not allow.
+
+    Args:
+        call_id (str): the call that was not run.
+        tool_name (str): the tool it called.
+        reason (str): why it was denied, for the model.
+
+    Returns:
+        A ``denied`` outcome; the tool did not run.
+    """
+    return ToolOutcome(
+        call_id=call_id,
+        tool_name=tool_name,
+        status="denied",
+        content=f"tool {tool_name!r} was not run: {reason}",
+    )
