@@ -8,10 +8,8 @@ from typing import Final, Literal, final
 
 import attrs
 
-from .errors import (
-    ToolDefinitionError,
-    ToolInterruptedError,
-)
+from ._types import JsonObject
+from .errors import ToolDefinitionError, ToolInterruptedError
 
 __all__ = [
     "CrashPolicy",
@@ -70,14 +68,16 @@ class ToolSpec:
     Anthropic ``tools`` entries, plus the runtime facts the session actor needs around a
     call (crash policy, timeout, approval). It holds no callable, so it can live in events.
     ``parameters`` is opaque JSON: it is stored and sent as is, never walked per value.
+
+    .. note:: ``parameters`` is a dict, so specs compare by value but are not hashable.
     """
 
     name: str = attrs.field(validator=lambda _i, _a, v: validate_tool_name(v))
     """The tool name the model calls (``^[a-zA-Z0-9_-]{1,64}$``)."""
     description: str
     """What the tool does, for the model."""
-    parameters: dict[str, object]
-    """The JSON Schema (an object schema) of the call's arguments."""
+    parameters: JsonObject
+    """The JSON Schema (an object schema) of the call's arguments; opaque to the codec."""
     crash_policy: CrashPolicy = "abort"
     """What recovery does with a call that started but did not finish."""
     timeout: float | None = None
