@@ -9,7 +9,7 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
     Trio does the same in ``trio._util``: tracebacks and docs then name the public module,
     not the private file a class happens to live in.
     """
-    package = module_name.split(".")[0]
+    package = module_name.split(".", maxsplit=1)[0]
     for name, obj in namespace.items():
         if name.startswith("_") or not (isinstance(obj, type) or callable(obj)):
             continue

@@ -358,7 +358,9 @@ class UnknownEventTypeError(CodecError):
 
     code = "codec.unknown_type"
 
-    def __init__(self, type_name: str, stream: str | None = None, version: int | None = None):
+    def __init__(
+        self, type_name: str, stream: str | None = None, version: int | None = None
+    ) -> None:
         self.type_name = type_name
         self.stream = stream
         self.version = version
@@ -410,7 +412,7 @@ class EventDecodeError(CodecError):
 
 
 class EventEncodeError(CodecError, TypeError):
-    """An event cannot be encoded: its class is not registered, or a field holds a non-JSON value."""
+    """An event cannot be encoded: its class is unregistered or a field is not JSON."""
 
     code = "codec.encode"
 

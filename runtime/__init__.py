@@ -4,5 +4,33 @@ from __future__ import annotations
 
 from protocols._util import fixup_module_metadata as _fixup
 
+from ._actor import Actor as Actor
+from ._actor import ActorContext as ActorContext
+from ._actor import Supervisor as Supervisor
+from ._clock import Clock as Clock
+from ._clock import IdSource as IdSource
+from ._mailbox import MailboxStatistics as MailboxStatistics
+from ._mailbox import OverflowPolicy as OverflowPolicy
+from ._ref import ActorRef as ActorRef
+from ._ref import Reply as Reply
+from ._ref import Request as Request
+from ._ref import SystemMessage as SystemMessage
+from ._runtime import Runtime as Runtime
+from ._runtime import RuntimeStatistics as RuntimeStatistics
+from ._runtime import open_runtime as open_runtime
+from ._supervision import ActorCrashed as ActorCrashed
+from ._supervision import ActorRestarting as ActorRestarting
+from ._supervision import ActorStarted as ActorStarted
+from ._supervision import ActorStopped as ActorStopped
+from ._supervision import Backoff as Backoff
+from ._supervision import ChildSpec as ChildSpec
+from ._supervision import LifecycleEvent as LifecycleEvent
+from ._supervision import RestartIntensity as RestartIntensity
+from ._supervision import RestartType as RestartType
+from ._supervision import StopReason as StopReason
+from ._supervision import Strategy as Strategy
+from ._supervision import Supervision as Supervision
+from ._supervision import SupervisorEscalated as SupervisorEscalated
+
 _fixup(__name__, globals())
 del _fixup

@@ -1,0 +1,408 @@
+"""The machinery behind one actor: its incarnations, its serial loop and its children.
+
+A ``_Cell`` outlives the actor objects it runs: the id, path and mailbox stay while the
+supervisor restarts the actor, so refs and queued messages survive a crash. Children run
+in the parent's own nursery, which makes the supervision tree the nursery tree: cancelling
+a node cancels its subtree.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from protocols.errors import (
+    ActorCrashedError,
+    ActorStoppedError,
+    IntensityExceededError,
+)
+
+from ._mailbox import _Mailbox
+from ._ref import ActorRef, Reply, SystemMessage
+from ._supervision import (
+    ActorRestarting,
+    ChildSpec,
+    RestartIntensity,
+    StopReason,
+    Supervision,
+    SupervisorEscalated,
+)
+
+if TYPE_CHECKING:
+    from ._actor import Actor
+    from ._runtime import Runtime
+
+logger = logging.getLogger("powertrio.runtime")
+
+_Item = tuple[object, Reply[object] | None]
+
+_CHECKPOINT_EVERY = 64
+"""Messages handled back to back before the loop yields to other tasks."""
+
+
+class _ChildExited(SystemMessage):
+    """A child's incarnation ended; its parent's loop decides what happens next."""
+
+    __slots__ = ("cell", "error", "incarnation")
+
+    def __init__(self, cell: _Cell, incarnation: int, error: Exception | None) -> None:
+        self.cell = cell
+        self.incarnation = incarnation
+        self.error = error
+
+
+def _first_error(exc: BaseException) -> Exception | None:
+    """The first real error inside ``exc`` (which may be a group), ignoring cancellations."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_error(inner)
+            if found is not None:
+                return found
+        return None
+    if isinstance(exc, Exception):
+        return exc
+    return None
+
+
+class _Cell:
+    """One actor's identity, mailbox and lifecycle (see the module docstring)."""
+
+    __slots__ = (
+        "_children",
+        "_deferred",
+        "_exit_event",
+        "_nursery",
+        "_scope",
+        "actor",
+        "current_reply",
+        "id",
+        "incarnation",
+        "mailbox",
+        "name",
+        "parent",
+        "path",
+        "ref",
+        "restart_count",
+        "restart_token",
+        "running",
+        "runtime",
+        "spec",
+        "started_at",
+        "stop_requested",
+        "stopping",
+    )
+
+    def __init__(
+        self, runtime: Runtime, parent: _Cell | None, spec: ChildSpec, actor_id: str, name: str
+    ) -> None:
+        self.runtime = runtime
+        self.parent = parent
+        self.spec = spec
+        self.id = actor_id
+        self.name = name
+        if parent is None:
+            self.path = "/"
+        elif parent.parent is None:
+            self.path = "/" + name
+        else:
+            self.path = parent.path + "/" + name
+        self.mailbox: _Mailbox[_Item] = _Mailbox(actor_id, spec.mailbox_capacity, spec.overflow)
+        self.ref: ActorRef[object] = ActorRef._create(self)
+        self.actor: Actor[object] | None = None
+        self.incarnation = 0
+        self.running = False
+        self.stopping = False
+        self.stop_requested = False
+        self.restart_count = 0
+        self.restart_token: object | None = None
+        self.started_at = 0.0
+        self.current_reply: Reply[object] | None = None
+        self._children: _Children | None = None
+        self._deferred: set[Reply[object]] | None = None
+        self._exit_event: trio.Event | None = None
+        self._nursery: trio.Nursery | None = None
+        self._scope: trio.CancelScope | None = None
+
+    # -- used by the actor's context -------------------------------------------------
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        if self._nursery is None:
+            msg = f"actor {self.id!r} is not running; its nursery exists only while it runs"
+            raise RuntimeError(msg)
+        return self._nursery
+
+    def children(self) -> _Children:
+        if self._children is None:
+            actor = self.actor
+            supervision = actor.supervision if actor is not None else Supervision()
+            self._children = _Children(self, supervision)
+        return self._children
+
+    def defer_reply(self) -> Reply[object]:
+        reply = self.current_reply
+        if reply is None:
+            return Reply()  # a tell: nobody waits, the answer goes nowhere
+        self.current_reply = None
+        if self._deferred is None:
+            self._deferred = set()
+        self._deferred.add(reply)
+        return reply
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+        self.mailbox.interrupt()
+
+    def kill(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def wait_exited(self) -> None:
+        if not self.running:
+            return
+        if self._exit_event is None:
+            self._exit_event = trio.Event()
+        await self._exit_event.wait()
+
+    # -- one incarnation -------------------------------------------------------------
+
+    async def run_task(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run one incarnation and report how it ended to the parent (the child's task)."""
+        incarnation = self.incarnation
+        runtime = self.runtime
+        runtime._publish_started(self)
+        try:
+            error = await self._run_incarnation(task_status)
+        except BaseException:
+            # Cancelled from outside: the parent crashed or the runtime is torn down.
+            self._end_incarnation(ActorStoppedError(self.id))
+            self.terminate("killed")
+            raise
+        self._end_incarnation(
+            ActorCrashedError(self.id, "deferred") if error is not None else None
+        )
+        parent = self.parent
+        if parent is None:
+            if error is not None:
+                raise error
+            return
+        if not parent.mailbox.closed:
+            parent.mailbox.put_system((_ChildExited(self, incarnation, error), None))
+
+    async def _run_incarnation(self, task_status: trio.TaskStatus[None]) -> Exception | None:
+        actor = self.spec.factory()
+        actor._cell = self
+        self.actor = actor
+        self.stop_requested = False
+        self.started_at = trio.current_time()
+        try:
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    await actor.on_start()
+                    task_status.started()
+                    await self._serve(actor)
+                    if self._children is not None:
+                        await self._children.stop_all()
+                    await actor.on_stop()
+                    nursery.cancel_scope.cancel()
+        except BaseException as exc:
+            error = _first_error(exc)
+            if error is None:
+                raise
+            return error
+        return None
+
+    def _end_incarnation(self, error: BaseException | None) -> None:
+        self.running = False
+        self.actor = None
+        self._nursery = None
+        self._scope = None
+        self._children = None
+        self.current_reply = None
+        if self._deferred:
+            for reply in self._deferred:
+                reply.fail(error or ActorStoppedError(self.id))
+        self._deferred = None
+        if self._exit_event is not None:
+            self._exit_event.set()
+            self._exit_event = None
+
+    async def _serve(self, actor: Actor[object]) -> None:
+        mailbox = self.mailbox
+        receive = actor.receive
+        handled = 0
+        while not self.stop_requested:
+            item = mailbox.get_nowait()
+            if item is None:
+                await mailbox.wait()
+                handled = 0
+                continue
+            message, reply = item
+            if type(message) is _ChildExited:
+                await self.children().on_exit(message)
+                continue
+            self.current_reply = reply
+            try:
+                result = await receive(message)
+            except BaseException as exc:
+                if reply is not None and self.current_reply is reply:
+                    if isinstance(exc, Exception):
+                        error: ActorCrashedError | ActorStoppedError = ActorCrashedError(
+                            self.id, type(message).__name__
+                        )
+                        error.__cause__ = exc
+                    else:
+                        error = ActorStoppedError(self.id)
+                    reply.fail(error)
+                raise
+            if reply is not None and self.current_reply is reply:
+                reply.send(result)
+            handled += 1
+            if handled >= _CHECKPOINT_EVERY:
+                handled = 0
+                await trio.lowlevel.checkpoint()
+
+    # -- the end ---------------------------------------------------------------------
+
+    def terminate(self, reason: StopReason) -> None:
+        """Stop for good: close the mailbox, fail pending asks, leave the registry."""
+        if self.mailbox.closed:
+            return
+        for _message, reply in self.mailbox.close():
+            if reply is not None:
+                reply.fail(ActorStoppedError(self.id))
+        parent = self.parent
+        if parent is not None and parent._children is not None:
+            parent._children.cells.pop(self.id, None)
+        self.runtime._deregister(self, reason)
+
+
+class _Children:
+    """The children of one actor and the OTP rules that restart them."""
+
+    __slots__ = ("_intensity", "cells", "closing", "owner", "supervision")
+
+    def __init__(self, owner: _Cell, supervision: Supervision) -> None:
+        self.owner = owner
+        self.supervision = supervision
+        self.cells: dict[str, _Cell] = {}
+        self.closing = False
+        self._intensity = RestartIntensity(supervision.max_restarts, supervision.within)
+
+    def start(self, spec: ChildSpec) -> _Cell:
+        runtime = self.owner.runtime
+        actor_id = spec.id if spec.id is not None else runtime.ids.new("a")
+        name = spec.name if spec.name is not None else actor_id
+        cell = _Cell(runtime, self.owner, spec, actor_id, name)
+        runtime._register(cell)  # raises ActorExistsError before anything runs
+        self.cells[actor_id] = cell
+        self._launch(cell)
+        return cell
+
+    def _launch(self, cell: _Cell) -> None:
+        cell.incarnation += 1
+        cell.running = True
+        cell.stopping = False
+        self.owner.nursery.start_soon(cell.run_task, name=f"actor {cell.path}")
+
+    async def on_exit(self, notice: _ChildExited) -> None:
+        cell = notice.cell
+        if cell.stopping or cell.incarnation != notice.incarnation or self.closing:
+            return  # an exit we asked for, or news about an earlier incarnation
+        error = notice.error
+        runtime = cell.runtime
+        if error is not None:
+            runtime._publish_crashed(cell, error)
+        restart = cell.spec.restart
+        if restart == "temporary" or (restart == "transient" and error is None):
+            cell.terminate("crashed" if error is not None else "normal")
+            return
+        now = trio.current_time()
+        if self._intensity.record(now):
+            await self.stop_all()
+            supervision = self.supervision
+            runtime._publish(
+                SupervisorEscalated(
+                    supervisor_id=self.owner.id,
+                    path=self.owner.path,
+                    restarts=supervision.max_restarts,
+                    within=supervision.within,
+                    at=runtime.clock.now(),
+                )
+            )
+            failure = IntensityExceededError(
+                self.owner.id, supervision.max_restarts, supervision.within
+            )
+            raise failure from error
+        group = self._restart_group(cell)
+        for other in reversed(group):
+            if other is not cell and other.running:
+                await self.stop_child(other, final=False)
+        if now - cell.started_at > self.supervision.within:
+            cell.restart_count = 0  # it had been stable: start the backoff over
+        cell.restart_count += 1
+        delay = self.supervision.backoff.delay(cell.restart_count, runtime.ids.random)
+        token = object()
+        for member in group:
+            member.restart_token = token
+            runtime._publish(
+                ActorRestarting(
+                    actor_id=member.id,
+                    path=member.path,
+                    incarnation=member.incarnation + 1,
+                    delay=delay,
+                    at=runtime.clock.now(),
+                )
+            )
+        runtime._restarts += len(group)
+        self.owner.nursery.start_soon(self._restart_later, group, delay, token)
+
+    def _restart_group(self, cell: _Cell) -> list[_Cell]:
+        strategy = self.supervision.strategy
+        if strategy == "one_for_one":
+            return [cell]
+        cells = list(self.cells.values())
+        if strategy == "one_for_all":
+            return cells
+        return cells[cells.index(cell) :]
+
+    async def _restart_later(self, group: list[_Cell], delay: float, token: object) -> None:
+        if delay > 0:
+            await trio.sleep(delay)
+        for cell in group:
+            if (
+                cell.restart_token is token
+                and not cell.running
+                and not cell.mailbox.closed
+                and not self.closing
+            ):
+                cell.restart_token = None
+                self._launch(cell)
+
+    async def stop_child(
+        self, cell: _Cell, *, final: bool, reason: StopReason = "shutdown"
+    ) -> None:
+        """Stop ``cell`` in order: ask, wait up to its shutdown timeout, then cancel it."""
+        cell.stopping = True
+        cell.restart_token = None
+        if cell.running:
+            cell.request_stop()
+            with trio.move_on_after(cell.spec.shutdown_timeout):
+                await cell.wait_exited()
+            if cell.running:
+                reason = "killed"
+                cell.kill()
+                await cell.wait_exited()
+        if final:
+            cell.terminate(reason)
+
+    async def stop_all(self) -> None:
+        """Stop every child for good, in reverse start order."""
+        self.closing = True
+        for cell in reversed(list(self.cells.values())):
+            await self.stop_child(cell, final=True)
+

@@ -1,0 +1,359 @@
+"""The runtime: root supervisor, registry, clock, id source and lifecycle event stream."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TypeVar, final
+
+import attrs
+import trio
+
+from protocols.errors import (
+    ActorExistsError,
+    ActorNotFoundError,
+    PowertrioError,
+    RuntimeClosedError,
+)
+
+from ._actor import Actor, ActorContext
+from ._cell import _Cell
+from ._clock import Clock, IdSource
+from ._mailbox import OverflowPolicy
+from ._ref import ActorRef
+from ._supervision import (
+    ActorCrashed,
+    ActorStarted,
+    ActorStopped,
+    ChildSpec,
+    LifecycleEvent,
+    RestartType,
+    StopReason,
+    Supervision,
+)
+
+logger = logging.getLogger("powertrio.runtime")
+
+MsgT = TypeVar("MsgT")
+
+
+@final
+@attrs.frozen
+class RuntimeStatistics:
+    """A snapshot of a runtime."""
+
+    actors: int
+    """Live actors (registered, running or waiting to restart), the root excluded."""
+    started: int
+    """Incarnations started, restarts included."""
+    restarts: int
+    """Restarts scheduled by supervisors."""
+    crashes: int
+    """Incarnations that ended with an exception."""
+    lifecycle_events_dropped: int
+    """Lifecycle events a slow subscriber did not take in time."""
+
+
+class _Root(Actor[object]):
+    def __init__(self, supervision: Supervision) -> None:
+        self.supervision = supervision  # type: ignore[misc]  # per-instance setting
+
+
+@final
+class Runtime:
+    """Owns the root supervisor, the registry, the clock and the id source.
+
+    Open it with :func:`open_runtime`; leaving the block stops every actor in reverse start
+    order and returns only when all their tasks have ended.
+    """
+
+    __slots__ = (
+        "_by_id",
+        "_by_path",
+        "_closed",
+        "_crashes",
+        "_dropped",
+        "_restarts",
+        "_root",
+        "_started",
+        "_subscribers",
+        "clock",
+        "ids",
+        "trio_token",
+    )
+
+    clock: Clock
+    """The wall clock actors read."""
+    ids: IdSource
+    """The id source (and seeded randomness) actors use."""
+    trio_token: trio.lowlevel.TrioToken
+    """Token of the Trio run this runtime lives in (for ``tell_from_thread``)."""
+    _by_id: dict[str, _Cell]
+    _by_path: dict[str, _Cell]
+    _subscribers: list[trio.MemorySendChannel[LifecycleEvent]]
+    _closed: bool
+    _started: int
+    _restarts: int
+    _crashes: int
+    _dropped: int
+    _root: _Cell
+
+    def __init__(self) -> None:
+        msg = "Runtime is made by open_runtime(): `async with open_runtime() as runtime:`"
+        raise TypeError(msg)
+
+    @classmethod
+    def _create(cls, clock: Clock, ids: IdSource) -> Runtime:
+        self = object.__new__(cls)
+        self.clock = clock
+        self.ids = ids
+        self.trio_token = trio.lowlevel.current_trio_token()
+        self._by_id = {}
+        self._by_path = {}
+        self._subscribers = []
+        self._closed = False
+        self._started = 0
+        self._restarts = 0
+        self._crashes = 0
+        self._dropped = 0
+        return self
+
+    # -- actors ----------------------------------------------------------------------
+
+    @property
+    def root(self) -> ActorContext[object]:
+        """The root supervisor's context: spawn top-level actors through it or :meth:`spawn`."""
+        return ActorContext._create(self._root)
+
+    async def spawn(
+        self,
+        factory: Callable[[], Actor[MsgT]],
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        restart: RestartType = "permanent",
+        shutdown_timeout: float = 5.0,
+        mailbox_capacity: int = 1000,
+        overflow: OverflowPolicy = "reject",
+    ) -> ActorRef[MsgT]:
+        """Start a top-level actor under the root supervisor.
+
+        Args:
+            factory: makes the actor; called again for every restart.
+            name (str | None): path segment (``/name``); defaults to the id.
+            id (str | None): stable id unique in this runtime; generated when ``None``.
+            restart: ``permanent`` (always restarted), ``transient`` (only after a crash)
+                or ``temporary`` (never).
+            shutdown_timeout (float): seconds an orderly stop may take before cancelling.
+            mailbox_capacity (int): bound of the mailbox's user lane.
+            overflow: what a non-waiting send does when the mailbox is full.
+
+        Returns:
+            The new actor's ref; messages sent before it has started wait in its mailbox.
+
+        Raises:
+            RuntimeClosedError: the runtime is closing.
+            ActorExistsError: the id or the name is taken.
+            ValueError, TypeError: an option is invalid (the message names it).
+        """
+        return await self.root.spawn(
+            factory,
+            name=name,
+            id=id,
+            restart=restart,
+            shutdown_timeout=shutdown_timeout,
+            mailbox_capacity=mailbox_capacity,
+            overflow=overflow,
+        )
+
+    async def stop(self, ref: ActorRef[object]) -> None:
+        """Stop an actor for good, in order, wherever it is in the tree."""
+        cell = ref._cell
+        parent = cell.parent
+        if parent is None or parent._children is None or cell.mailbox.closed:
+            await trio.lowlevel.checkpoint()
+            return
+        await parent._children.stop_child(cell, final=True)
+
+    def lookup(self, actor_id: str) -> ActorRef[object]:
+        """The ref of the live actor with this id.
+
+        Raises:
+            ActorNotFoundError: no live actor has this id.
+        """
+        cell = self._by_id.get(actor_id)
+        if cell is None:
+            raise ActorNotFoundError(actor_id)
+        return cell.ref
+
+    def lookup_path(self, path: str) -> ActorRef[object]:
+        """The ref of the live actor at this path, e.g. ``/planner/researcher-1``.
+
+        Raises:
+            ActorNotFoundError: no live actor has this path.
+        """
+        cell = self._by_path.get(path)
+        if cell is None:
+            raise ActorNotFoundError(path)
+        return cell.ref
+
+    # -- lifecycle events ------------------------------------------------------------
+
+    @contextmanager
+    def subscribe(self, buffer: int = 1024) -> Iterator[trio.MemoryReceiveChannel[LifecycleEvent]]:
+        """Receive every lifecycle event (start, crash, restart, stop, escalation).
+
+        A subscriber never slows supervision down: when its buffer is full, further events
+        are dropped for it and counted in :meth:`statistics`.
+        """
+        send, receive = trio.open_memory_channel[LifecycleEvent](buffer)
+        self._subscribers.append(send)
+        try:
+            yield receive
+        finally:
+            self._subscribers.remove(send)
+            send.close()
+
+    def _publish(self, event: LifecycleEvent) -> None:
+        for channel in self._subscribers:
+            try:
+                channel.send_nowait(event)
+            except trio.WouldBlock:
+                self._dropped += 1
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._dropped += 1
+
+    def _publish_started(self, cell: _Cell) -> None:
+        self._started += 1
+        if self._subscribers:
+            self._publish(
+                ActorStarted(
+                    actor_id=cell.id,
+                    path=cell.path,
+                    incarnation=cell.incarnation,
+                    at=self.clock.now(),
+                )
+            )
+
+    def _publish_crashed(self, cell: _Cell, error: Exception) -> None:
+        self._crashes += 1
+        logger.warning(
+            "actor %s crashed (incarnation %d): %s: %s",
+            cell.path,
+            cell.incarnation,
+            type(error).__name__,
+            error,
+        )
+        if self._subscribers:
+            self._publish(
+                ActorCrashed(
+                    actor_id=cell.id,
+                    path=cell.path,
+                    incarnation=cell.incarnation,
+                    error_type=type(error).__name__,
+                    error_message=str(error),
+                    error_code=error.code if isinstance(error, PowertrioError) else None,
+                    at=self.clock.now(),
+                )
+            )
+
+    # -- registry --------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeClosedError()
+
+    def _register(self, cell: _Cell) -> None:
+        if cell.id in self._by_id:
+            raise ActorExistsError(cell.id)
+        if cell.path in self._by_path:
+            raise ActorExistsError(cell.path)
+        self._by_id[cell.id] = cell
+        self._by_path[cell.path] = cell
+
+    def _deregister(self, cell: _Cell, reason: StopReason) -> None:
+        if self._by_id.get(cell.id) is cell:
+            del self._by_id[cell.id]
+            del self._by_path[cell.path]
+        if self._subscribers:
+            self._publish(
+                ActorStopped(actor_id=cell.id, path=cell.path, reason=reason, at=self.clock.now())
+            )
+
+    def statistics(self) -> RuntimeStatistics:
+        return RuntimeStatistics(
+            actors=len(self._by_id),
+            started=self._started,
+            restarts=self._restarts,
+            crashes=self._crashes,
+            lifecycle_events_dropped=self._dropped,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Stop every actor in reverse start order; return when all have ended."""
+        self._closed = True
+        root = self._root
+        if root.running:
+            root.request_stop()
+            await root.wait_exited()
+        else:
+            await trio.lowlevel.checkpoint()
+
+
+@asynccontextmanager
+async def open_runtime(
+    *,
+    clock: Clock | None = None,
+    seed: int | None = None,
+    supervision: Supervision | None = None,
+) -> AsyncIterator[Runtime]:
+    """Open a runtime: the root supervisor runs for the duration of the block.
+
+    Args:
+        clock (Clock | None): the wall clock actors read; the default follows Trio's clock
+            (so ``trio.testing.MockClock`` drives it) from the host's current time.
+        seed (int | None): seed of the id source and of all runtime randomness (backoff
+            jitter); set it for reproducible runs.
+        supervision (Supervision | None): how the root supervises top-level actors.
+
+    Raises:
+        IntensityExceededError: top-level actors crashed faster than ``supervision``
+            allows; every actor has been stopped.
+    """
+    clock = clock or Clock()
+    runtime = Runtime._create(clock, IdSource(clock, seed))
+    root = _Cell(
+        runtime,
+        None,
+        ChildSpec(factory=lambda: _Root(supervision or Supervision()), id="root", name="root"),
+        "root",
+        "",
+    )
+    runtime._root = root
+    try:
+        async with trio.open_nursery() as nursery:
+            root.incarnation = 1
+            root.running = True
+            await nursery.start(root.run_task)
+            try:
+                yield runtime
+            finally:
+                await runtime.aclose()
+    except BaseExceptionGroup as group:
+        errors = [e for e in _leaves(group) if not isinstance(e, trio.Cancelled)]
+        if len(errors) != 1:
+            raise
+        # One real error (an escalation, or the body's own): raise it bare, keeping its cause.
+        error = errors[0]
+        raise error from error.__cause__
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
