@@ -1,0 +1,687 @@
+"""Tools: the ``@tool`` decorator, the registry, and the runner that executes a round of calls."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import typing
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import asynccontextmanager
+from typing import Generic, Literal, ParamSpec, TypeVar, final, overload
+
+import attrs
+import cattrs
+import orjson
+import trio
+import trio_asyncio
+from cattrs.strategies import configure_union_passthrough
+
+from protocols import JsonObject
+from protocols._codec import make_converter
+from protocols._jsonschema import CompiledSchema, compile_schema
+from protocols._llm import ToolCall, ToolDefinition
+from protocols._tools import (
+    CrashPolicy,
+    ToolOutcome,
+    ToolSpec,
+    ToolStatus,
+    denied_outcome,
+    idempotency_key,
+    interrupted_outcome,
+    validate_tool_name,
+)
+from protocols.errors import (
+    PowertrioError,
+    ToolArgumentsError,
+    ToolDefinitionError,
+    ToolError,
+    ToolInterruptedError,
+    ToolNotFoundError,
+    ToolTimeoutError,
+)
+
+from ._tool_schema import ToolParameter, is_context_annotation, parse_docstring, parse_function
+
+__all__ = [
+    "Tool",
+    "ToolContext",
+    "ToolKind",
+    "ToolRegistry",
+    "ToolRunner",
+    "open_tool_runner",
+    "run_tool_calls",
+    "tool",
+]
+
+P = ParamSpec("P")
+R_co = TypeVar("R_co", covariant=True)
+R = TypeVar("R")
+
+ToolKind = Literal["sync", "trio", "asyncio"]
+"""How a tool runs: in a worker thread, natively in Trio, or through trio-asyncio."""
+
+_CONVERTER = make_converter()
+configure_union_passthrough(str | int | float | bool | None, _CONVERTER)
+
+
+@final
+@attrs.define(eq=False)
+class ToolContext:
+    """What the runtime tells a tool about the call it is serving.
+
+    A tool asks for it by annotating a parameter with ``ToolContext``; that parameter is
+    left out of the schema, so the model can never forge the caller's identity. Sync tools
+    run in a worker thread that Trio cannot cancel: they poll :attr:`cancelled` (or call
+    :meth:`check_cancelled`) to stop early once the call is interrupted or timed out.
+    """
+
+    call_id: str
+    """The provider's id of the tool call."""
+    tool_name: str
+    """The tool being called."""
+    session_id: str
+    """The session (caller identity) on whose behalf the tool runs; stamped by the runtime."""
+    idempotency_key: str
+    """Stable across replays and crash resumes; pass it to APIs that dedupe requests."""
+    _cancelled: threading.Event = attrs.field(factory=threading.Event, init=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the call was interrupted or timed out; its result will be discarded."""
+        return self._cancelled.is_set()
+
+    def check_cancelled(self) -> None:
+        """Raise if the call was cancelled, so a sync tool can stop at a convenient point.
+
+        Raises:
+            ToolInterruptedError: the call was interrupted or timed out.
+        """
+        if self._cancelled.is_set():
+            raise ToolInterruptedError(self.tool_name)
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block the calling thread until the call is cancelled or ``timeout`` passes.
+
+        Meant for sync tools that would otherwise ``time.sleep``: they wake up at once
+        when the call is cancelled. Never call it from a Trio task.
+
+        Args:
+            timeout (float | None): the most seconds to wait; ``None`` waits for good.
+
+        Returns:
+            Whether the call is cancelled.
+        """
+        return self._cancelled.wait(timeout)
+
+    def cancel(self) -> None:
+        """Mark the call cancelled (the runner does this when it abandons the call)."""
+        self._cancelled.set()
+
+
+@final
+@attrs.frozen(eq=False)
+class Tool(Generic[P, R_co]):
+    """A callable offered to a model: its :class:`ToolSpec` plus how to call it.
+
+    Build one with :func:`tool`. The object still calls through to the function, so
+    ``weather("Oslo")`` works in your own code and tests; the model's calls go through
+    :func:`run_tool_calls`, which validates and converts the arguments first.
+    """
+
+    spec: ToolSpec
+    """What the model is told (name, description, schema, policy)."""
+    function: Callable[P, R_co]
+    """The wrapped function."""
+    kind: ToolKind
+    """How it runs: thread, Trio or asyncio."""
+    validator: CompiledSchema = attrs.field(repr=False)
+    """The compiled parameters schema."""
+    fields: tuple[ToolParameter, ...] | None = attrs.field(repr=False)
+    """The typed parameters, or ``None`` for a hand-written schema (raw JSON values)."""
+    context_parameter: str | None = attrs.field(repr=False)
+    """The parameter that receives the :class:`ToolContext`, if any."""
+
+    @property
+    def name(self) -> str:
+        """The tool name the model calls."""
+        return self.spec.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
+        """Call the wrapped function directly (no validation; for your own code)."""
+        return self.function(*args, **kwargs)
+
+    def bind(
+        self, arguments: Mapping[str, object], context: ToolContext
+    ) -> tuple[list[object], dict[str, object]]:
+        """Turn validated JSON arguments into the Python call arguments.
+
+        attrs classes, enums, tuples and the like are structured with cattrs; parameters
+        the model left out keep their Python default.
+
+        Args:
+            arguments (Mapping[str, object]): the decoded JSON object, already validated.
+            context (ToolContext): passed to the context parameter, if there is one.
+
+        Returns:
+            The positional and the keyword arguments.
+
+        Raises:
+            ToolArgumentsError: a value passed the schema but cannot become the Python type.
+        """
+        positional: list[object] = []
+        keywords: dict[str, object] = {}
+        if self.fields is None:
+            keywords.update(arguments)
+        else:
+            problems: list[str] = []
+            for param in self.fields:
+                if param.name not in arguments:
+                    continue
+                try:
+                    value: object = _CONVERTER.structure(
+                        arguments[param.name], typing.cast(type[object], param.annotation)
+                    )
+                except Exception as exc:
+                    problems.extend(cattrs.transform_error(exc, path=f"$.{param.name}"))
+                    continue
+                if param.positional_only:
+                    positional.append(value)
+                else:
+                    keywords[param.name] = value
+            if problems:
+                raise ToolArgumentsError(self.spec.name, tuple(problems))
+        if self.context_parameter is not None:
+            keywords[self.context_parameter] = context
+        return positional, keywords
+
+
+@overload
+def tool(function: Callable[P, R], /) -> Tool[P, R]: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    crash_policy: CrashPolicy = "abort",
+    timeout: float | None = None,
+    needs_approval: bool = False,
+    asyncio: bool = False,
+    parameters: JsonObject | None = None,
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+
+
+def tool(
+    function: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    crash_policy: CrashPolicy = "abort",
+    timeout: float | None = None,
+    needs_approval: bool = False,
+    asyncio: bool = False,
+    parameters: JsonObject | None = None,
+) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
+    """Turn a function into a :class:`Tool`; use it bare (``@tool``) or with options.
+
+    The schema comes from the signature (see ``actors._tool_schema``), the description
+    from the docstring's first paragraph and the parameter descriptions from its
+    ``Args:`` section. A ``def`` runs in a worker thread, an ``async def`` natively in
+    Trio, and an ``async def`` marked ``asyncio=True`` through trio-asyncio.
+
+    Args:
+        function (Callable | None): the function, when used bare.
+        name (str | None): the tool name; defaults to the function's name.
+        description (str | None): overrides the docstring summary.
+        crash_policy (CrashPolicy): what recovery does with a call that never finished.
+        timeout (float | None): seconds before a call ends with a ``timeout`` outcome.
+        needs_approval (bool): a human must approve each call before it runs.
+        asyncio (bool): the ``async def`` is an asyncio coroutine function.
+        parameters (JsonObject | None): a hand-written object schema; the function then
+            receives the raw JSON values as keyword arguments.
+
+    Returns:
+        The tool, or a decorator that builds it.
+
+    Raises:
+        ToolDefinitionError: see :func:`_build_tool` (bad name, schema, annotation,
+            timeout, or ``asyncio=True`` on a plain function).
+    """
+
+    def build(fn: Callable[P, R]) -> Tool[P, R]:
+        return _build_tool(
+            fn,
+            name=name,
+            description=description,
+            crash_policy=crash_policy,
+            timeout=timeout,
+            needs_approval=needs_approval,
+            asyncio=asyncio,
+            parameters=parameters,
+        )
+
+    if function is not None:
+        return build(function)
+    return build
+
+
+def _build_tool(
+    fn: Callable[P, R],
+    *,
+    name: str | None,
+    description: str | None,
+    crash_policy: CrashPolicy,
+    timeout: float | None,
+    needs_approval: bool,
+    asyncio: bool,
+    parameters: JsonObject | None,
+) -> Tool[P, R]:
+    tool_name = validate_tool_name(name if name is not None else getattr(fn, "__name__", ""))
+    if crash_policy not in ("retry", "abort", "ask"):
+        raise ToolDefinitionError(
+            f"tool {tool_name!r}: crash_policy must be 'retry', 'abort' or 'ask', "
+            f"got {crash_policy!r}"
+        )
+    if timeout is not None and not timeout > 0:
+        raise ToolDefinitionError(f"tool {tool_name!r}: timeout must be > 0 s, got {timeout!r}")
+    is_async = inspect.iscoroutinefunction(fn)
+    if asyncio and not is_async:
+        raise ToolDefinitionError(
+            f"tool {tool_name!r}: asyncio=True needs an 'async def' function"
+        )
+    kind: ToolKind = ("asyncio" if asyncio else "trio") if is_async else "sync"
+    fields: tuple[ToolParameter, ...] | None
+    if parameters is None:
+        parsed = parse_function(fn, context_type=ToolContext, what=f"tool {tool_name!r}")
+        schema, fields, context = parsed.parameters, parsed.fields, parsed.context_parameter
+        summary = parsed.description
+    else:
+        if parameters.get("type") != "object":
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: a parameters schema must have \"type\": \"object\""
+            )
+        schema, fields, context = parameters, None, _context_parameter(fn)
+        summary = parse_docstring(inspect.getdoc(fn))[0]
+    try:
+        validator = compile_schema(schema)
+    except ToolDefinitionError as exc:
+        raise ToolDefinitionError(f"tool {tool_name!r}: {exc}") from exc
+    spec = ToolSpec(
+        name=tool_name,
+        description=description if description is not None else summary,
+        parameters=schema,
+        crash_policy=crash_policy,
+        timeout=timeout,
+        needs_approval=needs_approval,
+    )
+    return Tool(
+        spec=spec,
+        function=fn,
+        kind=kind,
+        validator=validator,
+        fields=fields,
+        context_parameter=context,
+    )
+
+
+def _context_parameter(fn: Callable[..., object]) -> str | None:
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # a hand-written schema needs no other hints to resolve
+        hints = {}
+    for param_name, param in inspect.signature(fn).parameters.items():
+        annotation = hints.get(param_name, param.annotation)
+        if is_context_annotation(annotation, ToolContext) or annotation == "ToolContext":
+            return param_name
+    return None
+
+
+@final
+@attrs.define(eq=False)
+class ToolRegistry:
+    """The tools available to an agent, by name.
+
+    A registry is plain data (no I/O); :meth:`subset` gives a sub-agent a narrower set.
+    """
+
+    _tools: dict[str, Tool[..., object]] = attrs.field(factory=dict, alias="tools")
+
+    @classmethod
+    def of(cls, *tools: Tool[..., object]) -> ToolRegistry:
+        """Build a registry holding ``tools``.
+
+        Raises:
+            ToolDefinitionError: two tools share a name.
+        """
+        registry = cls()
+        for item in tools:
+            registry.add(item)
+        return registry
+
+    def add(self, item: Tool[..., object]) -> None:
+        """Register a tool.
+
+        Args:
+            item (Tool): the tool, from :func:`tool`.
+
+        Raises:
+            ToolDefinitionError: another tool already has this name, or ``item`` is not a
+                :class:`Tool` (decorate the function with ``@tool``).
+        """
+        if not isinstance(item, Tool):
+            raise ToolDefinitionError(
+                f"{item!r} is not a Tool; decorate the function with @tool first"
+            )
+        if item.name in self._tools:
+            raise ToolDefinitionError(f"a tool named {item.name!r} is already registered")
+        self._tools[item.name] = item
+
+    def get(self, name: str) -> Tool[..., object]:
+        """Return the tool called ``name``.
+
+        Raises:
+            ToolNotFoundError: no tool has this name; the message lists the available ones.
+        """
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise ToolNotFoundError(name, self.names()) from None
+
+    def names(self) -> tuple[str, ...]:
+        """The registered tool names, in registration order."""
+        return tuple(self._tools)
+
+    def subset(self, names: Iterable[str]) -> ToolRegistry:
+        """A new registry with only the named tools.
+
+        Raises:
+            ToolNotFoundError: a name is not registered.
+        """
+        return ToolRegistry.of(*(self.get(n) for n in names))
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        """The specs of every tool, in registration order."""
+        return tuple(t.spec for t in self._tools.values())
+
+    def definitions(self) -> tuple[ToolDefinition, ...]:
+        """The tools as an ``LLMRequest`` offers them to a provider."""
+        return tuple(
+            ToolDefinition(name=s.name, description=s.description, parameters=s.parameters)
+            for s in self.specs()
+        )
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Iterator[Tool[..., object]]:
+        return iter(self._tools.values())
+
+
+# --- running calls ---------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class ToolRunner:
+    """Runs rounds of tool calls against one registry, with an asyncio loop if one is needed.
+
+    Get one from :func:`open_tool_runner`, which opens the trio-asyncio loop only when the
+    registry holds an asyncio tool and no loop is running yet.
+    """
+
+    registry: ToolRegistry
+    """The tools this runner serves."""
+
+    async def run(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        session_id: str,
+        limit: int = 8,
+        approved: Collection[str] = frozenset(),
+        idempotency_keys: Mapping[str, str] | None = None,
+        cancel_scope: trio.CancelScope | None = None,
+    ) -> list[ToolOutcome]:
+        """Run one round of calls; see :func:`run_tool_calls` for the arguments."""
+        return await run_tool_calls(
+            calls,
+            self.registry,
+            session_id=session_id,
+            limit=limit,
+            approved=approved,
+            idempotency_keys=idempotency_keys,
+            cancel_scope=cancel_scope,
+        )
+
+
+@asynccontextmanager
+async def open_tool_runner(registry: ToolRegistry) -> AsyncIterator[ToolRunner]:
+    """Open a :class:`ToolRunner`, owning a trio-asyncio loop if the registry needs one.
+
+    Without an asyncio tool nothing is opened, so plain Trio programs pay nothing.
+
+    Args:
+        registry (ToolRegistry): the tools to serve.
+
+    Yields:
+        The runner, valid inside the ``async with`` block.
+    """
+    needs_loop = any(t.kind == "asyncio" for t in registry)
+    if needs_loop and trio_asyncio.current_loop.get() is None:
+        async with trio_asyncio.open_loop():
+            yield ToolRunner(registry)
+    else:
+        await trio.lowlevel.checkpoint()
+        yield ToolRunner(registry)
+
+
+async def run_tool_calls(
+    calls: Sequence[ToolCall],
+    registry: ToolRegistry,
+    *,
+    session_id: str,
+    limit: int = 8,
+    approved: Collection[str] = frozenset(),
+    idempotency_keys: Mapping[str, str] | None = None,
+    cancel_scope: trio.CancelScope | None = None,
+) -> list[ToolOutcome]:
+    """Run one round of tool calls concurrently and return one outcome per call, in order.
+
+    Nothing a model sends can make this raise: an unknown tool, non-JSON or invalid
+    arguments, a tool that raises or times out all become outcomes the model can read.
+    Cancelling ``cancel_scope`` interrupts the round: running async tools are cancelled,
+    sync tools are abandoned (their :class:`ToolContext` is marked cancelled and their late
+    result discarded), and every unfinished call gets an ``interrupted`` outcome. A cancel
+    from further out (the caller's own scope) propagates as usual.
+
+    Args:
+        calls (Sequence[ToolCall]): the model's calls of this round.
+        registry (ToolRegistry): the tools available.
+        session_id (str): the caller's identity, stamped into each :class:`ToolContext`.
+        limit (int): the most calls running at once.
+        approved (Collection[str]): ids of calls a human approved; a call to a tool that
+            ``needs_approval`` and is not listed gets a ``denied`` outcome and never runs.
+        idempotency_keys (Mapping[str, str] | None): call id → key, as recorded in the
+            ``ToolStarted`` events; missing ids get :func:`idempotency_key` of the session
+            and call ids.
+        cancel_scope (trio.CancelScope | None): a fresh scope the caller may cancel to
+            interrupt the round.
+
+    Returns:
+        One :class:`ToolOutcome` per call, in the order of ``calls``.
+
+    Raises:
+        ValueError: ``limit`` is smaller than 1.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit!r}")
+    needs_loop = trio_asyncio.current_loop.get() is None and any(
+        call.name in registry and registry.get(call.name).kind == "asyncio" for call in calls
+    )
+    if needs_loop:
+        async with trio_asyncio.open_loop():
+            return await _run_round(
+                calls,
+                registry,
+                session_id=session_id,
+                limit=limit,
+                approved=approved,
+                idempotency_keys=idempotency_keys,
+                cancel_scope=cancel_scope,
+            )
+    return await _run_round(
+        calls,
+        registry,
+        session_id=session_id,
+        limit=limit,
+        approved=approved,
+        idempotency_keys=idempotency_keys,
+        cancel_scope=cancel_scope,
+    )
+
+
+async def _run_round(
+    calls: Sequence[ToolCall],
+    registry: ToolRegistry,
+    *,
+    session_id: str,
+    limit: int,
+    approved: Collection[str],
+    idempotency_keys: Mapping[str, str] | None,
+    cancel_scope: trio.CancelScope | None,
+) -> list[ToolOutcome]:
+    outcomes: list[ToolOutcome | None] = [None] * len(calls)
+    limiter = trio.CapacityLimiter(limit)
+    keys = idempotency_keys or {}
+
+    async def one(index: int, call: ToolCall) -> None:
+        key = keys.get(call.id) or idempotency_key(session_id, call.id)
+        context = ToolContext(call.id, call.name, session_id, key)
+        outcomes[index] = await _run_call(call, registry, context, limiter, approved)
+
+    with cancel_scope if cancel_scope is not None else trio.CancelScope():
+        async with trio.open_nursery() as nursery:
+            for index, call in enumerate(calls):
+                nursery.start_soon(one, index, call)
+    await trio.lowlevel.checkpoint()
+    return [
+        outcome if outcome is not None else interrupted_outcome(call.id, call.name)
+        for outcome, call in zip(outcomes, calls, strict=True)
+    ]
+
+
+def _outcome(
+    call: ToolCall, status: ToolStatus, error: PowertrioError | None, text: str
+) -> ToolOutcome:
+    return ToolOutcome(
+        call_id=call.id,
+        tool_name=call.name,
+        status=status,
+        content=text,
+        error_code=None if error is None else error.code,
+    )
+
+
+def _parse_arguments(call: ToolCall) -> object:
+    text = call.arguments.strip()
+    if not text:  # some models send "" for a call without arguments
+        return {}
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ToolArgumentsError(call.name, (f"$: not valid JSON ({exc})",)) from exc
+
+
+def _prepare(
+    call: ToolCall, target: Tool[..., object], context: ToolContext
+) -> tuple[list[object], dict[str, object]]:
+    """Parse, validate and convert a call's arguments (ToolArgumentsError if they are bad)."""
+    arguments = _parse_arguments(call)
+    problems = target.validator.problems(arguments)
+    if problems:
+        raise ToolArgumentsError(call.name, problems)
+    assert isinstance(arguments, dict)  # the schema's root is "type": "object"
+    return target.bind(arguments, context)
+
+
+async def _run_call(
+    call: ToolCall,
+    registry: ToolRegistry,
+    context: ToolContext,
+    limiter: trio.CapacityLimiter,
+    approved: Collection[str],
+) -> ToolOutcome:
+    try:
+        target = registry.get(call.name)
+    except ToolNotFoundError as exc:
+        return _outcome(call, "error", exc, str(exc))
+    if target.spec.needs_approval and call.id not in approved:
+        return denied_outcome(call.id, call.name, "it needs a human's approval, none was given")
+    try:
+        positional, keywords = _prepare(call, target, context)
+    except ToolArgumentsError as exc:
+        return _outcome(call, "invalid_arguments", exc, str(exc))
+    async with limiter:
+        timeout = target.spec.timeout
+        with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
+            try:
+                value = await _invoke(target, positional, keywords, context)
+            except Exception as exc:
+                error = exc if isinstance(exc, PowertrioError) else ToolError(str(exc))
+                return _outcome(call, "error", error, f"{type(exc).__name__}: {exc}")
+    if scope.cancelled_caught:
+        assert timeout is not None
+        expired = ToolTimeoutError(call.name, timeout)
+        return _outcome(call, "timeout", expired, str(expired))
+    try:
+        text = _render(value)
+    except TypeError as exc:
+        failed = ToolError(str(exc))
+        return _outcome(
+            call, "error", failed, f"the tool's result cannot be turned into JSON: {exc}"
+        )
+    return _outcome(call, "ok", None, text)
+
+
+async def _invoke(
+    target: Tool[..., object],
+    positional: list[object],
+    keywords: dict[str, object],
+    context: ToolContext,
+) -> object:
+    try:
+        if target.kind == "sync":
+            bound = functools.partial(target.function, *positional, **keywords)
+            return await trio.to_thread.run_sync(bound, abandon_on_cancel=True)
+        if target.kind == "asyncio":
+            return await trio_asyncio.aio_as_trio(target.function)(*positional, **keywords)
+        result = target.function(*positional, **keywords)
+        assert inspect.isawaitable(result)
+        return await result
+    except trio.Cancelled:
+        context.cancel()  # a thread keeps running: tell it through the context
+        raise
+
+
+def _render(value: object) -> str:
+    """The text the model sees: a str as is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(_CONVERTER.unstructure(value), option=orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError as exc:
+        raise TypeError(f"{type(value).__name__} is not JSON-serializable ({exc})") from exc
