@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self, TypeAlias, final
+from typing import Literal, Protocol, Self, TypeAlias, final
 
 import attrs
 import orjson
 import trio
 
+from ._types import JsonObject
 from .errors import LLMMalformedStreamError
 
 __all__ = [
@@ -42,11 +43,6 @@ __all__ = [
     "UserMessage",
     "response_deltas",
 ]
-
-#: A JSON object as decoded by orjson (a JSON Schema, for instance). Kept as a plain dict so
-#: the codec passes it through; the values are ``Any`` (not ``object``) because cattrs
-#: structures ``Any`` as a pass-through and has no hook for ``object``.
-JsonObject: TypeAlias = dict[str, Any]
 
 #: Why the model stopped, normalised across providers. ``other`` covers reasons a provider
 #: invents later (Anthropic's ``pause_turn``, for instance).
@@ -525,10 +521,10 @@ class StreamAssembler:
             self._calls[delta.index].append(delta.arguments)
         elif isinstance(delta, ThinkingDelta):
             self._thinking.setdefault(delta.index, []).append(delta.text)
-            old_signature, _ = self._thinking_meta.get(delta.index, (None, False))
+            old_signature, old_redacted = self._thinking_meta.get(delta.index, (None, False))
             self._thinking_meta[delta.index] = (
                 delta.signature if delta.signature is not None else old_signature,
-                delta.redacted,
+                old_redacted or delta.redacted,
             )
         elif isinstance(delta, UsageDelta):
             self.usage = delta.usage

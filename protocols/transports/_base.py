@@ -1,0 +1,303 @@
+"""The transport base class, and the shared machinery of the HTTP transports."""
+
+from __future__ import annotations
+
+import logging
+import random as _random
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
+from types import TracebackType
+from typing import Any, ClassVar, Self
+
+import httpx
+import orjson
+import trio
+
+from protocols._llm import LLMRequest, LLMResponse, LLMStream, StreamDelta
+from protocols.errors import LLMMalformedStreamError, LLMTimeoutError
+
+from ._config import ProviderConfig, open_http_client
+from ._errors import error_from_status, map_httpx_errors
+from ._retry import AttemptObserver, call_with_retries
+from ._sse import ServerSentEvent, iter_sse
+
+__all__ = ["HTTPTransport", "Transport"]
+
+logger = logging.getLogger("protocols.transports")
+
+#: What a provider's JSON of the wrong shape raises while we read it.
+_SHAPE_ERRORS = (KeyError, TypeError, IndexError, AttributeError, ValueError)
+
+#: A decoded JSON object from a provider (values are whatever orjson produced).
+JsonDict = dict[str, Any]
+
+
+class Transport:
+    """The base of every LLM transport: ``complete``, ``stream`` and ``aclose``.
+
+    Like httpx's transports it is a plain class whose methods raise ``NotImplementedError``,
+    not an ABC. It satisfies the :class:`~protocols.LLM` protocol, which is what the session
+    actor depends on; the actor receives a transport and never builds an HTTP client.
+    """
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` in one piece.
+
+        Raises:
+            LLMError: the call failed (a subclass says how).
+        """
+        raise NotImplementedError
+
+    def stream(self, request: LLMRequest) -> LLMStream:
+        """Answer ``request`` as a stream; nothing is sent before ``async with`` is entered."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the transport owns; transports owning nothing do nothing."""
+
+    async def aclose(self) -> None:
+        """Release what the transport owns (its HTTP client, if it made one)."""
+        self.close()
+        await trio.lowlevel.checkpoint()
+
+    async def __aenter__(self) -> Self:
+        await trio.lowlevel.checkpoint()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class HTTPTransport(Transport):
+    """Shared code of the provider transports: retries, error mapping, SSE, timeouts.
+
+    A subclass says where to send (``_path``, ``_headers``), how to encode the request
+    (``_body``) and how to read the answer (``_parse``, ``_parse_stream``).
+
+    Args:
+        config (ProviderConfig): where and how to call the provider.
+        client (httpx.AsyncClient | None): a shared client (not closed by ``aclose``); when
+            None the transport opens its own and closes it in ``aclose``.
+        on_attempt (AttemptObserver | None): told about every attempt (for attempt events).
+        rand (Callable[[], float] | None): jitter source; ``random.random`` when None.
+    """
+
+    provider: ClassVar[str] = "http"
+
+    def __init__(
+        self,
+        config: ProviderConfig,
+        *,
+        client: httpx.AsyncClient | None = None,
+        on_attempt: AttemptObserver | None = None,
+        rand: Callable[[], float] | None = None,
+    ) -> None:
+        self._config = config
+        self._owns_client = client is None
+        self._client = client if client is not None else open_http_client()
+        self._on_attempt = on_attempt
+        self._rand = rand or _random.random
+        self._secrets: tuple[str, ...] = (
+            (config.api_key.reveal(),) if config.api_key is not None else ()
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(base_url={self._config.base_url!r}, "
+            f"model={self._config.model!r})"
+        )
+
+    @property
+    def config(self) -> ProviderConfig:
+        """The configuration (its API key is masked in reprs)."""
+        return self._config
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this transport opened it; a shared one stays open."""
+        if self._owns_client:
+            await self._client.aclose()
+        else:
+            await trio.lowlevel.checkpoint()
+
+    # --- provider hooks ----------------------------------------------------------
+
+    def _path(self) -> str:
+        raise NotImplementedError
+
+    def _headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _body(self, request: LLMRequest, *, stream: bool) -> JsonDict:
+        raise NotImplementedError
+
+    def _parse(self, data: JsonDict) -> LLMResponse:
+        raise NotImplementedError
+
+    def _parse_stream(
+        self, events: AsyncIterator[ServerSentEvent]
+    ) -> AsyncGenerator[StreamDelta | LLMResponse, None]:
+        raise NotImplementedError
+
+    # --- shared machinery --------------------------------------------------------
+
+    def _build(self, request: LLMRequest, *, stream: bool) -> httpx.Request:
+        headers = {"content-type": "application/json", **self._headers()}
+        headers.update(dict(self._config.extra_headers))
+        if stream:
+            headers["accept"] = "text/event-stream"
+        url = self._config.base_url.rstrip("/") + self._path()
+        with map_httpx_errors(self.provider, secrets=self._secrets):
+            return self._client.build_request(
+                "POST",
+                url,
+                content=orjson.dumps(self._body(request, stream=stream)),
+                headers=headers,
+                timeout=self._config.timeouts.to_httpx(),
+            )
+
+    async def _send(self, http_request: httpx.Request) -> httpx.Response:
+        """Send once and return the response with its body unread; raise on an error status."""
+        with map_httpx_errors(self.provider, secrets=self._secrets):
+            response = await self._client.send(http_request, stream=True)
+        if response.status_code < 300:
+            return response
+        try:
+            with map_httpx_errors(self.provider, secrets=self._secrets):
+                await response.aread()
+        finally:
+            await response.aclose()
+        raise error_from_status(
+            self.provider,
+            response.status_code,
+            response.text,
+            response.headers,
+            secrets=self._secrets,
+        )
+
+    def _shape_error(self, exc: Exception) -> LLMMalformedStreamError:
+        msg = (
+            f"{self.provider}: the answer does not have the expected shape "
+            f"({type(exc).__name__}: {exc})"
+        )
+        return LLMMalformedStreamError(msg, provider=self.provider)
+
+    def _decode(self, text: str | bytes, what: str) -> JsonDict:
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            msg = f"{self.provider}: {what} is not valid JSON: {exc}"
+            raise LLMMalformedStreamError(msg, provider=self.provider) from exc
+        if not isinstance(data, dict):
+            msg = f"{self.provider}: {what} is JSON but not an object"
+            raise LLMMalformedStreamError(msg, provider=self.provider)
+        return data
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Send ``request`` and return the whole answer, retrying as the policy allows.
+
+        Returns:
+            (LLMResponse): the answer.
+
+        Raises:
+            LLMRateLimitedError: HTTP 429 on the last attempt.
+            LLMAuthError: HTTP 401/403.
+            LLMContextOverflowError: the prompt does not fit the model's context.
+            LLMBadRequestError: another 4xx.
+            LLMTimeoutError: a connect/read/write/pool timeout, the per-attempt ``total``
+                timeout, or the retry deadline.
+            LLMConnectionError: the provider could not be reached.
+            LLMServerError: HTTP 5xx (or 409) on the last attempt.
+            LLMMalformedStreamError: the body is not the JSON we expect.
+            ConfigError: the base URL is unusable.
+        """
+        total = self._config.timeouts.total
+
+        async def attempt() -> LLMResponse:
+            http_request = self._build(request, stream=False)
+            with trio.move_on_after(total) as scope:
+                response = await self._send(http_request)
+                try:
+                    with map_httpx_errors(self.provider, secrets=self._secrets):
+                        body = await response.aread()
+                finally:
+                    await response.aclose()
+                data = self._decode(body, "the response body")
+                try:
+                    return self._parse(data)
+                except _SHAPE_ERRORS as exc:
+                    raise self._shape_error(exc) from exc
+            assert scope.cancelled_caught
+            msg = f"{self.provider}: no complete answer within {total:g} s"
+            raise LLMTimeoutError(msg, phase="total", provider=self.provider)
+
+        return await call_with_retries(
+            attempt,
+            policy=self._config.retry,
+            provider=self.provider,
+            on_attempt=self._on_attempt,
+            rand=self._rand,
+        )
+
+    def stream(self, request: LLMRequest) -> LLMStream:
+        """Stream the answer to ``request`` over SSE.
+
+        Opening the stream (up to the response headers) is retried as the policy allows;
+        once the first event arrived nothing is retried, since deltas were already seen.
+        Leaving the ``async with`` block closes the HTTP response, and with it the
+        connection, so the provider stops generating.
+
+        Returns:
+            (LLMStream): enter it to send the request.
+
+        Raises:
+            LLMError: as :meth:`complete`, raised on entering or while iterating;
+                ``LLMMalformedStreamError`` when the stream is cut, ends early or carries
+                invalid JSON, and the mapped class for an error event.
+        """
+        return LLMStream(lambda: self._stream_source(request))
+
+    async def _stream_source(
+        self, request: LLMRequest
+    ) -> AsyncIterator[StreamDelta | LLMResponse]:
+        http_request = self._build(request, stream=True)
+
+        async def attempt() -> httpx.Response:
+            return await self._send(http_request)
+
+        response = await call_with_retries(
+            attempt,
+            policy=self._config.retry,
+            provider=self.provider,
+            on_attempt=self._on_attempt,
+            rand=self._rand,
+        )
+        deadline = trio.current_time() + self._config.timeouts.total
+        try:
+            with map_httpx_errors(self.provider, streaming=True, secrets=self._secrets):
+                events = iter_sse(response.aiter_lines())
+                async with aclosing(self._parse_stream(events)) as items:
+                    while True:
+                        try:
+                            item = await items.__anext__()
+                        except StopAsyncIteration:
+                            break
+                        except _SHAPE_ERRORS as exc:
+                            raise self._shape_error(exc) from exc
+                        if trio.current_time() > deadline:
+                            msg = (
+                                f"{self.provider}: the stream ran past the "
+                                f"{self._config.timeouts.total:g} s total timeout"
+                            )
+                            raise LLMTimeoutError(msg, phase="total", provider=self.provider)
+                        yield item
+                        if isinstance(item, LLMResponse):
+                            return
+        finally:
+            await response.aclose()
+        msg = f"{self.provider}: the stream ended before its final event"
+        raise LLMMalformedStreamError(msg, provider=self.provider)
