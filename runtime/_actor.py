@@ -6,8 +6,6 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar, final
 
-import trio
-
 from ._ref import ActorRef, MsgT, Reply
 from ._supervision import ChildSpec, RestartType, Supervision
 
@@ -135,6 +133,8 @@ class ActorContext(Generic[MsgT]):
         """Start a child supervised by this actor (see :class:`ChildSpec` for the options).
 
         The child runs in this actor's nursery: stopping or crashing this actor ends it.
+        Returns once the child's ``on_start`` has run (or crashed, which its supervisor
+        then handles), so children start in order.
 
         Raises:
             ActorExistsError: an actor with this ``id`` or a sibling with this ``name``
@@ -154,10 +154,8 @@ class ActorContext(Generic[MsgT]):
 
     async def spawn_spec(self, spec: ChildSpec) -> ActorRef[object]:
         """Start a child from a :class:`ChildSpec`."""
-        await trio.lowlevel.checkpoint_if_cancelled()
         self._cell.runtime._check_open()
-        cell = self._cell.children().start(spec)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        cell = await self._cell.children().start(spec)
         return cell.ref
 
     async def stop_child(self, child: ActorRef[object]) -> None:

@@ -195,14 +195,15 @@ class _Cell:
         actor = self.spec.factory()
         actor._cell = self
         self.actor = actor
-        self.stop_requested = False
         self.started_at = trio.current_time()
+        started = False
         try:
             with trio.CancelScope() as scope:
                 self._scope = scope
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     await actor.on_start()
+                    started = True
                     task_status.started()
                     await self._serve(actor)
                     if self._children is not None:
@@ -213,6 +214,8 @@ class _Cell:
             error = _first_error(exc)
             if error is None:
                 raise
+            if not started:  # a crash in on_start is reported like any other crash
+                task_status.started()
             return error
         return None
 
@@ -293,21 +296,23 @@ class _Children:
         self.closing = False
         self._intensity = RestartIntensity(supervision.max_restarts, supervision.within)
 
-    def start(self, spec: ChildSpec) -> _Cell:
+    async def start(self, spec: ChildSpec) -> _Cell:
         runtime = self.owner.runtime
         actor_id = spec.id if spec.id is not None else runtime.ids.new("a")
         name = spec.name if spec.name is not None else actor_id
         cell = _Cell(runtime, self.owner, spec, actor_id, name)
         runtime._register(cell)  # raises ActorExistsError before anything runs
         self.cells[actor_id] = cell
-        self._launch(cell)
+        await self._launch(cell)
         return cell
 
-    def _launch(self, cell: _Cell) -> None:
+    async def _launch(self, cell: _Cell) -> None:
+        """Start an incarnation and wait for its ``on_start``, so siblings start in order."""
         cell.incarnation += 1
         cell.running = True
         cell.stopping = False
-        self.owner.nursery.start_soon(cell.run_task, name=f"actor {cell.path}")
+        cell.stop_requested = False
+        await self.owner.nursery.start(cell.run_task, name=f"actor {cell.path}")
 
     async def on_exit(self, notice: _ChildExited) -> None:
         cell = notice.cell
@@ -381,7 +386,7 @@ class _Children:
                 and not self.closing
             ):
                 cell.restart_token = None
-                self._launch(cell)
+                await self._launch(cell)
 
     async def stop_child(
         self, cell: _Cell, *, final: bool, reason: StopReason = "shutdown"
