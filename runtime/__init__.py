@@ -9,6 +9,14 @@ from ._actor import ActorContext as ActorContext
 from ._actor import Supervisor as Supervisor
 from ._clock import Clock as Clock
 from ._clock import IdSource as IdSource
+from ._event_store import AppendResult as AppendResult
+from ._event_store import EventStore as EventStore
+from ._event_store import EventStoreStatistics as EventStoreStatistics
+from ._event_store import NewEvent as NewEvent
+from ._event_store import RecordedEvent as RecordedEvent
+from ._event_store import Snapshot as Snapshot
+from ._event_store import StreamInfo as StreamInfo
+from ._event_store import Subscription as Subscription
 from ._mailbox import MailboxStatistics as MailboxStatistics
 from ._mailbox import OverflowPolicy as OverflowPolicy
 from ._ref import ActorRef as ActorRef
@@ -18,6 +26,8 @@ from ._ref import SystemMessage as SystemMessage
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime
+from ._sqlite_store import SqliteEventStore as SqliteEventStore
+from ._sqlite_store import open_sqlite_store as open_sqlite_store
 from ._supervision import ActorCrashed as ActorCrashed
 from ._supervision import ActorRestarting as ActorRestarting
 from ._supervision import ActorStarted as ActorStarted

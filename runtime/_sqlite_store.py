@@ -742,7 +742,7 @@ class SqliteEventStore:
             commits=c.commits,
             pending_appends=len(self._queue) + self._in_flight,
             head_position=self._signal.head,
-            closed=self._closed,
+            closed=self._closing,
         )
 
     def _begin_close(self) -> None:
@@ -771,6 +771,7 @@ class SqliteEventStore:
         self._begin_close()
         with trio.CancelScope(shield=True):
             await self._drained.wait()
+        self._signal.close()
         await trio.lowlevel.checkpoint()
 
 

@@ -1,0 +1,379 @@
+"""The event store: conformance over every backend, plus the SQLite file's own behaviour."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from protocols.errors import (
+    CorruptLogError,
+    ForeignDatabaseError,
+    StoreError,
+    StoreSchemaVersionError,
+)
+from runtime import EventStore, NewEvent, SqliteEventStore, open_sqlite_store
+from runtime._sqlite_store import APPLICATION_ID, SCHEMA_VERSION
+from runtime.testing import EVENT_STORE_CHECKS, InMemoryEventStore, check_event_store
+
+BackendFactory = Callable[[Path], Callable[[], AbstractAsyncContextManager[EventStore]]]
+
+
+def _sqlite_backend(tmp_path: Path) -> Callable[[], AbstractAsyncContextManager[EventStore]]:
+    counter = iter(range(10**6))
+
+    @asynccontextmanager
+    async def make() -> AsyncIterator[EventStore]:
+        # NORMAL sync keeps the suite light on the shared disk; durability is FULL by
+        # default and is exercised by the crash test and the benchmark.
+        path = tmp_path / f"conformance-{next(counter)}.db"
+        async with open_sqlite_store(path, blob_threshold=1024, synchronous="NORMAL") as store:
+            yield store
+
+    return make
+
+
+def _memory_backend(_tmp_path: Path) -> Callable[[], AbstractAsyncContextManager[EventStore]]:
+    @asynccontextmanager
+    async def make() -> AsyncIterator[EventStore]:
+        store = InMemoryEventStore()
+        try:
+            yield store
+        finally:
+            await store.aclose()
+
+    return make
+
+
+BACKENDS: dict[str, BackendFactory] = {"sqlite": _sqlite_backend, "memory": _memory_backend}
+
+
+@pytest.mark.parametrize("check", sorted(EVENT_STORE_CHECKS))
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+async def test_conformance(backend: str, check: str, tmp_path: Path) -> None:
+    """Each backend passes each conformance check (reported one by one)."""
+    await EVENT_STORE_CHECKS[check](BACKENDS[backend](tmp_path))
+
+
+async def test_check_event_store_runs_every_check(tmp_path: Path) -> None:
+    """The public entry point runs the whole suite against a backend."""
+    await check_event_store(_memory_backend(tmp_path))
+
+
+async def test_check_event_store_catches_a_broken_store(tmp_path: Path) -> None:
+    """The suite fails a store that breaks the contract (here: a conflict that writes)."""
+
+    class Sloppy:
+        """Wraps a real store but ignores the expected version."""
+
+        def __init__(self, inner: InMemoryEventStore) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._inner, name)
+
+        async def append(self, stream: str, events: list[NewEvent], expected: int) -> object:
+            current = await self._inner.stream_version(stream)
+            return await self._inner.append(stream, events, current)
+
+    @asynccontextmanager
+    async def make() -> AsyncIterator[EventStore]:
+        yield Sloppy(InMemoryEventStore())  # type: ignore[misc]  # a broken store on purpose
+
+    with pytest.raises(AssertionError, match="must raise ConcurrencyConflictError"):
+        await EVENT_STORE_CHECKS["check_conflict_writes_nothing"](make)
+
+
+def _event(n: int, size: int = 10) -> NewEvent:
+    return NewEvent(type="t", schema_version=1, data=b'{"n":%d,"p":"%s"}' % (n, b"y" * size))
+
+
+async def test_events_survive_reopening(tmp_path: Path) -> None:
+    """Acknowledged events, snapshots and positions are there after closing and reopening."""
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path) as store:
+        await store.append("a", [_event(1), _event(2)], 0)
+        await store.append("b", [_event(3)], 0)
+        await store.save_snapshot("a", 2, type="st", schema_version=1, data=b"{}")
+        await store.delete_streams(["b"])
+    async with open_sqlite_store(path) as store:
+        assert [e.version for e in await store.read("a")] == [1, 2]
+        assert await store.head_position() == 3
+        snapshot = await store.load_snapshot("a")
+        assert snapshot is not None
+        assert snapshot.version == 2
+        result = await store.append("c", [_event(4)], 0)
+        assert result.first_position == 4
+
+
+async def test_group_commit_batches_concurrent_appends(tmp_path: Path) -> None:
+    """Appends queued together share one transaction: fewer commits than appends."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        async with trio.open_nursery() as nursery:
+            for i in range(100):
+                nursery.start_soon(store.append, f"s/{i}", [_event(i)], 0)
+        stats = store.statistics()
+        assert (stats.appends, stats.events_appended) == (100, 100)
+        assert stats.commits < stats.appends
+        assert stats.pending_appends == 0
+
+
+async def test_large_payloads_go_to_the_blob_table_once(tmp_path: Path) -> None:
+    """Payloads over the threshold are stored once by content hash and read back whole."""
+    path = tmp_path / "log.db"
+    big = b'{"text":"' + b"z" * 5000 + b'"}'
+    async with open_sqlite_store(path, blob_threshold=1000) as store:
+        await store.append("a", [NewEvent(type="t", schema_version=1, data=big)] * 3, 0)
+        await store.append("b", [NewEvent(type="t", schema_version=1, data=big)], 0)
+        await store.append("c", [_event(1, size=500)], 0)
+        assert [e.data for e in await store.read_all()] == [big] * 4 + [_event(1, 500).data]
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == 1
+            inline = conn.execute("SELECT count(*) FROM events WHERE data IS NULL").fetchone()
+            assert inline[0] == 4
+        await store.delete_streams(["a"])
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == 1
+        await store.delete_streams(["b"])
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == 0
+
+
+async def test_missing_blob_is_reported_as_corruption(tmp_path: Path) -> None:
+    """An event whose blob row is gone raises CorruptLogError naming stream and version."""
+    path = tmp_path / "log.db"
+    big = b"q" * 3000
+    async with open_sqlite_store(path, blob_threshold=1000) as store:
+        await store.append("a", [_event(1), NewEvent(type="t", schema_version=1, data=big)], 0)
+        with sqlite3.connect(path) as conn:
+            conn.execute("DELETE FROM blobs")
+        with pytest.raises(CorruptLogError) as info:
+            await store.read("a")
+        assert info.value.code == "store.corrupt"
+        assert "of 'a' version 2 is missing" in str(info.value)
+        assert "restore it from a backup" in str(info.value)
+        assert [e.version for e in await store.read("a", limit=1)] == [1]
+
+
+async def test_writes_from_another_connection_are_respected(tmp_path: Path) -> None:
+    """Versions are checked inside the write transaction, not from a stale cache."""
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path) as store:
+        await store.append("a", [_event(1)], 0)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE streams SET version = 7 WHERE stream = 'a'")
+        with pytest.raises(StoreError) as info:
+            await store.append("a", [_event(2)], 1)
+        assert info.value.code == "store.conflict"
+
+
+async def test_failed_commit_fails_the_group_and_the_store_carries_on(tmp_path: Path) -> None:
+    """An SQLite error during a commit fails that group with StoreError; later appends work."""
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path) as store:
+        await store.append("a", [_event(1)], 0)
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "CREATE TRIGGER boom BEFORE INSERT ON events WHEN NEW.stream = 'bad' "
+                "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+            )
+        with pytest.raises(StoreError) as info:
+            await store.append("bad", [_event(1)], 0)
+        assert info.value.code == "store"
+        assert "disk on fire" in str(info.value)
+        assert await store.stream_version("bad") == 0
+        assert store.statistics().failed_appends == 1
+        await store.append("a", [_event(2)], 1)
+        assert await store.stream_version("a") == 2
+
+
+async def test_backup_and_vacuum(tmp_path: Path) -> None:
+    """An online backup opens as a full copy; vacuum keeps every event."""
+    path = tmp_path / "log.db"
+    copy = tmp_path / "copy.db"
+    async with open_sqlite_store(path, blob_threshold=100) as store:
+        await store.append("a", [_event(i, 300) for i in range(50)], 0)
+        await store.append("b", [_event(i) for i in range(5)], 0)
+        await store.backup(copy)
+        await store.delete_streams(["a"])
+        await store.vacuum()
+        assert [e.version for e in await store.read("b")] == [1, 2, 3, 4, 5]
+        assert await store.integrity_check() == []
+    async with open_sqlite_store(copy) as backup:
+        assert len(await backup.read("a")) == 50
+        assert (await backup.read("a"))[7].data == _event(7, 300).data
+        assert [i.stream for i in await backup.streams()] == ["a", "b"]
+
+
+# --- bad files ------------------------------------------------------------------------
+
+
+async def _fill(path: Path, streams: int = 20, per_stream: int = 50) -> None:
+    async with open_sqlite_store(path) as store:
+        for s in range(streams):
+            await store.append(f"s/{s}", [_event(i, 200) for i in range(per_stream)], 0)
+
+
+def _overwrite(path: Path, *, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        file.write(data)
+
+
+def _snapshot_bytes(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+async def test_truncated_file_is_reported_and_left_untouched(tmp_path: Path) -> None:
+    """A truncated database raises CorruptLogError and the file is not modified."""
+    path = tmp_path / "log.db"
+    await _fill(path)
+    os.truncate(path, path.stat().st_size // 2)
+    before = _snapshot_bytes(path)
+    with pytest.raises(CorruptLogError) as info:
+        async with open_sqlite_store(path):
+            pass
+    assert info.value.code == "store.corrupt"
+    assert info.value.path == str(path)
+    assert str(info.value).startswith(f"event log {str(path)!r} is damaged: ")
+    assert "restore it from a backup" in str(info.value)
+    assert _snapshot_bytes(path) == before
+
+
+async def test_corrupted_pages_are_reported(tmp_path: Path) -> None:
+    """Garbage written over data pages raises CorruptLogError and does not rewrite the file."""
+    path = tmp_path / "log.db"
+    await _fill(path)
+    _overwrite(path, offset=4096 * 2, data=os.urandom(4096 * 3))
+    before = _snapshot_bytes(path)
+    with pytest.raises(CorruptLogError) as info:
+        async with open_sqlite_store(path):
+            pass
+    assert info.value.code == "store.corrupt"
+    assert "is damaged" in str(info.value)
+    assert _snapshot_bytes(path) == before
+
+
+async def test_not_a_database_is_reported(tmp_path: Path) -> None:
+    """A file that is not SQLite at all gives CorruptLogError naming the bad header."""
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are my notes, not a database\n" * 10)
+    with pytest.raises(CorruptLogError) as info:
+        async with open_sqlite_store(path):
+            pass
+    assert info.value.code == "store.corrupt"
+    assert info.value.detail == "the file is not an SQLite database (bad header)"
+    assert path.read_bytes() == b"these are my notes, not a database\n" * 10
+
+
+async def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
+    """Another application's SQLite file raises ForeignDatabaseError and keeps its data."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (name TEXT)")
+        conn.execute("INSERT INTO customers VALUES ('ada')")
+    conn.close()
+    with pytest.raises(ForeignDatabaseError) as info:
+        async with open_sqlite_store(path):
+            pass
+    assert info.value.code == "store.foreign"
+    assert info.value.path == str(path)
+    assert str(info.value) == (
+        f"{str(path)!r} is not a powertrio event log (it has other tables); "
+        "point the store at a new or a powertrio file"
+    )
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT name FROM customers").fetchall() == [("ada",)]
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == 0
+    conn.close()
+
+
+async def test_foreign_application_id_is_refused(tmp_path: Path) -> None:
+    """An SQLite file stamped with another application id is refused even without tables."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA application_id = 1234")
+    conn.close()
+    with pytest.raises(ForeignDatabaseError) as info:
+        async with open_sqlite_store(path):
+            pass
+    assert info.value.code == "store.foreign"
+
+
+async def test_future_schema_version_is_refused(tmp_path: Path) -> None:
+    """A log written by a newer powertrio raises StoreSchemaVersionError with both versions."""
+    path = tmp_path / "log.db"
+    await _fill(path, streams=1, per_stream=3)
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreSchemaVersionError) as info:
+        async with open_sqlite_store(path):
+            pass
+    error = info.value
+    assert (error.code, error.found, error.supported) == (
+        "store.schema_version",
+        SCHEMA_VERSION + 1,
+        SCHEMA_VERSION,
+    )
+    assert str(error) == (
+        f"event log {str(path)!r} has storage schema {SCHEMA_VERSION + 1}, this powertrio "
+        f"reads up to {SCHEMA_VERSION}; upgrade powertrio to open it"
+    )
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 3
+    conn.close()
+
+
+async def test_incomplete_schema_is_reported(tmp_path: Path) -> None:
+    """A file with our id but missing tables is reported as damaged."""
+    path = tmp_path / "log.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute("CREATE TABLE events (x)")
+    conn.close()
+    with pytest.raises(CorruptLogError) as info:
+        async with open_sqlite_store(path):
+            pass
+    assert "storage schema 1 with tables ['events'] is incomplete" in str(info.value)
+
+
+async def test_unwritable_location_is_a_store_error(tmp_path: Path) -> None:
+    """A path in a missing directory raises StoreError saying SQLite cannot open it."""
+    with pytest.raises(StoreError) as info:
+        async with open_sqlite_store(tmp_path / "missing" / "log.db"):
+            pass
+    assert info.value.code == "store"
+    assert "unable to open database file" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"blob_threshold": -1}, "blob_threshold must be >= 0"),
+        ({"max_batch": 0}, "max_batch must be >= 1"),
+        ({"synchronous": "SOMETIMES"}, "synchronous must be"),
+    ],
+)
+async def test_bad_options_are_refused(
+    tmp_path: Path, kwargs: dict[str, object], message: str
+) -> None:
+    """Bad options raise ValueError naming the option before any file is touched."""
+    with pytest.raises(ValueError, match=message):
+        async with open_sqlite_store(tmp_path / "log.db", **kwargs):  # type: ignore[arg-type]
+            pass
+    assert not (tmp_path / "log.db").exists()
+
+
+async def test_store_repr_and_type(tmp_path: Path) -> None:
+    """The store is the public SqliteEventStore and its repr names the file."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        assert isinstance(store, SqliteEventStore)
+        assert repr(store) == f"<SqliteEventStore {str(tmp_path / 'log.db')!r}>"
+        assert store.path == str(tmp_path / "log.db")
