@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 _SUPPORTED: Final = (
-    "str, int, float, bool, None, Any, Literal[...], enum.Enum subclasses, attrs classes, "
+    "str, int, float, bool, None, Any, object, Literal[...], enum.Enum subclasses, attrs classes, "
     "X | None, unions, list[X], Sequence[X], set[X], frozenset[X], tuple[X, ...], "
     "tuple[X, Y], dict[str, X], Mapping[str, X], Annotated[X, 'description']"
 )
@@ -265,7 +265,7 @@ class _SchemaBuilder:
             inner = self.schema(args[0], where)
             notes = [a for a in args[1:] if isinstance(a, str)]
             return {**inner, "description": " ".join(notes)} if notes else inner
-        if tp is Any:
+        if tp is Any or tp is object:
             return {}
         if tp is None or tp is type(None):
             return {"type": "null"}
