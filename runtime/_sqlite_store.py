@@ -292,6 +292,7 @@ class SqliteEventStore:
             TypeError, ValueError: bad arguments.
         """
         check_append_args(stream, events, expected_version)
+        await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
