@@ -191,7 +191,7 @@ class Tool(Generic[P, R_co]):
                         arguments[param.name], typing.cast(type[object], param.annotation)
                     )
                 except Exception as exc:
-                    problems.extend(cattrs.transform_error(exc, path=f"$.{param.name}"))
+                    problems.extend(_conversion_problems(exc, param.name))
                     continue
                 if param.positional_only:
                     positional.append(value)
@@ -202,6 +202,18 @@ class Tool(Generic[P, R_co]):
         if self.context_parameter is not None:
             keywords[self.context_parameter] = context
         return positional, keywords
+
+
+def _conversion_problems(exc: Exception, name: str) -> list[str]:
+    """Turn a cattrs failure into ``"$.path: what is wrong"`` lines, like the validator's."""
+    found = cattrs.transform_error(
+        exc, path=f"$.{name}", format_exception=lambda e, _type: f"{type(e).__name__}: {e}"
+    )
+    lines: list[str] = []
+    for line in found:
+        message, _, path = line.rpartition(" @ ")
+        lines.append(f"{path}: {message}" if message else line)
+    return lines
 
 
 @overload
@@ -597,11 +609,10 @@ def _outcome(
 
 
 def _parse_arguments(call: ToolCall) -> object:
-    text = call.arguments.strip()
-    if not text:  # some models send "" for a call without arguments
+    if not call.arguments.strip():  # some models send "" for a call without arguments
         return {}
-    try:
-        return orjson.loads(text)
+    try:  # parse the text as sent, so error positions match what the model wrote
+        return orjson.loads(call.arguments)
     except orjson.JSONDecodeError as exc:
         raise ToolArgumentsError(call.name, (f"$: not valid JSON ({exc})",)) from exc
 

@@ -303,7 +303,7 @@ def test_recursive_reference_through_a_child_is_fine() -> None:
     ) == ("$.child.child: expected object, got 1",)
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_generated_values_validate(data: st.DataObject) -> None:
     """Every value generated from a schema satisfies it (no false alarms)."""
@@ -312,7 +312,7 @@ def test_generated_values_validate(data: st.DataObject) -> None:
     assert validate_json(schema, value) == ()
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_type_mutations_are_reported_at_their_path(data: st.DataObject) -> None:
     """Putting a value of a forbidden type anywhere yields a problem at exactly that path."""
@@ -328,7 +328,7 @@ def test_type_mutations_are_reported_at_their_path(data: st.DataObject) -> None:
     assert any(p.startswith(f"{path}: ") for p in problems), (path, bad, problems)
 
 
-@settings(max_examples=100)
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_unexpected_properties_are_reported(data: st.DataObject) -> None:
     """An extra key on a closed object is rejected at the key's path."""
