@@ -20,6 +20,7 @@ from protocols.errors import (
 from ._actor import Actor, ActorContext
 from ._cell import _Cell
 from ._clock import Clock, IdSource
+from ._event_store import EventStore
 from ._mailbox import OverflowPolicy
 from ._ref import ActorRef
 from ._supervision import (
@@ -80,6 +81,7 @@ class Runtime:
         "_subscribers",
         "clock",
         "ids",
+        "store",
         "trio_token",
     )
 
@@ -87,6 +89,8 @@ class Runtime:
     """The wall clock actors read."""
     ids: IdSource
     """The id source (and seeded randomness) actors use."""
+    store: EventStore
+    """The event log: the only authority for the history of event-sourced actors."""
     trio_token: trio.lowlevel.TrioToken
     """Token of the Trio run this runtime lives in (for ``tell_from_thread``)."""
     _by_id: dict[str, _Cell]
@@ -104,10 +108,11 @@ class Runtime:
         raise TypeError(msg)
 
     @classmethod
-    def _create(cls, clock: Clock, ids: IdSource) -> Runtime:
+    def _create(cls, clock: Clock, ids: IdSource, store: EventStore) -> Runtime:
         self = object.__new__(cls)
         self.clock = clock
         self.ids = ids
+        self.store = store
         self.trio_token = trio.lowlevel.current_trio_token()
         self._by_id = {}
         self._by_path = {}
@@ -309,6 +314,7 @@ async def open_runtime(
     clock: Clock | None = None,
     seed: int | None = None,
     supervision: Supervision | None = None,
+    store: EventStore | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: the root supervisor runs for the duration of the block.
 
@@ -318,13 +324,20 @@ async def open_runtime(
         seed (int | None): seed of the id source and of all runtime randomness (backoff
             jitter); set it for reproducible runs.
         supervision (Supervision | None): how the root supervises top-level actors.
+        store (EventStore | None): the event log. ``None`` keeps events in memory (lost
+            when the process ends): pass ``open_sqlite_store(path)`` for durability.
 
     Raises:
         IntensityExceededError: top-level actors crashed faster than ``supervision``
             allows; every actor has been stopped.
     """
     clock = clock or Clock()
-    runtime = Runtime._create(clock, IdSource(clock, seed))
+    if store is None:
+        # Lazy: `import runtime` must not load the test kit.
+        from .testing._memory_store import InMemoryEventStore  # noqa: PLC0415
+
+        store = InMemoryEventStore(clock.now)
+    runtime = Runtime._create(clock, IdSource(clock, seed), store)
     root = _Cell(
         runtime,
         None,

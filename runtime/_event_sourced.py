@@ -1,0 +1,269 @@
+"""Event-sourced actors: the decider pattern over the event log (DESIGN.md §3).
+
+An actor kind is three pure functions plus effects:
+
+* ``evolve(state, event) -> state``: the only way state changes;
+* ``handle(state, message) -> Decision``: what a message means, as events to append;
+* ``next_step(state) -> step | None``: which effect to run next, given the folded state.
+
+The runtime appends a decision's events *before* anyone acts on them, folds them into the
+state, replies, then asks ``next_step``. Effects (``execute``) run in the actor's nursery
+and come back as messages, so the actor keeps receiving while one is in flight. A restart
+is nothing special: fold the log (from a snapshot if one exists), ask ``next_step``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Generic, TypeVar, final
+
+import attrs
+import trio
+
+from protocols import EventRegistry, default_registry
+from protocols.errors import ConfigError, EventEncodeError, UnknownEventTypeError
+
+from ._actor import Actor
+from ._event_store import EventStore, NewEvent
+from ._ref import SystemMessage
+
+StateT = TypeVar("StateT")
+
+_PAGE = 4096
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Decision:
+    """What a message means: events to append, then a reply, maybe more.
+
+    The events are appended atomically and folded before the reply is sent, so whoever
+    hears the reply can rely on the log already holding them.
+    """
+
+    events: tuple[object, ...] = attrs.field(default=(), converter=tuple)
+    """Events to append, in order (may be empty)."""
+    reply: object = None
+    """The answer to an ``ask`` (ignored for a ``tell``)."""
+    cancel_step: bool = False
+    """Cancel the effect in flight (its result is discarded) before asking ``next_step``."""
+    stop: bool = False
+    """Stop the actor after appending (an orderly stop)."""
+
+
+@final
+@attrs.frozen
+class StepFailed:
+    """The message ``handle`` receives when ``execute`` raised: the decider decides."""
+
+    step: object
+    """The step that failed."""
+    error: Exception
+    """What ``execute`` raised."""
+
+
+class _StepResult(SystemMessage):
+    __slots__ = ("result", "token")
+
+    def __init__(self, token: object, result: object) -> None:
+        self.token = token
+        self.result = result
+
+
+class EventSourcedActor(Actor[object], Generic[StateT]):
+    """An actor whose state is the fold of its own stream in the runtime's event store.
+
+    Subclasses implement :meth:`initial_state`, :meth:`evolve` and :meth:`handle`, and for
+    actors that act on their own, :meth:`next_step` and :meth:`execute`. One actor owns
+    one stream (:meth:`stream_name`); appends carry the version it folded, so a second
+    writer fails loudly (:class:`~protocols.errors.ConcurrencyConflictError`) and crashes
+    instead of corrupting the history.
+
+    Set ``snapshot_every`` to save a snapshot every N events (the state class must be
+    registered in ``registry``); snapshots are caches, checked against the fold in tests.
+    """
+
+    snapshot_every: int | None = None
+    """Save a snapshot each time the version crosses a multiple of this; ``None``: never."""
+    registry: EventRegistry = default_registry
+    """The codec registry that knows this actor's events (and state, for snapshots)."""
+
+    state: StateT
+    """The folded state (read-only for subclasses: change it with events)."""
+    version: int
+    """The stream version folded into :attr:`state`."""
+
+    # -- to implement ----------------------------------------------------------------
+
+    def initial_state(self) -> StateT:
+        """The state of an empty stream."""
+        raise NotImplementedError
+
+    def evolve(self, state: StateT, event: object) -> StateT:
+        """Apply one event. Pure, total: it runs again at every recovery and replay."""
+        raise NotImplementedError
+
+    def handle(self, state: StateT, message: object) -> Decision:
+        """Decide what a message means. Pure: no I/O, no clock, no randomness."""
+        raise NotImplementedError
+
+    def next_step(self, state: StateT) -> object | None:
+        """The effect to run next, or ``None`` to wait for messages. Pure."""
+        return None
+
+    async def execute(self, step: object) -> object:
+        """Run an effect (an LLM call, a tool batch, ...); return the message to handle.
+
+        Runs in the actor's nursery while the actor keeps receiving. An exception becomes a
+        :class:`StepFailed` message.
+        """
+        raise NotImplementedError
+
+    def stream_name(self) -> str:
+        """The stream this actor owns; ``actor/<id>`` unless overridden."""
+        return f"actor/{self.context.id}"
+
+    # -- machinery -------------------------------------------------------------------
+
+    @property
+    def store(self) -> EventStore:
+        """The runtime's event store."""
+        return self.context.runtime.store
+
+    async def on_start(self) -> None:
+        self._stream = self.stream_name()
+        self._step_scope: trio.CancelScope | None = None
+        self._step_token: object | None = None
+        if self.snapshot_every is not None:
+            self._check_snapshot_config()
+        await self.recover()
+        self._advance()
+
+    async def recover(self) -> None:
+        """Rebuild :attr:`state` from the latest snapshot plus the events after it."""
+        registry = self.registry
+        state = self.initial_state()
+        version = 0
+        snapshot = await self.store.load_snapshot(self._stream)
+        if snapshot is not None and self._snapshot_is_current(
+            snapshot.type, snapshot.schema_version
+        ):
+            state = registry.decode(  # type: ignore[assignment]  # registered state class
+                snapshot.type,
+                snapshot.schema_version,
+                snapshot.data,
+                stream=self._stream,
+                version=snapshot.version,
+            )
+            version = snapshot.version
+        evolve = self.evolve
+        decode = registry.decode_record
+        while True:
+            page = await self.store.read(self._stream, version + 1, limit=_PAGE)
+            for record in page:
+                state = evolve(state, decode(record))
+            if page:
+                version = page[-1].version
+            if len(page) < _PAGE:
+                break
+        self.state = state
+        self.version = version
+
+    async def receive(self, message: object) -> object:
+        if isinstance(message, _StepResult):
+            if message.token is not self._step_token:
+                return None  # the result of a step that was cancelled meanwhile
+            self._step_token = None
+            self._step_scope = None
+            message = message.result
+        decision = self.handle(self.state, message)
+        if decision.cancel_step:
+            self._cancel_step()
+        if decision.events:
+            await self.persist(decision.events)
+        if decision.stop:
+            self._cancel_step()
+            self.context.stop()
+        else:
+            self._advance()
+        return decision.reply
+
+    async def persist(self, events: Sequence[object]) -> None:
+        """Append events to the stream, then fold them into :attr:`state`.
+
+        Raises:
+            ConcurrencyConflictError: another writer appended to this stream.
+            EventEncodeError: an event class is not registered or holds non-JSON values.
+        """
+        encode = self.registry.encode
+        new = [NewEvent.from_encoded(encode(event)) for event in events]
+        result = await self.store.append(self._stream, new, self.version)
+        state = self.state
+        for event in events:
+            state = self.evolve(state, event)
+        self.state = state
+        previous, self.version = self.version, result.version
+        every = self.snapshot_every
+        if every is not None and previous // every != self.version // every:
+            encoded = self.registry.encode(state)
+            await self.store.save_snapshot(
+                self._stream,
+                self.version,
+                type=encoded.type,
+                schema_version=encoded.schema_version,
+                data=encoded.data,
+            )
+
+    def _advance(self) -> None:
+        if self._step_token is not None:
+            return
+        step = self.next_step(self.state)
+        if step is None:
+            return
+        token = object()
+        scope = trio.CancelScope()
+        self._step_token = token
+        self._step_scope = scope
+        self.context.start_soon(
+            self._run_step, step, token, scope, name=f"{self.context.path} step"
+        )
+
+    async def _run_step(self, step: object, token: object, scope: trio.CancelScope) -> None:
+        result: object
+        with scope:
+            try:
+                result = await self.execute(step)
+            except Exception as exc:
+                result = StepFailed(step, exc)
+        if scope.cancelled_caught:
+            return
+        mailbox = self._cell.mailbox
+        if not mailbox.closed:
+            mailbox.put_system((_StepResult(token, result), None))
+
+    def _cancel_step(self) -> None:
+        if self._step_scope is not None:
+            self._step_scope.cancel()
+        self._step_scope = None
+        self._step_token = None
+
+    def _check_snapshot_config(self) -> None:
+        every = self.snapshot_every
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            msg = f"snapshot_every must be a positive int or None, got {every!r}"
+            raise ConfigError(msg)
+        state = self.initial_state()
+        try:
+            self.registry.name_of(type(state))
+        except EventEncodeError as exc:
+            msg = (
+                f"{type(self).__name__}.snapshot_every is set but its state class "
+                f"{type(state).__name__} is not registered: decorate it with @event_type(...)"
+            )
+            raise ConfigError(msg) from exc
+
+    def _snapshot_is_current(self, type_name: str, schema_version: int) -> bool:
+        try:
+            return self.registry.current_version(type_name) == schema_version
+        except UnknownEventTypeError:
+            return False  # a cache of a state class that is gone: ignore it

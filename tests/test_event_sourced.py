@@ -1,0 +1,333 @@
+"""Event-sourced actors on the log: recovery, one writer per stream, snapshots, steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocols import EventRegistry
+from protocols.errors import ActorCrashedError, ConcurrencyConflictError, ConfigError
+from runtime import (
+    ActorCrashed,
+    Backoff,
+    Decision,
+    EventSourcedActor,
+    Request,
+    StepFailed,
+    Supervision,
+    open_runtime,
+    open_sqlite_store,
+)
+from runtime.testing import InMemoryEventStore
+
+registry = EventRegistry()
+
+
+@registry.event_type("test.added")
+@attrs.frozen
+class Added:
+    amount: int
+
+
+@registry.event_type("test.tally")
+@attrs.frozen
+class Tally:
+    total: int = 0
+    count: int = 0
+
+
+@attrs.frozen
+class Add:
+    amount: int
+
+
+@attrs.frozen
+class Get(Request[Tally]):
+    pass
+
+
+@attrs.frozen
+class Crash:
+    pass
+
+
+class Counter(EventSourcedActor[Tally]):
+    registry = registry
+
+    def __init__(self, stream: str = "counter/1", snapshot_every: int | None = None) -> None:
+        self._name = stream
+        self.snapshot_every = snapshot_every
+
+    def stream_name(self) -> str:
+        return self._name
+
+    def initial_state(self) -> Tally:
+        return Tally()
+
+    def evolve(self, state: Tally, event: object) -> Tally:
+        assert isinstance(event, Added)
+        return Tally(total=state.total + event.amount, count=state.count + 1)
+
+    def handle(self, state: Tally, message: object) -> Decision:
+        if isinstance(message, Add):
+            return Decision(events=[Added(message.amount)], reply=state.total + message.amount)
+        if isinstance(message, Get):
+            return Decision(reply=state)
+        raise RuntimeError("crash requested")
+
+
+async def test_state_survives_a_process_restart_through_the_sqlite_log(tmp_path: Path) -> None:
+    path = tmp_path / "log.sqlite"
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+        ref = await runtime.spawn(Counter)
+        for amount in range(1, 11):
+            await ref.tell(Add(amount))
+        assert await ref.ask(Get()) == Tally(total=55, count=10)
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=2) as runtime:
+        ref = await runtime.spawn(Counter)
+        assert await ref.ask(Get()) == Tally(total=55, count=10)
+        assert await store.stream_version("counter/1") == 10
+
+
+async def test_a_supervisor_restart_refolds_the_log(autojump_clock: trio.testing.MockClock) -> None:
+    async with open_runtime(seed=1, supervision=Supervision(backoff=Backoff(initial=0))) as runtime:
+        ref = await runtime.spawn(Counter)
+        await ref.ask(Add(5))
+        with pytest.raises(ActorCrashedError):
+            await ref.ask(Crash())
+        await trio.sleep(1)
+        assert await ref.ask(Get()) == Tally(total=5, count=1)
+
+
+async def test_a_second_writer_on_the_same_stream_fails_loudly() -> None:
+    store = InMemoryEventStore()
+    async with open_runtime(store=store, seed=1) as runtime:
+        with runtime.subscribe() as events:
+            first = await runtime.spawn(Counter, restart="temporary")
+            second = await runtime.spawn(Counter, restart="temporary")
+            await first.ask(Add(1))
+            with pytest.raises(ActorCrashedError) as info:
+                await second.ask(Add(1))
+            conflict = info.value.__cause__
+            assert isinstance(conflict, ConcurrencyConflictError)
+            assert conflict.code == "store.conflict"
+            assert str(conflict) == (
+                "stream 'counter/1' is at version 1, the append expected 0; "
+                "nothing was written (another writer owns this stream?)"
+            )
+            await trio.testing.wait_all_tasks_blocked()
+            crashed = [e for e in drain(events) if isinstance(e, ActorCrashed)]
+            assert [c.error_code for c in crashed] == ["store.conflict"]
+    assert await store.stream_version("counter/1") == 1
+
+
+def drain(channel: trio.MemoryReceiveChannel[object]) -> list[object]:
+    out: list[object] = []
+    while True:
+        try:
+            out.append(channel.receive_nowait())
+        except trio.WouldBlock:
+            return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(amounts=st.lists(st.integers(-1000, 1000), max_size=60), every=st.integers(1, 7))
+def test_a_snapshot_equals_the_fold_of_the_events_before_it(amounts: list[int], every: int) -> None:
+    async def scenario() -> None:
+        store = InMemoryEventStore()
+        async with open_runtime(store=store, seed=1) as runtime:
+            ref = await runtime.spawn(lambda: Counter(snapshot_every=every))
+            for amount in amounts:
+                await ref.tell(Add(amount))
+            await ref.ask(Get())
+        snapshot = await store.load_snapshot("counter/1")
+        if len(amounts) < every:
+            assert snapshot is None
+            return
+        assert snapshot is not None
+        assert snapshot.version == len(amounts) - len(amounts) % every
+        records = await store.read("counter/1")
+        folded = Tally()
+        for record in records[: snapshot.version]:
+            event = registry.decode_record(record)
+            assert isinstance(event, Added)
+            folded = Tally(total=folded.total + event.amount, count=folded.count + 1)
+        assert registry.decode(snapshot.type, snapshot.schema_version, snapshot.data) == folded
+        # Recovery from snapshot + tail equals the full fold.
+        async with open_runtime(store=store, seed=2) as runtime:
+            ref = await runtime.spawn(lambda: Counter(snapshot_every=every))
+            assert await ref.ask(Get()) == Tally(total=sum(amounts), count=len(amounts))
+
+    trio.run(scenario)
+
+
+async def test_recovery_ignores_a_snapshot_of_an_unknown_state_type() -> None:
+    store = InMemoryEventStore()
+    async with open_runtime(store=store, seed=1) as runtime:
+        ref = await runtime.spawn(Counter)
+        await ref.ask(Add(3))
+    await store.save_snapshot("counter/1", 1, type="gone.state", schema_version=1, data=b"{}")
+    async with open_runtime(store=store, seed=1) as runtime:
+        ref = await runtime.spawn(Counter)
+        assert await ref.ask(Get()) == Tally(total=3, count=1)
+
+
+class Unregistered(EventSourcedActor[object]):
+    registry = registry
+    snapshot_every = 10
+
+    def initial_state(self) -> object:
+        return object()
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        (lambda: Counter(snapshot_every=0), "snapshot_every must be a positive int or None, got 0"),
+        (
+            Unregistered,
+            "Unregistered.snapshot_every is set but its state class object is not registered",
+        ),
+    ],
+)
+async def test_bad_snapshot_configuration_is_a_typed_error(factory: object, message: str) -> None:
+    async with open_runtime(seed=1) as runtime:
+        with runtime.subscribe() as events:
+            await runtime.spawn(factory, restart="temporary")  # type: ignore[arg-type]
+            await trio.testing.wait_all_tasks_blocked()
+            crashed = [e for e in drain(events) if isinstance(e, ActorCrashed)]
+    assert [c.error_code for c in crashed] == [ConfigError.code]
+    assert crashed[0].error_message.startswith(message)
+
+
+# -- steps: effects run in the nursery and come back as messages ----------------------
+
+
+@registry.event_type("test.job_queued")
+@attrs.frozen
+class JobQueued:
+    job: str
+
+
+@registry.event_type("test.job_done")
+@attrs.frozen
+class JobDone:
+    job: str
+    result: str
+
+
+@attrs.frozen
+class Jobs:
+    queued: tuple[str, ...] = ()
+    done: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen
+class Submit:
+    job: str
+
+
+@attrs.frozen
+class Worked:
+    job: str
+    result: str
+
+
+@attrs.frozen
+class Status(Request[Jobs]):
+    pass
+
+
+@attrs.frozen
+class Abort:
+    pass
+
+
+executed: list[str] = []
+
+
+class Worker(EventSourcedActor[Jobs]):
+    registry = registry
+
+    def stream_name(self) -> str:
+        return "worker/1"
+
+    def initial_state(self) -> Jobs:
+        return Jobs()
+
+    def evolve(self, state: Jobs, event: object) -> Jobs:
+        if isinstance(event, JobQueued):
+            return attrs.evolve(state, queued=(*state.queued, event.job))
+        assert isinstance(event, JobDone)
+        return Jobs(
+            queued=tuple(j for j in state.queued if j != event.job),
+            done=(*state.done, (event.job, event.result)),
+        )
+
+    def handle(self, state: Jobs, message: object) -> Decision:
+        if isinstance(message, Submit):
+            return Decision(events=[JobQueued(message.job)])
+        if isinstance(message, Worked):
+            return Decision(events=[JobDone(message.job, message.result)])
+        if isinstance(message, StepFailed):
+            return Decision(events=[JobDone(str(message.step), f"failed: {message.error}")])
+        if isinstance(message, Abort):
+            return Decision(cancel_step=True, stop=True)
+        return Decision(reply=state)
+
+    def next_step(self, state: Jobs) -> object | None:
+        return state.queued[0] if state.queued else None
+
+    async def execute(self, step: object) -> object:
+        assert isinstance(step, str)
+        executed.append(step)
+        await trio.sleep(1)
+        if step == "bad":
+            raise ValueError("no good")
+        return Worked(step, step.upper())
+
+
+async def test_steps_run_while_the_actor_keeps_receiving(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    executed.clear()
+    store = InMemoryEventStore()
+    async with open_runtime(store=store, seed=1) as runtime:
+        ref = await runtime.spawn(Worker)
+        await ref.tell(Submit("a"))
+        await ref.tell(Submit("bad"))
+        await ref.tell(Submit("c"))
+        # While "a" runs the actor still answers.
+        status = await ref.ask(Status())
+        assert status.queued == ("a", "bad", "c")
+        await trio.sleep(10)
+        status = await ref.ask(Status())
+    assert status.done == (("a", "A"), ("bad", "failed: no good"), ("c", "C"))
+    assert executed == ["a", "bad", "c"]
+
+
+async def test_a_restart_resumes_pending_steps_from_the_log(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    executed.clear()
+    store = InMemoryEventStore()
+    async with open_runtime(store=store, seed=1) as runtime:
+        ref = await runtime.spawn(Worker, restart="transient")
+        await ref.tell(Submit("a"))
+        await ref.tell(Submit("b"))
+        await trio.sleep(1.5)  # "a" done, "b" in flight
+        await ref.tell(Abort())  # cancel "b" mid-flight and stop: like a crash
+        await trio.sleep(0.1)
+    assert executed == ["a", "b"]
+    async with open_runtime(store=store, seed=1) as runtime:
+        ref = await runtime.spawn(Worker)
+        await trio.sleep(5)
+        status = await ref.ask(Status())
+    assert status.done == (("a", "A"), ("b", "B"))
+    assert executed == ["a", "b", "b"]  # "b" had no recorded result, so it ran again
