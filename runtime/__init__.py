@@ -23,9 +23,9 @@ from ._event_store import Subscription as Subscription
 from ._mailbox import MailboxStatistics as MailboxStatistics
 from ._mailbox import OverflowPolicy as OverflowPolicy
 from ._ref import ActorRef as ActorRef
+from ._ref import PriorityMessage as PriorityMessage
 from ._ref import Reply as Reply
 from ._ref import Request as Request
-from ._ref import SystemMessage as SystemMessage
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime

@@ -20,7 +20,7 @@ from protocols.errors import (
 )
 
 from ._mailbox import _Mailbox
-from ._ref import ActorRef, Reply, SystemMessage
+from ._ref import ActorRef, PriorityMessage, Reply
 from ._supervision import (
     ActorRestarting,
     ChildSpec,
@@ -42,7 +42,7 @@ _CHECKPOINT_EVERY = 64
 """Messages handled back to back before the loop yields to other tasks."""
 
 
-class _ChildExited(SystemMessage):
+class _ChildExited(PriorityMessage):
     """A child's incarnation ended; its parent's loop decides what happens next."""
 
     __slots__ = ("cell", "error", "incarnation")

@@ -25,7 +25,7 @@ from protocols.errors import ConfigError, EventEncodeError, UnknownEventTypeErro
 
 from ._actor import Actor
 from ._event_store import EventStore, NewEvent
-from ._ref import SystemMessage
+from ._ref import PriorityMessage
 
 StateT = TypeVar("StateT")
 
@@ -62,7 +62,7 @@ class StepFailed:
     """What ``execute`` raised."""
 
 
-class _StepResult(SystemMessage):
+class _StepResult(PriorityMessage):
     __slots__ = ("result", "token")
 
     def __init__(self, token: object, result: object) -> None:
@@ -108,7 +108,19 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         raise NotImplementedError
 
     def next_step(self, state: StateT) -> object | None:
-        """The effect to run next, or ``None`` to wait for messages. Pure."""
+        """The effect to run next, or ``None`` to wait for messages. Pure.
+
+        Returning a :class:`Decision` instead of an effect appends its events at once (a
+        transition that needs no I/O, e.g. "record these tool calls as started"); the
+        runtime then asks again.
+        """
+        return None
+
+    def recovered(self, state: StateT) -> Decision | None:
+        """Events to append once the log has been folded at start, before ``next_step``.
+
+        Akka's ``RecoveryCompleted``: e.g. close the tool calls a crash left open. Pure.
+        """
         return None
 
     async def execute(self, step: object) -> object:
@@ -118,6 +130,13 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         :class:`StepFailed` message.
         """
         raise NotImplementedError
+
+    def after_persist(self, events: Sequence[object]) -> None:
+        """Called after events are appended and folded (Akka's ``thenRun``).
+
+        For telling others about what is now in the log, e.g. waking the callers waiting
+        for a run to finish. Never called during recovery.
+        """
 
     def stream_name(self) -> str:
         """The stream this actor owns; ``actor/<id>`` unless overridden."""
@@ -137,7 +156,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         if self.snapshot_every is not None:
             self._check_snapshot_config()
         await self.recover()
-        self._advance()
+        decision = self.recovered(self.state)
+        if decision is not None and decision.events:
+            await self.persist(decision.events)
+        await self._advance()
 
     async def recover(self) -> None:
         """Rebuild :attr:`state` from the latest snapshot plus the events after it."""
@@ -181,11 +203,12 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self._cancel_step()
         if decision.events:
             await self.persist(decision.events)
+            self.after_persist(decision.events)
         if decision.stop:
             self._cancel_step()
             self.context.stop()
         else:
-            self._advance()
+            await self._advance()
         return decision.reply
 
     async def persist(self, events: Sequence[object]) -> None:
@@ -214,19 +237,26 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 data=encoded.data,
             )
 
-    def _advance(self) -> None:
-        if self._step_token is not None:
-            return
-        step = self.next_step(self.state)
-        if step is None:
-            return
-        token = object()
-        scope = trio.CancelScope()
-        self._step_token = token
-        self._step_scope = scope
-        self.context.start_soon(
-            self._run_step, step, token, scope, name=f"{self.context.path} step"
-        )
+    async def _advance(self) -> None:
+        """Ask ``next_step`` until it names an effect (then start it) or nothing."""
+        while self._step_token is None:
+            step = self.next_step(self.state)
+            if step is None:
+                return
+            if isinstance(step, Decision):
+                await self.persist(step.events)
+                self.after_persist(step.events)
+                if step.stop:
+                    self.context.stop()
+                    return
+                continue
+            token = object()
+            scope = trio.CancelScope()
+            self._step_token = token
+            self._step_scope = scope
+            self.context.start_soon(
+                self._run_step, step, token, scope, name=f"{self.context.path} step"
+            )
 
     async def _run_step(self, step: object, token: object, scope: trio.CancelScope) -> None:
         result: object

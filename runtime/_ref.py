@@ -36,7 +36,7 @@ class Request(Generic[R]):
     __slots__ = ()
 
 
-class SystemMessage:
+class PriorityMessage:
     """Marker base for messages that take the priority lane and overtake user messages."""
 
     __slots__ = ()
@@ -147,7 +147,7 @@ class ActorRef(Generic[MsgT]):
             ActorStoppedError: the actor has stopped for good.
         """
         mailbox = self._cell.mailbox
-        if isinstance(message, SystemMessage):
+        if isinstance(message, PriorityMessage):
             await checkpoint_if_cancelled()
             mailbox.put_system((message, None))
             await trio.lowlevel.cancel_shielded_checkpoint()
@@ -162,7 +162,7 @@ class ActorRef(Generic[MsgT]):
             MailboxFullError: the mailbox is full and its overflow policy is ``reject``.
         """
         mailbox = self._cell.mailbox
-        if isinstance(message, SystemMessage):
+        if isinstance(message, PriorityMessage):
             mailbox.put_system((message, None))
         else:
             mailbox.put_nowait((message, None))
@@ -219,7 +219,7 @@ class ActorRef(Generic[MsgT]):
     async def _enqueue(self, message: object, reply: Reply[object]) -> None:
         mailbox = self._cell.mailbox
         item = (message, reply)
-        if isinstance(message, SystemMessage):
+        if isinstance(message, PriorityMessage):
             await checkpoint_if_cancelled()
             mailbox.put_system(item)
         elif mailbox.has_room():

@@ -21,10 +21,10 @@ from protocols.errors import (
 from runtime import (
     Actor,
     ActorRef,
+    PriorityMessage,
     Reply,
     Request,
     Runtime,
-    SystemMessage,
     open_runtime,
 )
 
@@ -45,7 +45,7 @@ class Fail:
 
 
 @attrs.frozen
-class Urgent(SystemMessage):
+class Urgent(PriorityMessage):
     tag: str
 
 
