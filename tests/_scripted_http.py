@@ -24,6 +24,8 @@ class Reply:
 
     status: int = 200
     """The status code."""
+    head_delay: float = 0.0
+    """Seconds to sleep before sending anything (to provoke read timeouts)."""
     headers: list[tuple[str, str]] = attrs.Factory(list)
     """Extra headers."""
     chunks: list[bytes] = attrs.Factory(list)
@@ -96,6 +98,7 @@ class ScriptedHTTPServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(16)
+        self._sock.settimeout(0.05)  # so the accept loop notices closing promptly
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._closing = False
 
@@ -120,15 +123,18 @@ class ScriptedHTTPServer:
         tb: TracebackType | None,
     ) -> None:
         self._closing = True
-        self._sock.close()
         self._thread.join(timeout=5)
+        self._sock.close()
 
     def _serve(self) -> None:
         while not self._closing:
             try:
                 conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            conn.settimeout(None)
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
@@ -170,6 +176,8 @@ class ScriptedHTTPServer:
         if reply.chunked:
             head.append("transfer-encoding: chunked")
         try:
+            if reply.head_delay:
+                time.sleep(reply.head_delay)
             conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
             for piece in reply.chunks:
                 if reply.delay:
