@@ -14,7 +14,7 @@ is nothing special: fold the log (from a snapshot if one exists), ask ``next_ste
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Generic, TypeVar, final
 
 import attrs
@@ -32,6 +32,10 @@ StateT = TypeVar("StateT")
 _PAGE = 4096
 
 
+def _as_tuple(events: Iterable[object]) -> tuple[object, ...]:
+    return tuple(events)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Decision:
@@ -41,7 +45,7 @@ class Decision:
     hears the reply can rely on the log already holding them.
     """
 
-    events: tuple[object, ...] = attrs.field(default=(), converter=tuple)
+    events: tuple[object, ...] = attrs.field(default=(), converter=_as_tuple)
     """Events to append, in order (may be empty)."""
     reply: object = None
     """The answer to an ``ask`` (ignored for a ``tell``)."""
