@@ -5,6 +5,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import (
+    json_schemas,
+    schema_at,
+    type_breaking_mutations,
+    values_for,
+    wrong_values_for,
+)
 
 from protocols import (
     CompiledSchema,
@@ -15,13 +22,6 @@ from protocols import (
     validate_json,
 )
 from protocols.errors import ToolDefinitionError
-from tests.strategies import (
-    json_schemas,
-    schema_at,
-    type_breaking_mutations,
-    values_for,
-    wrong_values_for,
-)
 
 CITY: dict[str, JsonValue] = {
     "type": "object",

@@ -11,12 +11,12 @@ import trio
 import trio.testing
 import trio_asyncio
 from hypothesis import given, settings
+from strategies import tool_calls
 
 from actors import ToolContext, ToolRegistry, open_tool_runner, run_tool_calls, tool
 from protocols import ToolOutcome, idempotency_key
 from protocols._llm import ToolCall
 from protocols.errors import ToolError, ToolInterruptedError
-from tests.strategies import tool_calls
 
 
 @attrs.frozen
