@@ -1,0 +1,231 @@
+"""The LLM vocabulary: values, fingerprints, usage sums, stream assembly, codec round trips."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocols import (
+    AssistantMessage,
+    FinishDelta,
+    ImagePart,
+    LLMRequest,
+    LLMResponse,
+    LLMStream,
+    StreamAssembler,
+    StreamDelta,
+    SystemMessage,
+    TextDelta,
+    TextPart,
+    ThinkingBlock,
+    ThinkingDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    ToolDefinition,
+    ToolResultMessage,
+    Usage,
+    UsageDelta,
+    UserMessage,
+    make_converter,
+    response_deltas,
+)
+from protocols.errors import LLMMalformedStreamError
+
+REQUEST = LLMRequest(
+    messages=[
+        SystemMessage("sys"),
+        UserMessage([TextPart("look"), ImagePart(url="https://x/cat.png")]),
+        AssistantMessage(
+            content="ok",
+            tool_calls=[ToolCall(id="c1", name="f", arguments='{"a": 1}')],
+            thinking=[ThinkingBlock(thinking="t", signature="s")],
+        ),
+        ToolResultMessage(tool_call_id="c1", content="1", is_error=True),
+    ],
+    tools=[ToolDefinition(name="f", description="d", parameters={"type": "object"})],
+    tool_choice=ToolChoice.required(),
+    max_tokens=10,
+    temperature=0.5,
+    model="m",
+    stop=["x"],
+)
+
+
+def test_user_message_accepts_a_string() -> None:
+    """A bare string is one text part; `text` joins the text parts."""
+    message = UserMessage("hello")
+    assert message.content == (TextPart("hello"),)
+    assert message.text == "hello"
+    assert message.role == "user"
+
+
+def test_fingerprint_is_stable_and_sensitive() -> None:
+    """Equal requests share a fingerprint; any parameter change alters it."""
+    same = attrs.evolve(REQUEST)
+    assert same.fingerprint() == REQUEST.fingerprint()
+    assert REQUEST.fingerprint().startswith("sha256:")
+    assert len(REQUEST.fingerprint()) == len("sha256:") + 64
+    changed = [
+        attrs.evolve(REQUEST, temperature=0.6),
+        attrs.evolve(REQUEST, model="n"),
+        attrs.evolve(REQUEST, tools=()),
+        attrs.evolve(REQUEST, messages=REQUEST.messages[:-1]),
+        attrs.evolve(REQUEST, tool_choice=ToolChoice.auto()),
+    ]
+    prints = {r.fingerprint() for r in changed} | {REQUEST.fingerprint()}
+    assert len(prints) == 6
+
+
+def test_fingerprint_known_value() -> None:
+    """The fingerprint does not drift between versions (recorded logs depend on it).
+
+    If this fails, a change altered the canonical form of requests: replays of old logs
+    would report divergence. Bump deliberately, with a note in the changelog.
+    """
+    request = LLMRequest(messages=[UserMessage("hi")])
+    assert request.fingerprint() == (
+        "sha256:9363e240b682816f2909d4965ca0c1fde525b5b54b0a1c8b38974fd588455767"
+    )
+    assert request.fingerprint() != LLMRequest(messages=[SystemMessage("hi")]).fingerprint()
+
+
+def test_tool_choice_validation() -> None:
+    """`tool` mode needs a name and other modes refuse one."""
+    assert ToolChoice.tool("f") == ToolChoice("tool", "f")
+    with pytest.raises(ValueError, match="needs a name exactly when mode is 'tool'"):
+        ToolChoice("tool")
+    with pytest.raises(ValueError, match="needs a name exactly when mode is 'tool'"):
+        ToolChoice("auto", "f")
+
+
+usages = st.builds(
+    Usage,
+    prompt_tokens=st.integers(0, 10**6),
+    completion_tokens=st.integers(0, 10**6),
+    cached_tokens=st.integers(0, 10**6),
+    cache_write_tokens=st.integers(0, 10**6),
+    reasoning_tokens=st.integers(0, 10**6),
+)
+
+
+@given(usages, usages, usages)
+def test_usage_addition(a: Usage, b: Usage, c: Usage) -> None:
+    """`+` adds field by field, is associative and commutative, with Usage() as zero."""
+    assert (a + b) + c == a + (b + c)
+    assert a + b == b + a
+    assert a + Usage() == a
+    assert (a + b).total_tokens == a.total_tokens + b.total_tokens
+
+
+texts = st.text(max_size=40)
+responses = st.builds(
+    LLMResponse,
+    content=texts,
+    tool_calls=st.lists(
+        st.builds(ToolCall, id=st.text(min_size=1, max_size=5), name=st.text(min_size=1,
+                  max_size=5), arguments=texts),
+        max_size=3,
+    ).map(tuple),
+    finish_reason=st.sampled_from(["stop", "length", "tool_calls", "content_filter", "other"]),
+    usage=usages,
+    thinking=st.lists(
+        st.builds(ThinkingBlock, thinking=texts, signature=st.none() | texts,
+                  redacted=st.booleans()),
+        max_size=2,
+    ).map(tuple),
+)
+
+
+@given(responses, st.integers(1, 7))
+def test_deltas_assemble_back(response: LLMResponse, chunk_size: int) -> None:
+    """Splitting a response into deltas and assembling them gives the response back."""
+    assembler = StreamAssembler()
+    for delta in response_deltas(response, chunk_size=chunk_size):
+        assembler.add(delta)
+    assert assembler.response() == attrs.evolve(response, model="", id=None)
+
+
+def test_response_deltas_rejects_bad_chunk_size() -> None:
+    """chunk_size must be positive."""
+    with pytest.raises(ValueError, match="chunk_size must be positive, got 0"):
+        response_deltas(LLMResponse(), chunk_size=0)
+
+
+def test_assembler_rejects_headless_tool_fragment() -> None:
+    """A fragment of an unknown call is a malformed stream."""
+    assembler = StreamAssembler()
+    with pytest.raises(LLMMalformedStreamError) as info:
+        assembler.add(ToolCallDelta(index=2, arguments="{"))
+    assert info.value.code == "llm.malformed_stream"
+    assert str(info.value) == (
+        "tool call fragment #2 arrived before the fragment carrying its id and name"
+    )
+
+
+def test_assembler_defaults_and_thinking_signature() -> None:
+    """Without a finish delta, calls mean tool_calls; signatures attach to their block."""
+    assembler = StreamAssembler()
+    deltas: list[StreamDelta] = [
+        ThinkingDelta(index=0, text="a"), ThinkingDelta(index=0, text="b"),
+        ThinkingDelta(index=0, signature="sig"),
+        ToolCallDelta(index=0, id="1", name="f", arguments="{}"),
+        UsageDelta(Usage(prompt_tokens=1)), UsageDelta(Usage(prompt_tokens=2)),
+    ]
+    for delta in deltas:
+        assembler.add(delta)
+    response = assembler.response(model="m", id="r")
+    assert response.finish_reason == "tool_calls"
+    assert response.thinking == (ThinkingBlock(thinking="ab", signature="sig"),)
+    assert response.usage == Usage(prompt_tokens=2)
+    assert (response.model, response.id) == ("m", "r")
+    assert response.to_message() == AssistantMessage(
+        tool_calls=response.tool_calls, thinking=response.thinking
+    )
+
+
+def test_codec_round_trip() -> None:
+    """Requests and responses survive the event codec (cattrs on orjson)."""
+    converter = make_converter()
+    assert converter.structure(converter.unstructure(REQUEST), LLMRequest) == REQUEST
+    response = LLMResponse(
+        content="x", tool_calls=[ToolCall(id="1", name="f", arguments="{}")],
+        usage=Usage(prompt_tokens=3, cached_tokens=1), model="m", id="i",
+        thinking=[ThinkingBlock(thinking="t", redacted=True)],
+    )
+    assert converter.structure(converter.unstructure(response), LLMResponse) == response
+
+
+async def _source(items: list[StreamDelta | LLMResponse]) -> AsyncGenerator[
+        StreamDelta | LLMResponse, None]:
+    for item in items:
+        yield item
+
+
+async def test_stream_object() -> None:
+    """An LLMStream yields deltas, stops at the response, and keeps it."""
+    final = LLMResponse(content="hi")
+    stream = LLMStream(lambda: _source([TextDelta("hi"), FinishDelta("stop"), final]))
+    async with stream:
+        assert [d async for d in stream] == [TextDelta("hi"), FinishDelta("stop")]
+        assert stream.response == final
+        assert await stream.final_response() == final
+
+
+async def test_stream_misuse() -> None:
+    """Iterating outside `async with`, entering twice, or a source without a response fail."""
+    stream = LLMStream(lambda: _source([]))
+    with pytest.raises(RuntimeError, match=r"inside `async with llm\.stream"):
+        await stream.final_response()
+    async with stream:
+        with pytest.raises(LLMMalformedStreamError) as info:
+            await stream.final_response()
+    assert info.value.code == "llm.malformed_stream"
+    assert str(info.value) == "the stream ended before the response was complete"
+    with pytest.raises(RuntimeError, match="can be entered only once"):
+        async with stream:
+            pass
