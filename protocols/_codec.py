@@ -78,6 +78,7 @@ def make_converter() -> cattrs.Converter:
     return converter
 
 
+@final
 @attrs.frozen
 class EncodedEvent:
     """An event as the store keeps it: type name, schema version and JSON bytes."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import attrs
 
 
@@ -24,8 +26,11 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
         if not (isinstance(current, str) and current.split(".")[0] == package and "._" in current):
             continue
         if isinstance(obj, type) and attrs.has(obj):
+            # A hint-only import (under TYPE_CHECKING, e.g. to break an import cycle) is
+            # missing from the defining module but often re-exported by the package.
+            defining = vars(sys.modules[current]) if current in sys.modules else {}
             try:
-                attrs.resolve_types(obj)
+                attrs.resolve_types(obj, globalns={**namespace, **defining})
             except NameError:
                 continue
         try:
