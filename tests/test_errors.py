@@ -1,0 +1,247 @@
+"""The error tree: unique dotted codes per branch, the documented tree, messages, built-in bases."""
+
+from __future__ import annotations
+
+import builtins
+import re
+
+import attrs
+import pytest
+
+from protocols import errors
+from protocols.errors import (
+    ActorExistsError,
+    ActorNotFoundError,
+    AskTimeoutError,
+    ConcurrencyConflictError,
+    ConfigError,
+    EventEncodeError,
+    IntensityExceededError,
+    LLMTimeoutError,
+    MissingSettingError,
+    PowertrioError,
+    StreamNotFoundError,
+    ToolDefinitionError,
+    ToolNotFoundError,
+    UnknownEventTypeError,
+)
+
+CODE = re.compile(r"[a-z][a-z_]*(\.[a-z][a-z_]*)*")
+"""A code: dotted lowercase segments, e.g. ``llm.rate_limited``."""
+
+TREE_LINE = re.compile(
+    r"^(?P<indent>[\s│├└─]*?)(?P<name>[A-Z]\w*)(?: \((?P<bases>[\w, ]+)\))?\s+\[(?P<code>[\w.]+)\]$"
+)
+"""One line of the module docstring's tree: ``├── Name (BuiltinBase)   [code]``."""
+
+BRANCH_PREFIX = {
+    "ConfigError": "config",
+    "ActorError": "actor",
+    "SupervisorError": "supervisor",
+    "StoreError": "store",
+    "CodecError": "codec",
+    "LLMError": "llm",
+    "ToolError": "tool",
+}
+"""Each sub-root of the tree and the first segment every code in its branch starts with."""
+
+
+@attrs.frozen
+class TreeEntry:
+    """One class as the docstring draws it."""
+
+    name: str
+    """The class name."""
+    code: str
+    """The code in brackets."""
+    parent: str | None
+    """The entry it hangs under (``None`` for the root)."""
+    builtin_bases: tuple[str, ...]
+    """Built-in exceptions named in parentheses."""
+
+
+def documented_tree() -> list[TreeEntry]:
+    """Parse the tree drawn in ``protocols.errors.__doc__``."""
+    assert errors.__doc__ is not None
+    entries: list[TreeEntry] = []
+    stack: list[tuple[int, str]] = []  # (column of the name, name) of the open ancestors
+    for line in errors.__doc__.splitlines():
+        match = TREE_LINE.match(line)
+        if match is None:
+            continue
+        column = len(match["indent"])
+        while stack and stack[-1][0] >= column:
+            stack.pop()
+        bases = tuple(b.strip() for b in (match["bases"] or "").split(",") if b.strip())
+        parent = stack[-1][1] if stack else None
+        entries.append(TreeEntry(match["name"], match["code"], parent, bases))
+        stack.append((column, match["name"]))
+    return entries
+
+
+def library_error_classes() -> list[type[PowertrioError]]:
+    """The error classes powertrio defines (tests may subclass the root for their own use)."""
+    return [cls for cls in errors.all_error_classes() if cls.__module__ == "protocols.errors"]
+
+
+def _branch(cls: type[PowertrioError]) -> type[PowertrioError]:
+    """The sub-root of the branch ``cls`` belongs to (the root for the root itself)."""
+    for ancestor in reversed(cls.__mro__):
+        if (
+            isinstance(ancestor, type)
+            and issubclass(ancestor, PowertrioError)
+            and ancestor is not PowertrioError
+        ):
+            return ancestor
+    return PowertrioError
+
+
+def test_codes_are_unique() -> None:
+    """No two error classes share a code: callers branch on it."""
+    codes = [cls.code for cls in errors.all_error_classes()]
+    duplicates = sorted({code for code in codes if codes.count(code) > 1})
+    expected: list[str] = []
+    assert expected == duplicates
+
+
+def test_every_class_declares_its_own_code() -> None:
+    """Each class sets ``code`` itself instead of inheriting its parent's."""
+    inherited = [cls.__name__ for cls in library_error_classes() if "code" not in vars(cls)]
+    expected: list[str] = []
+    assert expected == inherited
+
+
+@pytest.mark.parametrize("cls", library_error_classes(), ids=lambda cls: cls.__name__)
+def test_code_is_dotted_lowercase_and_starts_with_its_branch(cls: type[PowertrioError]) -> None:
+    """``llm.rate_limited`` lives under ``LLMError``; ``actor.not_found`` under ``ActorError``."""
+    assert CODE.fullmatch(cls.code) is not None, cls.code
+    branch = _branch(cls)
+    expected = "powertrio" if branch is PowertrioError else BRANCH_PREFIX[branch.__name__]
+    assert expected == cls.code.split(".")[0]
+
+
+def test_branches_are_the_documented_sub_roots() -> None:
+    """The direct children of the root are exactly the branches with a code prefix."""
+    expected = sorted(BRANCH_PREFIX)
+    actual = sorted(cls.__name__ for cls in PowertrioError.__subclasses__()
+                    if cls.__module__ == "protocols.errors")
+    assert expected == actual
+
+
+def test_docstring_tree_lists_exactly_the_classes_and_codes() -> None:
+    """The tree in the module docstring names every class with its code, and nothing else."""
+    expected = sorted((cls.__name__, cls.code) for cls in library_error_classes())
+    actual = sorted((entry.name, entry.code) for entry in documented_tree())
+    assert expected == actual
+
+
+def test_docstring_tree_draws_the_real_parents_and_builtin_bases() -> None:
+    """Each entry hangs under its real base class and names the built-ins it subclasses."""
+    wrong: list[str] = []
+    for entry in documented_tree():
+        cls = getattr(errors, entry.name)
+        own_bases = [b for b in cls.__bases__ if issubclass(b, PowertrioError)]
+        parent = own_bases[0].__name__ if own_bases else None
+        if parent != entry.parent:
+            wrong.append(f"{entry.name}: drawn under {entry.parent}, subclasses {parent}")
+        declared = tuple(b.__name__ for b in cls.__bases__ if not issubclass(b, PowertrioError))
+        if cls is not PowertrioError and declared != entry.builtin_bases:  # root: Exception
+            wrong.append(f"{entry.name}: drawn with {entry.builtin_bases}, subclasses {declared}")
+        for name in entry.builtin_bases:
+            if not issubclass(cls, getattr(builtins, name)):
+                wrong.append(f"{entry.name}: is no {name}")
+    expected: list[str] = []
+    assert expected == wrong
+
+
+def test_every_error_class_is_in_all() -> None:
+    """``protocols.errors.__all__`` exports each error class under its own name."""
+    classes = library_error_classes()
+    missing = [cls.__name__ for cls in classes if cls.__name__ not in errors.__all__]
+    expected: list[str] = []
+    assert expected == missing
+    for cls in library_error_classes():
+        assert getattr(errors, cls.__name__) is cls
+
+
+@pytest.mark.parametrize(
+    ("cls", "builtin"),
+    [
+        (ConfigError, ValueError),
+        (MissingSettingError, ValueError),
+        (ActorNotFoundError, LookupError),
+        (ActorExistsError, ValueError),
+        (AskTimeoutError, TimeoutError),
+        (StreamNotFoundError, LookupError),
+        (EventEncodeError, TypeError),
+        (ToolNotFoundError, LookupError),
+        (ToolDefinitionError, TypeError),
+    ],
+    ids=lambda value: value.__name__,
+)
+def test_misuse_errors_subclass_the_builtin_they_behave_like(
+    cls: type[PowertrioError], builtin: type[Exception]
+) -> None:
+    """``except LookupError`` catches an unknown actor, as ``except KeyError`` would a dict's."""
+    assert issubclass(cls, builtin)
+    assert issubclass(cls, PowertrioError)
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (ActorNotFoundError("/app/counter"), "no actor is registered as '/app/counter'"),
+        (
+            AskTimeoutError("counter", "GetCount", 1.5),
+            "actor 'counter' did not reply to GetCount within 1.5 s",
+        ),
+        (
+            ConcurrencyConflictError("session-1", 3, 5),
+            "stream 'session-1' is at version 5, the append expected 3; nothing was written "
+            "(another writer owns this stream?)",
+        ),
+        (
+            ToolNotFoundError("add", ("mul", "sub")),
+            "no tool named 'add'; available tools: mul, sub",
+        ),
+        (ToolNotFoundError("add"), "no tool named 'add'; available tools: none"),
+        (
+            MissingSettingError("OPENAI_API_KEY"),
+            "missing setting: set the environment variable OPENAI_API_KEY",
+        ),
+        (
+            UnknownEventTypeError("session.renamed", "session-1", 4),
+            "unknown event type 'session.renamed' at 'session-1' version 4; "
+            "is the module that defines it imported?",
+        ),
+        (
+            IntensityExceededError("root", 3, 5.0),
+            "supervisor 'root' saw more than 3 restarts within 5 s and gave up; "
+            "the last crash is the cause",
+        ),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else "",
+)
+def test_str_is_a_useful_message(error: PowertrioError, message: str) -> None:
+    """``str(error)`` names the details and what to do; the exact text is pinned here."""
+    assert message == str(error)
+
+
+def test_structured_fields_carry_the_details() -> None:
+    """Callers read fields, never parse the message."""
+    timeout = AskTimeoutError("counter", "GetCount", 1.5)
+    expected = ("counter", "GetCount", 1.5, "actor.ask_timeout")
+    assert expected == (timeout.actor_id, timeout.message_type, timeout.timeout, timeout.code)
+    conflict = ConcurrencyConflictError("session-1", 3, 5)
+    assert (conflict.stream, conflict.expected, conflict.actual) == ("session-1", 3, 5)
+    llm = LLMTimeoutError("read timed out", phase="read", provider="openai")
+    assert (llm.phase, llm.provider, llm.status, llm.retryable) == ("read", "openai", None, True)
+
+
+def test_repr_names_code_and_message() -> None:
+    """The repr shows the class, the code and the message."""
+    error = ActorNotFoundError("x")
+    expected = (
+        "ActorNotFoundError(code='actor.not_found', message=\"no actor is registered as 'x'\")"
+    )
+    assert expected == repr(error)
