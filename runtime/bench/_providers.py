@@ -1,0 +1,136 @@
+"""Provider transports: time to first token and call latency, beside bare httpx in the same run.
+
+For now this measures the bare transports (no session actor exists yet) against a local
+canned OpenAI-compatible server on loopback, so the figure is our overhead per call
+(request building, retries wrapper, SSE parsing, delta assembly) relative to the physical
+baseline: the same HTTP exchange done with bare httpx on the same shared client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import orjson
+import trio
+
+from protocols import LLMRequest, TextDelta, UserMessage
+from protocols.transports import OpenAITransport, ProviderConfig, open_http_client
+
+_CHUNK = {"id": "c", "model": "bench", "choices": [{"index": 0, "delta": {"content": "tok"},
+                                                    "finish_reason": None}]}
+_STREAM = (
+    b"".join(b"data: " + orjson.dumps(_CHUNK) + b"\n\n" for _ in range(20))
+    + b'data: {"id":"c","model":"bench","choices":[{"index":0,"delta":{},'
+    b'"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+)
+_BODY = orjson.dumps({
+    "id": "c", "model": "bench",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok" * 20},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 20},
+})
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # One buffered write per response and no Nagle: otherwise delayed ACKs add ~40 ms to
+    # every call and drown what we measure.
+    wbufsize = 65536
+    disable_nagle_algorithm = True
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        request = orjson.loads(self.rfile.read(length))
+        stream = bool(request.get("stream"))
+        payload = _STREAM if stream else _BODY
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream" if stream else "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return  # keep the benchmark output clean
+
+
+async def _p50s(
+    n: int, baseline: Callable[[], Awaitable[None]], ours: Callable[[], Awaitable[None]]
+) -> tuple[float, float]:
+    """Median seconds of each call, run interleaved so drift affects both alike."""
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(n):
+        for i, call in enumerate((baseline, ours)):
+            start = trio.current_time()
+            await call()
+            samples[i].append(trio.current_time() - start)
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
+async def _measure(n: int) -> dict[str, float | int | str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    host, port = server.server_address[:2]
+    url = f"http://{host!s}:{port}/v1"
+    body = orjson.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}],
+                         "stream": True})
+    plain_body = orjson.dumps({"model": "bench",
+                               "messages": [{"role": "user", "content": "hi"}]})
+    request = LLMRequest(messages=[UserMessage("hi")])
+    try:
+        async with open_http_client() as client:
+            transport = OpenAITransport(
+                ProviderConfig(provider="openai", base_url=url, model="bench"), client=client
+            )
+
+            async def bare_ttft() -> None:
+                async with client.stream("POST", url + "/chat/completions", content=body,
+                                         headers={"content-type": "application/json"}) as r:
+                    async for line in r.aiter_lines():
+                        if line.startswith("data: "):
+                            orjson.loads(line[6:])
+                            break
+
+            async def ours_ttft() -> None:
+                async with transport.stream(request) as stream:
+                    async for delta in stream:
+                        if isinstance(delta, TextDelta):
+                            break
+
+            async def bare_complete() -> None:
+                r = await client.post(url + "/chat/completions", content=plain_body,
+                                      headers={"content-type": "application/json"})
+                orjson.loads(r.content)
+
+            async def ours_complete() -> None:
+                await transport.complete(request)
+
+            for warm in (bare_ttft, ours_ttft, bare_complete, ours_complete):
+                await warm()
+            bare_t, ours_t = await _p50s(n, bare_ttft, ours_ttft)
+            bare_c, ours_c = await _p50s(n, bare_complete, ours_complete)
+    finally:
+        server.shutdown()
+        server.server_close()
+    return {
+        "requests": n,
+        "ttft_bare_httpx_p50_ms": bare_t * 1000,
+        "ttft_transport_p50_ms": ours_t * 1000,
+        "ttft_ratio": ours_t / bare_t,
+        "complete_bare_httpx_p50_ms": bare_c * 1000,
+        "complete_transport_p50_ms": ours_c * 1000,
+        "complete_ratio": ours_c / bare_c,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, float | int | str]:
+    """Run the suite: ``--quick`` does 30 requests per figure instead of 300."""
+    n = 30 if getattr(args, "quick", False) else 300
+    return trio.run(_measure, n)
+
+
+__all__ = ["run"]
