@@ -93,6 +93,7 @@ class _ToolsDone:
 _CRASHED = "the process stopped while this tool ran; its result is unknown"
 
 
+@final
 class SessionActor(EventSourcedActor[SessionState]):
     """One conversation: runs of LLM rounds and tool calls, folded from its own stream.
 
@@ -441,7 +442,9 @@ async def spawn_session(
     Returns:
         Session: the handle.
     """
-    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry.of(*tools)  # type: ignore[arg-type]
+    registry = (
+        tools if isinstance(tools, ToolRegistry) else ToolRegistry.of(*tools)  # type: ignore[arg-type]
+    )
     session_id = session_id or runtime.ids.new("ses")
 
     def factory() -> SessionActor:

@@ -176,7 +176,9 @@ async def test_bad_arguments_and_tool_errors_go_back_to_the_model() -> None:
 
 
 async def test_round_limit_stops_the_run() -> None:
-    loop_forever = FunctionLLM(lambda request: answer("", call(f"c{len(request.messages)}", "add", '{"a": 1, "b": 1}')))
+    loop_forever = FunctionLLM(
+        lambda request: answer("", call(f"c{len(request.messages)}", "add", '{"a": 1, "b": 1}'))
+    )
     async with open_runtime(seed=1) as runtime:
         session = await spawn_session(runtime, llm=loop_forever, tools=[add], max_rounds=3)
         result = await session.send("loop")
