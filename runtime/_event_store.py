@@ -387,6 +387,19 @@ def check_append_args(stream: object, events: object, expected_version: object) 
         TypeError: a wrong type.
         ValueError: an empty stream name or a negative expected version.
     """
+    # The fast path runs on every append: exact type checks only (NewEvent is final).
+    if (
+        type(stream) is str
+        and stream
+        and type(expected_version) is int
+        and expected_version >= 0
+        and type(events) in (list, tuple)
+    ):
+        for event in events:  # type: ignore[attr-defined]  # list or tuple
+            if type(event) is not NewEvent or not event.type or type(event.data) is not bytes:
+                break
+        else:
+            return
     check_stream_name(stream)
     if not isinstance(expected_version, int) or isinstance(expected_version, bool):
         raise TypeError(f"expected_version must be an int, got {type(expected_version).__name__}")

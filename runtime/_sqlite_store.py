@@ -47,9 +47,16 @@ APPLICATION_ID = 0x50545249
 SCHEMA_VERSION = 1
 """The storage schema this code writes and reads (``PRAGMA user_version``)."""
 
-# Small pages: a group commit touches one index leaf page per stream it appends to, and
-# every touched page is written whole to the WAL and synced. 1 KiB pages cut those bytes
-# by four against the 4 KiB default (see runtime/bench/_log.py).
+# Why the (stream, version) index lags behind: events are appended in position order, so
+# the events table only grows at its end, but an index keyed by stream puts each new
+# entry on the leaf page of its stream. A group commit over 256 streams would dirty 256
+# index pages, each written whole to the WAL and synced: most of the cost of a commit.
+# So a commit indexes the events only once ``index_lag`` of them are unindexed (one
+# sweep, amortised over many commits), and a stream read adds the short unindexed tail
+# (positions above ``meta.indexed_upto``) with a range scan. Both parts are read in one
+# transaction, so a reader never sees an event twice or misses one.
+#
+# Small pages: whatever pages a commit does dirty are written whole to the WAL.
 _PAGE_SIZE = 1024
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -64,9 +71,19 @@ CREATE TABLE events (
     data           BLOB,
     blob_id        BLOB,
     metadata       BLOB,
-    recorded_at    REAL    NOT NULL,
-    UNIQUE (stream, version)
+    recorded_at    REAL    NOT NULL
 );
+CREATE TABLE stream_index (
+    stream   TEXT    NOT NULL,
+    version  INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    PRIMARY KEY (stream, version)
+) WITHOUT ROWID;
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO meta (key, value) VALUES ('indexed_upto', 0);
 CREATE INDEX events_blob ON events (blob_id) WHERE blob_id IS NOT NULL;
 CREATE TABLE streams (
     stream     TEXT    PRIMARY KEY,
@@ -87,23 +104,50 @@ CREATE TABLE blobs (
     data BLOB NOT NULL
 ) WITHOUT ROWID;
 """
-_TABLES = frozenset({"events", "streams", "snapshots", "blobs", "sqlite_sequence"})
+_REQUIRED_TABLES = frozenset({"events", "stream_index", "meta", "streams", "snapshots", "blobs"})
 
 _SELECT = (
     "SELECT e.stream, e.version, e.position, e.type, e.schema_version, "
     "coalesce(e.data, b.data), e.metadata, e.recorded_at, e.blob_id "
     "FROM events e LEFT JOIN blobs b ON b.id = e.blob_id "
 )
-_READ_STREAM = _SELECT + "WHERE e.stream = ? AND e.version >= ? ORDER BY e.version LIMIT ?"
+_READ_INDEXED = (
+    "SELECT e.stream, e.version, e.position, e.type, e.schema_version, "
+    "coalesce(e.data, b.data), e.metadata, e.recorded_at, e.blob_id "
+    "FROM stream_index i JOIN events e ON e.position = i.position "
+    "LEFT JOIN blobs b ON b.id = e.blob_id "
+    "WHERE i.stream = ? AND i.version >= ? ORDER BY i.version LIMIT ?"
+)
+_READ_TAIL = (
+    _SELECT + "WHERE e.position > ? AND e.stream = ? AND e.version >= ? ORDER BY e.position LIMIT ?"
+)
+_INDEX_TAIL = (
+    "INSERT INTO stream_index (stream, version, position) "
+    "SELECT stream, version, position FROM events WHERE position > ? ORDER BY position"
+)
 _READ_ALL = _SELECT + "WHERE e.position >= ? ORDER BY e.position LIMIT ?"
 _INSERT_EVENT = (
     "INSERT INTO events (position, stream, version, type, schema_version, data, blob_id, "
     "metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_UPSERT_STREAM = (
-    "INSERT INTO streams (stream, version, created_at, updated_at) VALUES (?, ?, ?, ?) "
+_SWEEP_STREAMS = (
+    "INSERT INTO streams (stream, version, created_at, updated_at) "
+    "SELECT stream, max(version), min(recorded_at), max(recorded_at) FROM events "
+    "WHERE position > ? GROUP BY stream "
     "ON CONFLICT (stream) DO UPDATE SET version = excluded.version, "
     "updated_at = excluded.updated_at"
+)
+# The streams table is swept with the index; newer facts are in the tail of events.
+_STREAM_INFO = (
+    "SELECT 0, stream, version, created_at, updated_at FROM streams WHERE stream = ?1 "
+    "UNION ALL SELECT 1, stream, max(version), min(recorded_at), max(recorded_at) FROM events "
+    "WHERE position > ?2 AND stream = ?1 GROUP BY stream ORDER BY 1"
+)
+_STREAMS_LISTING = (
+    "SELECT 0, stream, version, created_at, updated_at FROM streams "
+    "WHERE substr(stream, 1, ?1) = ?2 "
+    "UNION ALL SELECT 1, stream, max(version), min(recorded_at), max(recorded_at) FROM events "
+    "WHERE position > ?3 AND substr(stream, 1, ?1) = ?2 GROUP BY stream ORDER BY 1"
 )
 _INSERT_BLOB = "INSERT OR IGNORE INTO blobs (id, data) VALUES (?, ?)"
 _DELETE_ORPHAN_BLOBS = (
@@ -115,14 +159,19 @@ T = TypeVar("T")
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
 
-@attrs.define(eq=False)
+@final
 class _PendingAppend:
-    stream: str
-    events: Sequence[NewEvent]
-    expected_version: int
-    done: trio.Event = attrs.field(factory=trio.Event)
-    taken: bool = False
-    outcome: AppendResult | BaseException | None = None
+    """One queued append, waiting for its group commit (a plain slotted class: hot path)."""
+
+    __slots__ = ("done", "events", "expected_version", "outcome", "stream", "taken")
+
+    def __init__(self, stream: str, events: Sequence[NewEvent], expected_version: int) -> None:
+        self.stream = stream
+        self.events = events
+        self.expected_version = expected_version
+        self.done = trio.Event()
+        self.taken = False
+        self.outcome: AppendResult | BaseException | None = None
 
 
 @attrs.define(eq=False)
@@ -164,6 +213,30 @@ def _connect(path: str, *, read_only: bool) -> sqlite3.Connection:
     if read_only:
         conn.execute("PRAGMA query_only = 1")
     return conn
+
+
+def _indexed_upto(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'indexed_upto'").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _merge_infos(rows: Sequence[Any]) -> dict[str, StreamInfo]:
+    """Merge swept stream rows (part 0) with tail aggregates (part 1, which come later)."""
+    merged: dict[str, StreamInfo] = {}
+    for _part, name, version, created, updated in rows:
+        seen = merged.get(name)
+        merged[name] = StreamInfo(
+            stream=name,
+            version=version,
+            created_at=created if seen is None else seen.created_at,
+            updated_at=updated,
+        )
+    return merged
+
+
+def _stream_info(conn: sqlite3.Connection, stream: str, upto: int) -> StreamInfo | None:
+    """A stream's info from the swept table plus the unindexed tail (caller's transaction)."""
+    return _merge_infos(conn.execute(_STREAM_INFO, (stream, upto)).fetchall()).get(stream)
 
 
 def _row_to_event(path: str, row: Any) -> RecordedEvent:  # an sqlite3 row
@@ -219,6 +292,8 @@ class SqliteEventStore:
     _db_head: int = 0
     _data_version: int = -1
     _cache_valid: bool = False
+    _indexed_upto: int = 0
+    _index_lag: int = 4096
     _checkpoint_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _counters: _Counters = attrs.field(factory=_Counters)
 
@@ -282,7 +357,7 @@ class SqliteEventStore:
             found = conn.execute("PRAGMA user_version").fetchone()[0]
             if found > SCHEMA_VERSION:
                 raise StoreSchemaVersionError(path, found, SCHEMA_VERSION)
-            if found < 1 or not {"events", "streams", "snapshots", "blobs"} <= tables:
+            if found < 1 or not tables >= _REQUIRED_TABLES:
                 raise CorruptLogError(
                     path, f"storage schema {found} with tables {sorted(tables)} is incomplete"
                 )
@@ -406,7 +481,14 @@ class SqliteEventStore:
                     conn.executemany(_INSERT_BLOB, plan.blob_rows)
                 if plan.event_rows:
                     conn.executemany(_INSERT_EVENT, plan.event_rows)
-                    conn.executemany(_UPSERT_STREAM, list(plan.stream_rows.values()))
+                indexed = self._indexed_upto
+                if plan.head - indexed > self._index_lag:
+                    conn.execute(_INDEX_TAIL, (indexed,))
+                    conn.execute(_SWEEP_STREAMS, (indexed,))
+                    conn.execute(
+                        "UPDATE meta SET value = ? WHERE key = 'indexed_upto'", (plan.head,)
+                    )
+                    indexed = plan.head
                 conn.execute("COMMIT")
             except BaseException:
                 self._cache_valid = False
@@ -416,6 +498,7 @@ class SqliteEventStore:
         for name, version, created, _updated in plan.stream_rows.values():
             self._versions[name] = (version, created)
         self._db_head = plan.head
+        self._indexed_upto = indexed
         counters.commits += 1
         for pending, result in plan.accepted:
             pending.outcome = result
@@ -438,6 +521,7 @@ class SqliteEventStore:
             self._db_head = conn.execute(
                 "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'events'"
             ).fetchone()[0]
+            self._indexed_upto = _indexed_upto(conn)
             self._data_version = data_version
             self._cache_valid = True
         head = self._db_head
@@ -450,11 +534,10 @@ class SqliteEventStore:
                 names.append(name)
             else:
                 known[name] = hit
-        for start in range(0, len(names), 500):
-            chunk = names[start : start + 500]
-            query = "SELECT stream, version, created_at FROM streams WHERE stream IN (%s)"
-            for name, version, created in conn.execute(query % ",".join("?" * len(chunk)), chunk):
-                known[name] = (version, created)
+        for name in names:
+            info = _stream_info(conn, name, self._indexed_upto)
+            if info is not None:
+                known[name] = (info.version, info.created_at)
         plan = _Plan(head=head)
         position = head
         for pending in batch:
@@ -542,10 +625,19 @@ class SqliteEventStore:
         check_stream_name(stream)
         check_from("from_version", from_version, limit)
         path = self._path
-        args = (stream, from_version, effective_limit(limit))
+        wanted = effective_limit(limit)
 
         def run(conn: sqlite3.Connection) -> list[RecordedEvent]:
-            return [_row_to_event(path, row) for row in conn.execute(_READ_STREAM, args)]
+            conn.execute("BEGIN")  # one snapshot for the indexed part and the tail
+            try:
+                upto = _indexed_upto(conn)
+                rows = conn.execute(_READ_INDEXED, (stream, from_version, wanted)).fetchall()
+                rest = -1 if wanted < 0 else wanted - len(rows)
+                if rest:
+                    rows += conn.execute(_READ_TAIL, (upto, stream, from_version, rest))
+            finally:
+                conn.execute("COMMIT")
+            return [_row_to_event(path, row) for row in rows]
 
         return await self._run_read(run)
 
@@ -576,8 +668,12 @@ class SqliteEventStore:
         check_stream_name(stream)
 
         def run(conn: sqlite3.Connection) -> int:
-            row = conn.execute("SELECT version FROM streams WHERE stream = ?", (stream,)).fetchone()
-            return 0 if row is None else int(row[0])
+            conn.execute("BEGIN")
+            try:
+                info = _stream_info(conn, stream, _indexed_upto(conn))
+            finally:
+                conn.execute("COMMIT")
+            return 0 if info is None else info.version
 
         return await self._run_read(run)
 
@@ -599,14 +695,15 @@ class SqliteEventStore:
         """
 
         def run(conn: sqlite3.Connection) -> list[StreamInfo]:
-            rows = conn.execute(
-                "SELECT stream, version, created_at, updated_at FROM streams "
-                "WHERE substr(stream, 1, ?) = ? ORDER BY stream",
-                (len(prefix), prefix),
-            )
-            return [
-                StreamInfo(stream=s, version=v, created_at=c, updated_at=u) for s, v, c, u in rows
-            ]
+            conn.execute("BEGIN")
+            try:
+                rows = conn.execute(
+                    _STREAMS_LISTING, (len(prefix), prefix, _indexed_upto(conn))
+                ).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            merged = _merge_infos(rows)
+            return [merged[name] for name in sorted(merged)]
 
         return await self._run_read(run)
 
@@ -678,10 +775,8 @@ class SqliteEventStore:
         def run(conn: sqlite3.Connection) -> int:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                row = conn.execute(
-                    "SELECT version FROM streams WHERE stream = ?", (stream,)
-                ).fetchone()
-                current = 0 if row is None else int(row[0])
+                info = _stream_info(conn, stream, _indexed_upto(conn))
+                current = 0 if info is None else info.version
                 if version <= current:
                     conn.execute(
                         "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (stream) "
@@ -721,8 +816,18 @@ class SqliteEventStore:
                 for start in range(0, len(names), 500):
                     chunk = [(n,) for n in names[start : start + 500]]
                     before = conn.total_changes
-                    conn.executemany("DELETE FROM events WHERE stream = ?", chunk)
+                    upto = _indexed_upto(conn)
+                    conn.executemany(
+                        "DELETE FROM events WHERE position IN "
+                        "(SELECT position FROM stream_index WHERE stream = ?)",
+                        chunk,
+                    )
+                    conn.executemany(
+                        "DELETE FROM events WHERE position > ? AND stream = ?",
+                        [(upto, name) for (name,) in chunk],
+                    )
                     deleted += conn.total_changes - before
+                    conn.executemany("DELETE FROM stream_index WHERE stream = ?", chunk)
                     conn.executemany("DELETE FROM streams WHERE stream = ?", chunk)
                     conn.executemany("DELETE FROM snapshots WHERE stream = ?", chunk)
                 conn.execute(_DELETE_ORPHAN_BLOBS)
@@ -855,6 +960,7 @@ async def open_sqlite_store(
     max_batch: int = 4096,
     clock: Callable[[], float] = time.time,
     checkpoint_interval: float = 0.5,
+    index_lag: int = 4096,
 ) -> AsyncIterator[SqliteEventStore]:
     """Open (or create) the event log at ``path`` and run its writer task.
 
@@ -874,6 +980,8 @@ async def open_sqlite_store(
         max_batch (int): most appends one group commit takes.
         clock (Callable[[], float]): the time source for ``recorded_at``.
         checkpoint_interval (float): seconds between background WAL checkpoints.
+        index_lag (int): how many newest events may wait before a commit adds them to the
+            per-stream index (reads scan that tail); 0 indexes in every commit.
 
     Yields:
         SqliteEventStore: the open store.
@@ -886,6 +994,8 @@ async def open_sqlite_store(
     """
     if blob_threshold < 0:
         raise ValueError(f"blob_threshold must be >= 0, got {blob_threshold}")
+    if index_lag < 0:
+        raise ValueError(f"index_lag must be >= 0, got {index_lag}")
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     if synchronous not in ("FULL", "NORMAL", "OFF"):
@@ -898,6 +1008,7 @@ async def open_sqlite_store(
         path=where, blob_threshold=blob_threshold, max_batch=max_batch, clock=clock, writer=conn
     )
     store._signal.head = head
+    store._index_lag = index_lag
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store._writer_loop)

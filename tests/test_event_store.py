@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from protocols.errors import (
+    ConcurrencyConflictError,
     CorruptLogError,
     ForeignDatabaseError,
     StoreError,
@@ -24,7 +25,9 @@ from runtime.testing import EVENT_STORE_CHECKS, InMemoryEventStore, check_event_
 BackendFactory = Callable[[Path], Callable[[], AbstractAsyncContextManager[EventStore]]]
 
 
-def _sqlite_backend(tmp_path: Path) -> Callable[[], AbstractAsyncContextManager[EventStore]]:
+def _sqlite_backend(
+    tmp_path: Path, index_lag: int = 4096
+) -> Callable[[], AbstractAsyncContextManager[EventStore]]:
     counter = iter(range(10**6))
 
     @asynccontextmanager
@@ -32,10 +35,26 @@ def _sqlite_backend(tmp_path: Path) -> Callable[[], AbstractAsyncContextManager[
         # NORMAL sync keeps the suite light on the shared disk; durability is FULL by
         # default and is exercised by the crash test and the benchmark.
         path = tmp_path / f"conformance-{next(counter)}.db"
-        async with open_sqlite_store(path, blob_threshold=1024, synchronous="NORMAL") as store:
+        async with open_sqlite_store(
+            path, blob_threshold=1024, synchronous="NORMAL", index_lag=index_lag
+        ) as store:
             yield store
 
     return make
+
+
+def _sqlite_indexed_backend(
+    tmp_path: Path,
+) -> Callable[[], AbstractAsyncContextManager[EventStore]]:
+    """Every commit indexes its events: stream reads go through the index, not the tail."""
+    return _sqlite_backend(tmp_path, index_lag=0)
+
+
+def _sqlite_mixed_backend(
+    tmp_path: Path,
+) -> Callable[[], AbstractAsyncContextManager[EventStore]]:
+    """A tiny lag: stream reads mix indexed events and the unindexed tail."""
+    return _sqlite_backend(tmp_path, index_lag=2)
 
 
 def _memory_backend(_tmp_path: Path) -> Callable[[], AbstractAsyncContextManager[EventStore]]:
@@ -50,7 +69,12 @@ def _memory_backend(_tmp_path: Path) -> Callable[[], AbstractAsyncContextManager
     return make
 
 
-BACKENDS: dict[str, BackendFactory] = {"sqlite": _sqlite_backend, "memory": _memory_backend}
+BACKENDS: dict[str, BackendFactory] = {
+    "sqlite": _sqlite_backend,
+    "sqlite_indexed": _sqlite_indexed_backend,
+    "sqlite_mixed": _sqlite_mixed_backend,
+    "memory": _memory_backend,
+}
 
 
 @pytest.mark.parametrize("check", sorted(EVENT_STORE_CHECKS))
@@ -163,13 +187,13 @@ async def test_missing_blob_is_reported_as_corruption(tmp_path: Path) -> None:
 async def test_writes_from_another_connection_are_respected(tmp_path: Path) -> None:
     """Versions are checked inside the write transaction, not from a stale cache."""
     path = tmp_path / "log.db"
-    async with open_sqlite_store(path) as store:
+    async with open_sqlite_store(path) as store, open_sqlite_store(path) as other:
         await store.append("a", [_event(1)], 0)
-        with sqlite3.connect(path) as conn:
-            conn.execute("UPDATE streams SET version = 7 WHERE stream = 'a'")
-        with pytest.raises(StoreError) as info:
-            await store.append("a", [_event(2)], 1)
-        assert info.value.code == "store.conflict"
+        await other.append("a", [_event(2)], 1)
+        with pytest.raises(ConcurrencyConflictError) as info:
+            await store.append("a", [_event(3)], 1)
+        assert (info.value.code, info.value.expected, info.value.actual) == ("store.conflict", 1, 2)
+        assert [e.version for e in await store.read("a")] == [1, 2]
 
 
 async def test_failed_commit_fails_the_group_and_the_store_carries_on(tmp_path: Path) -> None:
@@ -358,6 +382,7 @@ async def test_unwritable_location_is_a_store_error(tmp_path: Path) -> None:
     [
         ({"blob_threshold": -1}, "blob_threshold must be >= 0"),
         ({"max_batch": 0}, "max_batch must be >= 1"),
+        ({"index_lag": -1}, "index_lag must be >= 0"),
         ({"synchronous": "SOMETIMES"}, "synchronous must be"),
     ],
 )
