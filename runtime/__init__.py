@@ -31,6 +31,14 @@ from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime
 from ._sqlite_store import SqliteEventStore as SqliteEventStore
 from ._sqlite_store import open_sqlite_store as open_sqlite_store
+from ._store_ops import CheckProblem as CheckProblem
+from ._store_ops import CheckReport as CheckReport
+from ._store_ops import TransferResult as TransferResult
+from ._store_ops import apply_retention as apply_retention
+from ._store_ops import check_store as check_store
+from ._store_ops import export_jsonl as export_jsonl
+from ._store_ops import import_jsonl as import_jsonl
+from ._store_ops import in_tree as in_tree
 from ._supervision import ActorCrashed as ActorCrashed
 from ._supervision import ActorRestarting as ActorRestarting
 from ._supervision import ActorStarted as ActorStarted
