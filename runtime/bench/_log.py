@@ -149,9 +149,9 @@ async def _fold_and_read(path: Path, events: int, registry: EventRegistry) -> di
     """Fill one stream, then time reading it and folding it through the codec."""
     async with open_sqlite_store(path, synchronous="OFF") as store:
         chunk = 2000
-        for start in range(0, events, chunk):
-            batch = [_payload(registry, n) for n in range(start, min(events, start + chunk))]
-            await store.append("fold", batch, start)
+        for first in range(0, events, chunk):
+            batch = [_payload(registry, n) for n in range(first, min(events, first + chunk))]
+            await store.append("fold", batch, first)
     async with open_sqlite_store(path) as store:
         records = await _read_stream(store, "fold")
         start = time.perf_counter()
