@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, final
 
@@ -444,13 +443,3 @@ def check_from(name: str, value: int, limit: int | None) -> None:
 def effective_limit(limit: int | None) -> int:
     """SQL-friendly limit: ``None`` becomes -1 (SQLite's "no limit")."""
     return -1 if limit is None else limit
-
-
-def check_time(value: float) -> None:
-    """Validate a timestamp given by an import.
-
-    Raises:
-        ValueError: not finite.
-    """
-    if not math.isfinite(value):
-        raise ValueError(f"recorded_at must be finite, got {value}")

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from protocols.errors import (
     ConcurrencyConflictError,
     CorruptLogError,
     ForeignDatabaseError,
+    StoreClosedError,
     StoreError,
     StoreSchemaVersionError,
 )
@@ -402,3 +404,71 @@ async def test_store_repr_and_type(tmp_path: Path) -> None:
         assert isinstance(store, SqliteEventStore)
         assert repr(store) == f"<SqliteEventStore {str(tmp_path / 'log.db')!r}>"
         assert store.path == str(tmp_path / "log.db")
+
+
+async def test_memory_store_fault_injection() -> None:
+    """fail_next_commit makes the next appends fail with StoreError and write nothing."""
+    store = InMemoryEventStore()
+    store.fail_next_commit(times=2)
+    for _ in range(2):
+        with pytest.raises(StoreError) as info:
+            await store.append("s", [_event(1)], 0)
+        assert (info.value.code, str(info.value)) == (
+            "store",
+            "injected commit failure (fail_next_commit); nothing was written",
+        )
+    assert await store.stream_version("s") == 0
+    assert store.statistics().failed_appends == 2
+    store.fail_next_commit(OSError("disk gone"))
+    with pytest.raises(OSError, match="disk gone"):
+        await store.append("s", [_event(1)], 0)
+    result = await store.append("s", [_event(1)], 0)
+    assert (result.version, result.first_position) == (1, 1)
+    assert repr(store) == "<InMemoryEventStore streams=1 head=1>"
+
+
+async def test_subscribe_refuses_a_position_below_one() -> None:
+    """subscribe(0) raises ValueError naming from_position."""
+    store = InMemoryEventStore()
+    with pytest.raises(ValueError, match="from_position must be >= 1, got 0"):
+        store.subscribe(0)
+
+
+async def test_backup_to_an_unwritable_place_is_a_store_error(tmp_path: Path) -> None:
+    """A backup into a missing directory raises StoreError and leaves the log usable."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        await store.append("s", [_event(1)], 0)
+        with pytest.raises(StoreError) as info:
+            await store.backup(tmp_path / "missing" / "copy.db")
+        assert info.value.code == "store"
+        assert "unable to open database file" in str(info.value)
+        assert await store.stream_version("s") == 1
+
+
+async def test_closing_commits_what_was_queued(tmp_path: Path) -> None:
+    """aclose waits for queued appends: each one is either acknowledged and durable, or
+    refused with StoreClosedError, never lost."""
+    path = tmp_path / "log.db"
+    acked: list[int] = []
+    refused: list[int] = []
+    async with open_sqlite_store(path) as store:
+
+        async def writer(i: int) -> None:
+            try:
+                await store.append(f"s/{i}", [_event(i)], 0)
+            except StoreClosedError:
+                refused.append(i)
+            else:
+                acked.append(i)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(50):
+                nursery.start_soon(writer, i)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(store.aclose)
+            for i in range(50, 60):
+                nursery.start_soon(writer, i)
+    assert sorted(acked + refused) == list(range(60))
+    assert set(range(50)) <= set(acked)
+    async with open_sqlite_store(path) as store:
+        assert sorted(int(i.stream[2:]) for i in await store.streams()) == sorted(acked)
