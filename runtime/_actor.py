@@ -6,6 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar, final
 
+from ._mailbox import DEFAULT_CAPACITY
 from ._ref import ActorRef, MsgT, Reply
 from ._supervision import ChildSpec, RestartType, Supervision
 
@@ -127,7 +128,7 @@ class ActorContext(Generic[MsgT]):
         id: str | None = None,
         restart: RestartType = "permanent",
         shutdown_timeout: float = 5.0,
-        mailbox_capacity: int = 1000,
+        mailbox_capacity: int = DEFAULT_CAPACITY,
         overflow: OverflowPolicy = "reject",
     ) -> ActorRef[ChildMsgT]:
         """Start a child supervised by this actor (see :class:`ChildSpec` for the options).

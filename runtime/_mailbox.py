@@ -31,6 +31,9 @@ are counted in :class:`MailboxStatistics`. Waiting sends (``tell``) never drop: 
 
 _OVERFLOW_POLICIES = ("reject", "drop_oldest", "drop_newest")
 
+DEFAULT_CAPACITY = 1000
+"""Bound of a mailbox's user lane unless a spawn says otherwise."""
+
 
 @final
 @attrs.frozen

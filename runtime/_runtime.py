@@ -21,7 +21,7 @@ from ._actor import Actor, ActorContext
 from ._cell import _Cell
 from ._clock import Clock, IdSource
 from ._event_store import EventStore
-from ._mailbox import OverflowPolicy
+from ._mailbox import DEFAULT_CAPACITY, OverflowPolicy
 from ._ref import ActorRef
 from ._supervision import (
     ActorCrashed,
@@ -139,7 +139,7 @@ class Runtime:
         id: str | None = None,
         restart: RestartType = "permanent",
         shutdown_timeout: float = 5.0,
-        mailbox_capacity: int = 1000,
+        mailbox_capacity: int = DEFAULT_CAPACITY,
         overflow: OverflowPolicy = "reject",
     ) -> ActorRef[MsgT]:
         """Start a top-level actor under the root supervisor.

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal, final
 
 import attrs
 
-from ._mailbox import OverflowPolicy, check_mailbox_config
+from ._mailbox import DEFAULT_CAPACITY, OverflowPolicy, check_mailbox_config
 
 if TYPE_CHECKING:
     from ._actor import Actor
@@ -126,7 +126,7 @@ class ChildSpec:
         default=5.0, validator=_non_negative("shutdown_timeout")
     )
     """Seconds an orderly stop may take before the child is cancelled."""
-    mailbox_capacity: int = 1000
+    mailbox_capacity: int = DEFAULT_CAPACITY
     """Bound of the user lane of the mailbox."""
     overflow: OverflowPolicy = "reject"
     """What a non-waiting send does when the mailbox is full."""
