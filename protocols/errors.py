@@ -41,12 +41,17 @@ The tree (code in brackets)::
     │   ├── LLMServerError                        [llm.server]
     │   ├── LLMMalformedStreamError               [llm.malformed_stream]
     │   └── ScriptExhaustedError                  [llm.script_exhausted]
-    └── ToolError                                 [tool]
-        ├── ToolNotFoundError (LookupError)       [tool.not_found]
-        ├── ToolArgumentsError                    [tool.invalid_args]
-        ├── ToolTimeoutError                      [tool.timeout]
-        ├── ToolDefinitionError (TypeError)       [tool.bad_definition]
-        └── ToolInterruptedError                  [tool.interrupted]
+    ├── ToolError                                 [tool]
+    │   ├── ToolNotFoundError (LookupError)       [tool.not_found]
+    │   ├── ToolArgumentsError                    [tool.invalid_args]
+    │   ├── ToolTimeoutError                      [tool.timeout]
+    │   ├── ToolDefinitionError (TypeError)       [tool.bad_definition]
+    │   └── ToolInterruptedError                  [tool.interrupted]
+    └── SessionError                              [session]
+        ├── SessionBusyError                      [session.busy]
+        ├── OutputInvalidError                    [session.output_invalid]
+        └── HookVetoError                         [session.hook_vetoed]
+
 
 Where an error means "you misused the API" it also subclasses the built-in it behaves
 like (``ValueError``, ``LookupError``, ...), as attrs does.
@@ -71,6 +76,7 @@ __all__ = [
     "EventEncodeError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
+    "HookVetoError",
     "IntensityExceededError",
     "LLMAuthError",
     "LLMBadRequestError",
@@ -83,9 +89,12 @@ __all__ = [
     "LLMTimeoutError",
     "MailboxFullError",
     "MissingSettingError",
+    "OutputInvalidError",
     "PowertrioError",
     "RuntimeClosedError",
     "ScriptExhaustedError",
+    "SessionBusyError",
+    "SessionError",
     "StoreClosedError",
     "StoreError",
     "StoreSchemaVersionError",
@@ -578,6 +587,58 @@ class ToolInterruptedError(ToolError):
         super().__init__(
             f"tool {name!r} was interrupted before it finished; its result is discarded"
         )
+
+
+# --- sessions ------------------------------------------------------------------------
+
+
+class SessionError(PowertrioError):
+    """A session could not take or finish a run."""
+
+    code = "session"
+
+
+class SessionBusyError(SessionError):
+    """A send arrived while a run was active and the session's policy is ``reject``."""
+
+    code = "session.busy"
+
+    def __init__(self, session_id: str, run_id: str) -> None:
+        self.session_id = session_id
+        self.run_id = run_id
+        super().__init__(
+            f"session {session_id!r} is busy with run {run_id!r} and rejects new input; "
+            "wait for the run to end, send a follow-up, or use the queue or interrupt policy"
+        )
+
+
+class OutputInvalidError(SessionError):
+    """The model's final answer did not match the response format, even after a repair.
+
+    The run ends ``failed`` with this error's code; the raw text is kept in the result.
+    """
+
+    code = "session.output_invalid"
+
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        self.problems = problems
+        super().__init__(
+            "the answer does not match the response format: " + "; ".join(problems)
+        )
+
+
+class HookVetoError(SessionError):
+    """A hook refused an LLM call or a tool call.
+
+    Raise it from a hook to veto. For a tool call the model reads the reason as the tool's
+    result; for an LLM call the run ends ``failed`` with this code and the reason.
+    """
+
+    code = "session.hook_vetoed"
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"vetoed by a hook: {reason}")
 
 
 def all_error_classes() -> tuple[type[PowertrioError], ...]:

@@ -42,6 +42,7 @@ BRANCH_PREFIX = {
     "CodecError": "codec",
     "LLMError": "llm",
     "ToolError": "tool",
+    "SessionError": "session",
 }
 """Each sub-root of the tree and the first segment every code in its branch starts with."""
 
