@@ -43,6 +43,7 @@ BRANCH_PREFIX = {
     "LLMError": "llm",
     "ToolError": "tool",
     "SessionError": "session",
+    "BoardError": "board",
 }
 """Each sub-root of the tree and the first segment every code in its branch starts with."""
 
