@@ -54,10 +54,14 @@ The tree (code in brackets)::
     │   ├── BoardBadKeyError (ValueError)         [board.bad_key]
     │   ├── BoardBadValueError (TypeError)        [board.bad_value]
     │   └── BoardWatchOverflowError               [board.watch_overflow]
-    └── SessionError                              [session]
-        ├── SessionBusyError                      [session.busy]
-        ├── OutputInvalidError                    [session.output_invalid]
-        └── HookVetoError                         [session.hook_vetoed]
+    ├── SessionError                              [session]
+    │   ├── SessionBusyError                      [session.busy]
+    │   ├── OutputInvalidError                    [session.output_invalid]
+    │   └── HookVetoError                         [session.hook_vetoed]
+    └── TimerError                                [timer]
+        ├── TimerNotFoundError (LookupError)      [timer.not_found]
+        ├── TimerArgumentError (ValueError)       [timer.invalid_args]
+        └── TimerOwnerUnavailableError            [timer.owner_unavailable]
 
 
 Where an error means "you misused the API" it also subclasses the built-in it behaves
@@ -114,6 +118,10 @@ __all__ = [
     "StoreSchemaVersionError",
     "StreamNotFoundError",
     "SupervisorError",
+    "TimerArgumentError",
+    "TimerError",
+    "TimerNotFoundError",
+    "TimerOwnerUnavailableError",
     "ToolArgumentsError",
     "ToolDefinitionError",
     "ToolError",
@@ -766,6 +774,56 @@ class HookVetoError(SessionError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"vetoed by a hook: {reason}")
+
+
+# --- timers --------------------------------------------------------------------------
+
+
+class TimerError(PowertrioError):
+    """A durable timer could not be scheduled, found or cancelled."""
+
+    code = "timer"
+
+
+class TimerNotFoundError(TimerError, LookupError):
+    """No pending timer has this id (it never existed, already fired, or was cancelled)."""
+
+    code = "timer.not_found"
+
+    def __init__(self, timer_id: str) -> None:
+        self.timer_id = timer_id
+        super().__init__(
+            f"no pending timer has id {timer_id!r}; it never existed, already fired "
+            "(a one-shot) or was cancelled"
+        )
+
+
+class TimerArgumentError(TimerError, ValueError):
+    """A timer was described with a bad value; ``argument`` names it."""
+
+    code = "timer.invalid_args"
+
+    def __init__(self, argument: str, message: str) -> None:
+        self.argument = argument
+        super().__init__(message)
+
+
+class TimerOwnerUnavailableError(TimerError):
+    """The actor that owns a timer is not running, so nobody can record a change to it.
+
+    Only the owner appends to its stream (one writer per stream): start the owner, then
+    try again.
+    """
+
+    code = "timer.owner_unavailable"
+
+    def __init__(self, timer_id: str, stream: str) -> None:
+        self.timer_id = timer_id
+        self.stream = stream
+        super().__init__(
+            f"timer {timer_id!r} belongs to stream {stream!r}, whose actor is not running; "
+            "start that actor, then try again"
+        )
 
 
 def all_error_classes() -> tuple[type[PowertrioError], ...]:

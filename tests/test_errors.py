@@ -44,6 +44,7 @@ BRANCH_PREFIX = {
     "ToolError": "tool",
     "SessionError": "session",
     "BoardError": "board",
+    "TimerError": "timer",
 }
 """Each sub-root of the tree and the first segment every code in its branch starts with."""
 
