@@ -4,12 +4,30 @@ from __future__ import annotations
 
 from protocols._util import fixup_module_metadata as _fixup
 
+from ._budget import Budget as Budget
+from ._budget import Price as Price
+from ._observe import DeltaReceived as DeltaReceived
+from ._observe import HookContext as HookContext
+from ._observe import LLMCallFinished as LLMCallFinished
+from ._observe import LLMCallNext as LLMCallNext
+from ._observe import LLMHook as LLMHook
+from ._observe import Observation as Observation
+from ._observe import Observer as Observer
+from ._observe import RoundBegan as RoundBegan
+from ._observe import RunBegan as RunBegan
+from ._observe import RunEnded as RunEnded
+from ._observe import ToolCallBegan as ToolCallBegan
+from ._observe import ToolCallFinished as ToolCallFinished
+from ._observe import ToolCallNext as ToolCallNext
+from ._observe import ToolHook as ToolHook
+from ._observe import UsageUpdated as UsageUpdated
 from ._session import Session as Session
 from ._session import SessionActor as SessionActor
 from ._session import spawn_session as spawn_session
 from ._session_events import ActiveRun as ActiveRun
 from ._session_events import AssistantRecorded as AssistantRecorded
 from ._session_events import InputQueued as InputQueued
+from ._session_events import OutputRejected as OutputRejected
 from ._session_events import RunFinished as RunFinished
 from ._session_events import RunResult as RunResult
 from ._session_events import RunStarted as RunStarted
@@ -18,6 +36,7 @@ from ._session_events import SessionCreated as SessionCreated
 from ._session_events import SessionState as SessionState
 from ._session_events import ToolFinished as ToolFinished
 from ._session_events import ToolStarted as ToolStarted
+from ._tool_runner import CallWrapper as CallWrapper
 from ._tool_runner import ToolRunner as ToolRunner
 from ._tool_runner import open_tool_runner as open_tool_runner
 from ._tool_runner import run_tool_calls as run_tool_calls
@@ -26,6 +45,7 @@ from ._tools import ToolContext as ToolContext
 from ._tools import ToolKind as ToolKind
 from ._tools import ToolRegistry as ToolRegistry
 from ._tools import tool as tool
+from ._transcript import ValidTranscript as ValidTranscript
 from ._transcript import is_provider_valid as is_provider_valid
 from ._transcript import provider_valid as provider_valid
 

@@ -2,33 +2,72 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, final
 
 import attrs
+import orjson
+import trio
 
 from protocols import (
     LLM,
     AssistantMessage,
+    JsonValue,
     LLMRequest,
     LLMResponse,
     Message,
+    ResponseFormat,
     SystemMessage,
     ToolCall,
     ToolOutcome,
     aborted_outcome,
+    check_schema,
+    denied_outcome,
     idempotency_key,
+    interrupted_outcome,
+    validate_json,
 )
-from protocols.errors import ActorCrashedError, PowertrioError, ToolNotFoundError
+from protocols.errors import (
+    ActorCrashedError,
+    ConfigError,
+    HookVetoError,
+    OutputInvalidError,
+    PowertrioError,
+    ToolNotFoundError,
+)
 from runtime import Decision, EventSourcedActor, Reply, Request, StepFailed
 
+from ._budget import Budget, Price
+from ._observe import (
+    DeltaReceived,
+    HookContext,
+    LLMCallFinished,
+    LLMHook,
+    Observation,
+    Observer,
+    ObserverBus,
+    RoundBegan,
+    RunBegan,
+    RunEnded,
+    ToolCallBegan,
+    ToolCallFinished,
+    ToolCallNext,
+    ToolHook,
+    UsageUpdated,
+    chain_llm_hooks,
+    chain_tool_hooks,
+)
 from ._session_events import (
     ActiveRun,
     AssistantRecorded,
     InputQueued,
+    OutputRejected,
     RunFinished,
     RunResult,
     RunStarted,
+    RunStatus,
     SessionCreated,
     SessionState,
     ToolFinished,
@@ -37,7 +76,6 @@ from ._session_events import (
 )
 from ._tool_runner import run_tool_calls
 from ._tools import ToolRegistry
-from ._transcript import provider_valid
 
 if TYPE_CHECKING:
     from runtime import ActorRef, Runtime
@@ -53,6 +91,9 @@ class _Send(Request[str]):
     max_rounds: int | None
     tools: tuple[str, ...] | None
     system_prompt: str | None
+    response_format: ResponseFormat | None
+    budget: Budget | None
+    started_at: float
 
 
 @attrs.frozen
@@ -68,7 +109,11 @@ class _GetState(Request[SessionState]):
 @attrs.frozen
 class _CallLLM:
     run_id: str
+    round: int
     request: LLMRequest
+    fingerprint: str
+    deadline: float | None
+    """Epoch seconds after which the run's wall-time budget is spent."""
 
 
 @attrs.frozen
@@ -79,8 +124,15 @@ class _LLMAnswered:
 
 
 @attrs.frozen
+class _OutOfTime:
+    run_id: str
+    reason: str
+
+
+@attrs.frozen
 class _RunTools:
     run_id: str
+    round: int
     calls: tuple[ToolStarted, ...]
 
 
@@ -91,38 +143,46 @@ class _ToolsDone:
 
 
 _CRASHED = "the process stopped while this tool ran; its result is unknown"
+_STOPPED = "the run stopped before this tool finished; its result is unknown"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class _Config:
+    """What a session actor is made with; shared by every incarnation."""
+
+    session_id: str
+    llm: LLM
+    tools: ToolRegistry
+    system_prompt: str
+    max_rounds: int
+    model: str | None
+    tool_concurrency: int
+    budget: Budget | None
+    response_format: ResponseFormat | None
+    prices: Mapping[str, Price]
+    llm_hooks: tuple[LLMHook, ...]
+    tool_hooks: tuple[ToolHook, ...]
+    bus: ObserverBus
 
 
 @final
 class SessionActor(EventSourcedActor[SessionState]):
     """One conversation: runs of LLM rounds and tool calls, folded from its own stream.
 
-    Each round the actor appends the model's answer before acting on it, records every
-    tool call as started before running it and as finished after, and after a restart
-    continues from the log: a recorded answer is never requested again; a tool that
-    started but did not finish follows its crash policy (``retry`` runs it again with the
-    same idempotency key, ``abort`` and, until human input exists, ``ask`` close it with an
-    ``aborted`` result).
+    Each round the actor checks the run's limits, appends the model's answer before acting
+    on it, records every tool call as started before running it and as finished after, and
+    after a restart continues from the log: a recorded answer is never requested again; a
+    tool that started but did not finish follows its crash policy (``retry`` runs it again
+    with the same idempotency key, ``abort`` and, until human input exists, ``ask`` close it
+    with an ``aborted`` result).
+
+    Made by :func:`spawn_session`; its messages are private to the :class:`Session` handle.
     """
 
-    def __init__(
-        self,
-        *,
-        session_id: str,
-        llm: LLM,
-        tools: ToolRegistry,
-        system_prompt: str = "",
-        max_rounds: int = 10,
-        model: str | None = None,
-        tool_concurrency: int = 8,
-    ) -> None:
-        self._session_id = session_id
-        self._llm = llm
-        self._tools = tools
-        self._system_prompt = system_prompt
-        self._max_rounds = max_rounds
-        self._model = model
-        self._tool_concurrency = tool_concurrency
+    def __init__(self, config: _Config) -> None:
+        self._config = config
+        self._session_id = config.session_id
         self._waiters: dict[str, list[Reply[object]]] = {}
 
     def stream_name(self) -> str:
@@ -142,8 +202,8 @@ class SessionActor(EventSourcedActor[SessionState]):
                 events=[
                     SessionCreated(
                         session_id=self._session_id,
-                        system_prompt=self._system_prompt,
-                        max_rounds=self._max_rounds,
+                        system_prompt=self._config.system_prompt,
+                        max_rounds=self._config.max_rounds,
                     )
                 ]
             )
@@ -180,7 +240,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                         round=run.rounds + 1,
                         message=answer,
                         usage=response.usage,
-                        model=response.model,
+                        model=response.model or self._config.model or "",
                         finish_reason=response.finish_reason,
                         request_fingerprint=message.fingerprint,
                     )
@@ -196,8 +256,19 @@ class SessionActor(EventSourcedActor[SessionState]):
                     if outcome.call_id in open_ids
                 ]
             )
+        if isinstance(message, _OutOfTime) and message.run_id == run_id:
+            assert run is not None
+            return Decision(events=[_finish(run, "budget_exceeded", error=message.reason)])
         if isinstance(message, StepFailed) and run is not None:
-            return Decision(events=[self._finish(run, "failed", error=_describe(message.error))])
+            closing = [
+                ToolFinished(
+                    run_id=run.started.run_id,
+                    outcome=interrupted_outcome(call.call_id, call.name),
+                )
+                for call in run.open_calls
+            ]
+            failed = _finish(run, "failed", error=_describe(message.error))
+            return Decision(events=[*closing, failed])
         if isinstance(message, _GetState):
             return Decision(reply=state)
         return Decision()  # late news about a run that already ended
@@ -210,12 +281,16 @@ class SessionActor(EventSourcedActor[SessionState]):
         )
         if known:  # a retried send after a crash: already recorded
             return Decision(reply=send.run_id)
+        config = self._config
         started = RunStarted(
             run_id=send.run_id,
             input=send.input,
             max_rounds=send.max_rounds if send.max_rounds is not None else state.max_rounds,
             tools=send.tools,
             system_prompt=send.system_prompt,
+            response_format=send.response_format or config.response_format,
+            budget=send.budget or config.budget,
+            started_at=send.started_at,
         )
         if state.run is None and not state.queued:
             return Decision(events=[started], reply=send.run_id)
@@ -229,17 +304,38 @@ class SessionActor(EventSourcedActor[SessionState]):
         if run.pending_calls:
             return Decision(events=[self._started(state, run, call) for call in run.pending_calls])
         if run.open_calls:
-            return _RunTools(run_id, run.open_calls)
+            return _RunTools(run_id, run.rounds, run.open_calls)
         last = state.transcript[-1]
         if isinstance(last, AssistantMessage) and not last.tool_calls:
-            return Decision(events=[self._finish(run, "completed")])
-        if run.rounds >= run.started.max_rounds:
-            return Decision(events=[self._finish(run, "hit_round_limit")])
-        return _CallLLM(run_id, self._request(state, run))
+            return Decision(events=[self._answered(run, last.content)])
+        # The repair round of a rejected answer is the one round allowed past the limit.
+        if run.rounds >= run.started.max_rounds + run.repaired:
+            return Decision(events=[_finish(run, "hit_round_limit")])
+        budget = run.started.budget
+        if budget is not None:
+            reason = budget.exceeded(run.usage, self._cost(run))
+            if reason is not None:
+                return Decision(events=[_finish(run, "budget_exceeded", error=reason)])
+        request, fingerprint = self._request(state, run)
+        deadline = None
+        if budget is not None and budget.max_seconds is not None:
+            deadline = run.started.started_at + budget.max_seconds
+        return _CallLLM(run_id, run.rounds + 1, request, fingerprint, deadline)
+
+    def _answered(self, run: ActiveRun, text: str) -> RunFinished | OutputRejected:
+        response_format = run.started.response_format
+        if response_format is None:
+            return _finish(run, "completed")
+        output, problems = _parse_output(response_format, text)
+        if not problems:
+            return _finish(run, "completed", output=output)
+        if not run.repaired:
+            return OutputRejected(run_id=run.started.run_id, problems=problems)
+        return _finish(run, "failed", error=_describe(OutputInvalidError(problems)))
 
     def _started(self, state: SessionState, run: ActiveRun, call: ToolCall) -> ToolStarted:
         try:
-            policy = self._tools.get(call.name).spec.crash_policy
+            policy = self._config.tools.get(call.name).spec.crash_policy
         except ToolNotFoundError:
             policy = "abort"
         return ToolStarted(
@@ -251,47 +347,95 @@ class SessionActor(EventSourcedActor[SessionState]):
             crash_policy=policy,
         )
 
-    @staticmethod
-    def _finish(run: ActiveRun, status: str, error: str | None = None) -> RunFinished:
-        return RunFinished(
-            run_id=run.started.run_id,
-            status=status,  # type: ignore[arg-type]  # callers pass RunStatus literals
-            text=run.text,
-            rounds=run.rounds,
-            usage=run.usage,
-            error=error,
-        )
-
-    def _request(self, state: SessionState, run: ActiveRun) -> LLMRequest:
+    def _request(self, state: SessionState, run: ActiveRun) -> tuple[LLMRequest, str]:
         system = run.started.system_prompt
         if system is None:
             system = state.system_prompt
-        messages: tuple[Message, ...] = provider_valid(state.transcript)
+        history = state.history.closed()
+        messages: tuple[Message, ...] = history.messages
         if system:
             messages = (SystemMessage(system), *messages)
-        tools = self._run_tools(run)
-        return LLMRequest(messages=messages, tools=tools.definitions(), model=self._model)
+        request = LLMRequest(
+            messages=messages,
+            tools=self._run_tools(run).definitions(),
+            model=self._config.model,
+            response_format=run.started.response_format,
+        )
+        return request, request.fingerprint(messages_digest=history.digest)
 
-    def _run_tools(self, run: ActiveRun) -> ToolRegistry:
-        names = run.started.tools
-        return self._tools if names is None else self._tools.subset(names)
+    def _run_tools(self, run: ActiveRun | None) -> ToolRegistry:
+        names = run.started.tools if run is not None else None
+        return self._config.tools if names is None else self._config.tools.subset(names)
+
+    def _cost(self, run: ActiveRun) -> float:
+        prices = self._config.prices
+        return sum(
+            price.cost(usage)
+            for model, usage in run.usage_by_model.items()
+            if (price := _price_for(prices, model)) is not None
+        )
 
     # -- effects ---------------------------------------------------------------------
 
     async def execute(self, step: object) -> object:
         if isinstance(step, _CallLLM):
-            response = await self._llm.complete(step.request)
-            return _LLMAnswered(step.run_id, response, step.request.fingerprint())
+            return await self._call_llm(step)
         assert isinstance(step, _RunTools)
+        return await self._run_tool_round(step)
+
+    async def _call_llm(self, step: _CallLLM) -> object:
+        if step.deadline is not None and self.context.runtime.clock.now() >= step.deadline:
+            budget = self.state.run.started.budget if self.state.run is not None else None
+            limit = budget.max_seconds if budget is not None else None
+            return _OutOfTime(step.run_id, f"wall time: the budget is {limit:g} s")
+        bus = self._config.bus
+        context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
+        if bus.active:
+            bus.publish(
+                RoundBegan(session_id=self._session_id, run_id=step.run_id, round=step.round)
+            )
+
+        async def innermost(request: LLMRequest) -> LLMResponse:
+            if not bus.active:
+                return await self._config.llm.complete(request)
+            async with self._config.llm.stream(request) as stream:
+                async for delta in stream:
+                    bus.publish(
+                        DeltaReceived(
+                            session_id=self._session_id,
+                            run_id=step.run_id,
+                            round=step.round,
+                            delta=delta,
+                        )
+                    )
+                return await stream.final_response()
+
+        call = chain_llm_hooks(self._config.llm_hooks, innermost, context)
+        response = await call(step.request)
+        return _LLMAnswered(step.run_id, response, step.fingerprint)
+
+    async def _run_tool_round(self, step: _RunTools) -> object:
         calls = [ToolCall(id=c.call_id, name=c.name, arguments=c.arguments) for c in step.calls]
-        run = self.state.run
-        registry = self._run_tools(run) if run is not None else self._tools
+        hooks = self._config.tool_hooks
+        wrap = None
+        if hooks:
+            context = HookContext(
+                session_id=self._session_id, run_id=step.run_id, round=step.round
+            )
+
+            async def wrap(call: ToolCall, run: ToolCallNext) -> ToolOutcome:
+                try:
+                    return await chain_tool_hooks(hooks, run, context)(call)
+                except HookVetoError as veto:
+                    return denied_outcome(call.id, call.name, veto.reason)
+
         outcomes = await run_tool_calls(
             calls,
-            registry,
+            self._run_tools(self.state.run),
             session_id=self._session_id,
-            limit=self._tool_concurrency,
+            limit=self._config.tool_concurrency,
             idempotency_keys={c.call_id: c.idempotency_key for c in step.calls},
+            wrap=wrap,
         )
         return _ToolsDone(step.run_id, tuple(outcomes))
 
@@ -313,11 +457,92 @@ class SessionActor(EventSourcedActor[SessionState]):
         )
 
     def after_persist(self, events: Sequence[object]) -> None:
+        bus = self._config.bus
         for event in events:
             if isinstance(event, RunFinished):
                 result = self.state.results[event.run_id]
                 for reply in self._waiters.pop(event.run_id, ()):
                     reply.send(result)
+            if bus.active:
+                observation = self._observation(event)
+                if observation is not None:
+                    bus.publish(observation)
+
+    def _observation(self, event: object) -> Observation | None:
+        session_id = self._session_id
+        if isinstance(event, RunStarted):
+            return RunBegan(session_id=session_id, run_id=event.run_id, input=event.input)
+        if isinstance(event, AssistantRecorded):
+            run = self.state.run
+            self._config.bus.publish(
+                LLMCallFinished(
+                    session_id=session_id,
+                    run_id=event.run_id,
+                    round=event.round,
+                    model=event.model,
+                    finish_reason=event.finish_reason,
+                    usage=event.usage,
+                    tool_calls=len(event.message.tool_calls),
+                )
+            )
+            return UsageUpdated(
+                session_id=session_id,
+                run_id=event.run_id,
+                run_usage=run.usage if run is not None else event.usage,
+                session_usage=self.state.usage,
+            )
+        if isinstance(event, ToolStarted):
+            return ToolCallBegan(
+                session_id=session_id, run_id=event.run_id, call_id=event.call_id, name=event.name
+            )
+        if isinstance(event, ToolFinished):
+            return ToolCallFinished(
+                session_id=session_id, run_id=event.run_id, outcome=event.outcome
+            )
+        if isinstance(event, RunFinished):
+            return RunEnded(result=self.state.results[event.run_id])
+        return None
+
+
+def _finish(
+    run: ActiveRun, status: RunStatus, *, error: str | None = None, output: JsonValue = None
+) -> RunFinished:
+    return RunFinished(
+        run_id=run.started.run_id,
+        status=status,
+        text=run.text,
+        rounds=run.rounds,
+        usage=run.usage,
+        error=error,
+        output=output,
+    )
+
+
+def _parse_output(
+    response_format: ResponseFormat, text: str
+) -> tuple[JsonValue, tuple[str, ...]]:
+    """The answer parsed and checked against the schema; problems if it does not match."""
+    body = text.strip()
+    fenced = _FENCE.fullmatch(body)
+    if fenced is not None:  # small models wrap JSON in a Markdown fence despite being told
+        body = fenced.group(1)
+    try:
+        value: JsonValue = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return None, (f"$: not valid JSON ({exc})",)
+    return value, validate_json(response_format.schema, value)
+
+
+_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.DOTALL)
+
+
+def _price_for(prices: Mapping[str, Price], model: str) -> Price | None:
+    """The price of ``model``, or of the longest name it starts with (dated variants)."""
+    price = prices.get(model)
+    if price is not None:
+        return price
+    matches = [name for name in prices if model.startswith(name)]
+    return prices[max(matches, key=len)] if matches else None
 
 
 def _describe(error: Exception) -> str:
@@ -327,29 +552,31 @@ def _describe(error: Exception) -> str:
 
 @final
 class Session:
-    """A handle on a session actor: send it input, read its state.
+    """A handle on a session actor: send it input, read its state, watch it work.
 
     Made by :func:`spawn_session`. ``send`` survives crashes of the actor: the run goes on
     from the log after the supervisor restarts it, and ``send`` waits for its end.
     """
 
-    __slots__ = ("_ref", "_runtime", "_tool_names")
+    __slots__ = ("_bus", "_prices", "_ref", "_runtime", "_tool_names")
     _ref: ActorRef[object]
     _runtime: Runtime
     _tool_names: frozenset[str]
+    _bus: ObserverBus
+    _prices: Mapping[str, Price]
 
     def __init__(self) -> None:
         msg = "Session is made by spawn_session()"
         raise TypeError(msg)
 
     @classmethod
-    def _create(
-        cls, ref: ActorRef[object], runtime: Runtime, tool_names: Iterable[str]
-    ) -> Session:
+    def _create(cls, ref: ActorRef[object], runtime: Runtime, config: _Config) -> Session:
         self = object.__new__(cls)
         self._ref = ref
         self._runtime = runtime
-        self._tool_names = frozenset(tool_names)
+        self._tool_names = frozenset(config.tools.names())
+        self._bus = config.bus
+        self._prices = config.prices
         return self
 
     @property
@@ -362,6 +589,11 @@ class Session:
         """The session actor's ref."""
         return self._ref
 
+    @property
+    def observer_errors(self) -> int:
+        """How many times an observer callback raised (each was logged and ignored)."""
+        return self._bus.errors
+
     async def send(
         self,
         input: str,
@@ -369,22 +601,32 @@ class Session:
         max_rounds: int | None = None,
         tools: Iterable[str] | None = None,
         system_prompt: str | None = None,
+        response_format: ResponseFormat | None = None,
+        budget: Budget | None = None,
     ) -> RunResult:
         """Run the agent on ``input`` and return how the run ended.
 
-        If a run is active the input is queued and runs after it.
+        If a run is active the input is queued and runs after it. Each override applies to
+        this run only; ``None`` keeps the session's default.
 
         Args:
             input (str): the user's message.
-            max_rounds (int | None): this run's round limit; the session default if ``None``.
+            max_rounds (int | None): this run's round limit.
             tools (Iterable[str] | None): the subset of the session's tools for this run.
-            system_prompt (str | None): this run's system prompt instead of the session's.
+            system_prompt (str | None): this run's system prompt.
+            response_format (ResponseFormat | None): a JSON Schema the final answer must
+                match; the parsed answer is ``RunResult.output``. An answer that does not
+                match gets one repair round, then the run fails with
+                ``session.output_invalid`` and the raw text in ``RunResult.text``.
+            budget (Budget | None): token, cost and wall-time limits for this run.
 
         Returns:
-            RunResult: status, final text, rounds and usage of this run.
+            RunResult: status, final text, structured output, rounds and usage of this run.
 
         Raises:
             ToolNotFoundError: ``tools`` names a tool the session does not have.
+            ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
+            ConfigError: ``budget`` limits cost but the session has no prices.
             ValueError: ``max_rounds`` is below 1.
             ActorStoppedError: the session actor stopped for good.
         """
@@ -395,12 +637,16 @@ class Session:
         for name in subset or ():
             if name not in self._tool_names:
                 raise ToolNotFoundError(name, tuple(sorted(self._tool_names)))
+        _check_limits(response_format, budget, self._prices)
         send = _Send(
             run_id=self._runtime.ids.new("run"),
             input=input,
             max_rounds=max_rounds,
             tools=subset,
             system_prompt=system_prompt,
+            response_format=response_format,
+            budget=budget,
+            started_at=self._runtime.clock.now(),
         )
         while True:
             try:
@@ -415,6 +661,33 @@ class Session:
         """The session's folded state (transcript, active run, results, usage)."""
         return await self._ref.ask(_GetState())
 
+    @contextmanager
+    def observe(self, buffer: int = 256) -> Iterator[trio.MemoryReceiveChannel[Observation]]:
+        """Receive the session's observations while the ``with`` block lasts.
+
+        While anyone observes, the session streams the model's answers and each piece
+        arrives as a :class:`DeltaReceived`. A slow reader never slows the session: when
+        the buffer is full further observations are dropped for it.
+
+        Args:
+            buffer (int): observations held for a reader that falls behind.
+
+        Yields:
+            trio.MemoryReceiveChannel[Observation]: the observations, in order.
+        """
+        with self._bus.channel(buffer) as channel:
+            yield channel
+
+
+def _check_limits(
+    response_format: ResponseFormat | None, budget: Budget | None, prices: Mapping[str, Price]
+) -> None:
+    if response_format is not None:
+        check_schema(response_format.schema)
+    if budget is not None and budget.max_cost is not None and not prices:
+        msg = "a cost budget needs prices: pass prices={model: Price(...)} to spawn_session"
+        raise ConfigError(msg)
+
 
 async def spawn_session(
     runtime: Runtime,
@@ -424,6 +697,13 @@ async def spawn_session(
     system_prompt: str = "",
     max_rounds: int = 10,
     model: str | None = None,
+    budget: Budget | None = None,
+    response_format: ResponseFormat | None = None,
+    prices: Mapping[str, Price] | None = None,
+    llm_hooks: Sequence[LLMHook] = (),
+    tool_hooks: Sequence[ToolHook] = (),
+    observers: Sequence[Observer] = (),
+    tool_concurrency: int = 8,
     session_id: str | None = None,
     name: str | None = None,
 ) -> Session:
@@ -436,28 +716,47 @@ async def spawn_session(
         system_prompt (str): the default system prompt.
         max_rounds (int): the default round limit of a run.
         model (str | None): the model name to ask for.
+        budget (Budget | None): the default limits of a run.
+        response_format (ResponseFormat | None): the default response format of a run.
+        prices (Mapping[str, Price] | None): model name → price, for cost budgets; a
+            dated model name (``gpt-4o-2024-08-06``) matches its prefix (``gpt-4o``).
+        llm_hooks: middleware around each LLM call, the first outermost.
+        tool_hooks: middleware around each tool call, the first outermost.
+        observers: callbacks told every observation (see :meth:`Session.observe`).
+        tool_concurrency (int): the most tool calls of one round running at once.
         session_id (str | None): resume this session; a new id when ``None``.
         name (str | None): path segment in the tree; defaults to the id.
 
     Returns:
         Session: the handle.
+
+    Raises:
+        ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
+        ConfigError: ``budget`` limits cost and ``prices`` is empty.
+        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
     """
+    for label, value in (("max_rounds", max_rounds), ("tool_concurrency", tool_concurrency)):
+        if value < 1:
+            msg = f"{label} must be >= 1, got {value}"
+            raise ValueError(msg)
     registry = (
         tools if isinstance(tools, ToolRegistry) else ToolRegistry.of(*tools)  # type: ignore[arg-type]
     )
-    session_id = session_id or runtime.ids.new("ses")
-
-    def factory() -> SessionActor:
-        return SessionActor(
-            session_id=session_id,
-            llm=llm,
-            tools=registry,
-            system_prompt=system_prompt,
-            max_rounds=max_rounds,
-            model=model,
-        )
-
-    ref = await runtime.spawn(factory, id=session_id, name=name)
-    return Session._create(ref, runtime, registry.names())
-
-
+    config = _Config(
+        session_id=session_id or runtime.ids.new("ses"),
+        llm=llm,
+        tools=registry,
+        system_prompt=system_prompt,
+        max_rounds=max_rounds,
+        model=model,
+        tool_concurrency=tool_concurrency,
+        budget=budget,
+        response_format=response_format,
+        prices=dict(prices or {}),
+        llm_hooks=tuple(llm_hooks),
+        tool_hooks=tuple(tool_hooks),
+        bus=ObserverBus(observers),
+    )
+    _check_limits(response_format, budget, config.prices)
+    ref = await runtime.spawn(lambda: SessionActor(config), id=config.session_id, name=name)
+    return Session._create(ref, runtime, config)

@@ -10,7 +10,9 @@ import attrs
 from protocols import (
     AssistantMessage,
     CrashPolicy,
+    JsonValue,
     Message,
+    ResponseFormat,
     ToolCall,
     ToolOutcome,
     ToolResultMessage,
@@ -18,6 +20,9 @@ from protocols import (
     UserMessage,
     event_type,
 )
+
+from ._budget import Budget
+from ._transcript import ValidTranscript
 
 RunStatus = Literal[
     "completed", "hit_round_limit", "budget_exceeded", "cancelled", "waiting_for_human", "failed"
@@ -56,6 +61,12 @@ class RunStarted:
     """The tool subset for this run; ``None`` means every tool of the session."""
     system_prompt: str | None = None
     """A per-send system prompt override."""
+    response_format: ResponseFormat | None = None
+    """The JSON Schema the final answer must match; ``None`` for free text."""
+    budget: Budget | None = None
+    """This run's limits (the session default or the send's override)."""
+    started_at: float = 0.0
+    """When the send was made (epoch seconds on the runtime's clock): wall-time budgets."""
 
 
 @final
@@ -108,6 +119,26 @@ class ToolFinished:
 
 
 @final
+@event_type("session.output_rejected")
+@attrs.frozen(kw_only=True)
+class OutputRejected:
+    """The final answer did not match the response format; the model gets one repair round."""
+
+    run_id: str
+    problems: tuple[str, ...]
+
+
+def repair_prompt(problems: tuple[str, ...]) -> str:
+    """What the model is told after :class:`OutputRejected`."""
+    listed = "\n".join(f"- {p}" for p in problems)
+    return (
+        "Your answer does not match the required JSON schema:\n"
+        f"{listed}\n"
+        "Reply again with only the corrected JSON value, no other text."
+    )
+
+
+@final
 @event_type("session.run_finished")
 @attrs.frozen(kw_only=True)
 class RunFinished:
@@ -119,7 +150,9 @@ class RunFinished:
     rounds: int
     usage: Usage
     error: str | None = None
-    """For ``failed``: the error code and message."""
+    """For ``failed``: the error code and message; for ``budget_exceeded``: which limit."""
+    output: JsonValue | None = None
+    """The parsed answer, when the run had a response format and completed."""
 
 
 @final
@@ -137,7 +170,11 @@ class RunResult:
     usage: Usage
     """Tokens used by this run."""
     error: str | None = None
-    """For ``failed``: the typed error's code and message."""
+    """For ``failed``: the typed error's code and message (for an answer that did not
+    match the response format, ``text`` keeps the raw answer); for ``budget_exceeded``:
+    which limit was reached."""
+    output: JsonValue | None = None
+    """The parsed structured answer when the send asked for a response format."""
 
 
 @final
@@ -155,6 +192,10 @@ class ActiveRun:
     """Tool calls started and not finished."""
     awaiting_tools: bool = False
     """The last answer asked for tools whose results are not all in."""
+    usage_by_model: Mapping[str, Usage] = attrs.field(factory=dict)
+    """This run's usage per model (for cost budgets)."""
+    repaired: bool = False
+    """The answer was rejected once and the repair round has been asked for."""
 
 
 @final
@@ -165,13 +206,18 @@ class SessionState:
     session_id: str = ""
     system_prompt: str = ""
     max_rounds: int = 10
-    transcript: tuple[Message, ...] = ()
-    """User, assistant and tool messages, in order (the system prompt is separate)."""
+    history: ValidTranscript = attrs.field(factory=ValidTranscript)
+    """The conversation as the model sees it, kept provider-valid as it grows."""
     run: ActiveRun | None = None
     queued: tuple[RunStarted, ...] = ()
     results: Mapping[str, RunResult] = attrs.field(factory=dict)
     usage: Usage = attrs.field(factory=Usage)
     """Tokens used by the whole session."""
+
+    @property
+    def transcript(self) -> tuple[Message, ...]:
+        """User, assistant and tool messages, in order (the system prompt is separate)."""
+        return self.history.messages
 
 
 def evolve(state: SessionState, event: object) -> SessionState:
@@ -180,9 +226,11 @@ def evolve(state: SessionState, event: object) -> SessionState:
         run = state.run
         assert run is not None
         calls = event.message.tool_calls
+        by_model = dict(run.usage_by_model)
+        by_model[event.model] = by_model.get(event.model, Usage()) + event.usage
         return attrs.evolve(
             state,
-            transcript=(*state.transcript, event.message),
+            history=state.history.append(event.message),
             run=attrs.evolve(
                 run,
                 rounds=event.round,
@@ -190,6 +238,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
                 text=event.message.content or run.text,
                 pending_calls=calls,
                 awaiting_tools=bool(calls),
+                usage_by_model=by_model,
             ),
             usage=state.usage + event.usage,
         )
@@ -214,7 +263,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
         )
         return attrs.evolve(
             state,
-            transcript=(*state.transcript, reply),
+            history=state.history.append(reply),
             run=attrs.evolve(
                 run,
                 open_calls=open_calls,
@@ -224,9 +273,17 @@ def evolve(state: SessionState, event: object) -> SessionState:
     if isinstance(event, RunStarted):
         return attrs.evolve(
             state,
-            transcript=(*state.transcript, UserMessage(event.input)),
+            history=state.history.append(UserMessage(event.input)),
             run=ActiveRun(started=event),
             queued=tuple(q for q in state.queued if q.run_id != event.run_id),
+        )
+    if isinstance(event, OutputRejected):
+        run = state.run
+        assert run is not None
+        return attrs.evolve(
+            state,
+            history=state.history.append(UserMessage(repair_prompt(event.problems))),
+            run=attrs.evolve(run, repaired=True),
         )
     if isinstance(event, InputQueued):
         return attrs.evolve(state, queued=(*state.queued, event.run))
@@ -239,6 +296,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
             rounds=event.rounds,
             usage=event.usage,
             error=event.error,
+            output=event.output,
         )
         return attrs.evolve(state, run=None, results={**state.results, event.run_id: result})
     if isinstance(event, SessionCreated):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import final
 
@@ -31,7 +31,12 @@ from protocols.errors import (
 
 from ._tools import _CONVERTER, Tool, ToolContext, ToolRegistry
 
-__all__ = ["ToolRunner", "open_tool_runner", "run_tool_calls"]
+__all__ = ["CallWrapper", "ToolRunner", "open_tool_runner", "run_tool_calls"]
+
+CallWrapper = Callable[
+    [ToolCall, Callable[[ToolCall], Awaitable[ToolOutcome]]], Awaitable[ToolOutcome]
+]
+"""Runs around each call: ``wrap(call, run)`` must return ``await run(call)`` or an outcome."""
 
 
 @final
@@ -98,6 +103,7 @@ async def run_tool_calls(
     approved: Collection[str] = frozenset(),
     idempotency_keys: Mapping[str, str] | None = None,
     cancel_scope: trio.CancelScope | None = None,
+    wrap: CallWrapper | None = None,
 ) -> list[ToolOutcome]:
     """Run one round of tool calls concurrently and return one outcome per call, in order.
 
@@ -120,6 +126,8 @@ async def run_tool_calls(
             and call ids.
         cancel_scope (trio.CancelScope | None): a fresh scope the caller may cancel to
             interrupt the round.
+        wrap (CallWrapper | None): middleware around each call (the session's tool
+            hooks); what it raises propagates, unlike the tools' own errors.
 
     Returns:
         One :class:`ToolOutcome` per call, in the order of ``calls``.
@@ -142,6 +150,7 @@ async def run_tool_calls(
                 approved=approved,
                 idempotency_keys=idempotency_keys,
                 cancel_scope=cancel_scope,
+                wrap=wrap,
             )
     return await _run_round(
         calls,
@@ -151,6 +160,7 @@ async def run_tool_calls(
         approved=approved,
         idempotency_keys=idempotency_keys,
         cancel_scope=cancel_scope,
+        wrap=wrap,
     )
 
 
@@ -163,15 +173,19 @@ async def _run_round(
     approved: Collection[str],
     idempotency_keys: Mapping[str, str] | None,
     cancel_scope: trio.CancelScope | None,
+    wrap: CallWrapper | None,
 ) -> list[ToolOutcome]:
     outcomes: list[ToolOutcome | None] = [None] * len(calls)
     limiter = trio.CapacityLimiter(limit)
     keys = idempotency_keys or {}
 
-    async def one(index: int, call: ToolCall) -> None:
+    async def run(call: ToolCall) -> ToolOutcome:
         key = keys.get(call.id) or idempotency_key(session_id, call.id)
         context = ToolContext(call.id, call.name, session_id, key)
-        outcomes[index] = await _run_call(call, registry, context, limiter, approved)
+        return await _run_call(call, registry, context, limiter, approved)
+
+    async def one(index: int, call: ToolCall) -> None:
+        outcomes[index] = await (run(call) if wrap is None else wrap(call, run))
 
     with cancel_scope if cancel_scope is not None else trio.CancelScope():
         async with trio.open_nursery() as nursery:

@@ -3,49 +3,86 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import final
 
-from protocols import AssistantMessage, Message, ToolResultMessage
+import attrs
+
+from protocols import EMPTY_CHAIN, AssistantMessage, Message, ToolResultMessage, chain_messages
 
 INTERRUPTED = (
     "interrupted: this tool call did not finish (cancelled or crashed); its result is unknown"
 )
 
 
-def provider_valid(messages: Iterable[Message]) -> tuple[Message, ...]:
-    """Pair every assistant tool call with exactly one tool result, in call order.
+@final
+@attrs.frozen
+class ValidTranscript:
+    """A transcript kept provider-valid as it grows, with its fingerprint chain.
 
     Providers reject a transcript where a tool call has no result, or a result answers no
-    call. A crash, a cancel or a budget stop can leave such holes; this closes each open
-    call with an explicit error result saying it was interrupted (never a fake success)
-    and drops results that answer no pending call. Nothing else re-implements pairing.
+    call. A crash, a cancel or a budget stop can leave such holes; :meth:`append` closes
+    each open call with an explicit error result saying it was interrupted (never a fake
+    success) as soon as the conversation moves on, and drops results that answer no
+    pending call. Nothing else implements pairing: :func:`provider_valid` is a fold of
+    :meth:`append`.
+
+    Each step costs one hash of the new message, whatever the length of the history, so
+    building the next request does not re-read the conversation.
+    """
+
+    messages: tuple[Message, ...] = ()
+    """The messages as the model will see them (after :meth:`closed`)."""
+    pending: tuple[str, ...] = ()
+    """Ids of the last assistant message's tool calls that have no result yet, in order."""
+    digest: str = EMPTY_CHAIN
+    """``chain_messages(EMPTY_CHAIN, messages)``: pass it to ``LLMRequest.fingerprint``."""
+
+    def append(self, message: Message) -> ValidTranscript:
+        """The transcript with ``message`` added (and any open calls closed before it)."""
+        if isinstance(message, ToolResultMessage):
+            if message.tool_call_id not in self.pending:
+                return self  # answers no open call: providers would reject it
+            pending = tuple(i for i in self.pending if i != message.tool_call_id)
+            return ValidTranscript(
+                (*self.messages, message), pending, chain_messages(self.digest, (message,))
+            )
+        base = self.closed()
+        pending = tuple(c.id for c in message.tool_calls) if isinstance(
+            message, AssistantMessage
+        ) else ()
+        return ValidTranscript(
+            (*base.messages, message), pending, chain_messages(base.digest, (message,))
+        )
+
+    def closed(self) -> ValidTranscript:
+        """The transcript with every open call answered by an interrupted result."""
+        if not self.pending:
+            return self
+        closing = tuple(
+            ToolResultMessage(tool_call_id=call_id, content=INTERRUPTED, is_error=True)
+            for call_id in self.pending
+        )
+        return ValidTranscript(
+            (*self.messages, *closing), (), chain_messages(self.digest, closing)
+        )
+
+
+def provider_valid(messages: Iterable[Message]) -> tuple[Message, ...]:
+    """Pair every assistant tool call with exactly one result, right after it, in call order.
 
     Args:
         messages: user, assistant and tool messages in log order (a system message, if
             present, passes through).
 
     Returns:
-        The messages with each assistant message followed by one result per tool call.
+        The messages with each assistant message followed by one result per tool call:
+        open calls get an interrupted error result, results that answer no open call are
+        dropped. See :class:`ValidTranscript`.
     """
-    out: list[Message] = []
-    pending: dict[str, None] = {}
-
-    def close_pending() -> None:
-        for call_id in pending:
-            out.append(ToolResultMessage(tool_call_id=call_id, content=INTERRUPTED, is_error=True))
-        pending.clear()
-
+    transcript = ValidTranscript()
     for message in messages:
-        if isinstance(message, ToolResultMessage):
-            if message.tool_call_id in pending:
-                del pending[message.tool_call_id]
-                out.append(message)
-            continue
-        close_pending()
-        out.append(message)
-        if isinstance(message, AssistantMessage):
-            pending.update((call.id, None) for call in message.tool_calls)
-    close_pending()
-    return tuple(out)
+        transcript = transcript.append(message)
+    return transcript.closed().messages
 
 
 def is_provider_valid(messages: Iterable[Message]) -> bool:

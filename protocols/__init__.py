@@ -19,6 +19,7 @@ from ._jsonschema import check_schema as check_schema
 from ._jsonschema import compile_schema as compile_schema
 from ._jsonschema import schema_problems as schema_problems
 from ._jsonschema import validate_json as validate_json
+from ._llm import EMPTY_CHAIN as EMPTY_CHAIN
 from ._llm import LLM as LLM
 from ._llm import AssistantMessage as AssistantMessage
 from ._llm import ContentPart as ContentPart
@@ -45,6 +46,7 @@ from ._llm import ToolResultMessage as ToolResultMessage
 from ._llm import Usage as Usage
 from ._llm import UsageDelta as UsageDelta
 from ._llm import UserMessage as UserMessage
+from ._llm import chain_messages as chain_messages
 from ._llm import response_deltas as response_deltas
 from ._tools import CrashPolicy as CrashPolicy
 from ._tools import ToolOutcome as ToolOutcome

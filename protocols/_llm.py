@@ -16,6 +16,7 @@ from .errors import LLMMalformedStreamError
 
 __all__ = [
     "AssistantMessage",
+    "EMPTY_CHAIN",
     "ContentPart",
     "FinishDelta",
     "FinishReason",
@@ -41,6 +42,7 @@ __all__ = [
     "Usage",
     "UsageDelta",
     "UserMessage",
+    "chain_messages",
     "response_deltas",
 ]
 
@@ -320,21 +322,65 @@ class LLMRequest:
     thinking_budget: int | None = None
     """Tokens the model may spend reasoning (Anthropic extended thinking); ``None``: off."""
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, *, messages_digest: str | None = None) -> str:
         """A stable hash of everything that determines the answer.
 
         Replay compares the fingerprint of the request the actor asks for now with the one
-        recorded in the log, to detect divergence. It is a SHA-256 over a canonical JSON form
-        (sorted keys, tuples as lists), so it is the same across processes and Python versions.
+        recorded in the log, to detect divergence. It is a SHA-256 over a canonical JSON
+        form (sorted keys, tuples as lists) of the parameters and the leading system
+        messages, plus :func:`chain_messages` over the other messages, so it is the same
+        across processes and Python versions.
+
+        The chain is what keeps the cost flat as a conversation grows: a caller that keeps
+        the chain of its transcript up to date (one hash per new message) passes it as
+        ``messages_digest`` and nothing here walks the whole history.
+
+        Args:
+            messages_digest (str | None): ``chain_messages(EMPTY_CHAIN, rest)`` where
+                ``rest`` is :attr:`messages` after the leading system messages; computed
+                here when ``None``.
 
         Returns:
             (str): ``"sha256:"`` followed by 64 hex digits.
         """
-        canonical = orjson.dumps(
-            attrs.asdict(self),
-            option=orjson.OPT_SORT_KEYS,
-        )
+        messages = self.messages
+        lead = 0
+        while lead < len(messages) and isinstance(messages[lead], SystemMessage):
+            lead += 1
+        if messages_digest is None:
+            messages_digest = chain_messages(EMPTY_CHAIN, messages[lead:])
+        params = attrs.asdict(self, filter=_not_messages)
+        params["system"] = [attrs.asdict(m) for m in messages[:lead]]
+        params["messages"] = messages_digest
+        canonical = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
         return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def _not_messages(attribute: attrs.Attribute[object], _value: object) -> bool:
+    return attribute.name != "messages"
+
+
+#: The :func:`chain_messages` digest of no messages.
+EMPTY_CHAIN = hashlib.sha256(b"powertrio.messages.v1").hexdigest()
+
+
+def chain_messages(digest: str, messages: Iterable[Message]) -> str:
+    """Extend a hash chain over messages: one SHA-256 per message, in order.
+
+    ``chain_messages(chain_messages(EMPTY_CHAIN, a), b) == chain_messages(EMPTY_CHAIN,
+    [*a, b])``, so a transcript can carry its digest forward one message at a time.
+
+    Args:
+        digest (str): the chain so far (:data:`EMPTY_CHAIN` to start).
+        messages (Iterable[Message]): the messages to add, oldest first.
+
+    Returns:
+        (str): the new chain digest, 64 hex digits.
+    """
+    for message in messages:
+        canonical = orjson.dumps(attrs.asdict(message), option=orjson.OPT_SORT_KEYS)
+        digest = hashlib.sha256(digest.encode() + canonical).hexdigest()
+    return digest
 
 
 @final

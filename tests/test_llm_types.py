@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocols import (
+    EMPTY_CHAIN,
     AssistantMessage,
     FinishDelta,
     ImagePart,
@@ -31,6 +32,7 @@ from protocols import (
     Usage,
     UsageDelta,
     UserMessage,
+    chain_messages,
     make_converter,
     response_deltas,
 )
@@ -89,9 +91,33 @@ def test_fingerprint_known_value() -> None:
     """
     request = LLMRequest(messages=[UserMessage("hi")])
     assert request.fingerprint() == (
-        "sha256:9363e240b682816f2909d4965ca0c1fde525b5b54b0a1c8b38974fd588455767"
+        "sha256:d5a60635537b9162479a53586bcc6af5f3f8bacd60ce4d94869b2b37828d7076"
     )
     assert request.fingerprint() != LLMRequest(messages=[SystemMessage("hi")]).fingerprint()
+
+
+def test_a_carried_chain_gives_the_same_fingerprint_as_hashing_everything() -> None:
+    """Extending the chain one message at a time equals hashing the transcript at once."""
+    rest = REQUEST.messages[1:]
+    chain = EMPTY_CHAIN
+    for message in rest:
+        chain = chain_messages(chain, [message])
+    assert chain_messages(EMPTY_CHAIN, rest) == chain
+    assert REQUEST.fingerprint() == REQUEST.fingerprint(messages_digest=chain)
+    assert REQUEST.fingerprint() != REQUEST.fingerprint(messages_digest=EMPTY_CHAIN)
+
+
+def test_the_chain_depends_on_order_and_content() -> None:
+    """Swapping two messages or changing one changes the chain."""
+    a, b = UserMessage("a"), UserMessage("b")
+    chains = {
+        chain_messages(EMPTY_CHAIN, [a, b]),
+        chain_messages(EMPTY_CHAIN, [b, a]),
+        chain_messages(EMPTY_CHAIN, [a, UserMessage("c")]),
+        chain_messages(EMPTY_CHAIN, [a]),
+        EMPTY_CHAIN,
+    }
+    assert len(chains) == 5
 
 
 def test_tool_choice_validation() -> None:
