@@ -545,7 +545,9 @@ def _price_for(prices: Mapping[str, Price], model: str) -> Price | None:
     return prices[max(matches, key=len)] if matches else None
 
 
-def _describe(error: Exception) -> str:
+def _describe(error: BaseException) -> str:
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]  # a hook's error raised inside the tool round's nursery
     code = error.code if isinstance(error, PowertrioError) else type(error).__name__
     return f"{code}: {error}"
 

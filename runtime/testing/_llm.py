@@ -63,6 +63,8 @@ class ScriptedLLM:
         self._chunk_size = chunk_size
         self.requests: list[LLMRequest] = []
         """Every request received, in order (including those answered with an error)."""
+        self.streamed = 0
+        """How many of the calls were made with :meth:`stream` rather than ``complete``."""
 
     def __repr__(self) -> str:
         return f"ScriptedLLM(remaining={len(self._script)}, requests={len(self.requests)})"
@@ -110,6 +112,7 @@ class ScriptedLLM:
             ScriptExhaustedError: on the first read, when the script is empty.
             BaseException: on the first read, the next scripted item when it is an exception.
         """
+        self.streamed += 1
         return LLMStream(lambda: _stream_of(lambda: self._next(request), self._chunk_size))
 
     def assert_complete(self) -> None:
