@@ -1,24 +1,28 @@
 """Provider transports: time to first token and call latency, beside bare httpx in the same run.
 
-For now this measures the bare transports (no session actor exists yet) against a local
-canned OpenAI-compatible server on loopback, so the figure is our overhead per call
-(request building, retries wrapper, SSE parsing, delta assembly) relative to the physical
-baseline: the same HTTP exchange done with bare httpx on the same shared client.
+Against a local canned OpenAI-compatible server on loopback, three ways of getting the first
+token: bare httpx (the physical baseline), the transport (request building, retries
+wrapper, SSE parsing, delta assembly), and a session actor using the transport (the send,
+the ``RunStarted`` append, the step, and the delta's trip through the observer bus). The
+ratios are our overhead per call relative to the baseline.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import threading
 from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import orjson
 import trio
 
 from protocols import LLMRequest, TextDelta, UserMessage
 from protocols.transports import OpenAITransport, ProviderConfig, open_http_client
+from runtime import open_runtime
 
 _CHUNK = {"id": "c", "model": "bench", "choices": [{"index": 0, "delta": {"content": "tok"},
                                                     "finish_reason": None}]}
@@ -57,17 +61,22 @@ class _Handler(BaseHTTPRequestHandler):
         return  # keep the benchmark output clean
 
 
-async def _p50s(
-    n: int, baseline: Callable[[], Awaitable[None]], ours: Callable[[], Awaitable[None]]
-) -> tuple[float, float]:
-    """Median seconds of each call, run interleaved so drift affects both alike."""
-    samples: tuple[list[float], list[float]] = ([], [])
+_Timed = Callable[[], Awaitable[float | None]]
+
+
+async def _p50s(n: int, *calls: _Timed) -> list[float]:
+    """Median seconds of each call, run interleaved so drift affects all alike.
+
+    A call that returns a float measured its own figure (time to first token of a send that
+    goes on afterwards); otherwise its whole duration is the sample.
+    """
+    samples: list[list[float]] = [[] for _ in calls]
     for _ in range(n):
-        for i, call in enumerate((baseline, ours)):
+        for i, call in enumerate(calls):
             start = trio.current_time()
-            await call()
-            samples[i].append(trio.current_time() - start)
-    return statistics.median(samples[0]), statistics.median(samples[1])
+            own = await call()
+            samples[i].append(own if own is not None else trio.current_time() - start)
+    return [statistics.median(s) for s in samples]
 
 
 async def _measure(n: int) -> dict[str, float | int | str]:
@@ -87,32 +96,38 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                 ProviderConfig(provider="openai", base_url=url, model="bench"), client=client
             )
 
-            async def bare_ttft() -> None:
+            async def bare_ttft() -> float | None:
                 async with client.stream("POST", url + "/chat/completions", content=body,
                                          headers={"content-type": "application/json"}) as r:
                     async for line in r.aiter_lines():
                         if line.startswith("data: "):
                             orjson.loads(line[6:])
                             break
+                return None
 
-            async def ours_ttft() -> None:
+            async def ours_ttft() -> float | None:
                 async with transport.stream(request) as stream:
                     async for delta in stream:
                         if isinstance(delta, TextDelta):
                             break
+                return None
 
-            async def bare_complete() -> None:
+            async def bare_complete() -> float | None:
                 r = await client.post(url + "/chat/completions", content=plain_body,
                                       headers={"content-type": "application/json"})
                 orjson.loads(r.content)
+                return None
 
-            async def ours_complete() -> None:
+            async def ours_complete() -> float | None:
                 await transport.complete(request)
+                return None
 
-            for warm in (bare_ttft, ours_ttft, bare_complete, ours_complete):
-                await warm()
-            bare_t, ours_t = await _p50s(n, bare_ttft, ours_ttft)
-            bare_c, ours_c = await _p50s(n, bare_complete, ours_complete)
+            async with open_runtime(seed=1) as runtime:
+                session_ttft = await _session_ttft(runtime, transport, n + 1)
+                for warm in (bare_ttft, ours_ttft, session_ttft, bare_complete, ours_complete):
+                    await warm()
+                bare_t, ours_t, session_t = await _p50s(n, bare_ttft, ours_ttft, session_ttft)
+                bare_c, ours_c = await _p50s(n, bare_complete, ours_complete)
     finally:
         server.shutdown()
         server.server_close()
@@ -121,10 +136,35 @@ async def _measure(n: int) -> dict[str, float | int | str]:
         "ttft_bare_httpx_p50_ms": bare_t * 1000,
         "ttft_transport_p50_ms": ours_t * 1000,
         "ttft_ratio": ours_t / bare_t,
+        "ttft_session_p50_ms": session_t * 1000,
+        "ttft_session_ratio": session_t / bare_t,
         "complete_bare_httpx_p50_ms": bare_c * 1000,
         "complete_transport_p50_ms": ours_c * 1000,
         "complete_ratio": ours_c / bare_c,
     }
+
+
+async def _session_ttft(runtime: Any, transport: OpenAITransport, count: int) -> _Timed:
+    """A timed call: a send on a fresh session (so every request is the same size), timed
+    from the send to its first streamed text; the run then finishes untimed."""
+    actors = importlib.import_module("actors")  # runtime must not import actors (DESIGN.md §1)
+    sessions = [await actors.spawn_session(runtime, llm=transport) for _ in range(count)]
+
+    async def timed() -> float | None:
+        session = sessions.pop()
+        first: list[float] = []
+        with session.observe(buffer=4096) as observations:
+            async with trio.open_nursery() as nursery:
+                start = trio.current_time()
+                nursery.start_soon(session.send, "hi")
+                async for observation in observations:
+                    if isinstance(observation, actors.DeltaReceived) and not first:
+                        first.append(trio.current_time() - start)
+                    if isinstance(observation, actors.RunEnded):
+                        break
+        return first[0]
+
+    return timed
 
 
 def run(args: argparse.Namespace) -> dict[str, float | int | str]:
