@@ -57,6 +57,7 @@ The tree (code in brackets)::
     ├── SessionError                              [session]
     │   ├── SessionBusyError                      [session.busy]
     │   ├── OutputInvalidError                    [session.output_invalid]
+    │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
     │   └── HookVetoError                         [session.hook_vetoed]
     └── TimerError                                [timer]
         ├── TimerNotFoundError (LookupError)      [timer.not_found]
@@ -95,6 +96,7 @@ __all__ = [
     "ForeignDatabaseError",
     "FutureEventVersionError",
     "HookVetoError",
+    "HumanRequestNotFoundError",
     "IntensityExceededError",
     "LLMAuthError",
     "LLMBadRequestError",
@@ -759,6 +761,22 @@ class OutputInvalidError(SessionError):
         self.problems = problems
         super().__init__(
             "the answer does not match the response format: " + "; ".join(problems)
+        )
+
+
+class HumanRequestNotFoundError(SessionError, LookupError):
+    """A human reply names a request the session is not waiting for."""
+
+    code = "session.unknown_request"
+
+    def __init__(self, session_id: str, request_id: str, open_requests: tuple[str, ...]) -> None:
+        self.session_id = session_id
+        self.request_id = request_id
+        self.open_requests = open_requests
+        waiting = ", ".join(open_requests) or "none"
+        super().__init__(
+            f"session {session_id!r} is not waiting for request {request_id!r} "
+            f"(answered already, or its run ended); open requests: {waiting}"
         )
 
 
