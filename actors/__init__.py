@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from protocols._util import fixup_module_metadata as _fixup
 
+from ._blackboard import Board as Board
+from ._blackboard import open_board as open_board
+from ._board_events import BoardChanged as BoardChanged
+from ._board_events import BoardState as BoardState
+from ._board_events import BoardStatistics as BoardStatistics
+from ._board_events import Entry as Entry
+from ._board_events import EntryDeleted as EntryDeleted
+from ._board_events import EntryPut as EntryPut
+from ._board_tools import board_tools as board_tools
 from ._budget import Budget as Budget
 from ._budget import Price as Price
 from ._observe import DeltaReceived as DeltaReceived

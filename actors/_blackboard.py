@@ -1,0 +1,689 @@
+"""The blackboard actor and its handle: versioned JSON entries shared by agents."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Final, final
+
+import attrs
+import trio
+
+from protocols import JsonValue
+from protocols.errors import (
+    ActorExistsError,
+    ActorNotFoundError,
+    ActorStoppedError,
+    BoardError,
+    BoardWatchOverflowError,
+    ConfigError,
+    MailboxFullError,
+)
+from runtime import ActorRef, Decision, EventSourcedActor, Request, Runtime
+
+from ._board_events import (
+    BOARD_ID_PATTERN,
+    DEFAULT_MAX_ENTRIES,
+    DEFAULT_MAX_ENTRY_BYTES,
+    BoardChanged,
+    BoardState,
+    BoardStatistics,
+    Entry,
+    EntryDeleted,
+    EntryPut,
+    Limits,
+    decide_delete,
+    decide_put,
+    detached,
+    evolve,
+    key_problem,
+)
+
+__all__ = ["Board", "open_board"]
+
+logger = logging.getLogger("powertrio.board")
+
+DEFAULT_WATCH_BUFFER: Final = 1000
+"""How many undelivered changes a Python watch buffers before it is dropped."""
+
+
+# -- watches --------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class _Watch:
+    id: str
+    keys: frozenset[str] | None
+    prefix: str
+    target: ActorRef[object] | trio.MemorySendChannel[BoardChanged]
+    overflowed: bool = False
+
+    def matches(self, key: str) -> bool:
+        return key in self.keys if self.keys is not None else key.startswith(self.prefix)
+
+    def same_as(self, other: _Watch) -> bool:
+        mine, theirs = self.target, other.target
+        return (
+            isinstance(mine, ActorRef)
+            and isinstance(theirs, ActorRef)
+            and mine.id == theirs.id
+            and (self.keys, self.prefix) == (other.keys, other.prefix)
+        )
+
+
+@attrs.define(eq=False)
+class _WatchTable:
+    """The watches of one board, shared by every incarnation of its actor.
+
+    Watches are live refs and channels, so they are not events: they survive a restart of
+    the board actor (a crash) but not the end of the runtime. See :class:`Board`.
+    """
+
+    watches: dict[str, _Watch] = attrs.Factory(dict)
+    dropped: int = 0
+
+    def add(self, watch: _Watch) -> str:
+        for existing in self.watches.values():
+            if existing.same_as(watch):
+                return existing.id  # an agent that watches twice gets each change once
+        self.watches[watch.id] = watch
+        return watch.id
+
+    def remove(self, watch_id: str) -> bool:
+        return self.watches.pop(watch_id, None) is not None
+
+    def deliver(self, change: BoardChanged) -> None:
+        """Hand ``change`` to every matching watcher without waiting for any of them.
+
+        Each watcher gets its own copy of the value, so none can change another's (or the
+        board's).
+        """
+        shared = change
+        for watch in tuple(self.watches.values()):
+            if not watch.matches(change.key):
+                continue
+            change = attrs.evolve(shared, value=detached(shared.value))
+            target = watch.target
+            if isinstance(target, ActorRef):
+                try:
+                    target.tell_nowait(change)
+                except ActorStoppedError:
+                    self.remove(watch.id)  # the watcher is gone for good
+                except MailboxFullError:
+                    logger.warning(
+                        "board %r dropped the watch %s of %s: its mailbox is full",
+                        change.board_id,
+                        watch.id,
+                        target.path,
+                    )
+                    self.remove(watch.id)
+                    self.dropped += 1
+                continue
+            try:
+                target.send_nowait(change)
+            except trio.WouldBlock:
+                watch.overflowed = True
+                target.close()  # the watcher drains what it has, then learns of the loss
+                self.remove(watch.id)
+                self.dropped += 1
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.remove(watch.id)
+
+
+def _watch_filter(
+    keys: Iterable[str] | None, prefix: str | None
+) -> tuple[frozenset[str] | None, str]:
+    if keys is not None and prefix is not None:
+        msg = "watch keys or a prefix, not both"
+        raise ValueError(msg)
+    if keys is None:
+        prefix = prefix or ""
+        bad = key_problem(prefix, prefix=True)
+        if bad is not None:
+            raise bad
+        return None, prefix
+    if isinstance(keys, str):
+        msg = f"keys must be an iterable of keys, not the str {keys!r}; wrap it: keys=[{keys!r}]"
+        raise TypeError(msg)
+    chosen = frozenset(keys)
+    if not chosen:
+        msg = "keys is empty: pass at least one key, or a prefix"
+        raise ValueError(msg)
+    for key in sorted(chosen, key=repr):
+        bad = key_problem(key)
+        if bad is not None:
+            raise bad
+    return chosen, ""
+
+
+# -- the actor ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _BoardInfo:
+    limits: Limits
+    watches: _WatchTable
+
+
+@attrs.frozen(kw_only=True)
+class _Put(Request["Entry | BoardError"]):
+    key: object
+    value: object
+    expected_version: int | None
+    author: str
+
+
+@attrs.frozen(kw_only=True)
+class _Delete(Request["bool | BoardError"]):
+    key: object
+    expected_version: int | None
+    author: str
+
+
+@attrs.frozen
+class _Get(Request["Entry | BoardError | None"]):
+    key: object
+
+
+@attrs.frozen
+class _List(Request["tuple[Entry, ...] | BoardError"]):
+    prefix: object
+
+
+@attrs.frozen
+class _AddWatch(Request[str]):
+    watch: _Watch
+
+
+@attrs.frozen
+class _GetState(Request[BoardState]):
+    pass
+
+
+@attrs.frozen
+class _Describe(Request[_BoardInfo]):
+    pass
+
+
+@final
+class _BoardActor(EventSourcedActor[BoardState]):
+    """One board: the only writer of the stream ``board/<id>``."""
+
+    def __init__(self, board_id: str, limits: Limits, watches: _WatchTable) -> None:
+        self._board_id = board_id
+        self._limits = limits
+        self._watches = watches
+
+    def stream_name(self) -> str:
+        return f"board/{self._board_id}"
+
+    def initial_state(self) -> BoardState:
+        return BoardState()
+
+    def evolve(self, state: BoardState, event: object) -> BoardState:
+        return evolve(state, event)
+
+    def handle(self, state: BoardState, message: object) -> Decision:
+        if isinstance(message, _Put):
+            put = decide_put(
+                state,
+                board_id=self._board_id,
+                limits=self._limits,
+                key=message.key,
+                value=message.value,
+                expected_version=message.expected_version,
+                author=message.author,
+            )
+            if isinstance(put, BoardError):
+                return Decision(reply=put)
+            stored = Entry(
+                key=put.key,
+                value=put.value,
+                version=put.version,
+                author=put.author,
+                board_version=state.version + 1,
+            )
+            return Decision(events=[put], reply=stored)
+        if isinstance(message, _Delete):
+            deletion = decide_delete(
+                state,
+                board_id=self._board_id,
+                key=message.key,
+                expected_version=message.expected_version,
+                author=message.author,
+            )
+            if deletion is None:
+                return Decision(reply=False)  # no such key: nothing to write
+            if isinstance(deletion, BoardError):
+                return Decision(reply=deletion)
+            return Decision(events=[deletion], reply=True)
+        if isinstance(message, _Get):
+            bad = key_problem(message.key)
+            if bad is not None:
+                return Decision(reply=bad)
+            assert isinstance(message.key, str)
+            return Decision(reply=state.entries.get(message.key))
+        if isinstance(message, _List):
+            bad = key_problem(message.prefix, prefix=True)
+            if bad is not None:
+                return Decision(reply=bad)
+            assert isinstance(message.prefix, str)
+            prefix = message.prefix
+            return Decision(
+                reply=tuple(
+                    state.entries[key] for key in sorted(state.entries) if key.startswith(prefix)
+                )
+            )
+        if isinstance(message, _GetState):
+            return Decision(reply=state)
+        if isinstance(message, _Describe):
+            return Decision(reply=_BoardInfo(self._limits, self._watches))
+        msg = f"a board takes no {type(message).__name__} messages; use the Board handle"
+        raise TypeError(msg)
+
+    async def receive(self, message: object) -> object:
+        if isinstance(message, _AddWatch):
+            # Through the mailbox, so the watch sees exactly the writes handled after it.
+            return self._watches.add(message.watch)
+        return await super().receive(message)
+
+    def after_persist(self, events: Sequence[object]) -> None:
+        watches = self._watches
+        if not watches.watches:
+            return
+        first = self.version - len(events) + 1
+        for offset, event in enumerate(events):
+            if isinstance(event, EntryPut):
+                value, deleted = event.value, False
+            elif isinstance(event, EntryDeleted):
+                value, deleted = None, True
+            else:
+                continue
+            watches.deliver(
+                BoardChanged(
+                    board_id=self._board_id,
+                    key=event.key,
+                    version=event.version,
+                    value=value,
+                    deleted=deleted,
+                    author=event.author,
+                    board_version=first + offset,
+                )
+            )
+
+
+# -- the public face ------------------------------------------------------------------
+
+
+def _detach(entry: Entry) -> Entry:
+    return attrs.evolve(entry, value=detached(entry.value))
+
+
+def _check_author(author: object) -> str:
+    if not isinstance(author, str) or not author:
+        msg = f"author must be a non-empty str, got {author!r}"
+        raise ValueError(msg)
+    return author
+
+
+def _check_expected(expected_version: object) -> int | None:
+    if expected_version is None:
+        return None
+    if (
+        not isinstance(expected_version, int)
+        or isinstance(expected_version, bool)
+        or expected_version < 0
+    ):
+        msg = (
+            "expected_version must be an int >= 0 (0: the key must not exist) or None, "
+            f"got {expected_version!r}"
+        )
+        raise ValueError(msg)
+    return expected_version
+
+
+@final
+class Board:
+    """A handle on one blackboard: read, write (optionally compare-and-set), list, watch.
+
+    Made by :func:`open_board`. Every write is an event in the board's own stream
+    (``board/<id>``), appended before anyone is told, so the board after a restart is the
+    fold of its log. Each write carries an ``author``: Python callers name themselves (the
+    default is ``"python"``); agents write through :func:`board_tools`, which stamp
+    ``session:<id>`` from the runtime, never from the model's arguments.
+
+    Watches (:meth:`watch`, :meth:`watch_actor`) live in memory, not in the log: they
+    survive a crash and restart of the board actor, but not the end of the runtime. A
+    watcher re-watches when it starts (and reads what it needs first); this keeps watches
+    out of the board's history, which holds only what was written, and a watch names a
+    live actor or channel that a new runtime would not have anyway.
+    """
+
+    __slots__ = ("_id", "_info", "_ref", "_runtime")
+    _id: str
+    _info: _BoardInfo
+    _ref: ActorRef[object]
+    _runtime: Runtime
+
+    def __init__(self) -> None:
+        msg = "Board is made by open_board(): `board = await open_board(runtime, 'notes')`"
+        raise TypeError(msg)
+
+    @classmethod
+    def _create(
+        cls, board_id: str, ref: ActorRef[object], runtime: Runtime, info: _BoardInfo
+    ) -> Board:
+        self = object.__new__(cls)
+        self._id = board_id
+        self._ref = ref
+        self._runtime = runtime
+        self._info = info
+        return self
+
+    def __repr__(self) -> str:
+        return f"<Board {self._id!r}>"
+
+    @property
+    def id(self) -> str:
+        """The board id (its stream is ``board/<id>``)."""
+        return self._id
+
+    @property
+    def ref(self) -> ActorRef[object]:
+        """The board actor's ref."""
+        return self._ref
+
+    @property
+    def runtime(self) -> Runtime:
+        """The runtime the board runs in."""
+        return self._runtime
+
+    @property
+    def max_entries(self) -> int:
+        """The most entries the board holds."""
+        return self._info.limits.max_entries
+
+    @property
+    def max_entry_bytes(self) -> int:
+        """The largest entry (key plus JSON-encoded value), in bytes."""
+        return self._info.limits.max_entry_bytes
+
+    async def get(self, key: str) -> Entry | None:
+        """The entry under ``key``, or ``None`` when there is none.
+
+        Raises:
+            BoardBadKeyError: ``key`` breaks the key rules.
+            ActorStoppedError: the runtime is closing.
+        """
+        reply = await self._ref.ask(_Get(key))
+        if isinstance(reply, BoardError):
+            raise reply
+        return None if reply is None else _detach(reply)
+
+    async def put(
+        self,
+        key: str,
+        value: JsonValue,
+        *,
+        expected_version: int | None = None,
+        author: str = "python",
+    ) -> Entry:
+        """Write ``value`` under ``key``; with ``expected_version``, only if it still holds.
+
+        Args:
+            key (str): 1 to 256 characters from ``A-Z a-z 0-9 _ - . / :``.
+            value (JsonValue): plain JSON: ``dict`` (str keys), ``list``, ``str``, ``int``,
+                finite ``float``, ``bool``, ``None``.
+            expected_version (int | None): compare-and-set: the key's version as last read
+                (0: the key must not exist); ``None`` writes whatever the version.
+            author (str): who writes, recorded with the entry.
+
+        Returns:
+            Entry: the entry as written, with its new version.
+
+        Raises:
+            BoardConflictError: the key is not at ``expected_version``; nothing was written.
+            BoardBadKeyError: ``key`` breaks the key rules.
+            BoardBadValueError: ``value`` is not plain JSON.
+            BoardEntryTooLargeError: key plus encoded value exceed ``max_entry_bytes``.
+            BoardFullError: ``key`` is new and the board holds ``max_entries`` entries.
+            ValueError: ``expected_version`` or ``author`` is invalid.
+            ActorCrashedError: the append failed (the board restarts from its log).
+        """
+        message = _Put(
+            key=key,
+            value=value,
+            expected_version=_check_expected(expected_version),
+            author=_check_author(author),
+        )
+        reply = await self._ref.ask(message)
+        if isinstance(reply, BoardError):
+            raise reply
+        return _detach(reply)
+
+    async def delete(
+        self, key: str, *, expected_version: int | None = None, author: str = "python"
+    ) -> bool:
+        """Delete ``key``; with ``expected_version``, only if it still holds.
+
+        Args:
+            key (str): the key.
+            expected_version (int | None): compare-and-set, as in :meth:`put`; 0 succeeds
+                (deleting nothing) when the key does not exist.
+            author (str): who deletes, recorded with the deletion.
+
+        Returns:
+            bool: whether an entry was deleted (``False``: there was none, nothing written).
+
+        Raises:
+            BoardConflictError: the key is not at ``expected_version``; nothing was written.
+            BoardBadKeyError: ``key`` breaks the key rules.
+            ValueError: ``expected_version`` or ``author`` is invalid.
+            ActorCrashedError: the append failed (the board restarts from its log).
+        """
+        message = _Delete(
+            key=key,
+            expected_version=_check_expected(expected_version),
+            author=_check_author(author),
+        )
+        reply = await self._ref.ask(message)
+        if isinstance(reply, BoardError):
+            raise reply
+        return reply
+
+    async def list(self, prefix: str = "") -> tuple[Entry, ...]:
+        """The entries whose key starts with ``prefix``, sorted by key.
+
+        Raises:
+            BoardBadKeyError: ``prefix`` breaks the key rules (it may be empty).
+        """
+        reply = await self._ref.ask(_List(prefix))
+        if isinstance(reply, BoardError):
+            raise reply
+        return tuple(_detach(entry) for entry in reply)
+
+    async def state(self) -> BoardState:
+        """The board's folded state (every entry, the versions of deleted keys).
+
+        A read-only view: unlike :meth:`get` and :meth:`list`, it does not copy values.
+        """
+        return await self._ref.ask(_GetState())
+
+    async def statistics(self) -> BoardStatistics:
+        """A snapshot of the board (it asks the actor, so it is async)."""
+        state = await self._ref.ask(_GetState())
+        watches = self._info.watches
+        return BoardStatistics(
+            entries=len(state.entries),
+            version=state.version,
+            watches=len(watches.watches),
+            watches_dropped=watches.dropped,
+        )
+
+    @asynccontextmanager
+    async def watch(
+        self,
+        *,
+        keys: Iterable[str] | None = None,
+        prefix: str | None = None,
+        buffer: int = DEFAULT_WATCH_BUFFER,
+    ) -> AsyncIterator[trio.MemoryReceiveChannel[BoardChanged]]:
+        """Receive a :class:`BoardChanged` for each change of the watched keys, in order.
+
+        Example::
+
+            async with board.watch(prefix="plan/") as changes:
+                async for change in changes:
+                    print(change.key, change.version, change.author)
+
+        Every change the board handles after this call returns is delivered; the board
+        never waits for a watcher. A watcher ``buffer`` changes behind is dropped: its
+        channel ends after the changes it already has, and leaving the block raises
+        :class:`BoardWatchOverflowError` (unless the block is already raising).
+
+        Args:
+            keys (Iterable[str] | None): watch exactly these keys.
+            prefix (str | None): watch every key starting with it (``""``: every key).
+                Neither given: every key.
+            buffer (int): undelivered changes held before the watch is dropped.
+
+        Yields:
+            The receiving end; it is closed when the block ends.
+
+        Raises:
+            BoardBadKeyError: a key or the prefix breaks the key rules.
+            BoardWatchOverflowError: on leaving, if the watch fell ``buffer`` changes behind.
+            ValueError: both ``keys`` and ``prefix``, empty ``keys``, or ``buffer`` < 1.
+            TypeError: ``keys`` is a str (wrap it in a list).
+        """
+        chosen, start = _watch_filter(keys, prefix)
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+            msg = f"buffer must be an int >= 1, got {buffer!r}"
+            raise ValueError(msg)
+        send, receive = trio.open_memory_channel[BoardChanged](buffer)
+        watch = _Watch(self._runtime.ids.new("watch"), chosen, start, send)
+        try:
+            await self._ref.ask(_AddWatch(watch))
+            with receive:
+                yield receive
+        finally:
+            self._info.watches.remove(watch.id)
+            send.close()
+        if watch.overflowed:
+            raise BoardWatchOverflowError(self._id, buffer)
+
+    async def watch_actor(
+        self,
+        ref: ActorRef[object],
+        *,
+        keys: Iterable[str] | None = None,
+        prefix: str | None = None,
+    ) -> str:
+        """Send a :class:`BoardChanged` message to an actor for each change it watches.
+
+        The board never waits for the actor: if its mailbox is full (``reject`` policy) or
+        it has stopped, the watch is dropped. Watching the same keys or prefix twice with
+        the same actor gives the same watch, so each change arrives once.
+
+        Args:
+            ref (ActorRef): the watcher.
+            keys (Iterable[str] | None): watch exactly these keys.
+            prefix (str | None): watch every key starting with it (``""``: every key).
+
+        Returns:
+            str: the watch id, for :meth:`unwatch`.
+
+        Raises:
+            BoardBadKeyError: a key or the prefix breaks the key rules.
+            ValueError: both ``keys`` and ``prefix``, or empty ``keys``.
+            TypeError: ``keys`` is a str (wrap it in a list).
+        """
+        chosen, start = _watch_filter(keys, prefix)
+        watch = _Watch(self._runtime.ids.new("watch"), chosen, start, ref)
+        return await self._ref.ask(_AddWatch(watch))
+
+    def unwatch(self, watch_id: str) -> bool:
+        """End a watch made by :meth:`watch_actor`; no change is delivered to it afterwards.
+
+        Returns:
+            bool: whether the watch existed (``False`` if it was dropped or ended already).
+        """
+        return self._info.watches.remove(watch_id)
+
+
+def _check_limit(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"{name} must be an int >= 1 or None, got {value!r}"
+        raise ConfigError(msg)
+    return value
+
+
+async def open_board(
+    runtime: Runtime,
+    board_id: str,
+    *,
+    max_entries: int | None = None,
+    max_entry_bytes: int | None = None,
+) -> Board:
+    """Start the board actor under the runtime's root (or find the running one).
+
+    A board that was used before is rebuilt from its stream ``board/<id>`` in the
+    runtime's event store: entries, versions and authors come back as they were.
+
+    Args:
+        runtime (Runtime): the runtime; its event store holds the board's stream.
+        board_id (str): 1 to 128 characters from ``A-Z a-z 0-9 _ - . :``.
+        max_entries (int | None): the most entries the board holds; ``None``: the running
+            board's limit, or 1000 for a board not running yet. Lowering it below the
+            number of entries a board already holds refuses new keys, nothing more.
+        max_entry_bytes (int | None): the largest entry (key plus JSON-encoded value);
+            ``None``: the running board's limit, or 64 KiB.
+
+    Returns:
+        Board: the handle; any number of handles may share one board.
+
+    Raises:
+        ConfigError: ``board_id`` or a limit is invalid, or a limit differs from the one
+            the running board was opened with.
+        RuntimeClosedError: the runtime is closing.
+    """
+    if not isinstance(board_id, str) or BOARD_ID_PATTERN.fullmatch(board_id) is None:
+        msg = (
+            f"board_id must be 1 to 128 characters from A-Z a-z 0-9 and _ - . :, "
+            f"got {board_id!r}"
+        )
+        raise ConfigError(msg)
+    entries = _check_limit("max_entries", max_entries)
+    entry_bytes = _check_limit("max_entry_bytes", max_entry_bytes)
+    actor_id = f"board:{board_id}"
+    try:
+        ref = runtime.lookup(actor_id)
+    except ActorNotFoundError:
+        limits = Limits(
+            entries if entries is not None else DEFAULT_MAX_ENTRIES,
+            entry_bytes if entry_bytes is not None else DEFAULT_MAX_ENTRY_BYTES,
+        )
+        table = _WatchTable()
+
+        def factory() -> _BoardActor:
+            return _BoardActor(board_id, limits, table)
+
+        try:
+            ref = await runtime.spawn(factory, id=actor_id)
+        except ActorExistsError:  # another task opened it meanwhile
+            ref = runtime.lookup(actor_id)
+    info = await ref.ask(_Describe())
+    for name, wanted, running in (
+        ("max_entries", entries, info.limits.max_entries),
+        ("max_entry_bytes", entry_bytes, info.limits.max_entry_bytes),
+    ):
+        if wanted is not None and wanted != running:
+            msg = (
+                f"board {board_id!r} is running with {name}={running}, not {wanted}; "
+                f"open it without {name} to share it, or restart the runtime to change it"
+            )
+            raise ConfigError(msg)
+    return Board._create(board_id, ref, runtime, info)
