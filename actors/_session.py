@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Literal, final
 
 import attrs
 import orjson
@@ -14,6 +14,10 @@ import trio
 from protocols import (
     LLM,
     AssistantMessage,
+    Cancel,
+    CancelMode,
+    FollowUp,
+    HumanReply,
     JsonValue,
     LLMRequest,
     LLMResponse,
@@ -22,6 +26,7 @@ from protocols import (
     SystemMessage,
     ToolCall,
     ToolOutcome,
+    Usage,
     aborted_outcome,
     check_schema,
     denied_outcome,
@@ -33,8 +38,10 @@ from protocols.errors import (
     ActorCrashedError,
     ConfigError,
     HookVetoError,
+    HumanRequestNotFoundError,
     OutputInvalidError,
     PowertrioError,
+    SessionBusyError,
     ToolNotFoundError,
 )
 from runtime import Decision, EventSourcedActor, Reply, Request, StepFailed
@@ -62,6 +69,11 @@ from ._observe import (
 from ._session_events import (
     ActiveRun,
     AssistantRecorded,
+    CancelRequested,
+    FollowUpReceived,
+    FollowUpsInjected,
+    HumanAnswered,
+    HumanRequested,
     InputQueued,
     OutputRejected,
     RunFinished,
@@ -75,10 +87,28 @@ from ._session_events import (
     evolve,
 )
 from ._tool_runner import run_tool_calls
-from ._tools import ToolRegistry
+from ._tools import ToolRegistry, tool
 
 if TYPE_CHECKING:
     from runtime import ActorRef, Runtime
+
+
+BusyPolicy = Literal["queue", "reject", "interrupt"]
+"""What a ``send`` does while a run is active: ``queue`` it to run next, ``reject`` it
+(:class:`~protocols.errors.SessionBusyError`), or ``interrupt`` the run after its current
+turn and then run the new input."""
+
+
+@tool
+def ask_human(question: str) -> str:
+    """Ask the human a question and wait for the answer. Use it when you need information
+    or a decision only the human has.
+
+    Args:
+        question: what to ask, self-contained.
+    """
+    msg = "ask_human is answered by the session actor, which never runs this function"
+    raise RuntimeError(msg)
 
 
 # -- messages and steps (private: the Session facade is the public face) --------------
@@ -94,6 +124,33 @@ class _Send(Request[str]):
     response_format: ResponseFormat | None
     budget: Budget | None
     started_at: float
+    if_busy: BusyPolicy | None
+
+
+@attrs.frozen
+class _Stamped:
+    """A follow-up or cancel with what the pure decider may not look up itself."""
+
+    message: FollowUp | Cancel
+    at: float
+    partial: str
+    """Text streamed so far by the LLM call in flight (kept as an interrupted answer)."""
+
+
+@attrs.frozen
+class _Busy:
+    run_id: str
+
+
+@attrs.frozen
+class _NoRequest:
+    request_id: str
+    open: tuple[str, ...]
+
+
+@attrs.frozen
+class _BadReply:
+    problem: str
 
 
 @attrs.frozen
@@ -164,6 +221,7 @@ class _Config:
     llm_hooks: tuple[LLMHook, ...]
     tool_hooks: tuple[ToolHook, ...]
     bus: ObserverBus
+    on_busy: BusyPolicy
 
 
 @final
@@ -184,6 +242,8 @@ class SessionActor(EventSourcedActor[SessionState]):
         self._config = config
         self._session_id = config.session_id
         self._waiters: dict[str, list[Reply[object]]] = {}
+        self._partial: list[str] | None = None
+        self._inflight_fingerprint = ""
 
     def stream_name(self) -> str:
         return f"session/{self._session_id}"
@@ -210,19 +270,35 @@ class SessionActor(EventSourcedActor[SessionState]):
         run = state.run
         if run is None or not run.open_calls:
             return None
-        closed = [
-            ToolFinished(
-                run_id=run.started.run_id,
-                outcome=aborted_outcome(call.call_id, call.name, _CRASHED),
-            )
-            for call in run.open_calls
-            if call.crash_policy != "retry"
-        ]
-        return Decision(events=closed) if closed else None
+        events: list[object] = []
+        for call in run.open_calls:
+            if call.crash_policy == "abort":
+                outcome = aborted_outcome(call.call_id, call.name, _CRASHED)
+                events.append(ToolFinished(run_id=run.started.run_id, outcome=outcome))
+            elif call.crash_policy == "ask":
+                events.append(
+                    HumanRequested(
+                        run_id=run.started.run_id,
+                        request_id=call.call_id,
+                        kind="crash",
+                        prompt=(
+                            f"The tool {call.name} was running when the process stopped; its "
+                            f"result is unknown. Run it again with {call.arguments}?"
+                        ),
+                        call=ToolCall(id=call.call_id, name=call.name, arguments=call.arguments),
+                    )
+                )
+        return Decision(events=events) if events else None
 
     def handle(self, state: SessionState, message: object) -> Decision:
         if isinstance(message, _Send):
             return self._handle_send(state, message)
+        if isinstance(message, _Stamped):
+            if isinstance(message.message, FollowUp):
+                return self._handle_follow_up(state, message.message, message.at)
+            return self._handle_cancel(state, message.message, message.at, message.partial)
+        if isinstance(message, HumanReply):
+            return self._handle_reply(state, message)
         run = state.run
         run_id = run.started.run_id if run is not None else None
         if isinstance(message, _LLMAnswered) and message.run_id == run_id:
@@ -292,9 +368,98 @@ class SessionActor(EventSourcedActor[SessionState]):
             budget=send.budget or config.budget,
             started_at=send.started_at,
         )
-        if state.run is None and not state.queued:
+        run = state.run
+        if run is None and not state.queued:
             return Decision(events=[started], reply=send.run_id)
-        return Decision(events=[InputQueued(run=started)], reply=send.run_id)
+        policy = send.if_busy or config.on_busy
+        active = run.started.run_id if run is not None else state.queued[0].run_id
+        if policy == "reject":
+            return Decision(reply=_Busy(active))
+        events: list[object] = [InputQueued(run=started)]
+        if policy == "interrupt" and run is not None and run.cancel is None:
+            interrupt = CancelRequested(
+                run_id=active,
+                mode="after_turn",
+                reason=f"interrupted by the new input of run {send.run_id}",
+                by="send",
+                at=send.started_at,
+            )
+            events.insert(0, interrupt)
+        return Decision(events=events, reply=send.run_id)
+
+    def _handle_follow_up(self, state: SessionState, follow_up: FollowUp, at: float) -> Decision:
+        if follow_up.id in state.seen_follow_ups:
+            return Decision(reply=False)  # delivered before: once per id, forever
+        events: list[object] = [FollowUpReceived(follow_up=follow_up)]
+        if state.run is None and not state.queued:
+            config = self._config
+            events.append(
+                RunStarted(
+                    run_id=f"fu-{follow_up.id}",
+                    input="",
+                    max_rounds=state.max_rounds,
+                    response_format=config.response_format,
+                    budget=config.budget,
+                    started_at=at,
+                    trigger="follow_up",
+                )
+            )
+        return Decision(events=events, reply=True)
+
+    def _handle_cancel(
+        self, state: SessionState, cancel: Cancel, at: float, partial: str
+    ) -> Decision:
+        run = state.run
+        if run is None:
+            return Decision(reply=False)
+        run_id = run.started.run_id
+        requested = CancelRequested(
+            run_id=run_id, mode=cancel.mode, reason=cancel.reason, by=cancel.by, at=at
+        )
+        if cancel.mode == "after_turn":
+            return Decision(events=[] if run.cancel else [requested], reply=True)
+        events: list[object] = [requested]
+        if partial:
+            events.append(
+                AssistantRecorded(
+                    run_id=run_id,
+                    round=run.rounds + 1,
+                    message=AssistantMessage(content=partial),
+                    usage=Usage(),
+                    model=self._config.model or "",
+                    finish_reason="interrupted",
+                    request_fingerprint=self._inflight_fingerprint,
+                )
+            )
+        events.extend(
+            ToolFinished(run_id=run_id, outcome=interrupted_outcome(call.call_id, call.name))
+            for call in run.open_calls
+        )
+        events.append(_cancelled(run, requested))
+        return Decision(events=events, reply=True, cancel_step=True)
+
+    def _handle_reply(self, state: SessionState, reply: HumanReply) -> Decision:
+        run = state.run
+        open_requests = run.human if run is not None else ()
+        request = next((r for r in open_requests if r.request_id == reply.request_id), None)
+        if run is None or request is None:
+            return Decision(
+                reply=_NoRequest(reply.request_id, tuple(r.request_id for r in open_requests))
+            )
+        if request.kind != "question" and reply.approve is None:
+            problem = (
+                f"request {reply.request_id!r} asks for an approval: "
+                "answer it with approve() or deny()"
+            )
+            return Decision(reply=_BadReply(problem))
+        answered = HumanAnswered(
+            run_id=run.started.run_id,
+            request_id=reply.request_id,
+            answer=reply.answer,
+            approve=reply.approve,
+            by=reply.by,
+        )
+        return Decision(events=[answered], reply=run.started.run_id)
 
     def next_step(self, state: SessionState) -> object | None:
         run = state.run
@@ -302,14 +467,24 @@ class SessionActor(EventSourcedActor[SessionState]):
             return Decision(events=[state.queued[0]]) if state.queued else None
         run_id = run.started.run_id
         if run.pending_calls:
-            return Decision(events=[self._started(state, run, call) for call in run.pending_calls])
+            events: list[object] = []
+            for call in run.pending_calls:
+                events.extend(self._begin_call(state, run, call))
+            return Decision(events=events)
         if run.open_calls:
             return _RunTools(run_id, run.rounds, run.open_calls)
+        if run.cancel is not None:
+            return Decision(events=[_cancelled(run, run.cancel)])
+        if run.parked:
+            return None  # until a human answers
+        if state.inbox:
+            return Decision(
+                events=[FollowUpsInjected(run_id=run_id, ids=tuple(f.id for f in state.inbox))]
+            )
         last = state.transcript[-1]
-        if isinstance(last, AssistantMessage) and not last.tool_calls:
+        if run.rounds and isinstance(last, AssistantMessage) and not last.tool_calls:
             return Decision(events=[self._answered(run, last.content)])
-        # The repair round of a rejected answer is the one round allowed past the limit.
-        if run.rounds >= run.started.max_rounds + run.repaired:
+        if run.rounds >= run.round_limit:
             return Decision(events=[_finish(run, "hit_round_limit")])
         budget = run.started.budget
         if budget is not None:
@@ -332,6 +507,37 @@ class SessionActor(EventSourcedActor[SessionState]):
         if not run.repaired:
             return OutputRejected(run_id=run.started.run_id, problems=problems)
         return _finish(run, "failed", error=_describe(OutputInvalidError(problems)))
+
+    def _begin_call(
+        self, state: SessionState, run: ActiveRun, call: ToolCall
+    ) -> list[object]:
+        """Record a call as started, or as a request to a human it must wait for."""
+        tools = self._run_tools(run)
+        target = tools.get(call.name) if call.name in tools else None
+        run_id = run.started.run_id
+        if target is ask_human:
+            question = _question(call)
+            if question is not None:
+                return [
+                    HumanRequested(
+                        run_id=run_id,
+                        request_id=call.id,
+                        kind="question",
+                        prompt=question,
+                        call=call,
+                    )
+                ]  # bad arguments fall through: the runner tells the model what is wrong
+        elif target is not None and target.spec.needs_approval and call.id not in run.approved:
+            return [
+                HumanRequested(
+                    run_id=run_id,
+                    request_id=call.id,
+                    kind="approval",
+                    prompt=f"Allow the tool {call.name} to run with {call.arguments}?",
+                    call=call,
+                )
+            ]
+        return [self._started(state, run, call)]
 
     def _started(self, state: SessionState, run: ActiveRun, call: ToolCall) -> ToolStarted:
         try:
@@ -398,8 +604,11 @@ class SessionActor(EventSourcedActor[SessionState]):
         async def innermost(request: LLMRequest) -> LLMResponse:
             if not bus.active:
                 return await self._config.llm.complete(request)
+            partial = self._partial = []
             async with self._config.llm.stream(request) as stream:
                 async for delta in stream:
+                    if delta.type == "text":
+                        partial.append(delta.text)
                     bus.publish(
                         DeltaReceived(
                             session_id=self._session_id,
@@ -411,7 +620,11 @@ class SessionActor(EventSourcedActor[SessionState]):
                 return await stream.final_response()
 
         call = chain_llm_hooks(self._config.llm_hooks, innermost, context)
-        response = await call(step.request)
+        self._inflight_fingerprint = step.fingerprint
+        try:
+            response = await call(step.request)
+        finally:
+            self._partial = None
         return _LLMAnswered(step.run_id, response, step.fingerprint)
 
     async def _run_tool_round(self, step: _RunTools) -> object:
@@ -435,6 +648,7 @@ class SessionActor(EventSourcedActor[SessionState]):
             session_id=self._session_id,
             limit=self._config.tool_concurrency,
             idempotency_keys={c.call_id: c.idempotency_key for c in step.calls},
+            approved=self.state.run.approved if self.state.run is not None else (),
             wrap=wrap,
         )
         return _ToolsDone(step.run_id, tuple(outcomes))
@@ -443,12 +657,31 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     async def receive(self, message: object) -> object:
         if isinstance(message, _WaitRun):
-            result = self.state.results.get(message.run_id)
+            result = self.state.results.get(message.run_id) or self._parked(message.run_id)
             if result is not None or not self._is_pending(message.run_id):
                 return result
             self._waiters.setdefault(message.run_id, []).append(self.context.defer_reply())
             return None
+        if isinstance(message, (FollowUp, Cancel)):
+            partial = "".join(self._partial) if self._partial else ""
+            now = self.context.runtime.clock.now()
+            message = _Stamped(message, now, partial)
         return await super().receive(message)
+
+    def _parked(self, run_id: str) -> RunResult | None:
+        """The result to give for a run waiting for a human, if it is."""
+        run = self.state.run
+        if run is None or run.started.run_id != run_id or not run.parked:
+            return None
+        return RunResult(
+            session_id=self._session_id,
+            run_id=run_id,
+            status="waiting_for_human",
+            text=run.text,
+            rounds=run.rounds,
+            usage=run.usage,
+            human_requests=run.human,
+        )
 
     def _is_pending(self, run_id: str) -> bool:
         run = self.state.run
@@ -463,7 +696,13 @@ class SessionActor(EventSourcedActor[SessionState]):
                 result = self.state.results[event.run_id]
                 for reply in self._waiters.pop(event.run_id, ()):
                     reply.send(result)
-            if bus.active:
+        run = self.state.run
+        if run is not None and run.parked:
+            parked = self._parked(run.started.run_id)
+            for reply in self._waiters.pop(run.started.run_id, ()):
+                reply.send(parked)
+        if bus.active:
+            for event in events:
                 observation = self._observation(event)
                 if observation is not None:
                     bus.publish(observation)
@@ -516,6 +755,23 @@ def _finish(
         error=error,
         output=output,
     )
+
+
+def _cancelled(run: ActiveRun, cancel: CancelRequested) -> RunFinished:
+    why = f": {cancel.reason}" if cancel.reason else ""
+    return _finish(run, "cancelled", error=f"cancelled by {cancel.by}{why}")
+
+
+def _question(call: ToolCall) -> str | None:
+    """The question of a well-formed ``ask_human`` call."""
+    try:
+        arguments = orjson.loads(call.arguments or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    if ask_human.validator.problems(arguments):
+        return None
+    question = arguments["question"]
+    return question if isinstance(question, str) else None
 
 
 def _parse_output(
@@ -605,11 +861,13 @@ class Session:
         system_prompt: str | None = None,
         response_format: ResponseFormat | None = None,
         budget: Budget | None = None,
+        if_busy: BusyPolicy | None = None,
     ) -> RunResult:
         """Run the agent on ``input`` and return how the run ended.
 
-        If a run is active the input is queued and runs after it. Each override applies to
-        this run only; ``None`` keeps the session's default.
+        If a run is active, ``if_busy`` (default: the session's ``on_busy``, itself
+        ``queue`` by default) decides. Each override applies to this run only; ``None``
+        keeps the session's default.
 
         Args:
             input (str): the user's message.
@@ -621,14 +879,18 @@ class Session:
                 match gets one repair round, then the run fails with
                 ``session.output_invalid`` and the raw text in ``RunResult.text``.
             budget (Budget | None): token, cost and wall-time limits for this run.
+            if_busy (BusyPolicy | None): ``queue``, ``reject`` or ``interrupt``.
 
         Returns:
             RunResult: status, final text, structured output, rounds and usage of this run.
+            For ``waiting_for_human`` answer its ``human_requests`` with :meth:`reply`,
+            :meth:`approve` or :meth:`deny`, which return the run's next result.
 
         Raises:
             ToolNotFoundError: ``tools`` names a tool the session does not have.
             ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
             ConfigError: ``budget`` limits cost but the session has no prices.
+            SessionBusyError: a run is active and the policy is ``reject``.
             ValueError: ``max_rounds`` is below 1.
             ActorStoppedError: the session actor stopped for good.
         """
@@ -649,15 +911,96 @@ class Session:
             response_format=response_format,
             budget=budget,
             started_at=self._runtime.clock.now(),
+            if_busy=if_busy,
         )
+        accepted = await self._ask(send)
+        if isinstance(accepted, _Busy):
+            raise SessionBusyError(self.id, accepted.run_id)
+        return await self.wait(send.run_id)
+
+    async def wait(self, run_id: str) -> RunResult:
+        """Wait until the run ends, or stops to wait for a human, and return its result.
+
+        Raises:
+            LookupError: the session has no run with this id.
+        """
+        result = await self._ask(_WaitRun(run_id))
+        if result is None:
+            msg = f"session {self.id!r} has no run {run_id!r}"
+            raise LookupError(msg)
+        assert isinstance(result, RunResult)
+        return result
+
+    async def follow_up(self, content: str, *, id: str | None = None, kind: str = "user") -> bool:
+        """Give the session more input: it starts a run when idle, else joins the run.
+
+        During a run the follow-up is recorded at once and injected at the next round
+        boundary (see :class:`~protocols.FollowUp`). Use :meth:`wait` with the active run's
+        id (``(await state()).run``) to wait for the outcome.
+
+        Args:
+            content (str): what the model reads.
+            id (str | None): deduplication key; a new one if ``None``.
+            kind (str): ``user``, ``timer``, ``board``, ``system``...; kinds are never
+                merged into one turn.
+
+        Returns:
+            bool: ``False`` if the session had already received this id (nothing done).
+        """
+        follow_up = FollowUp(id=id or self._runtime.ids.new("fu"), content=content, kind=kind)
+        accepted = await self._ask(follow_up)
+        return bool(accepted)
+
+    async def cancel(
+        self, reason: str = "", *, mode: CancelMode = "immediate", by: str = "python"
+    ) -> bool:
+        """Cancel the active run; its result has status ``cancelled``.
+
+        ``immediate`` stops now: the LLM stream closes (text streamed so far is kept as an
+        interrupted answer), running tools are cancelled and their calls closed with an
+        interrupted result. ``after_turn`` lets the current round finish. Either way the
+        session stays usable: the next send needs no repair.
+
+        Returns:
+            bool: ``False`` when no run was active.
+        """
+        return bool(await self._ask(Cancel(reason=reason, mode=mode, by=by)))
+
+    async def reply(self, request_id: str, answer: str, *, by: str = "human") -> RunResult:
+        """Answer a question the run asked (``ask_human``) and wait for the run's next result.
+
+        Raises:
+            HumanRequestNotFoundError: the session is not waiting for ``request_id``.
+            ValueError: the request asks for an approval (use :meth:`approve`/:meth:`deny`).
+        """
+        return await self._reply(HumanReply(request_id=request_id, answer=answer, by=by))
+
+    async def approve(self, request_id: str, *, by: str = "human") -> RunResult:
+        """Allow a tool call waiting for approval; it runs and the run goes on."""
+        return await self._reply(HumanReply(request_id=request_id, approve=True, by=by))
+
+    async def deny(self, request_id: str, reason: str = "", *, by: str = "human") -> RunResult:
+        """Refuse a tool call waiting for approval; the model reads ``reason``."""
+        return await self._reply(
+            HumanReply(request_id=request_id, answer=reason, approve=False, by=by)
+        )
+
+    async def _reply(self, reply: HumanReply) -> RunResult:
+        outcome = await self._ask(reply)
+        if isinstance(outcome, _NoRequest):
+            raise HumanRequestNotFoundError(self.id, outcome.request_id, outcome.open)
+        if isinstance(outcome, _BadReply):
+            raise ValueError(outcome.problem)  # noqa: TRY004  # a wrong kind of answer
+        assert isinstance(outcome, str)
+        return await self.wait(outcome)
+
+    async def _ask(self, message: object) -> object:
+        """Ask the actor, again after a crash: every message here is idempotent."""
         while True:
             try:
-                await self._ref.ask(send)
-                result = await self._ref.ask(_WaitRun(send.run_id))
+                return await self._ref.ask(message)
             except ActorCrashedError:
-                continue  # restarted from the log; the send is idempotent by run id
-            assert result is not None
-            return result
+                continue  # restarted from the log
 
     async def state(self) -> SessionState:
         """The session's folded state (transcript, active run, results, usage)."""
@@ -705,6 +1048,7 @@ async def spawn_session(
     llm_hooks: Sequence[LLMHook] = (),
     tool_hooks: Sequence[ToolHook] = (),
     observers: Sequence[Observer] = (),
+    on_busy: BusyPolicy = "queue",
     tool_concurrency: int = 8,
     session_id: str | None = None,
     name: str | None = None,
@@ -725,6 +1069,7 @@ async def spawn_session(
         llm_hooks: middleware around each LLM call, the first outermost.
         tool_hooks: middleware around each tool call, the first outermost.
         observers: callbacks told every observation (see :meth:`Session.observe`).
+        on_busy (BusyPolicy): what a send does while a run is active (``queue``).
         tool_concurrency (int): the most tool calls of one round running at once.
         session_id (str | None): resume this session; a new id when ``None``.
         name (str | None): path segment in the tree; defaults to the id.
@@ -758,6 +1103,7 @@ async def spawn_session(
         llm_hooks=tuple(llm_hooks),
         tool_hooks=tuple(tool_hooks),
         bus=ObserverBus(observers),
+        on_busy=on_busy,
     )
     _check_limits(response_format, budget, config.prices)
     ref = await runtime.spawn(lambda: SessionActor(config), id=config.session_id, name=name)

@@ -9,7 +9,9 @@ import attrs
 
 from protocols import (
     AssistantMessage,
+    CancelMode,
     CrashPolicy,
+    FollowUp,
     JsonValue,
     Message,
     ResponseFormat,
@@ -18,6 +20,7 @@ from protocols import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    denied_outcome,
     event_type,
 )
 
@@ -67,6 +70,8 @@ class RunStarted:
     """This run's limits (the session default or the send's override)."""
     started_at: float = 0.0
     """When the send was made (epoch seconds on the runtime's clock): wall-time budgets."""
+    trigger: str = "send"
+    """``send``, or ``follow_up`` for a run started by a follow-up to an idle session."""
 
 
 @final
@@ -116,6 +121,72 @@ class ToolFinished:
 
     run_id: str
     outcome: ToolOutcome
+
+
+@final
+@event_type("session.follow_up_received")
+@attrs.frozen(kw_only=True)
+class FollowUpReceived:
+    """A follow-up arrived; it waits in the inbox for the next round boundary."""
+
+    follow_up: FollowUp
+
+
+@final
+@event_type("session.follow_ups_injected")
+@attrs.frozen(kw_only=True)
+class FollowUpsInjected:
+    """The inbox's follow-ups became user turns of the run, one turn per run of a kind."""
+
+    run_id: str
+    ids: tuple[str, ...]
+
+
+@final
+@event_type("session.cancel_requested")
+@attrs.frozen(kw_only=True)
+class CancelRequested:
+    """Someone cancelled the run: who, why, when and how."""
+
+    run_id: str
+    mode: CancelMode
+    reason: str
+    by: str
+    at: float
+    """Epoch seconds on the runtime's clock."""
+
+
+HumanRequestKind = Literal["question", "approval", "crash"]
+"""``question``: the model asked (``ask_human``); ``approval``: a tool that needs one;
+``crash``: a tool with the ``ask`` crash policy was interrupted by a crash: run it again?"""
+
+
+@final
+@event_type("session.human_requested")
+@attrs.frozen(kw_only=True)
+class HumanRequested:
+    """The run waits for a human; the request id is the tool call's id."""
+
+    run_id: str
+    request_id: str
+    kind: HumanRequestKind
+    prompt: str
+    """What the human is asked."""
+    call: ToolCall
+    """The tool call the answer settles."""
+
+
+@final
+@event_type("session.human_answered")
+@attrs.frozen(kw_only=True)
+class HumanAnswered:
+    """A human answered a request of the run."""
+
+    run_id: str
+    request_id: str
+    answer: str
+    approve: bool | None
+    by: str
 
 
 @final
@@ -175,6 +246,9 @@ class RunResult:
     which limit was reached."""
     output: JsonValue | None = None
     """The parsed structured answer when the send asked for a response format."""
+    human_requests: tuple[HumanRequested, ...] = ()
+    """For ``waiting_for_human``: what the run waits for; answer each with
+    ``Session.reply`` (or ``approve``/``deny``), in any order."""
 
 
 @final
@@ -190,12 +264,24 @@ class ActiveRun:
     """Tool calls of the last answer not yet recorded as started."""
     open_calls: tuple[ToolStarted, ...] = ()
     """Tool calls started and not finished."""
-    awaiting_tools: bool = False
-    """The last answer asked for tools whose results are not all in."""
     usage_by_model: Mapping[str, Usage] = attrs.field(factory=dict)
     """This run's usage per model (for cost budgets)."""
     repaired: bool = False
     """The answer was rejected once and the repair round has been asked for."""
+    round_limit: int = 0
+    """LLM calls allowed: ``max_rounds``, raised by one for a repair or for follow-ups
+    injected when the limit was already reached."""
+    cancel: CancelRequested | None = None
+    """An ``after_turn`` cancel waiting for the round to end."""
+    human: tuple[HumanRequested, ...] = ()
+    """Requests waiting for a human's answer."""
+    approved: tuple[str, ...] = ()
+    """Ids of tool calls a human approved (they may run)."""
+
+    @property
+    def parked(self) -> bool:
+        """Nothing can happen until a human answers."""
+        return bool(self.human) and not self.pending_calls and not self.open_calls
 
 
 @final
@@ -210,6 +296,10 @@ class SessionState:
     """The conversation as the model sees it, kept provider-valid as it grows."""
     run: ActiveRun | None = None
     queued: tuple[RunStarted, ...] = ()
+    inbox: tuple[FollowUp, ...] = ()
+    """Follow-ups received and not yet injected."""
+    seen_follow_ups: frozenset[str] = frozenset()
+    """Every follow-up id ever received (a repeat is a no-op)."""
     results: Mapping[str, RunResult] = attrs.field(factory=dict)
     usage: Usage = attrs.field(factory=Usage)
     """Tokens used by the whole session."""
@@ -237,7 +327,6 @@ def evolve(state: SessionState, event: object) -> SessionState:
                 usage=run.usage + event.usage,
                 text=event.message.content or run.text,
                 pending_calls=calls,
-                awaiting_tools=bool(calls),
                 usage_by_model=by_model,
             ),
             usage=state.usage + event.usage,
@@ -264,26 +353,52 @@ def evolve(state: SessionState, event: object) -> SessionState:
         return attrs.evolve(
             state,
             history=state.history.append(reply),
-            run=attrs.evolve(
-                run,
-                open_calls=open_calls,
-                awaiting_tools=bool(open_calls or run.pending_calls),
-            ),
+            run=attrs.evolve(run, open_calls=open_calls),
         )
     if isinstance(event, RunStarted):
+        history = state.history
+        if event.input:
+            history = history.append(UserMessage(event.input))
         return attrs.evolve(
             state,
-            history=state.history.append(UserMessage(event.input)),
-            run=ActiveRun(started=event),
+            history=history,
+            run=ActiveRun(started=event, round_limit=event.max_rounds),
             queued=tuple(q for q in state.queued if q.run_id != event.run_id),
         )
+    if isinstance(event, FollowUpReceived):
+        return attrs.evolve(
+            state,
+            inbox=(*state.inbox, event.follow_up),
+            seen_follow_ups=state.seen_follow_ups | {event.follow_up.id},
+        )
+    if isinstance(event, FollowUpsInjected):
+        return _inject(state, event)
+    if isinstance(event, CancelRequested):
+        run = state.run
+        assert run is not None
+        return attrs.evolve(state, run=attrs.evolve(run, cancel=event))
+    if isinstance(event, HumanRequested):
+        run = state.run
+        assert run is not None
+        call_id = event.call.id
+        return attrs.evolve(
+            state,
+            run=attrs.evolve(
+                run,
+                pending_calls=tuple(c for c in run.pending_calls if c.id != call_id),
+                open_calls=tuple(c for c in run.open_calls if c.call_id != call_id),
+                human=(*run.human, event),
+            ),
+        )
+    if isinstance(event, HumanAnswered):
+        return _answered(state, event)
     if isinstance(event, OutputRejected):
         run = state.run
         assert run is not None
         return attrs.evolve(
             state,
             history=state.history.append(UserMessage(repair_prompt(event.problems))),
-            run=attrs.evolve(run, repaired=True),
+            run=attrs.evolve(run, repaired=True, round_limit=max(run.round_limit, run.rounds + 1)),
         )
     if isinstance(event, InputQueued):
         return attrs.evolve(state, queued=(*state.queued, event.run))
@@ -307,3 +422,53 @@ def evolve(state: SessionState, event: object) -> SessionState:
             max_rounds=event.max_rounds,
         )
     return state  # events of later schema additions that this code does not fold
+
+
+def _inject(state: SessionState, event: FollowUpsInjected) -> SessionState:
+    run = state.run
+    assert run is not None
+    ids = set(event.ids)
+    taken = [f for f in state.inbox if f.id in ids]
+    history = state.history
+    turn: list[FollowUp] = []
+    for follow_up in taken:  # one user turn per run of consecutive follow-ups of a kind
+        if turn and turn[-1].kind != follow_up.kind:
+            history = history.append(UserMessage("\n\n".join(f.content for f in turn)))
+            turn = []
+        turn.append(follow_up)
+    if turn:
+        history = history.append(UserMessage("\n\n".join(f.content for f in turn)))
+    return attrs.evolve(
+        state,
+        history=history,
+        inbox=tuple(f for f in state.inbox if f.id not in ids),
+        # Input that arrives during the last round earns the model a round to read it.
+        run=attrs.evolve(run, round_limit=max(run.round_limit, run.rounds + 1)),
+    )
+
+
+def _answered(state: SessionState, event: HumanAnswered) -> SessionState:
+    run = state.run
+    assert run is not None
+    request = next(r for r in run.human if r.request_id == event.request_id)
+    human = tuple(r for r in run.human if r.request_id != event.request_id)
+    call = request.call
+    if request.kind == "question":
+        reply = ToolResultMessage(tool_call_id=call.id, content=event.answer)
+    elif event.approve:
+        return attrs.evolve(
+            state,
+            run=attrs.evolve(
+                run,
+                human=human,
+                pending_calls=(*run.pending_calls, call),
+                approved=(*run.approved, call.id),
+            ),
+        )
+    else:
+        reason = f"a human did not allow it ({event.answer or 'no reason given'})"
+        outcome = denied_outcome(call.id, call.name, reason)
+        reply = ToolResultMessage(tool_call_id=call.id, content=outcome.content, is_error=True)
+    return attrs.evolve(
+        state, history=state.history.append(reply), run=attrs.evolve(run, human=human)
+    )

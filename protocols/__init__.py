@@ -48,6 +48,10 @@ from ._llm import UsageDelta as UsageDelta
 from ._llm import UserMessage as UserMessage
 from ._llm import chain_messages as chain_messages
 from ._llm import response_deltas as response_deltas
+from ._messages import Cancel as Cancel
+from ._messages import CancelMode as CancelMode
+from ._messages import FollowUp as FollowUp
+from ._messages import HumanReply as HumanReply
 from ._tools import CrashPolicy as CrashPolicy
 from ._tools import ToolOutcome as ToolOutcome
 from ._tools import ToolSpec as ToolSpec
