@@ -46,6 +46,7 @@ from protocols.errors import (
 )
 from runtime import Decision, EventSourcedActor, Reply, Request, StepFailed
 
+from ._board_events import BoardChanged
 from ._budget import Budget, Price
 from ._observe import (
     DeltaReceived,
@@ -662,6 +663,8 @@ class SessionActor(EventSourcedActor[SessionState]):
                 return result
             self._waiters.setdefault(message.run_id, []).append(self.context.defer_reply())
             return None
+        if isinstance(message, BoardChanged):
+            message = _board_follow_up(message)
         if isinstance(message, (FollowUp, Cancel)):
             partial = "".join(self._partial) if self._partial else ""
             now = self.context.runtime.clock.now()
@@ -754,6 +757,21 @@ def _finish(
         usage=run.usage,
         error=error,
         output=output,
+    )
+
+
+def _board_follow_up(change: BoardChanged) -> FollowUp:
+    """A watched board changed: the session reads it like a follow-up of kind ``board``."""
+    if change.deleted:
+        what = f"{change.key!r} was deleted"
+    else:
+        what = f"{change.key!r} is now {orjson.dumps(change.value).decode()}"
+    return FollowUp(
+        id=f"board:{change.board_id}:{change.board_version}:{change.key}",
+        content=(
+            f"[board {change.board_id}] {what} (version {change.version}, by {change.author})"
+        ),
+        kind="board",
     )
 
 

@@ -522,3 +522,24 @@ async def test_a_crashed_ask_policy_tool_waits_for_a_human_to_rerun_it() -> None
     kinds = [type(e).__name__ for e in await events_of(store, session)]
     assert kinds.count("ToolStarted") == 2
     assert any(isinstance(e, HumanRequested) for e in await events_of(store, session))
+
+
+# -- board changes ---------------------------------------------------------------------
+
+
+async def test_a_watched_board_change_wakes_an_idle_session_once() -> None:
+    from actors import open_board
+
+    llm = ScriptedLLM([answer("noted the new plan")])
+    async with open_runtime() as runtime:
+        session = await spawn_session(runtime, llm=llm, session_id="watcher")
+        board = await open_board(runtime, "team")
+        await board.watch_actor(session.ref, prefix="plan")
+        await board.put("plan", {"step": 1}, author="alice")
+        await trio.testing.wait_all_tasks_blocked()
+        state = await session.state()
+    (result,) = state.results.values()
+    assert (result.status, result.text) == ("completed", "noted the new plan")
+    assert llm.requests[0].messages == (
+        UserMessage("[board team] 'plan' is now {\"step\":1} (version 1, by alice)"),
+    )
