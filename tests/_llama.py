@@ -8,6 +8,7 @@ and stop it and a crash there cannot take the test process down. Run this file d
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 import subprocess
 import sys
@@ -110,6 +111,12 @@ def _serve(model: str, port: int) -> None:
     server = xllamacpp.Server(params)
     sys.stdout.write(f"listening on {server.listening_address}\n")
     sys.stdout.flush()
+    # Past start-up nobody reads our stderr (the parent reads it only if we die while
+    # starting) and the pipe is never drained: at about 1 KB of log per request it fills
+    # after a hundred or so requests, and then llama.cpp's logger blocks generation.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
     sys.stdin.read()  # serve until the parent closes our stdin (or dies)
 
 
