@@ -8,7 +8,8 @@ The tree (code in brackets)::
 
     PowertrioError                                [powertrio]
     ├── ConfigError (ValueError)                  [config.invalid]
-    │   └── MissingSettingError                   [config.missing]
+    │   ├── MissingSettingError                   [config.missing]
+    │   └── AgentSpecError                        [config.agent_spec]
     ├── ActorError                                [actor]
     │   ├── ActorStoppedError                     [actor.stopped]
     │   ├── ActorNotFoundError (LookupError)      [actor.not_found]
@@ -79,6 +80,7 @@ __all__ = [
     "ActorExistsError",
     "ActorNotFoundError",
     "ActorStoppedError",
+    "AgentSpecError",
     "AskTimeoutError",
     "BoardBadKeyError",
     "BoardBadValueError",
@@ -174,6 +176,18 @@ class MissingSettingError(ConfigError):
 
 
 # --- actors --------------------------------------------------------------------------
+
+
+class AgentSpecError(ConfigError):
+    """An agent spec is invalid; ``problems`` lists every problem found, not just the first."""
+
+    code = "config.agent_spec"
+
+    def __init__(self, name: str, problems: tuple[str, ...]) -> None:
+        self.name = name
+        self.problems = problems
+        listed = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"agent spec {name!r} is invalid:\n{listed}")
 
 
 class ActorError(PowertrioError):
