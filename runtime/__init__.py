@@ -52,6 +52,25 @@ from ._supervision import StopReason as StopReason
 from ._supervision import Strategy as Strategy
 from ._supervision import Supervision as Supervision
 from ._supervision import SupervisorEscalated as SupervisorEscalated
+from ._timer_book import TIMER_EVENT_NAMES as TIMER_EVENT_NAMES
+from ._timer_book import CancelTimer as CancelTimer
+from ._timer_book import ListTimers as ListTimers
+from ._timer_book import PendingTimer as PendingTimer
+from ._timer_book import ScheduleTimer as ScheduleTimer
+from ._timer_book import TimerBook as TimerBook
+from ._timer_book import TimerCancelled as TimerCancelled
+from ._timer_book import TimerFired as TimerFired
+from ._timer_book import TimerScheduled as TimerScheduled
+from ._timer_book import is_timer_event as is_timer_event
+from ._timer_book import register_timer_events as register_timer_events
+from ._timer_book import timer_decision as timer_decision
+from ._timers import DueTimer as DueTimer
+from ._timers import Postpone as Postpone
+from ._timers import TimerHook as TimerHook
+from ._timers import TimerService as TimerService
+from ._timers import TimerServiceStatistics as TimerServiceStatistics
+from ._timers import TimerVerdict as TimerVerdict
+from ._timers import Veto as Veto
 
 _fixup(__name__, globals())
 del _fixup

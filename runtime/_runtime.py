@@ -33,6 +33,7 @@ from ._supervision import (
     StopReason,
     Supervision,
 )
+from ._timers import TimerService
 
 logger = logging.getLogger("powertrio.runtime")
 
@@ -82,6 +83,7 @@ class Runtime:
         "clock",
         "ids",
         "store",
+        "timers",
         "trio_token",
     )
 
@@ -91,6 +93,8 @@ class Runtime:
     """The id source (and seeded randomness) actors use."""
     store: EventStore
     """The event log: the only authority for the history of event-sourced actors."""
+    timers: TimerService
+    """The durable timers service: schedule, cancel and list timers of event-sourced actors."""
     trio_token: trio.lowlevel.TrioToken
     """Token of the Trio run this runtime lives in (for ``tell_from_thread``)."""
     _by_id: dict[str, _Cell]
@@ -338,6 +342,7 @@ async def open_runtime(
 
         store = InMemoryEventStore(clock.now)
     runtime = Runtime._create(clock, IdSource(clock, seed), store)
+    runtime.timers = TimerService._create(runtime)
     root = _Cell(
         runtime,
         None,
@@ -351,10 +356,15 @@ async def open_runtime(
             root.incarnation = 1
             root.running = True
             await nursery.start(root.run_task)
+            # Re-arms every pending timer from the log before anyone can spawn an owner.
+            await nursery.start(runtime.timers._run)
             try:
                 yield runtime
             finally:
-                await runtime.aclose()
+                try:
+                    await runtime.aclose()
+                finally:
+                    runtime.timers._close()
     except BaseExceptionGroup as group:
         errors = [e for e in _leaves(group) if not isinstance(e, trio.Cancelled)]
         if len(errors) != 1:
