@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from protocols._util import fixup_module_metadata as _fixup
 
+from ._agents import AgentSpec as AgentSpec
+from ._agents import Lifecycle as Lifecycle
+from ._agents import spawn_agent_tool as spawn_agent_tool
 from ._blackboard import Board as Board
 from ._blackboard import open_board as open_board
 from ._board_events import BoardChanged as BoardChanged
@@ -34,10 +37,13 @@ from ._session import BusyPolicy as BusyPolicy
 from ._session import Session as Session
 from ._session import SessionActor as SessionActor
 from ._session import ask_human as ask_human
+from ._session import spawn_agent as spawn_agent
 from ._session import spawn_session as spawn_session
 from ._session_events import ActiveRun as ActiveRun
 from ._session_events import AssistantRecorded as AssistantRecorded
 from ._session_events import CancelRequested as CancelRequested
+from ._session_events import ChildFinished as ChildFinished
+from ._session_events import ChildSpawned as ChildSpawned
 from ._session_events import FollowUpReceived as FollowUpReceived
 from ._session_events import FollowUpsInjected as FollowUpsInjected
 from ._session_events import HumanAnswered as HumanAnswered

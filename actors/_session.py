@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -36,16 +37,20 @@ from protocols import (
 )
 from protocols.errors import (
     ActorCrashedError,
+    ActorExistsError,
+    ActorNotFoundError,
     ConfigError,
     HookVetoError,
     HumanRequestNotFoundError,
     OutputInvalidError,
     PowertrioError,
     SessionBusyError,
+    ToolError,
     ToolNotFoundError,
 )
 from runtime import Decision, EventSourcedActor, Reply, Request, StepFailed
 
+from ._agents import SPAWN_AGENT, AgentSpec, child_tools, index_agents, spawn_agent_tool
 from ._board_events import BoardChanged
 from ._budget import Budget, Price
 from ._observe import (
@@ -71,6 +76,8 @@ from ._session_events import (
     ActiveRun,
     AssistantRecorded,
     CancelRequested,
+    ChildFinished,
+    ChildSpawned,
     FollowUpReceived,
     FollowUpsInjected,
     HumanAnswered,
@@ -139,6 +146,18 @@ class _Stamped:
 
 
 @attrs.frozen
+class _PythonSpawn(Request["Session"]):
+    spawn_id: str
+    spec: AgentSpec
+    task: str
+
+
+@attrs.frozen
+class _ChildDone:
+    finished: ChildFinished
+
+
+@attrs.frozen
 class _Busy:
     run_id: str
 
@@ -198,6 +217,7 @@ class _RunTools:
 class _ToolsDone:
     run_id: str
     outcomes: tuple[ToolOutcome, ...]
+    children: tuple[ChildFinished, ...] = ()
 
 
 _CRASHED = "the process stopped while this tool ran; its result is unknown"
@@ -223,6 +243,15 @@ class _Config:
     tool_hooks: tuple[ToolHook, ...]
     bus: ObserverBus
     on_busy: BusyPolicy
+    agents: Mapping[str, AgentSpec] = attrs.field(factory=dict)
+    """The sub-agents the model may spawn (through the ``spawn_agent`` tool)."""
+    max_depth: int = 3
+    max_children: int = 8
+    """Sub-agents one run may spawn."""
+    parent_id: str | None = None
+    depth: int = 0
+    max_tokens: int | None = None
+    temperature: float | None = None
 
 
 @final
@@ -265,6 +294,8 @@ class SessionActor(EventSourcedActor[SessionState]):
                         session_id=self._session_id,
                         system_prompt=self._config.system_prompt,
                         max_rounds=self._config.max_rounds,
+                        parent_id=self._config.parent_id,
+                        depth=self._config.depth,
                     )
                 ]
             )
@@ -300,6 +331,9 @@ class SessionActor(EventSourcedActor[SessionState]):
             return self._handle_cancel(state, message.message, message.at, message.partial)
         if isinstance(message, HumanReply):
             return self._handle_reply(state, message)
+        if isinstance(message, _ChildDone):
+            done = message.finished.child_id in state.child_status
+            return Decision(events=[] if done else [message.finished])
         run = state.run
         run_id = run.started.run_id if run is not None else None
         if isinstance(message, _LLMAnswered) and message.run_id == run_id:
@@ -326,13 +360,13 @@ class SessionActor(EventSourcedActor[SessionState]):
         if isinstance(message, _ToolsDone) and message.run_id == run_id:
             assert run is not None
             open_ids = {call.call_id for call in run.open_calls}
-            return Decision(
-                events=[
-                    ToolFinished(run_id=message.run_id, outcome=outcome)
-                    for outcome in message.outcomes
-                    if outcome.call_id in open_ids
-                ]
-            )
+            events: list[object] = [
+                ToolFinished(run_id=message.run_id, outcome=outcome)
+                for outcome in message.outcomes
+                if outcome.call_id in open_ids
+            ]
+            events.extend(c for c in message.children if c.child_id in run.children)
+            return Decision(events=events)
         if isinstance(message, _OutOfTime) and message.run_id == run_id:
             assert run is not None
             return Decision(events=[_finish(run, "budget_exceeded", error=message.reason)])
@@ -469,8 +503,11 @@ class SessionActor(EventSourcedActor[SessionState]):
         run_id = run.started.run_id
         if run.pending_calls:
             events: list[object] = []
+            children = len(state.children)
             for call in run.pending_calls:
-                events.extend(self._begin_call(state, run, call))
+                begun = self._begin_call(state, run, call, children)
+                children += sum(isinstance(e, ChildSpawned) for e in begun)
+                events.extend(begun)
             return Decision(events=events)
         if run.open_calls:
             return _RunTools(run_id, run.rounds, run.open_calls)
@@ -510,12 +547,14 @@ class SessionActor(EventSourcedActor[SessionState]):
         return _finish(run, "failed", error=_describe(OutputInvalidError(problems)))
 
     def _begin_call(
-        self, state: SessionState, run: ActiveRun, call: ToolCall
+        self, state: SessionState, run: ActiveRun, call: ToolCall, child_number: int
     ) -> list[object]:
         """Record a call as started, or as a request to a human it must wait for."""
         tools = self._run_tools(run)
         target = tools.get(call.name) if call.name in tools else None
         run_id = run.started.run_id
+        if call.name == SPAWN_AGENT and target is not None and self._config.agents:
+            return self._begin_spawn(state, run, call, child_number)
         if target is ask_human:
             question = _question(call)
             if question is not None:
@@ -539,6 +578,77 @@ class SessionActor(EventSourcedActor[SessionState]):
                 )
             ]
         return [self._started(state, run, call)]
+
+    def _begin_spawn(
+        self, state: SessionState, run: ActiveRun, call: ToolCall, child_number: int
+    ) -> list[object]:
+        """Record a ``spawn_agent`` call and its child, or refuse it with a tool error."""
+        started = self._started(state, run, call)
+        config = self._config
+
+        def refuse(problem: str) -> list[object]:
+            error = ToolError(problem)
+            outcome = ToolOutcome(
+                call_id=call.id,
+                tool_name=call.name,
+                status="error",
+                content=problem,
+                error_code=error.code,
+            )
+            return [started, ToolFinished(run_id=run.started.run_id, outcome=outcome)]
+
+        try:
+            arguments = orjson.loads(call.arguments or "{}")
+        except orjson.JSONDecodeError as exc:
+            return refuse(f"invalid arguments for tool 'spawn_agent': not valid JSON ({exc})")
+        problems = self._run_tools(run).get(SPAWN_AGENT).validator.problems(arguments)
+        if problems:
+            return refuse("invalid arguments for tool 'spawn_agent': " + "; ".join(problems))
+        spec = config.agents[arguments["agent"]]
+        if state.depth + 1 > config.max_depth:
+            return refuse(
+                f"cannot spawn {spec.name!r}: agent trees are limited to depth "
+                f"{config.max_depth} and this agent is at depth {state.depth}; do the task "
+                "yourself"
+            )
+        spawned_by_run = len(run.children) + child_number - len(state.children)
+        if spawned_by_run >= config.max_children:
+            return refuse(
+                f"cannot spawn {spec.name!r}: a run may start at most {config.max_children} "
+                "sub-agents; use the answers you have"
+            )
+        _, missing = child_tools(spec, self._run_tools(run))
+        if missing:
+            return refuse(
+                f"cannot spawn {spec.name!r}: it needs tools this agent does not have: "
+                + ", ".join(missing)
+            )
+        spawned = ChildSpawned(
+            run_id=run.started.run_id,
+            call_id=call.id,
+            child_id=f"{state.session_id}.{child_number + 1}",
+            agent=spec.name,
+            task=arguments["task"],
+            lifecycle=spec.lifecycle,
+            budget=self._child_budget(spec.budget, run),
+        )
+        return [started, spawned]
+
+    def _child_budget(self, own: Budget | None, run: ActiveRun) -> Budget | None:
+        """``own`` capped by what remains of the run's budget (a tree never gets more)."""
+        parent = run.started.budget
+        if parent is None:
+            return own
+        tokens = own.max_tokens if own is not None else None
+        if parent.max_tokens is not None:
+            left = max(1, parent.max_tokens - run.usage.total_tokens)
+            tokens = left if tokens is None else min(tokens, left)
+        cost = own.max_cost if own is not None else None
+        if parent.max_cost is not None:
+            left_cost = max(1e-9, parent.max_cost - self._cost(run))
+            cost = left_cost if cost is None else min(cost, left_cost)
+        seconds = own.max_seconds if own is not None else parent.max_seconds
+        return Budget(max_tokens=tokens, max_cost=cost, max_seconds=seconds)
 
     def _started(self, state: SessionState, run: ActiveRun, call: ToolCall) -> ToolStarted:
         try:
@@ -567,6 +677,8 @@ class SessionActor(EventSourcedActor[SessionState]):
             tools=self._run_tools(run).definitions(),
             model=self._config.model,
             response_format=run.started.response_format,
+            max_tokens=self._config.max_tokens,
+            temperature=self._config.temperature,
         )
         return request, request.fingerprint(messages_digest=history.digest)
 
@@ -643,16 +755,124 @@ class SessionActor(EventSourcedActor[SessionState]):
                 except HookVetoError as veto:
                     return denied_outcome(call.id, call.name, veto.reason)
 
-        outcomes = await run_tool_calls(
-            calls,
-            self._run_tools(self.state.run),
-            session_id=self._session_id,
-            limit=self._config.tool_concurrency,
-            idempotency_keys={c.call_id: c.idempotency_key for c in step.calls},
-            approved=self.state.run.approved if self.state.run is not None else (),
-            wrap=wrap,
+        run = self.state.run
+        spawns = {c.call_id: c for c in self.state.children if run and c.child_id in run.children}
+        regular = [c for c in calls if c.id not in spawns]
+        outcomes: dict[str, ToolOutcome] = {}
+        finished: list[ChildFinished] = []
+
+        async def run_regular() -> None:
+            done = await run_tool_calls(
+                regular,
+                self._run_tools(run),
+                session_id=self._session_id,
+                limit=self._config.tool_concurrency,
+                idempotency_keys={c.call_id: c.idempotency_key for c in step.calls},
+                approved=run.approved if run is not None else (),
+                wrap=wrap,
+            )
+            outcomes.update((o.call_id, o) for o in done)
+
+        async def run_child(spawned: ChildSpawned) -> None:
+            outcome, result = await self._run_child(spawned)
+            outcomes[spawned.call_id] = outcome
+            finished.append(result)
+
+        async with trio.open_nursery() as nursery:
+            if regular:
+                nursery.start_soon(run_regular)
+            for call in calls:
+                if call.id in spawns:
+                    nursery.start_soon(run_child, spawns[call.id])
+        return _ToolsDone(
+            step.run_id, tuple(outcomes[c.id] for c in calls), tuple(finished)
         )
-        return _ToolsDone(step.run_id, tuple(outcomes))
+
+    # -- sub-agents ------------------------------------------------------------------
+
+    async def _run_child(self, spawned: ChildSpawned) -> tuple[ToolOutcome, ChildFinished]:
+        """Run (or, after a crash, reattach to) a child and wait for its answer."""
+        child = await self.spawn_child(self._config.agents[spawned.agent], spawned)
+        try:
+            result = await child._submit(
+                spawned.task, run_id=f"{spawned.child_id}:task", budget=spawned.budget
+            )
+        except trio.Cancelled:
+            with trio.move_on_after(5) as cleanup:
+                cleanup.shield = True
+                await child.cancel("the parent's run was cancelled", by=f"session:{self.id}")
+            raise
+        return _child_outcome(spawned, result), ChildFinished(
+            run_id=spawned.run_id,
+            child_id=spawned.child_id,
+            status=result.status,
+            usage=result.usage,
+        )
+
+    async def spawn_child(
+        self, spec: AgentSpec, spawned: ChildSpawned, *, granted: bool = False
+    ) -> Session:
+        """Start the child session of ``spawned`` (or find it running) and return its handle.
+
+        Its id is fixed by the parent's log, so a parent restarted after a crash finds the
+        same child, which folds its own log: no orphan, no duplicate. ``granted``: spawned
+        from Python, which may give the child any of the session's tools.
+        """
+        parent = self._config
+        run = self.state.run
+        tools, missing = child_tools(spec, parent.tools if granted else self._run_tools(run))
+        if missing:
+            raise ToolNotFoundError(missing[0], parent.tools.names())
+        if spec.agents:
+            tools.add(spawn_agent_tool(spec.agents))
+        config = attrs.evolve(
+            parent,
+            session_id=spawned.child_id,
+            llm=spec.llm or parent.llm,
+            tools=tools,
+            system_prompt=spec.system_prompt,
+            max_rounds=spec.max_rounds,
+            model=spec.model or parent.model,
+            budget=None,  # the task's send carries the child's budget
+            response_format=spec.response_format,
+            on_busy="queue",
+            agents=index_agents(spec.agents),
+            parent_id=self.id,
+            depth=self.state.depth + 1,
+        )
+        runtime = self.context.runtime
+        name = f"{spec.name}.{spawned.child_id.rsplit('.', 1)[-1]}"
+        try:
+            if spec.lifecycle == "detached":
+                ref = await runtime.spawn(lambda: SessionActor(config), id=config.session_id)
+            else:
+                ref = await self.context.spawn(
+                    lambda: SessionActor(config), id=config.session_id, name=name
+                )
+        except ActorExistsError:
+            ref = runtime.lookup(config.session_id)
+        return Session._create(ref, runtime, config)
+
+    async def _spawn_from_python(self, request: _PythonSpawn) -> Session:
+        spawned = next((c for c in self.state.children if c.call_id == request.spawn_id), None)
+        if spawned is None:  # not a retry of an ask the actor crashed under
+            spawned = ChildSpawned(
+                run_id="",
+                call_id=request.spawn_id,
+                child_id=f"{self.id}.{len(self.state.children) + 1}",
+                agent=request.spec.name,
+                task=request.task,
+                lifecycle=request.spec.lifecycle,
+                budget=request.spec.budget,
+            )
+            await self.persist([spawned])
+            self.after_persist([spawned])
+        return await self.spawn_child(request.spec, spawned, granted=True)
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        return self._session_id
 
     # -- answering the callers -------------------------------------------------------
 
@@ -663,6 +883,8 @@ class SessionActor(EventSourcedActor[SessionState]):
                 return result
             self._waiters.setdefault(message.run_id, []).append(self.context.defer_reply())
             return None
+        if isinstance(message, _PythonSpawn):
+            return await self._spawn_from_python(message)
         if isinstance(message, BoardChanged):
             message = _board_follow_up(message)
         if isinstance(message, (FollowUp, Cancel)):
@@ -699,6 +921,10 @@ class SessionActor(EventSourcedActor[SessionState]):
                 result = self.state.results[event.run_id]
                 for reply in self._waiters.pop(event.run_id, ()):
                     reply.send(result)
+            elif isinstance(event, ChildFinished):
+                self._retire_child(event)
+            elif isinstance(event, CancelRequested):
+                self._cancel_children(event)
         run = self.state.run
         if run is not None and run.parked:
             parked = self._parked(run.started.run_id)
@@ -709,6 +935,40 @@ class SessionActor(EventSourcedActor[SessionState]):
                 observation = self._observation(event)
                 if observation is not None:
                     bus.publish(observation)
+
+    def _retire_child(self, finished: ChildFinished) -> None:
+        """Stop a finished child's actor (it folds back from its log if needed again); an
+        ephemeral child that completed also loses its stream."""
+        spawned = next(c for c in self.state.children if c.child_id == finished.child_id)
+        if spawned.lifecycle == "detached":
+            return
+        drop_stream = spawned.lifecycle == "ephemeral" and finished.status == "completed"
+
+        async def retire() -> None:
+            try:
+                ref = self.context.runtime.lookup(finished.child_id)
+            except ActorNotFoundError:
+                pass
+            else:
+                with contextlib.suppress(ValueError):  # not ours (anymore)
+                    await self.context.stop_child(ref)
+            if drop_stream:
+                await self.store.delete_streams([f"session/{finished.child_id}"])
+
+        self.context.start_soon(retire, name=f"retire {finished.child_id}")
+
+    def _cancel_children(self, cancel: CancelRequested) -> None:
+        """Pass a cancel on to the run's children still running."""
+        run = self.state.run
+        if run is None or cancel.mode != "after_turn":
+            return  # an immediate cancel reaches them through the cancelled tool round
+        for child_id in run.children:
+            if child_id in self.state.child_status:
+                continue
+            with contextlib.suppress(ActorNotFoundError):
+                self.context.runtime.lookup(child_id).tell_nowait(
+                    Cancel(reason=cancel.reason, mode="after_turn", by=f"session:{self.id}")
+                )
 
     def _observation(self, event: object) -> Observation | None:
         session_id = self._session_id
@@ -757,6 +1017,27 @@ def _finish(
         usage=run.usage,
         error=error,
         output=output,
+    )
+
+
+def _child_outcome(spawned: ChildSpawned, result: RunResult) -> ToolOutcome:
+    """What the parent's model reads of a child's run."""
+    if result.status == "completed":
+        text = result.text if result.output is None else orjson.dumps(result.output).decode()
+        return ToolOutcome(
+            call_id=spawned.call_id, tool_name=SPAWN_AGENT, status="ok", content=text
+        )
+    why = f" ({result.error})" if result.error else ""
+    content = (
+        f"the sub-agent {spawned.agent!r} ended with status {result.status}{why}; "
+        f"its last text: {result.text or '(none)'}"
+    )
+    return ToolOutcome(
+        call_id=spawned.call_id,
+        tool_name=SPAWN_AGENT,
+        status="error",
+        content=content,
+        error_code=f"session.child_{result.status}",
     )
 
 
@@ -936,6 +1217,48 @@ class Session:
             raise SessionBusyError(self.id, accepted.run_id)
         return await self.wait(send.run_id)
 
+    async def _submit(self, input: str, *, run_id: str, budget: Budget | None) -> RunResult:
+        """A send with a run id chosen by the caller (idempotent: a parent's retry after a
+        crash finds the run already recorded and waits for it)."""
+        send = _Send(
+            run_id=run_id,
+            input=input,
+            max_rounds=None,
+            tools=None,
+            system_prompt=None,
+            response_format=None,
+            budget=budget,
+            started_at=self._runtime.clock.now(),
+            if_busy="queue",
+        )
+        await self._ask(send)
+        return await self.wait(run_id)
+
+    async def spawn(self, spec: AgentSpec, task: str) -> RunResult:
+        """Run a sub-agent of this session on ``task`` and return its result.
+
+        The child is a session actor supervised by this one, with its own stream; the
+        parent's stream records it (``ChildSpawned``, ``ChildFinished``) and its usage is
+        added to the session's. From Python a child may get any of the session's tools by
+        name, and any ``Tool`` object.
+
+        Raises:
+            ToolNotFoundError: ``spec.tools`` names a tool this session does not have.
+        """
+        granted = {t.name for t in spec.own_tools()}
+        for name in spec.tool_names():
+            if name not in self._tool_names and name not in granted:
+                raise ToolNotFoundError(name, tuple(sorted(self._tool_names)))
+        spawn_id = self._runtime.ids.new("spawn")
+        child = await self._ask(_PythonSpawn(spawn_id, spec, task))
+        assert isinstance(child, Session)
+        result = await child._submit(task, run_id=f"{child.id}:task", budget=spec.budget)
+        finished = ChildFinished(
+            run_id="", child_id=child.id, status=result.status, usage=result.usage
+        )
+        await self._ref.tell(_ChildDone(finished))
+        return result
+
     async def wait(self, run_id: str) -> RunResult:
         """Wait until the run ends, or stops to wait for a human, and return its result.
 
@@ -1067,6 +1390,11 @@ async def spawn_session(
     tool_hooks: Sequence[ToolHook] = (),
     observers: Sequence[Observer] = (),
     on_busy: BusyPolicy = "queue",
+    agents: Iterable[AgentSpec] = (),
+    max_depth: int = 3,
+    max_children: int = 8,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
     tool_concurrency: int = 8,
     session_id: str | None = None,
     name: str | None = None,
@@ -1088,6 +1416,13 @@ async def spawn_session(
         tool_hooks: middleware around each tool call, the first outermost.
         observers: callbacks told every observation (see :meth:`Session.observe`).
         on_busy (BusyPolicy): what a send does while a run is active (``queue``).
+        agents: sub-agents the model may start with the ``spawn_agent`` tool (added to
+            the tools when any are given).
+        max_depth (int): the deepest an agent tree may grow (this session is depth 0).
+        max_children (int): sub-agents one run may start.
+        max_tokens (int | None): the most tokens per LLM answer; the provider's default
+            when ``None``.
+        temperature (float | None): sampling temperature; the provider's when ``None``.
         tool_concurrency (int): the most tool calls of one round running at once.
         session_id (str | None): resume this session; a new id when ``None``.
         name (str | None): path segment in the tree; defaults to the id.
@@ -1100,13 +1435,20 @@ async def spawn_session(
         ConfigError: ``budget`` limits cost and ``prices`` is empty.
         ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
     """
-    for label, value in (("max_rounds", max_rounds), ("tool_concurrency", tool_concurrency)):
+    limits = (
+        ("max_rounds", max_rounds),
+        ("tool_concurrency", tool_concurrency),
+        ("max_depth", max_depth),
+        ("max_children", max_children),
+    )
+    for label, value in limits:
         if value < 1:
             msg = f"{label} must be >= 1, got {value}"
             raise ValueError(msg)
-    registry = (
-        tools if isinstance(tools, ToolRegistry) else ToolRegistry.of(*tools)  # type: ignore[arg-type]
-    )
+    registry = ToolRegistry.of(*tools)  # a copy: ours to extend
+    agents = tuple(agents)
+    if agents:
+        registry.add(spawn_agent_tool(agents))
     config = _Config(
         session_id=session_id or runtime.ids.new("ses"),
         llm=llm,
@@ -1122,7 +1464,68 @@ async def spawn_session(
         tool_hooks=tuple(tool_hooks),
         bus=ObserverBus(observers),
         on_busy=on_busy,
+        agents=index_agents(agents),
+        max_depth=max_depth,
+        max_children=max_children,
+        max_tokens=max_tokens,
+        temperature=temperature,
     )
     _check_limits(response_format, budget, config.prices)
     ref = await runtime.spawn(lambda: SessionActor(config), id=config.session_id, name=name)
     return Session._create(ref, runtime, config)
+
+
+async def spawn_agent(
+    runtime: Runtime,
+    spec: AgentSpec,
+    *,
+    llm: LLM | None = None,
+    session_id: str | None = None,
+    max_depth: int = 3,
+    max_children: int = 8,
+    observers: Sequence[Observer] = (),
+    prices: Mapping[str, Price] | None = None,
+) -> Session:
+    """Start a top-level agent from a spec (or resume it from the log, by ``session_id``).
+
+    Args:
+        runtime (Runtime): the runtime.
+        spec (AgentSpec): the agent; its ``tools`` must be ``Tool`` objects (a top-level
+            agent has no parent to take tools from by name).
+        llm (LLM | None): the model when the spec has none.
+        session_id (str | None): resume this session; a new id when ``None``.
+        max_depth (int): the deepest its tree of sub-agents may grow.
+        max_children (int): sub-agents one run may start.
+        observers: callbacks told every observation of the whole tree.
+        prices (Mapping[str, Price] | None): for cost budgets.
+
+    Raises:
+        ConfigError: no model (neither ``spec.llm`` nor ``llm``), or a tool given by name.
+    """
+    model = spec.llm or llm
+    if model is None:
+        msg = f"agent spec {spec.name!r} has no llm: set AgentSpec.llm or pass llm="
+        raise ConfigError(msg)
+    named = [t for t in spec.tools or () if isinstance(t, str)]
+    if named:
+        msg = (
+            f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level agent "
+            "has no parent to take them from: give Tool objects"
+        )
+        raise ConfigError(msg)
+    return await spawn_session(
+        runtime,
+        llm=model,
+        tools=spec.own_tools(),
+        system_prompt=spec.system_prompt,
+        max_rounds=spec.max_rounds,
+        model=spec.model,
+        budget=spec.budget,
+        response_format=spec.response_format,
+        agents=spec.agents,
+        max_depth=max_depth,
+        max_children=max_children,
+        observers=observers,
+        prices=prices,
+        session_id=session_id,
+    )

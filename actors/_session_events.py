@@ -24,6 +24,7 @@ from protocols import (
     event_type,
 )
 
+from ._agents import Lifecycle
 from ._budget import Budget
 from ._transcript import ValidTranscript
 
@@ -190,6 +191,37 @@ class HumanAnswered:
 
 
 @final
+@event_type("session.child_spawned")
+@attrs.frozen(kw_only=True)
+class ChildSpawned:
+    """A sub-agent was started on a task; its own stream is ``session/<child_id>``."""
+
+    run_id: str
+    """The parent's run ("" for a child spawned from Python between runs)."""
+    call_id: str
+    """The ``spawn_agent`` call it answers (or the Python spawn's id)."""
+    child_id: str
+    agent: str
+    """The spec's name."""
+    task: str
+    lifecycle: Lifecycle
+    budget: Budget | None = None
+    """The child's limits: its spec's, capped by what remained of the parent's run budget."""
+
+
+@final
+@event_type("session.child_finished")
+@attrs.frozen(kw_only=True)
+class ChildFinished:
+    """A sub-agent's run ended; its usage is added to the parent's run and session."""
+
+    run_id: str
+    child_id: str
+    status: RunStatus
+    usage: Usage
+
+
+@final
 @event_type("session.output_rejected")
 @attrs.frozen(kw_only=True)
 class OutputRejected:
@@ -277,6 +309,8 @@ class ActiveRun:
     """Requests waiting for a human's answer."""
     approved: tuple[str, ...] = ()
     """Ids of tool calls a human approved (they may run)."""
+    children: tuple[str, ...] = ()
+    """Ids of the sub-agents this run spawned."""
 
     @property
     def parked(self) -> bool:
@@ -292,6 +326,10 @@ class SessionState:
     session_id: str = ""
     system_prompt: str = ""
     max_rounds: int = 10
+    parent_id: str | None = None
+    """The session that spawned this one, for a sub-agent."""
+    depth: int = 0
+    """0 for a top-level session, 1 for its children..."""
     history: ValidTranscript = attrs.field(factory=ValidTranscript)
     """The conversation as the model sees it, kept provider-valid as it grows."""
     run: ActiveRun | None = None
@@ -300,6 +338,10 @@ class SessionState:
     """Follow-ups received and not yet injected."""
     seen_follow_ups: frozenset[str] = frozenset()
     """Every follow-up id ever received (a repeat is a no-op)."""
+    children: tuple[ChildSpawned, ...] = ()
+    """Every sub-agent this session spawned, in order."""
+    child_status: Mapping[str, RunStatus] = attrs.field(factory=dict)
+    """How each finished sub-agent's run ended, by child id."""
     results: Mapping[str, RunResult] = attrs.field(factory=dict)
     usage: Usage = attrs.field(factory=Usage)
     """Tokens used by the whole session."""
@@ -420,6 +462,23 @@ def evolve(state: SessionState, event: object) -> SessionState:
             session_id=event.session_id,
             system_prompt=event.system_prompt,
             max_rounds=event.max_rounds,
+            parent_id=event.parent_id,
+            depth=event.depth,
+        )
+    if isinstance(event, ChildSpawned):
+        run = state.run
+        if run is not None and run.started.run_id == event.run_id:
+            run = attrs.evolve(run, children=(*run.children, event.child_id))
+        return attrs.evolve(state, run=run, children=(*state.children, event))
+    if isinstance(event, ChildFinished):
+        run = state.run
+        if run is not None and run.started.run_id == event.run_id:
+            run = attrs.evolve(run, usage=run.usage + event.usage)
+        return attrs.evolve(
+            state,
+            run=run,
+            usage=state.usage + event.usage,
+            child_status={**state.child_status, event.child_id: event.status},
         )
     return state  # events of later schema additions that this code does not fold
 

@@ -812,7 +812,7 @@ async def test_the_watch_tool_subscribes_the_calling_session() -> None:
 
 
 async def test_a_session_can_watch_through_its_tool() -> None:
-    """A real session subscribes itself; changes reach its mailbox without disturbing it."""
+    """A real session subscribes itself; a change wakes it as a follow-up of kind board."""
     llm = ScriptedLLM(
         [
             LLMResponse(tool_calls=[call("c1", "board_watch", '{"prefix": ""}')]),
@@ -826,9 +826,14 @@ async def test_a_session_can_watch_through_its_tool() -> None:
         assert (await session.send("watch the board")).status == "completed"
         assert (await board.statistics()).watches == 1
         await board.put("k", 1)
-        assert (await session.send("anything new?")).status == "completed"
+        await trio.testing.wait_all_tasks_blocked()
+        state = await session.state()
         assert (await board.statistics()).watches == 1
     llm.assert_complete()
+    assert [r.text for r in state.results.values()] == ["watching", "still fine"]
+    woken_by = llm.requests[-1].messages[-1]
+    assert woken_by.role == "user"
+    assert woken_by.text == "[board b] 'k' is now 1 (version 1, by python)"
 
 
 async def test_board_tools_are_configurable() -> None:

@@ -1,0 +1,181 @@
+"""Agent specs: what a sub-agent (or a top-level agent) is made of, checked strictly."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Literal, TypeAlias, final
+
+import attrs
+
+from protocols import LLM, ResponseFormat, schema_problems
+from protocols.errors import AgentSpecError
+
+from ._budget import Budget
+from ._tools import Tool, ToolRegistry, tool
+
+Lifecycle: TypeAlias = Literal["ephemeral", "linked", "detached"]
+"""What happens to a child's stream and actor when it is done.
+
+``ephemeral``: its stream is deleted once it completes (kept when it fails, for the
+post-mortem). ``linked`` (default): its stream is kept, and it is a child of its parent's
+actor, so stopping the parent stops it. ``detached``: it runs under the runtime's root,
+independent of its parent's life.
+"""
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+_LIFECYCLES = ("ephemeral", "linked", "detached")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class AgentSpec:
+    """An agent: its prompt, tools, model and limits. Checked on creation.
+
+    Used for top-level agents (:func:`spawn_agent`) and for the sub-agents a session may
+    spawn, from Python (``Session.spawn``) or from the model (the ``spawn_agent`` tool,
+    which offers the specs in ``agents`` of the spawning session).
+    """
+
+    name: str
+    """Identifies the spec (the model picks sub-agents by it): a letter, then letters,
+    digits, ``_`` or ``-``; 64 characters at most."""
+    description: str = ""
+    """What the agent is good at, shown to a model choosing whom to spawn."""
+    system_prompt: str = ""
+    tools: tuple[str | Tool[..., object], ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(tuple)
+    )
+    """Tool names taken from the parent's tools for the run (a child never gets more than
+    its parent by name), or ``Tool`` objects granted explicitly from Python. ``None``:
+    the parent's tools for the run."""
+    llm: LLM | None = None
+    """The model; ``None``: the parent's."""
+    model: str | None = None
+    """The model name to ask for; ``None``: the parent's."""
+    max_rounds: int = 10
+    budget: Budget | None = None
+    """This agent's limits; a child also never gets more than what remains of its
+    parent's run budget."""
+    response_format: ResponseFormat | None = None
+    """The output schema of the agent's answer."""
+    lifecycle: Lifecycle = "linked"
+    agents: tuple[AgentSpec, ...] = attrs.field(default=(), converter=tuple)
+    """The sub-agents this agent may spawn."""
+
+    def __attrs_post_init__(self) -> None:
+        problems = spec_problems(self)
+        if problems:
+            raise AgentSpecError(str(self.name), problems)
+
+    def own_tools(self) -> tuple[Tool[..., object], ...]:
+        """The ``Tool`` objects granted explicitly."""
+        return tuple(t for t in self.tools or () if isinstance(t, Tool))
+
+    def tool_names(self) -> tuple[str, ...]:
+        """Every tool's name, in order."""
+        return tuple(t if isinstance(t, str) else t.name for t in self.tools or ())
+
+
+def spec_problems(spec: AgentSpec) -> tuple[str, ...]:
+    """Every problem with ``spec``, each a line a person can act on (empty when valid)."""
+    problems: list[str] = []
+    if not isinstance(spec.name, str) or _NAME.fullmatch(spec.name) is None:
+        problems.append(
+            f"name {spec.name!r} must start with a letter and use only letters, digits, "
+            "'_' and '-' (64 characters at most)"
+        )
+    if not isinstance(spec.max_rounds, int) or spec.max_rounds < 1:
+        problems.append(f"max_rounds must be an int >= 1, got {spec.max_rounds!r}")
+    if spec.lifecycle not in _LIFECYCLES:
+        problems.append(
+            f"lifecycle must be one of {', '.join(_LIFECYCLES)}, got {spec.lifecycle!r}"
+        )
+    if spec.tools is not None:
+        seen: set[str] = set()
+        items: tuple[object, ...] = spec.tools
+        for item in items:
+            if not isinstance(item, (str, Tool)):
+                problems.append(f"tools holds {item!r}: give a tool name or a Tool (@tool)")
+                continue
+            tool_name = item if isinstance(item, str) else item.name
+            if tool_name in seen:
+                problems.append(f"tool {tool_name!r} is listed twice")
+            seen.add(tool_name)
+    if spec.response_format is not None:
+        problems.extend(
+            f"response_format: {p}" for p in schema_problems(spec.response_format.schema)
+        )
+    budget: object = spec.budget
+    if budget is not None and not isinstance(budget, Budget):
+        problems.append(f"budget must be a Budget, got {budget!r}")
+    names = [a.name for a in spec.agents]
+    for duplicate in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"two sub-agents are named {duplicate!r}")
+    return tuple(problems)
+
+
+SPAWN_AGENT = "spawn_agent"
+
+
+def spawn_agent_tool(agents: Iterable[AgentSpec]) -> Tool[..., object]:
+    """The ``spawn_agent`` tool offering ``agents`` to the model.
+
+    The session runs its calls itself (as child sessions); the function is never called.
+    It is idempotent by call id, hence the ``retry`` crash policy: after a crash the same
+    child is reattached, never spawned twice.
+    """
+    agents = tuple(agents)
+    listing = "\n".join(
+        f"- {a.name}: {a.description or a.system_prompt[:120] or 'a general helper'}"
+        for a in agents
+    )
+
+    def spawn(agent: str, task: str) -> str:
+        msg = "spawn_agent is run by the session actor, which never calls this function"
+        raise RuntimeError(msg)
+
+    return tool(
+        name=SPAWN_AGENT,
+        description=(
+            "Start a sub-agent on a task and wait for its answer. Several calls in one "
+            "turn run in parallel. Available agents:\n" + listing
+        ),
+        crash_policy="retry",
+        parameters={
+            "type": "object",
+            "properties": {
+                "agent": {"type": "string", "enum": [a.name for a in agents]},
+                "task": {
+                    "type": "string",
+                    "description": "everything the sub-agent needs to know, self-contained",
+                },
+            },
+            "required": ["agent", "task"],
+            "additionalProperties": False,
+        },
+    )(spawn)
+
+
+def child_tools(
+    spec: AgentSpec, parent_tools: ToolRegistry
+) -> tuple[ToolRegistry, tuple[str, ...]]:
+    """The child's registry and the names it asked for that its parent does not have."""
+    if spec.tools is None:
+        names = tuple(n for n in parent_tools.names() if n != SPAWN_AGENT)
+        return parent_tools.subset(names), ()
+    missing = tuple(
+        item for item in spec.tools if isinstance(item, str) and item not in parent_tools
+    )
+    registry = ToolRegistry()
+    for item in spec.tools:
+        if isinstance(item, Tool):
+            registry.add(item)
+        elif item in parent_tools and item != SPAWN_AGENT:
+            registry.add(parent_tools.get(item))
+    return registry, missing
+
+
+def index_agents(agents: Iterable[AgentSpec]) -> Mapping[str, AgentSpec]:
+    """Specs by name."""
+    return {a.name: a for a in agents}
