@@ -71,6 +71,7 @@ from ._tools import tool as tool
 from ._transcript import ValidTranscript as ValidTranscript
 from ._transcript import is_provider_valid as is_provider_valid
 from ._transcript import provider_valid as provider_valid
+from ._wakeup_tools import wakeup_tools as wakeup_tools
 
 _fixup(__name__, globals())
 del _fixup

@@ -48,7 +48,15 @@ from protocols.errors import (
     ToolError,
     ToolNotFoundError,
 )
-from runtime import Decision, EventSourcedActor, Reply, Request, StepFailed
+from runtime import (
+    Decision,
+    EventSourcedActor,
+    Reply,
+    Request,
+    StepFailed,
+    TimerFired,
+    timer_decision,
+)
 
 from ._agents import SPAWN_AGENT, AgentSpec, child_tools, index_agents, spawn_agent_tool
 from ._board_events import BoardChanged
@@ -331,6 +339,9 @@ class SessionActor(EventSourcedActor[SessionState]):
             return self._handle_cancel(state, message.message, message.at, message.partial)
         if isinstance(message, HumanReply):
             return self._handle_reply(state, message)
+        timers = timer_decision(state.timers, message)
+        if timers is not None:
+            return self._with_wake_up(state, message, timers)
         if isinstance(message, _ChildDone):
             done = message.finished.child_id in state.child_status
             return Decision(events=[] if done else [message.finished])
@@ -440,6 +451,24 @@ class SessionActor(EventSourcedActor[SessionState]):
                 )
             )
         return Decision(events=events, reply=True)
+
+    def _with_wake_up(self, state: SessionState, message: object, decision: Decision) -> Decision:
+        """A recorded firing on an idle session also starts a run to read it."""
+        if not (isinstance(message, TimerFired) and decision.events):
+            return decision
+        if state.run is not None or state.queued:
+            return decision  # injected at the active run's next round boundary
+        config = self._config
+        started = RunStarted(
+            run_id=f"tm-{message.timer_id}@{message.due_at!r}",
+            input="",
+            max_rounds=state.max_rounds,
+            response_format=config.response_format,
+            budget=config.budget,
+            started_at=message.fired_at,
+            trigger="timer",
+        )
+        return attrs.evolve(decision, events=(*decision.events, started))
 
     def _handle_cancel(
         self, state: SessionState, cancel: Cancel, at: float, partial: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Literal, final
 
 import attrs
@@ -23,6 +24,7 @@ from protocols import (
     denied_outcome,
     event_type,
 )
+from runtime import TimerBook, TimerFired, is_timer_event
 
 from ._agents import Lifecycle
 from ._budget import Budget
@@ -342,6 +344,8 @@ class SessionState:
     """Every sub-agent this session spawned, in order."""
     child_status: Mapping[str, RunStatus] = attrs.field(factory=dict)
     """How each finished sub-agent's run ended, by child id."""
+    timers: TimerBook = attrs.field(factory=TimerBook)
+    """The session's durable timers (see ``runtime.timers``)."""
     results: Mapping[str, RunResult] = attrs.field(factory=dict)
     usage: Usage = attrs.field(factory=Usage)
     """Tokens used by the whole session."""
@@ -352,8 +356,20 @@ class SessionState:
         return self.history.messages
 
 
+def timer_follow_up(fired: TimerFired, note: str) -> FollowUp:
+    """A firing as the model reads it: a follow-up of kind ``timer``, once per due time."""
+    when = datetime.fromtimestamp(fired.due_at, UTC).isoformat(timespec="seconds")
+    return FollowUp(
+        id=f"timer:{fired.timer_id}@{fired.due_at!r}",
+        content=f"[timer {fired.timer_id}, due {when}] {note or 'wake up'}",
+        kind="timer",
+    )
+
+
 def evolve(state: SessionState, event: object) -> SessionState:
     """Apply one session event (pure and total over stored events)."""
+    if is_timer_event(event):
+        return _timer(state, event)
     if isinstance(event, AssistantRecorded):
         run = state.run
         assert run is not None
@@ -481,6 +497,21 @@ def evolve(state: SessionState, event: object) -> SessionState:
             child_status={**state.child_status, event.child_id: event.status},
         )
     return state  # events of later schema additions that this code does not fold
+
+
+def _timer(state: SessionState, event: object) -> SessionState:
+    book = state.timers
+    state = attrs.evolve(state, timers=book.evolve(event))
+    if not isinstance(event, TimerFired):
+        return state
+    # Recorded once per due time: the firing waits in the inbox like a follow-up.
+    timer = book.get(event.timer_id)
+    follow_up = timer_follow_up(event, timer.note if timer is not None else "")
+    return attrs.evolve(
+        state,
+        inbox=(*state.inbox, follow_up),
+        seen_follow_ups=state.seen_follow_ups | {follow_up.id},
+    )
 
 
 def _inject(state: SessionState, event: FollowUpsInjected) -> SessionState:
