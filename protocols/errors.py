@@ -60,11 +60,13 @@ The tree (code in brackets)::
     │   ├── OutputInvalidError                    [session.output_invalid]
     │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
     │   └── HookVetoError                         [session.hook_vetoed]
-    └── TimerError                                [timer]
-        ├── TimerNotFoundError (LookupError)      [timer.not_found]
-        ├── TimerArgumentError (ValueError)       [timer.invalid_args]
-        └── TimerOwnerUnavailableError            [timer.owner_unavailable]
+    ├── TimerError                                [timer]
+    │   ├── TimerNotFoundError (LookupError)      [timer.not_found]
+    │   ├── TimerArgumentError (ValueError)       [timer.invalid_args]
+    │   └── TimerOwnerUnavailableError            [timer.owner_unavailable]
 
+    └── ReplayError                               [replay]
+        └── ReplayDivergenceError                 [replay.divergence]
 
 Where an error means "you misused the API" it also subclasses the built-in it behaves
 like (``ValueError``, ``LookupError``, ...), as attrs does.
@@ -113,6 +115,8 @@ __all__ = [
     "MissingSettingError",
     "OutputInvalidError",
     "PowertrioError",
+    "ReplayDivergenceError",
+    "ReplayError",
     "RuntimeClosedError",
     "ScriptExhaustedError",
     "SessionBusyError",
@@ -855,6 +859,30 @@ class TimerOwnerUnavailableError(TimerError):
         super().__init__(
             f"timer {timer_id!r} belongs to stream {stream!r}, whose actor is not running; "
             "start that actor, then try again"
+        )
+
+
+# --- replay --------------------------------------------------------------------------
+
+
+class ReplayError(PowertrioError):
+    """A replay could not confirm the recorded log."""
+
+    code = "replay"
+
+
+class ReplayDivergenceError(ReplayError):
+    """The code asks for a different effect than the one recorded at this event."""
+
+    code = "replay.divergence"
+
+    def __init__(self, stream: str, version: int, event_type: str, difference: str) -> None:
+        self.stream = stream
+        self.version = version
+        self.event_type = event_type
+        self.difference = difference
+        super().__init__(
+            f"replay of {stream!r} diverges at version {version} ({event_type}):\n{difference}"
         )
 
 

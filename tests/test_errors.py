@@ -43,6 +43,7 @@ BRANCH_PREFIX = {
     "LLMError": "llm",
     "ToolError": "tool",
     "SessionError": "session",
+    "ReplayError": "replay",
     "BoardError": "board",
     "TimerError": "timer",
 }
