@@ -64,7 +64,6 @@ The tree (code in brackets)::
     │   ├── TimerNotFoundError (LookupError)      [timer.not_found]
     │   ├── TimerArgumentError (ValueError)       [timer.invalid_args]
     │   └── TimerOwnerUnavailableError            [timer.owner_unavailable]
-
     └── ReplayError                               [replay]
         └── ReplayDivergenceError                 [replay.divergence]
 
