@@ -33,6 +33,9 @@ from ._observe import ToolCallFinished as ToolCallFinished
 from ._observe import ToolCallNext as ToolCallNext
 from ._observe import ToolHook as ToolHook
 from ._observe import UsageUpdated as UsageUpdated
+from ._replay import SessionReplay as SessionReplay
+from ._replay import fork_session as fork_session
+from ._replay import replay_session as replay_session
 from ._session import BusyPolicy as BusyPolicy
 from ._session import Session as Session
 from ._session import SessionActor as SessionActor
@@ -51,6 +54,7 @@ from ._session_events import HumanRequested as HumanRequested
 from ._session_events import HumanRequestKind as HumanRequestKind
 from ._session_events import InputQueued as InputQueued
 from ._session_events import OutputRejected as OutputRejected
+from ._session_events import RequestHeader as RequestHeader
 from ._session_events import RunFinished as RunFinished
 from ._session_events import RunResult as RunResult
 from ._session_events import RunStarted as RunStarted

@@ -92,6 +92,7 @@ from ._session_events import (
     HumanRequested,
     InputQueued,
     OutputRejected,
+    RequestHeader,
     RunFinished,
     RunResult,
     RunStarted,
@@ -197,6 +198,7 @@ class _CallLLM:
     round: int
     request: LLMRequest
     fingerprint: str
+    header: RequestHeader
     deadline: float | None
     """Epoch seconds after which the run's wall-time budget is spent."""
 
@@ -206,6 +208,7 @@ class _LLMAnswered:
     run_id: str
     response: LLMResponse
     fingerprint: str
+    header: RequestHeader | None = None
 
 
 @attrs.frozen
@@ -365,6 +368,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                         model=response.model or self._config.model or "",
                         finish_reason=response.finish_reason,
                         request_fingerprint=message.fingerprint,
+                        request_header=message.header,
                     )
                 ]
             )
@@ -558,11 +562,11 @@ class SessionActor(EventSourcedActor[SessionState]):
             reason = budget.exceeded(run.usage, self._cost(run))
             if reason is not None:
                 return Decision(events=[_finish(run, "budget_exceeded", error=reason)])
-        request, fingerprint = self._request(state, run)
+        request, fingerprint, header = self._request(state, run)
         deadline = None
         if budget is not None and budget.max_seconds is not None:
             deadline = run.started.started_at + budget.max_seconds
-        return _CallLLM(run_id, run.rounds + 1, request, fingerprint, deadline)
+        return _CallLLM(run_id, run.rounds + 1, request, fingerprint, header, deadline)
 
     def _answered(self, run: ActiveRun, text: str) -> RunFinished | OutputRejected:
         response_format = run.started.response_format
@@ -693,10 +697,14 @@ class SessionActor(EventSourcedActor[SessionState]):
             crash_policy=policy,
         )
 
-    def _request(self, state: SessionState, run: ActiveRun) -> tuple[LLMRequest, str]:
+    def _request(
+        self, state: SessionState, run: ActiveRun
+    ) -> tuple[LLMRequest, str, RequestHeader]:
         system = run.started.system_prompt
         if system is None:
-            system = state.system_prompt
+            # The code's prompt, not the one recorded at creation: a changed prompt is a
+            # change of behaviour, which replay must be able to see.
+            system = self._config.system_prompt
         history = state.history.closed()
         messages: tuple[Message, ...] = history.messages
         if system:
@@ -709,7 +717,8 @@ class SessionActor(EventSourcedActor[SessionState]):
             max_tokens=self._config.max_tokens,
             temperature=self._config.temperature,
         )
-        return request, request.fingerprint(messages_digest=history.digest)
+        fingerprint = request.fingerprint(messages_digest=history.digest)
+        return request, fingerprint, RequestHeader.of(request, history.digest)
 
     def _run_tools(self, run: ActiveRun | None) -> ToolRegistry:
         names = run.started.tools if run is not None else None
@@ -722,6 +731,37 @@ class SessionActor(EventSourcedActor[SessionState]):
             for model, usage in run.usage_by_model.items()
             if (price := _price_for(prices, model)) is not None
         )
+
+    # -- replay (runtime.replay) -----------------------------------------------------
+
+    def answers_effect(self, event: object) -> bool:
+        """An answer of the model is what replay checks the code against."""
+        return isinstance(event, AssistantRecorded)
+
+    def replay_check(self, step: object | None, event: object) -> str | None:
+        assert isinstance(event, AssistantRecorded)
+        if not isinstance(step, _CallLLM):
+            return (
+                "the log has an answer of the model here, but the code asks for "
+                f"{_describe_step(step)}"
+            )
+        if step.fingerprint == event.request_fingerprint:
+            return None
+        recorded = event.request_header
+        if recorded is None:
+            return "the request differs (the log has no request header to show how)"
+        lines = recorded.differences(step.header)
+        return "\n".join(lines) or "the request differs in a parameter the header omits"
+
+    def step_settled(self, step: object, state: SessionState) -> bool:
+        run = state.run
+        if run is None or not isinstance(step, _CallLLM | _RunTools):
+            return True
+        if run.started.run_id != step.run_id:
+            return True
+        if isinstance(step, _CallLLM):
+            return run.rounds >= step.round
+        return not run.open_calls
 
     # -- effects ---------------------------------------------------------------------
 
@@ -767,7 +807,7 @@ class SessionActor(EventSourcedActor[SessionState]):
             response = await call(step.request)
         finally:
             self._partial = None
-        return _LLMAnswered(step.run_id, response, step.fingerprint)
+        return _LLMAnswered(step.run_id, response, step.fingerprint, step.header)
 
     async def _run_tool_round(self, step: _RunTools) -> object:
         calls = [ToolCall(id=c.call_id, name=c.name, arguments=c.arguments) for c in step.calls]
@@ -848,27 +888,8 @@ class SessionActor(EventSourcedActor[SessionState]):
         from Python, which may give the child any of the session's tools.
         """
         parent = self._config
-        run = self.state.run
-        tools, missing = child_tools(spec, parent.tools if granted else self._run_tools(run))
-        if missing:
-            raise ToolNotFoundError(missing[0], parent.tools.names())
-        if spec.agents:
-            tools.add(spawn_agent_tool(spec.agents))
-        config = attrs.evolve(
-            parent,
-            session_id=spawned.child_id,
-            llm=spec.llm or parent.llm,
-            tools=tools,
-            system_prompt=spec.system_prompt,
-            max_rounds=spec.max_rounds,
-            model=spec.model or parent.model,
-            budget=None,  # the task's send carries the child's budget
-            response_format=spec.response_format,
-            on_busy="queue",
-            agents=index_agents(spec.agents),
-            parent_id=self.id,
-            depth=self.state.depth + 1,
-        )
+        tools = parent.tools if granted else self._run_tools(self.state.run)
+        config = child_config(parent, spec, spawned.child_id, tools, self.state.depth + 1)
         runtime = self.context.runtime
         name = f"{spec.name}.{spawned.child_id.rsplit('.', 1)[-1]}"
         try:
@@ -1049,6 +1070,36 @@ def _finish(
     )
 
 
+def child_config(
+    parent: _Config, spec: AgentSpec, child_id: str, tools: ToolRegistry, depth: int
+) -> _Config:
+    """The configuration of a sub-agent: its spec, filling gaps from its parent's.
+
+    Raises:
+        ToolNotFoundError: the spec names a tool missing from ``tools``.
+    """
+    registry, missing = child_tools(spec, tools)
+    if missing:
+        raise ToolNotFoundError(missing[0], tools.names())
+    if spec.agents:
+        registry.add(spawn_agent_tool(spec.agents))
+    return attrs.evolve(
+        parent,
+        session_id=child_id,
+        llm=spec.llm or parent.llm,
+        tools=registry,
+        system_prompt=spec.system_prompt,
+        max_rounds=spec.max_rounds,
+        model=spec.model or parent.model,
+        budget=None,  # the task's send carries the child's budget
+        response_format=spec.response_format,
+        on_busy="queue",
+        agents=index_agents(spec.agents),
+        parent_id=parent.session_id,
+        depth=depth,
+    )
+
+
 def _child_outcome(spawned: ChildSpawned, result: RunResult) -> ToolOutcome:
     """What the parent's model reads of a child's run."""
     if result.status == "completed":
@@ -1083,6 +1134,14 @@ def _board_follow_up(change: BoardChanged) -> FollowUp:
         ),
         kind="board",
     )
+
+
+def _describe_step(step: object | None) -> str:
+    if step is None:
+        return "nothing (it would wait for a message)"
+    if isinstance(step, _RunTools):
+        return "tool calls " + ", ".join(c.name for c in step.calls)
+    return type(step).__name__.lstrip("_")
 
 
 def _cancelled(run: ActiveRun, cancel: CancelRequested) -> RunFinished:
@@ -1464,42 +1523,27 @@ async def spawn_session(
         ConfigError: ``budget`` limits cost and ``prices`` is empty.
         ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
     """
-    limits = (
-        ("max_rounds", max_rounds),
-        ("tool_concurrency", tool_concurrency),
-        ("max_depth", max_depth),
-        ("max_children", max_children),
-    )
-    for label, value in limits:
-        if value < 1:
-            msg = f"{label} must be >= 1, got {value}"
-            raise ValueError(msg)
-    registry = ToolRegistry.of(*tools)  # a copy: ours to extend
-    agents = tuple(agents)
-    if agents:
-        registry.add(spawn_agent_tool(agents))
-    config = _Config(
+    config = session_config(
         session_id=session_id or runtime.ids.new("ses"),
         llm=llm,
-        tools=registry,
+        tools=tools,
         system_prompt=system_prompt,
         max_rounds=max_rounds,
         model=model,
-        tool_concurrency=tool_concurrency,
         budget=budget,
         response_format=response_format,
-        prices=dict(prices or {}),
-        llm_hooks=tuple(llm_hooks),
-        tool_hooks=tuple(tool_hooks),
-        bus=ObserverBus(observers),
+        prices=prices,
+        llm_hooks=llm_hooks,
+        tool_hooks=tool_hooks,
+        observers=observers,
         on_busy=on_busy,
-        agents=index_agents(agents),
+        agents=agents,
         max_depth=max_depth,
         max_children=max_children,
         max_tokens=max_tokens,
         temperature=temperature,
+        tool_concurrency=tool_concurrency,
     )
-    _check_limits(response_format, budget, config.prices)
     ref = await runtime.spawn(lambda: SessionActor(config), id=config.session_id, name=name)
     return Session._create(ref, runtime, config)
 
@@ -1558,3 +1602,65 @@ async def spawn_agent(
         prices=prices,
         session_id=session_id,
     )
+
+
+def session_config(
+    *,
+    session_id: str,
+    llm: LLM,
+    tools: Iterable[object] | ToolRegistry = (),
+    system_prompt: str = "",
+    max_rounds: int = 10,
+    model: str | None = None,
+    budget: Budget | None = None,
+    response_format: ResponseFormat | None = None,
+    prices: Mapping[str, Price] | None = None,
+    llm_hooks: Sequence[LLMHook] = (),
+    tool_hooks: Sequence[ToolHook] = (),
+    observers: Sequence[Observer] = (),
+    on_busy: BusyPolicy = "queue",
+    agents: Iterable[AgentSpec] = (),
+    max_depth: int = 3,
+    max_children: int = 8,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    tool_concurrency: int = 8,
+) -> _Config:
+    """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
+    limits = (
+        ("max_rounds", max_rounds),
+        ("tool_concurrency", tool_concurrency),
+        ("max_depth", max_depth),
+        ("max_children", max_children),
+    )
+    for label, value in limits:
+        if value < 1:
+            msg = f"{label} must be >= 1, got {value}"
+            raise ValueError(msg)
+    registry = ToolRegistry.of(*tools)  # a copy: ours to extend
+    agents = tuple(agents)
+    if agents:
+        registry.add(spawn_agent_tool(agents))
+    config = _Config(
+        session_id=session_id,
+        llm=llm,
+        tools=registry,
+        system_prompt=system_prompt,
+        max_rounds=max_rounds,
+        model=model,
+        tool_concurrency=tool_concurrency,
+        budget=budget,
+        response_format=response_format,
+        prices=dict(prices or {}),
+        llm_hooks=tuple(llm_hooks),
+        tool_hooks=tuple(tool_hooks),
+        bus=ObserverBus(observers),
+        on_busy=on_busy,
+        agents=index_agents(agents),
+        max_depth=max_depth,
+        max_children=max_children,
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
+    _check_limits(response_format, budget, config.prices)
+    return config

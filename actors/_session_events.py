@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Literal, final
 
 import attrs
+import orjson
 
 from protocols import (
     AssistantMessage,
@@ -14,8 +17,10 @@ from protocols import (
     CrashPolicy,
     FollowUp,
     JsonValue,
+    LLMRequest,
     Message,
     ResponseFormat,
+    SystemMessage,
     ToolCall,
     ToolOutcome,
     ToolResultMessage,
@@ -51,6 +56,10 @@ class SessionCreated:
     """The parent session of a sub-agent."""
     depth: int = 0
     """0 for a top-level session."""
+    forked_from: str | None = None
+    """For a fork: the session it was forked from..."""
+    forked_at: int | None = None
+    """...and the version of that session's stream it starts from."""
 
 
 @final
@@ -87,6 +96,72 @@ class InputQueued:
 
 
 @final
+@attrs.frozen(kw_only=True)
+class RequestHeader:
+    """What shaped an LLM request besides the conversation, kept for replay's diffs.
+
+    The fingerprint says *whether* a replayed request differs; the header says *how*: a
+    changed system prompt, tool set, model or parameter is shown field by field, and a
+    changed conversation by its length and digest.
+    """
+
+    system: str
+    model: str | None
+    tools: tuple[str, ...]
+    tools_digest: str
+    """SHA-256 of the tool definitions (names, descriptions and schemas)."""
+    max_tokens: int | None = None
+    temperature: float | None = None
+    response_format: str | None = None
+    """The response format's name."""
+    messages: int
+    """How many conversation messages (after the system prompt) were sent."""
+    messages_digest: str
+
+    @classmethod
+    def of(cls, request: LLMRequest, messages_digest: str) -> RequestHeader:
+        """The header of ``request`` whose conversation has ``messages_digest``."""
+        system = "\n\n".join(m.content for m in request.messages if isinstance(m, SystemMessage))
+        tools = orjson.dumps([attrs.asdict(t) for t in request.tools], option=orjson.OPT_SORT_KEYS)
+        return cls(
+            system=system,
+            model=request.model,
+            tools=tuple(t.name for t in request.tools),
+            tools_digest=hashlib.sha256(tools).hexdigest(),
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            response_format=request.response_format.name if request.response_format else None,
+            messages=sum(not isinstance(m, SystemMessage) for m in request.messages),
+            messages_digest=messages_digest,
+        )
+
+    def differences(self, other: RequestHeader) -> list[str]:
+        """Readable lines for each field where ``other`` (the replayed request) differs."""
+        lines: list[str] = []
+        if self.system != other.system:
+            diff = difflib.unified_diff(
+                self.system.splitlines(),
+                other.system.splitlines(),
+                "recorded system prompt",
+                "replayed system prompt",
+                lineterm="",
+            )
+            lines.extend(diff)
+        for name in ("model", "tools", "max_tokens", "temperature", "response_format"):
+            old, new = getattr(self, name), getattr(other, name)
+            if old != new:
+                lines.append(f"{name}: recorded {old!r}, replayed {new!r}")
+        if self.tools == other.tools and self.tools_digest != other.tools_digest:
+            lines.append("tools: same names, but a description or schema changed")
+        if (self.messages, self.messages_digest) != (other.messages, other.messages_digest):
+            lines.append(
+                f"conversation: recorded {self.messages} messages, replayed {other.messages}"
+                " (the transcript the code builds from the log changed)"
+            )
+        return lines
+
+
+@final
 @event_type("session.assistant")
 @attrs.frozen(kw_only=True)
 class AssistantRecorded:
@@ -100,6 +175,8 @@ class AssistantRecorded:
     finish_reason: str
     request_fingerprint: str
     """Fingerprint of the request that produced it (replay checks it)."""
+    request_header: RequestHeader | None = None
+    """How the request was shaped, for replay's readable diff."""
 
 
 @final

@@ -26,6 +26,9 @@ from ._ref import ActorRef as ActorRef
 from ._ref import PriorityMessage as PriorityMessage
 from ._ref import Reply as Reply
 from ._ref import Request as Request
+from ._replay import Replayable as Replayable
+from ._replay import ReplayResult as ReplayResult
+from ._replay import replay as replay
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime

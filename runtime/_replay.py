@@ -1,0 +1,123 @@
+"""Replay: re-run an actor's decisions over its recorded log, at fold speed, with no effects.
+
+Live execution, crash resume and replay are one loop (DESIGN.md §3): fold the stream, ask
+``next_step``, execute, append. Replay folds the recorded events one by one and, before
+each event that answers an effect (an LLM answer, a tool result...), asks the *current
+code* what it would do in that state; the recorded answer stands in for the effect, so
+no model or tool is called. If the code asks for something else than what was recorded,
+the replay stops with :class:`~protocols.errors.ReplayDivergenceError` naming the stream,
+the event version and a readable diff. Use it as a regression test: record runs once
+with a real provider, then check that changed prompt-building or tool code still replays.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, Protocol, TypeVar, final
+
+import attrs
+
+from protocols import EventRegistry, default_registry
+from protocols.errors import ReplayDivergenceError, StreamNotFoundError
+
+from ._event_sourced import Decision
+from ._event_store import EventStore
+
+StateT = TypeVar("StateT")
+
+_PAGE = 4096
+
+
+class Replayable(Protocol[StateT]):
+    """The decider an actor kind replays with: its pure pieces plus three replay checks.
+
+    An ``EventSourcedActor`` already has ``initial_state``, ``evolve`` and ``next_step``.
+    """
+
+    def initial_state(self) -> StateT: ...
+
+    def evolve(self, state: StateT, event: object) -> StateT: ...
+
+    def next_step(self, state: StateT) -> object | None: ...
+
+    def answers_effect(self, event: object) -> bool:
+        """Whether ``event`` records the answer of an effect (to be checked)."""
+        ...
+
+    def replay_check(self, step: object | None, event: object) -> str | None:
+        """``None`` if ``step`` (the effect the code asked for, ``None`` if it asked for
+        none) is the one ``event`` answers; else a readable description of the difference."""
+        ...
+
+    def step_settled(self, step: object, state: StateT) -> bool:
+        """Whether the effect ``step`` is over in ``state`` (answered, or cancelled)."""
+        ...
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ReplayResult(Generic[StateT]):
+    """What a replay that matched the log found."""
+
+    stream: str
+    state: StateT
+    """The state after the last event (equal to the live actor's)."""
+    version: int
+    """The last version replayed."""
+    checked: int
+    """Events whose effect request was compared with the code's."""
+
+
+async def replay(
+    store: EventStore,
+    stream: str,
+    decider: Replayable[StateT],
+    *,
+    registry: EventRegistry = default_registry,
+    to_version: int | None = None,
+) -> ReplayResult[StateT]:
+    """Re-run ``decider`` over ``stream`` and check every recorded effect against it.
+
+    Args:
+        store (EventStore): the log.
+        stream (str): the stream to replay.
+        decider (Replayable): the current code of the stream's actor kind.
+        registry (EventRegistry): the codec registry of its events.
+        to_version (int | None): stop after this version.
+
+    Returns:
+        ReplayResult: the final state, the version and how many effects were checked.
+
+    Raises:
+        ReplayDivergenceError: the code asks for a different effect than the recorded one.
+        StreamNotFoundError: the stream has no events.
+    """
+    state = decider.initial_state()
+    version = 0
+    checked = 0
+    step: object | None = None  # the effect in flight, as the live loop would have it
+    while True:
+        page = await store.read(stream, version + 1, limit=_PAGE)
+        for record in page:
+            if to_version is not None and record.version > to_version:
+                return ReplayResult(stream=stream, state=state, version=version, checked=checked)
+            event = registry.decode_record(record)
+            if decider.answers_effect(event):
+                problem = decider.replay_check(step, event)
+                if problem is not None:
+                    raise ReplayDivergenceError(stream, record.version, record.type, problem)
+                checked += 1
+            state = decider.evolve(state, event)
+            version = record.version
+            if step is not None and decider.step_settled(step, state):
+                step = None
+            if step is None:
+                # What the live loop asks after each append; a Decision's events are the
+                # next ones in the log, an effect stays in flight until it is settled.
+                wanted = decider.next_step(state)
+                step = None if isinstance(wanted, Decision) else wanted
+        if len(page) < _PAGE:
+            break
+    if version == 0:
+        raise StreamNotFoundError(stream)
+    return ReplayResult(stream=stream, state=state, version=version, checked=checked)
+
