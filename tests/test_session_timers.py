@@ -8,7 +8,7 @@ import orjson
 import trio
 import trio.testing
 
-from actors import spawn_session, wakeup_tools
+from actors import Observation, RunEnded, spawn_session, wakeup_tools
 from protocols import LLMRequest, LLMResponse, ToolCall, Usage, UserMessage
 from runtime import Clock, TimerFired, open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM, ScriptedLLM
@@ -111,13 +111,17 @@ async def test_a_timer_survives_a_restart_and_fires_once(
     await trio.sleep(3600)  # the process is "down" past the due time
     second = ScriptedLLM([answer("woke up late")])
     async with open_sqlite_store(path) as store, open_runtime(store=store, clock=clock) as runtime:
-        session = await spawn_session(runtime, llm=second, session_id="s")
-        # Store work happens in a thread, which autojump counts as idle: poll the state.
-        for _ in range(100):
-            state = await session.state()
-            if state.results:
-                break
-            await trio.sleep(1)
+        ended = trio.Event()
+
+        def on_end(observation: Observation) -> None:
+            if isinstance(observation, RunEnded):
+                ended.set()
+
+        # Store work happens in a thread, which autojump counts as idle: wait for the run
+        # to end rather than for virtual time to pass.
+        session = await spawn_session(runtime, llm=second, session_id="s", observers=[on_end])
+        await ended.wait()
+        state = await session.state()
     assert [r.text for r in state.results.values()] == ["woke up late"]
     second.assert_complete()
 
