@@ -34,6 +34,7 @@ from ._observe import ToolCallNext as ToolCallNext
 from ._observe import ToolHook as ToolHook
 from ._observe import UsageUpdated as UsageUpdated
 from ._replay import SessionReplay as SessionReplay
+from ._replay import delete_session as delete_session
 from ._replay import fork_session as fork_session
 from ._replay import replay_session as replay_session
 from ._session import BusyPolicy as BusyPolicy

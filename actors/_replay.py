@@ -226,3 +226,37 @@ async def _copy(
                 lineage=None,
                 new_parent=new_id,
             )
+
+
+async def delete_session(store: EventStore, session_id: str) -> list[str]:
+    """Delete a session's stream with its linked and ephemeral sub-agents, recursively.
+
+    Detached sub-agents live on (that is what detached means). Stop the sessions first: a
+    running session would write its stream again.
+
+    Args:
+        store (EventStore): the log.
+        session_id (str): the session to delete.
+
+    Returns:
+        list[str]: the streams deleted, parents first.
+
+    Raises:
+        StreamNotFoundError: no such session.
+    """
+    stream = f"session/{session_id}"
+    if not await store.stream_version(stream):
+        raise StreamNotFoundError(stream)
+    doomed = await _linked_streams(store, session_id)
+    await store.delete_streams(doomed)
+    return doomed
+
+
+async def _linked_streams(store: EventStore, session_id: str) -> list[str]:
+    streams = [f"session/{session_id}"]
+    for event in map(decode_record, await store.read(streams[0])):
+        if not isinstance(event, ChildSpawned) or event.lifecycle == "detached":
+            continue
+        if await store.stream_version(f"session/{event.child_id}"):
+            streams.extend(await _linked_streams(store, event.child_id))
+    return streams

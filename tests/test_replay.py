@@ -10,6 +10,7 @@ from _llama import LlamaServer
 
 from actors import (
     AgentSpec,
+    delete_session,
     fork_session,
     replay_session,
     spawn_agent,
@@ -262,3 +263,20 @@ async def test_a_recording_from_a_real_server_replays_without_it(
                     store, "rec", max_tokens=8, temperature=0.0, system_prompt="Answer at length."
                 )
     assert "+Answer at length." in info.value.difference
+
+
+async def test_deleting_a_session_deletes_its_linked_children_not_detached_ones() -> None:
+    store = InMemoryEventStore()
+    loner = AgentSpec(name="loner", lifecycle="detached", system_prompt="worker")
+    async with open_runtime(store=store) as runtime:
+        root = await spawn_agent(runtime, ROOT, llm=FunctionLLM(tree_model), session_id="r")
+        await root.send("go")
+        await root.spawn(loner, "on its own")
+    deleted = await delete_session(store, "r")
+    assert deleted == [
+        "session/r", "session/r.1", "session/r.1.1", "session/r.1.2", "session/r.2",
+        "session/r.2.1", "session/r.2.2",
+    ]
+    assert [s.stream for s in await store.streams("session/")] == ["session/r.3"]
+    with pytest.raises(StreamNotFoundError):
+        await delete_session(store, "r")
