@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import statistics
 import tempfile
@@ -15,6 +16,8 @@ import trio
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
 from runtime import open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM
+
+from ._actors import _rss_bytes
 
 
 def _answer(request: LLMRequest) -> LLMResponse:
@@ -69,6 +72,22 @@ async def _growth(sends: int, path: Path) -> float:
     return late / early
 
 
+async def _idle_sessions(n: int, path: Path) -> float:
+    """RSS per idle session actor (spawned, its stream created, waiting for input)."""
+    actors = importlib.import_module("actors")
+    echo = _echo_tool()
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+        llm = FunctionLLM(_answer)
+        await actors.spawn_session(runtime, llm=llm, tools=[echo])  # warm the imports
+        gc.collect()
+        before = _rss_bytes()
+        for _ in range(n):
+            await actors.spawn_session(runtime, llm=llm, tools=[echo])
+        gc.collect()
+        after = _rss_bytes()
+    return (after - before) / n
+
+
 def run(args: argparse.Namespace) -> dict[str, float | int | str]:
     """N concurrent sessions (1, 32, 256) on an on-disk log, plus send cost vs history."""
     quick = bool(getattr(args, "quick", False))
@@ -86,4 +105,8 @@ def run(args: argparse.Namespace) -> dict[str, float | int | str]:
         figures["send_cost_ratio_500_vs_10"] = round(
             trio.run(_growth, 100 if quick else 500, Path(tmp) / "growth.sqlite"), 3
         )
+        n_idle = 1_000 if quick else 5_000
+        idle = trio.run(_idle_sessions, n_idle, Path(tmp) / "idle.sqlite")
+        figures["idle_session_bytes"] = round(idle)
+        figures["idle_sessions_per_gib"] = round(2**30 / idle) if idle > 0 else 0
     return figures
