@@ -1,13 +1,267 @@
-"""The ``powertrio`` command line."""
+"""The ``powertrio`` command line: run agents, watch their trees, read and keep the log.
+
+Every command takes ``--db PATH`` (default ``./powertrio.sqlite``, or ``POWERTRIO_DB``),
+``--json`` (one JSON document on stdout, or JSON Lines for ``log``) and ``--debug`` (show
+tracebacks). Exit codes: 0 ok; 1 a run ended other than ``completed``, ``check`` found
+problems, or an error; 2 bad usage or configuration. An error prints its message and its
+stable code (``error [store.corrupt]: ...``), never a traceback unless ``--debug``.
+
+The commands live in private modules loaded only when used: ``_cli_run`` (run, send,
+reply, cancel), ``_cli_inspect`` (sessions, show, tree, log, timers), ``_cli_ops`` (check,
+export, import, bench). ``actors`` is imported inside them, never here (DESIGN.md §1).
+"""
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import os
 import sys
+import traceback
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, TypeAlias
+
+import trio
+
+from protocols.errors import ConfigError, PowertrioError
+
+if TYPE_CHECKING:
+    from ._cli_common import CliContext
+
+__all__ = ["build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+AsyncCommand: TypeAlias = "Callable[[CliContext, argparse.Namespace], Awaitable[int]]"
+SyncCommand: TypeAlias = "Callable[[CliContext, argparse.Namespace], int]"
+
+# command -> (module, function, asynchronous)
+_COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "run": ("runtime._cli_run", "cmd_run", True),
+    "send": ("runtime._cli_run", "cmd_send", True),
+    "reply": ("runtime._cli_run", "cmd_reply", True),
+    "cancel": ("runtime._cli_run", "cmd_cancel", True),
+    "sessions": ("runtime._cli_inspect", "cmd_sessions", True),
+    "show": ("runtime._cli_inspect", "cmd_show", True),
+    "tree": ("runtime._cli_inspect", "cmd_tree", True),
+    "log": ("runtime._cli_inspect", "cmd_log", True),
+    "timers": ("runtime._cli_inspect", "cmd_timers", True),
+    "check": ("runtime._cli_ops", "cmd_check", True),
+    "export": ("runtime._cli_ops", "cmd_export", True),
+    "import": ("runtime._cli_ops", "cmd_import", True),
+    "bench": ("runtime._cli_ops", "cmd_bench", False),
+}
+
+
+def _common() -> argparse.ArgumentParser:
+    """The options every command accepts, before or after its name."""
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand's copy must not reset a value given before the command name.
+    common.add_argument(
+        "--db",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="the event log (default: ./powertrio.sqlite, or $POWERTRIO_DB)",
+    )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print JSON for machines instead of tables for people",
+    )
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the traceback of an error",
+    )
+    return common
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="no provider: a local llama.cpp model if installed, else the scripted demo model",
+    )
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="use the scripted demo model (offline, deterministic)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``powertrio`` (every command and option)."""
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="powertrio",
+        description="An actor runtime for LLM agents on Trio: run agent trees, watch them, "
+        "and read, check and replay their event log.",
+        parents=[common],
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, parents=[common])
+
+    run = add("run", "start an agent on a task; stream its text and show its live tree")
+    run.add_argument("task", help="what the agent should do")
+    run.add_argument(
+        "--max-rounds",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="LLM calls the run may make (default 10)",
+    )
+    _model_options(run)
+
+    add("sessions", "list sessions: status, age, usage, parent").add_argument(
+        "--roots", action="store_true", help="only top-level sessions (no sub-agents)"
+    )
+    add("show", "a session's transcript").add_argument("session", metavar="ID")
+    add("tree", "a session's agent tree").add_argument("session", metavar="ID")
+
+    log = add("log", "a session's events (JSON Lines with --json)")
+    log.add_argument("session", metavar="ID")
+    log.add_argument("--tree", action="store_true", help="with its sub-agents' events")
+    log.add_argument(
+        "--follow", "-f", action="store_true", help="wait for new events (Ctrl-C ends)"
+    )
+
+    send = add("send", "send a follow-up to a session and wait for the run")
+    send.add_argument("session", metavar="ID")
+    send.add_argument("text")
+    _model_options(send)
+
+    cancel = add("cancel", "cancel the open run of a session no process is driving")
+    cancel.add_argument("session", metavar="ID")
+    cancel.add_argument("--reason", default="", help="recorded in the log")
+
+    reply = add("reply", "answer a run waiting for a human (y/n for approvals)")
+    reply.add_argument("session", metavar="ID")
+    reply.add_argument("request", metavar="REQUEST")
+    reply.add_argument("answer")
+    _model_options(reply)
+
+    add("timers", "pending durable timers, by due time")
+
+    check = add("check", "verify the log: file integrity, every event decodes and folds")
+    check.add_argument("--prefix", default="", help="only streams starting with this")
+
+    export = add("export", "write the log (or one stream) as JSON Lines")
+    export.add_argument("file")
+    export.add_argument("--stream", default=None, help="only this stream (e.g. session/ID)")
+
+    add("import", "append a JSON Lines export to the log").add_argument("file")
+
+    bench = add("bench", "run the benchmark suites")
+    bench.add_argument(
+        "--suite",
+        action="append",
+        metavar="NAME",
+        help="only this suite (repeatable): actors, log, agents, providers",
+    )
+    bench.add_argument("--quick", action="store_true", help="small workloads (a smoke test)")
+    return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        msg = f"must be at least 1, got {value}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
+
+
+def _essential(error: BaseException) -> BaseException:
+    """The one error that matters in what Trio raised (groups hold cancellations too)."""
+    leaves = [e for e in _leaves(error) if not isinstance(e, trio.Cancelled)]
+    for kind in (KeyboardInterrupt, BrokenPipeError, SystemExit, PowertrioError):
+        for leaf in leaves:
+            if isinstance(leaf, kind):
+                return leaf
+    return leaves[0] if leaves else error
+
+
+def _report(ctx: CliContext | None, error: BaseException, *, debug: bool, json: bool) -> int:
+    """Print ``error`` for people (or as JSON) and return the exit code."""
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(error, SystemExit):  # rich exits so when stdout is a closed pipe
+        return error.code if isinstance(error.code, int) else EXIT_FAILED
+    if isinstance(error, BrokenPipeError):  # `powertrio log ID | head`: the reader is done
+        _silence_stdout()
+        return EXIT_OK
+    if isinstance(error, PowertrioError):
+        code, message = error.code, str(error)
+        exit_code = EXIT_USAGE if isinstance(error, ConfigError) else EXIT_FAILED
+    else:
+        code = "internal"
+        message = f"{type(error).__name__}: {error}"
+        if not debug:
+            message += " (a bug in powertrio: run again with --debug for the traceback)"
+        exit_code = EXIT_FAILED
+    if debug:
+        traceback.print_exception(error)
+    if json:
+        import orjson  # noqa: PLC0415
+
+        document = {"error": {"code": code, "message": message}}
+        sys.stdout.write(orjson.dumps(document).decode() + "\n")
+    elif ctx is not None:
+        from rich.markup import escape  # noqa: PLC0415
+
+        ctx.err.print(f"[bold red]error[/] [red]\\[{code}][/]: {escape(message)}")
+    else:
+        sys.stderr.write(f"error [{code}]: {message}\n")
+    return exit_code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit raises no second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``powertrio`` console script."""
-    args = sys.argv[1:] if argv is None else argv
-    print("powertrio: an actor runtime for LLM agents on Trio")
-    print("usage: powertrio bench [actors|log] [--json]")
-    return 0 if not args or args[0] in {"-h", "--help"} else 2
+    """Entry point of the ``powertrio`` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exit_:  # argparse: --help (0) or bad usage (2), already printed
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    debug = bool(getattr(args, "debug", False))
+    json = bool(getattr(args, "json", False))
+    ctx: CliContext | None = None
+    try:
+        from ._cli_common import CliContext  # noqa: PLC0415  # loads rich
+
+        ctx = CliContext.create(db=getattr(args, "db", None), json=json, debug=debug)
+        module_name, function_name, asynchronous = _COMMANDS[args.command]
+        function = getattr(importlib.import_module(module_name), function_name)
+        if asynchronous:
+            command: AsyncCommand = function
+            return trio.run(command, ctx, args)
+        sync_command: SyncCommand = function
+        return sync_command(ctx, args)
+    except BaseException as raised:  # the one place errors become exit codes
+        if isinstance(raised, SystemExit):
+            raise
+        return _report(ctx, _essential(raised), debug=debug, json=json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,240 @@
+"""What every ``powertrio`` command shares: output, the log file and its lock, session ids."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, final
+
+import attrs
+import orjson
+
+from protocols.errors import ConfigError, StoreError, StreamNotFoundError
+
+from ._sqlite_store import SqliteEventStore, open_sqlite_store
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = [
+    "DEFAULT_DB",
+    "CliContext",
+    "db_lock",
+    "db_in_use",
+    "fmt_age",
+    "fmt_time",
+    "open_log",
+    "resolve_session",
+    "session_id_of",
+]
+
+DEFAULT_DB = "powertrio.sqlite"
+"""The event log the CLI uses in the current directory (``--db`` or ``POWERTRIO_DB`` to change)."""
+
+SESSION_PREFIX = "session/"
+
+_PIPE_WIDTH = 160
+
+
+@final
+@attrs.define(eq=False)
+class CliContext:
+    """The options every command takes, and the consoles it prints to."""
+
+    db: Path
+    """The event log file."""
+    json: bool
+    """Print one JSON document (or JSON Lines, for streams of events) for machines."""
+    debug: bool
+    """Show tracebacks of errors."""
+    out: Console
+    """Where results go (stdout)."""
+    err: Console
+    """Where notes, progress and errors go (stderr), so ``--json`` output stays clean."""
+
+    @classmethod
+    def create(cls, *, db: str | None, json: bool, debug: bool) -> CliContext:
+        """The context from the options (``db`` ``None``: ``$POWERTRIO_DB`` or the default)."""
+        from rich.console import Console  # noqa: PLC0415  # rich loads only for the CLI
+
+        path = Path(db or os.environ.get("POWERTRIO_DB") or DEFAULT_DB)
+        out = Console(highlight=False)
+        if not out.is_terminal and "COLUMNS" not in os.environ:
+            # A pipe or a file has no width: do not wrap ids and lines at 80 columns.
+            out = Console(highlight=False, width=_PIPE_WIDTH)
+        err = Console(stderr=True, highlight=False)
+        if not err.is_terminal and "COLUMNS" not in os.environ:
+            err = Console(stderr=True, highlight=False, width=_PIPE_WIDTH)
+        return cls(db=path, json=json, debug=debug, out=out, err=err)
+
+    def emit(self, document: object) -> None:
+        """Print ``document`` as one line of JSON on stdout."""
+        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
+        sys.stdout.flush()
+
+
+@asynccontextmanager
+async def open_log(ctx: CliContext, *, create: bool = False) -> AsyncIterator[SqliteEventStore]:
+    """Open the event log named by ``--db``.
+
+    Args:
+        ctx (CliContext): the options.
+        create (bool): create the file when it does not exist (``run``, ``import``); the
+            other commands refuse, so a typo in ``--db`` does not leave an empty log behind.
+
+    Raises:
+        StoreError: there is no log at that path (and ``create`` is false).
+        CorruptLogError, ForeignDatabaseError, StoreSchemaVersionError: as
+            :func:`open_sqlite_store`.
+    """
+    if not create and not ctx.db.exists():
+        msg = (
+            f'no event log at {str(ctx.db)!r}: start one with `powertrio run "task"` in this '
+            "directory, or point at one with --db PATH"
+        )
+        raise StoreError(msg)
+    async with open_sqlite_store(ctx.db) as store:
+        yield store
+
+
+def session_id_of(stream: str) -> str | None:
+    """The session id of a ``session/<id>`` stream, else ``None``."""
+    return stream[len(SESSION_PREFIX) :] if stream.startswith(SESSION_PREFIX) else None
+
+
+def in_session_tree(root_id: str, session_id: str) -> bool:
+    """Whether ``session_id`` is ``root_id`` or one of its sub-agents (``root.1``, ``root.1.2``)."""
+    return session_id == root_id or session_id.startswith(root_id + ".")
+
+
+async def resolve_session(store: SqliteEventStore, given: str) -> str:
+    """The session id ``given`` names: an id, a ``session/<id>`` stream, or a unique prefix.
+
+    Raises:
+        StreamNotFoundError: no session matches.
+        ConfigError: the prefix matches several sessions (they are listed).
+    """
+    wanted = given.removeprefix(SESSION_PREFIX)
+    if not wanted:
+        raise StreamNotFoundError(SESSION_PREFIX)
+    infos = await store.streams(SESSION_PREFIX + wanted)
+    ids = [sid for info in infos if (sid := session_id_of(info.stream)) is not None]
+    if wanted in ids:
+        return wanted
+    # A prefix names a top-level session or a sub-agent, never several of either.
+    candidates = sorted({i for i in ids if "." not in i[len(wanted) :]})
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise StreamNotFoundError(SESSION_PREFIX + wanted)
+    listed = ", ".join(candidates[:5]) + (", ..." if len(candidates) > 5 else "")
+    msg = f"{given!r} matches {len(candidates)} sessions ({listed}); give more of the id"
+    raise ConfigError(msg)
+
+
+# -- the lock: one process drives the sessions of a log at a time ------------------------
+
+
+def _lock_path(db: Path) -> Path:
+    return db.with_name(db.name + ".lock")
+
+
+@contextlib.contextmanager
+def db_lock(db: Path, command: str, *, wait: float = 1.0) -> Iterator[None]:
+    """Hold the log's driver lock while this process runs sessions of it.
+
+    Sessions are actors with one writer each (DESIGN.md §2.2): two processes driving the
+    same log would compete for their streams. ``run``, ``send``, ``reply``, ``cancel`` and
+    ``import`` take this advisory lock (``<db>.lock``); reading commands do not.
+
+    Raises:
+        StoreError: another process holds the lock (its pid and command are named).
+    """
+    try:
+        import fcntl  # noqa: PLC0415  # POSIX only
+    except ImportError:  # pragma: no cover - Windows: no advisory lock
+        yield
+        return
+    path = _lock_path(db)
+    handle: IO[str] = path.open("a+", encoding="utf-8")
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    holder = handle.read().strip() or "another process"
+                    msg = (
+                        f"the event log {str(db)!r} is being driven by {holder}; stop it "
+                        "there (Ctrl-C), or wait for it to end"
+                    )
+                    raise StoreError(msg) from None
+                time.sleep(0.05)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} (`powertrio {command}`)")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            handle.flush()
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        handle.close()
+
+
+def db_in_use(db: Path) -> bool:
+    """Whether a process holds the log's driver lock right now (its runs are live)."""
+    try:
+        import fcntl  # noqa: PLC0415  # POSIX only
+    except ImportError:  # pragma: no cover
+        return False
+    path = _lock_path(db)
+    if not path.exists():
+        return False
+    with path.open("a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+# -- formatting --------------------------------------------------------------------------
+
+
+def fmt_time(epoch: float) -> str:
+    """An epoch time as local ``YYYY-MM-DD HH:MM:SS``."""
+    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_iso(epoch: float) -> str:
+    """An epoch time as ISO 8601 in UTC (for JSON)."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
+
+
+def fmt_age(seconds: float) -> str:
+    """A duration the way people say it: ``12s``, ``5m``, ``3h``, ``2d``."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: max(0, width - 1)] + "…"

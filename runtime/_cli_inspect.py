@@ -1,0 +1,530 @@
+"""The reading commands of ``powertrio``: sessions, show, tree, log (--follow), timers."""
+
+# Lazy imports of `actors` and `rich` inside functions: runtime never imports actors at
+# module level (DESIGN.md §1), and `import runtime` must not pay for rich.
+# ruff: noqa: PLC0415
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import TYPE_CHECKING, final
+
+import attrs
+import orjson
+import trio
+
+from protocols import decode_record
+from protocols.errors import CodecError
+
+from ._cli_common import (
+    SESSION_PREFIX,
+    CliContext,
+    db_in_use,
+    fmt_age,
+    fmt_iso,
+    fmt_time,
+    in_session_tree,
+    open_log,
+    resolve_session,
+    session_id_of,
+    shorten,
+)
+from ._cli_tree import AgentTree
+from ._event_store import RecordedEvent
+from ._runtime import open_runtime
+from ._timer_book import PendingTimer
+
+if TYPE_CHECKING:
+    from ._sqlite_store import SqliteEventStore
+
+__all__ = ["cmd_log", "cmd_sessions", "cmd_show", "cmd_timers", "cmd_tree"]
+
+_PAGE = 2000
+
+
+def load_actors() -> None:
+    """Import ``actors`` so the session and board events are registered with the codec."""
+    import actors  # noqa: F401
+
+
+async def read_stream(store: SqliteEventStore, stream: str) -> list[RecordedEvent]:
+    """Every event of ``stream``, in order."""
+    events: list[RecordedEvent] = []
+    while True:
+        page = await store.read(stream, len(events) + 1, limit=_PAGE)
+        events.extend(page)
+        if len(page) < _PAGE:
+            return events
+
+
+async def tree_streams(store: SqliteEventStore, root_id: str) -> list[str]:
+    """The streams of a session and of its sub-agents, sorted."""
+    infos = await store.streams(SESSION_PREFIX + root_id)
+    return [
+        info.stream
+        for info in infos
+        if (sid := session_id_of(info.stream)) is not None and in_session_tree(root_id, sid)
+    ]
+
+
+async def read_tree(store: SqliteEventStore, root_id: str) -> list[RecordedEvent]:
+    """The events of a session tree, in global (commit) order."""
+    events: list[RecordedEvent] = []
+    for stream in await tree_streams(store, root_id):
+        events.extend(await read_stream(store, stream))
+    events.sort(key=lambda e: e.position)
+    return events
+
+
+def decode_or_none(record: RecordedEvent) -> object | None:
+    """The decoded event, or ``None`` when the codec cannot read it (``check`` says why)."""
+    try:
+        return decode_record(record)
+    except CodecError:
+        return None
+
+
+async def build_tree(store: SqliteEventStore, root_id: str, *, live: bool) -> AgentTree:
+    """The agent tree of ``root_id`` folded from the log."""
+    tree = AgentTree(root_id)
+    for record in await read_tree(store, root_id):
+        event = decode_or_none(record)
+        sid = session_id_of(record.stream)
+        if event is not None and sid is not None:
+            tree.apply(sid, event)
+    if not live:
+        tree.mark_interrupted()
+    return tree
+
+
+# -- sessions ----------------------------------------------------------------------------
+
+
+@final
+@attrs.define(eq=False)
+class SessionSummary:
+    """One line of ``powertrio sessions``, folded from the session's events."""
+
+    session_id: str
+    parent_id: str | None = None
+    depth: int = 0
+    status: str = "new"
+    runs: int = 0
+    rounds: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    events: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    waiting_for: list[str] = attrs.Factory(list)
+    """Open human requests."""
+
+    def apply(self, event: object) -> None:
+        """Fold one event in."""
+        from actors import (
+            AssistantRecorded,
+            HumanAnswered,
+            HumanRequested,
+            RunFinished,
+            RunStarted,
+            SessionCreated,
+        )
+
+        if isinstance(event, SessionCreated):
+            self.parent_id, self.depth = event.parent_id, event.depth
+        elif isinstance(event, RunStarted):
+            self.status, self.runs = "running", self.runs + 1
+        elif isinstance(event, AssistantRecorded):
+            self.rounds += 1
+            self.prompt_tokens += event.usage.prompt_tokens
+            self.completion_tokens += event.usage.completion_tokens
+        elif isinstance(event, HumanRequested):
+            self.status = "waiting_for_human"
+            self.waiting_for.append(event.request_id)
+        elif isinstance(event, HumanAnswered):
+            self.waiting_for = [r for r in self.waiting_for if r != event.request_id]
+            if not self.waiting_for:
+                self.status = "running"
+        elif isinstance(event, RunFinished):
+            self.status, self.waiting_for = event.status, []
+
+    def to_json(self) -> dict[str, object]:
+        """The summary as JSON."""
+        return {
+            "session_id": self.session_id,
+            "parent_id": self.parent_id,
+            "depth": self.depth,
+            "status": self.status,
+            "runs": self.runs,
+            "rounds": self.rounds,
+            "usage": {
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens,
+            },
+            "events": self.events,
+            "waiting_for": self.waiting_for,
+            "created_at": fmt_iso(self.created_at),
+            "updated_at": fmt_iso(self.updated_at),
+        }
+
+
+async def summaries(store: SqliteEventStore) -> list[SessionSummary]:
+    """A summary of every session in the log (one pass over the log), oldest first."""
+    found: dict[str, SessionSummary] = {}
+    position = 1
+    while True:
+        page = await store.read_all(position, limit=_PAGE)
+        for record in page:
+            sid = session_id_of(record.stream)
+            if sid is None:
+                continue
+            summary = found.get(sid)
+            if summary is None:
+                summary = found[sid] = SessionSummary(sid, created_at=record.recorded_at)
+            summary.events += 1
+            summary.updated_at = record.recorded_at
+            event = decode_or_none(record)
+            if event is not None:
+                summary.apply(event)
+        if len(page) < _PAGE:
+            break
+        position = page[-1].position + 1
+    return sorted(found.values(), key=lambda s: (s.created_at, s.session_id))
+
+
+async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio sessions``: every session with its status, age, usage and parent."""
+    load_actors()
+    async with open_log(ctx) as store:
+        listed = await summaries(store)
+    live = db_in_use(ctx.db)
+    for summary in listed:
+        if summary.status == "running" and not live:
+            summary.status = "interrupted"
+    if args.roots:
+        listed = [s for s in listed if s.parent_id is None]
+    if ctx.json:
+        ctx.emit([s.to_json() for s in listed])
+        return 0
+    from rich.table import Table
+
+    if not listed:
+        ctx.err.print(f'no sessions in {str(ctx.db)!r} yet: start one with `powertrio run "task"`')
+        return 0
+    table = Table(title=f"sessions in {ctx.db}", title_justify="left")
+    for column in ("id", "status", "runs", "rounds", "tokens", "age", "updated", "parent"):
+        table.add_column(
+            column,
+            justify="right" if column in {"runs", "rounds", "tokens"} else "left",
+            no_wrap=column in {"id", "parent"},
+        )
+    now = time.time()
+    for s in listed:
+        table.add_row(
+            s.session_id,
+            s.status.replace("_", " "),
+            str(s.runs),
+            str(s.rounds),
+            f"{s.prompt_tokens + s.completion_tokens:,}",
+            fmt_age(now - s.created_at),
+            fmt_age(now - s.updated_at) + " ago",
+            s.parent_id or "",
+        )
+    ctx.out.print(table)
+    return 0
+
+
+# -- show: the transcript ------------------------------------------------------------------
+
+
+def _entry(record: RecordedEvent, event: object) -> dict[str, object] | None:
+    """One line of a transcript, or ``None`` for bookkeeping events."""
+    from actors import (
+        AssistantRecorded,
+        CancelRequested,
+        ChildFinished,
+        ChildSpawned,
+        FollowUpReceived,
+        HumanAnswered,
+        HumanRequested,
+        RunFinished,
+        RunStarted,
+        SessionCreated,
+        ToolFinished,
+    )
+
+    base: dict[str, object] = {"version": record.version, "at": fmt_iso(record.recorded_at)}
+    if isinstance(event, SessionCreated):
+        return base | {
+            "kind": "session",
+            "session_id": event.session_id,
+            "parent_id": event.parent_id,
+            "depth": event.depth,
+            "system_prompt": event.system_prompt,
+        }
+    if isinstance(event, RunStarted):
+        return base | {"kind": "run_started", "run_id": event.run_id, "text": event.input}
+    if isinstance(event, FollowUpReceived):
+        follow_up = event.follow_up
+        return base | {"kind": "follow_up", "text": follow_up.content, "of": follow_up.kind}
+    if isinstance(event, AssistantRecorded):
+        return base | {
+            "kind": "assistant",
+            "round": event.round,
+            "model": event.model,
+            "text": event.message.content,
+            "tool_calls": [
+                {"id": c.id, "name": c.name, "arguments": c.arguments}
+                for c in event.message.tool_calls
+            ],
+            "tokens": event.usage.total_tokens,
+        }
+    if isinstance(event, ToolFinished):
+        outcome = event.outcome
+        return base | {
+            "kind": "tool_result",
+            "call_id": outcome.call_id,
+            "name": outcome.tool_name,
+            "status": outcome.status,
+            "text": outcome.content,
+        }
+    if isinstance(event, ChildSpawned):
+        return base | {
+            "kind": "child_spawned",
+            "child_id": event.child_id,
+            "agent": event.agent,
+            "text": event.task,
+        }
+    if isinstance(event, ChildFinished):
+        return base | {"kind": "child_finished", "child_id": event.child_id, "status": event.status}
+    if isinstance(event, HumanRequested):
+        return base | {
+            "kind": "human_requested",
+            "request_id": event.request_id,
+            "of": event.kind,
+            "text": event.prompt,
+        }
+    if isinstance(event, HumanAnswered):
+        return base | {
+            "kind": "human_answered",
+            "request_id": event.request_id,
+            "text": event.answer,
+            "approve": event.approve,
+            "by": event.by,
+        }
+    if isinstance(event, CancelRequested):
+        return base | {"kind": "cancel", "mode": event.mode, "by": event.by, "text": event.reason}
+    if isinstance(event, RunFinished):
+        return base | {
+            "kind": "run_finished",
+            "run_id": event.run_id,
+            "status": event.status,
+            "rounds": event.rounds,
+            "tokens": event.usage.total_tokens,
+            "text": event.text,
+            "error": event.error,
+        }
+    return None
+
+
+def _print_entry(ctx: CliContext, entry: dict[str, object]) -> None:
+    from rich.markup import escape
+    from rich.rule import Rule
+
+    kind = entry["kind"]
+    text = escape(str(entry.get("text") or ""))
+    out = ctx.out
+    if kind == "session":
+        parent = entry["parent_id"]
+        where = f" · sub-agent of {parent} (depth {entry['depth']})" if parent else ""
+        out.print(f"[bold]session {entry['session_id']}[/]{where}")
+        if entry["system_prompt"]:
+            out.print(f"[dim]system: {escape(str(entry['system_prompt']))}[/]")
+    elif kind == "run_started":
+        out.print(Rule(f"run {entry['run_id']}", style="dim"))
+        if text:
+            out.print(f"[bold green]user[/]: {text}")
+    elif kind == "follow_up":
+        out.print(f"[bold green]{entry['of']} follow-up[/]: {text}")
+    elif kind == "assistant":
+        head = f"[bold blue]assistant[/] [dim](round {entry['round']} · {entry['tokens']:,} tok)[/]"
+        out.print(f"{head}: {text}" if text else head)
+        calls = entry["tool_calls"]
+        assert isinstance(calls, list)
+        for call in calls:
+            args = escape(shorten(str(call["arguments"]), 100))
+            out.print(f"  [cyan]→ {call['name']}[/]({args}) [dim]{call['id']}[/]")
+    elif kind == "tool_result":
+        style = "cyan" if entry["status"] == "ok" else "red"
+        status = "" if entry["status"] == "ok" else f" [{entry['status']}]"
+        result = escape(shorten(str(entry["text"]), 200))
+        out.print(f"  [{style}]← {entry['name']}{escape(status)}[/]: {result}")
+    elif kind == "child_spawned":
+        out.print(f"  [magenta]⤷ {entry['agent']} {entry['child_id']}[/]: {text}")
+    elif kind == "child_finished":
+        out.print(f"  [magenta]⤶ {entry['child_id']} {entry['status']}[/]")
+    elif kind == "human_requested":
+        out.print(f"[bold blue]? {entry['of']} {entry['request_id']}[/]: {text}")
+    elif kind == "human_answered":
+        approve = entry["approve"]
+        verdict = " (approved)" if approve is True else " (denied)" if approve is False else ""
+        out.print(f"[bold green]{entry['by']} answered {entry['request_id']}{verdict}[/]: {text}")
+    elif kind == "cancel":
+        out.print(f"[magenta]cancel ({entry['mode']}) by {entry['by']}[/]: {text}")
+    elif kind == "run_finished":
+        error = f" · {escape(str(entry['error']))}" if entry.get("error") else ""
+        tokens = f"{entry['tokens']:,} tok"
+        out.print(
+            Rule(
+                f"run {entry['status']} · {entry['rounds']} rounds · {tokens}{error}",
+                style="green" if entry["status"] == "completed" else "yellow",
+            )
+        )
+
+
+async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio show ID``: the session's transcript, run by run."""
+    load_actors()
+    async with open_log(ctx) as store:
+        session_id = await resolve_session(store, args.session)
+        records = await read_stream(store, SESSION_PREFIX + session_id)
+    entries = [
+        entry
+        for record in records
+        if (event := decode_or_none(record)) is not None and (entry := _entry(record, event))
+    ]
+    if ctx.json:
+        ctx.emit({"session_id": session_id, "entries": entries})
+        return 0
+    for entry in entries:
+        _print_entry(ctx, entry)
+    return 0
+
+
+# -- tree ----------------------------------------------------------------------------------
+
+
+async def cmd_tree(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio tree ID``: the session's agent tree from its ``ChildSpawned`` links."""
+    load_actors()
+    async with open_log(ctx) as store:
+        session_id = await resolve_session(store, args.session)
+        tree = await build_tree(store, session_id, live=db_in_use(ctx.db))
+    if ctx.json:
+        ctx.emit(tree.to_json())
+        return 0
+    ctx.out.print(tree.render())
+    ctx.out.print(f"[dim]{len(tree.nodes)} agents · {tree.total_tokens:,} tokens in all[/]")
+    return 0
+
+
+# -- log -----------------------------------------------------------------------------------
+
+
+def _record_json(record: RecordedEvent) -> dict[str, object]:
+    try:
+        data: object = orjson.loads(record.data)
+    except orjson.JSONDecodeError:
+        data = None
+    return {
+        "stream": record.stream,
+        "version": record.version,
+        "position": record.position,
+        "type": record.type,
+        "schema_version": record.schema_version,
+        "recorded_at": fmt_iso(record.recorded_at),
+        "data": data,
+    }
+
+
+def _print_record(ctx: CliContext, record: RecordedEvent, *, with_stream: bool) -> None:
+    if ctx.json:
+        ctx.emit(_record_json(record))
+        return
+    from rich.markup import escape
+
+    where = f"{record.stream.removeprefix(SESSION_PREFIX)} " if with_stream else ""
+    data = escape(shorten(record.data.decode("utf-8", errors="replace"), 120))
+    ctx.out.print(
+        f"[dim]{record.position:>6} {fmt_time(record.recorded_at)}[/] {where}"
+        f"v{record.version:<4} [bold]{record.type}[/] [dim]{data}[/]"
+    )
+
+
+async def cmd_log(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio log ID [--tree] [--follow]``: the session's events (JSON Lines with --json)."""
+    async with open_log(ctx) as store:
+        session_id = await resolve_session(store, args.session)
+        head = await store.head_position()
+        if args.tree:
+            records = await read_tree(store, session_id)
+        else:
+            records = await read_stream(store, SESSION_PREFIX + session_id)
+        for record in records:
+            if record.position <= head:
+                _print_record(ctx, record, with_stream=args.tree)
+        if not args.follow:
+            return 0
+        # Another process writes the log: poll it (this store's own commit signal does not
+        # see other processes' commits). Ctrl-C ends the follow.
+        position = head + 1
+        while True:
+            page = await store.read_all(position, limit=_PAGE)
+            for record in page:
+                sid = session_id_of(record.stream)
+                if sid is None:
+                    continue
+                if sid == session_id or (args.tree and in_session_tree(session_id, sid)):
+                    _print_record(ctx, record, with_stream=args.tree)
+            if page:
+                position = page[-1].position + 1
+            else:
+                await trio.sleep(0.2)
+
+
+# -- timers --------------------------------------------------------------------------------
+
+
+async def cmd_timers(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio timers``: pending durable timers of every actor, by due time."""
+    rows: list[tuple[str, PendingTimer]] = []
+    async with open_log(ctx) as store, open_runtime(store=store) as runtime:
+        for info in await store.streams():
+            rows.extend((info.stream, timer) for timer in runtime.timers.pending(info.stream))
+    rows.sort(key=lambda row: (row[1].due_at, row[1].timer_id))
+    if ctx.json:
+        ctx.emit(
+            [
+                {
+                    "stream": stream,
+                    "timer_id": timer.timer_id,
+                    "due_at": fmt_iso(timer.due_at),
+                    "every": timer.every,
+                    "note": timer.note,
+                }
+                for stream, timer in rows
+            ]
+        )
+        return 0
+    if not rows:
+        ctx.err.print("no pending timers")
+        return 0
+    from rich.table import Table
+
+    now = time.time()
+    table = Table(title="pending timers", title_justify="left")
+    for column in ("owner", "timer", "due", "in", "every", "note"):
+        table.add_column(column)
+    for stream, timer in rows:
+        table.add_row(
+            stream,
+            timer.timer_id,
+            fmt_time(timer.due_at),
+            fmt_age(timer.due_at - now) if timer.due_at > now else "due",
+            "" if timer.every is None else f"{timer.every:g}s",
+            shorten(timer.note, 60),
+        )
+    ctx.out.print(table)
+    return 0

