@@ -92,6 +92,13 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use the scripted demo model (offline, deterministic)",
     )
+    parser.add_argument(
+        "--max-tokens",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="the most tokens per model answer (default: the provider's; 256 offline)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,7 +40,7 @@ from ._cli_common import (
 )
 from ._cli_demo import HELPER_PROMPT, SYSTEM_PROMPT, DemoLLM
 from ._cli_inspect import build_tree
-from ._cli_tree import AgentTree
+from ._cli_tree import ACTIVE, AgentTree
 from ._local_llm import LOCAL_MODEL_NAME, local_llm_missing, open_local_llm_server
 from ._runtime import Runtime, open_runtime
 
@@ -56,6 +56,9 @@ __all__ = ["cmd_cancel", "cmd_reply", "cmd_run", "cmd_send"]
 
 DEMO_DELAY = 0.6
 """Seconds each demo answer takes by default (``POWERTRIO_DEMO_DELAY`` overrides it)."""
+
+SETTLE_SECONDS = 3.0
+"""How long a finished run waits for its sub-agents to record their own ends."""
 
 LOCAL_MAX_TOKENS = 256
 """The most tokens per answer of the small local model (it rambles otherwise)."""
@@ -382,6 +385,20 @@ async def _ask_person(view: RunView, request: HumanRequested, drive: _Drive) -> 
     return answer
 
 
+async def _settle(view: RunView, store: SqliteEventStore) -> None:
+    """Let sub-agents record their ends (a cancel reaches them just after their parent's),
+    then show the tree as the log has it: the log is the authority."""
+    root = view.tree.root_id
+    with trio.move_on_after(SETTLE_SECONDS):
+        # A bounded poll of what the observations update (not a synchronisation point).
+        while any(node.status in ACTIVE for sid, node in view.tree.nodes.items() if sid != root):  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    settled = await build_tree(store, root, live=True)
+    settled.root.name = view.tree.root.name
+    view.tree = settled
+    view.dirty = True
+
+
 async def answer_request(session: Session, request: HumanRequested, answer: str) -> RunResult:
     """Answer a question, or approve (``y``, ``yes``...) or deny (anything else) a call."""
     if request.kind == "question":
@@ -419,11 +436,7 @@ async def drive(
                         result = await session.wait(result.run_id)
                         break
                     result = await answer_request(session, request, answer)
-                while True:
-                    try:
-                        view.observe(observations.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
+                await _settle(view, store)
             finally:
                 view.stop()
                 nursery.cancel_scope.cancel()
@@ -492,6 +505,13 @@ def report(
     return code
 
 
+def _max_tokens(args: argparse.Namespace, choice: ModelChoice) -> int | None:
+    given: int | None = getattr(args, "max_tokens", None)
+    if given is not None:
+        return given
+    return LOCAL_MAX_TOKENS if choice.kind == "local" else None
+
+
 def _interactive(ctx: CliContext) -> bool:
     return not ctx.json and sys.stdin.isatty() and ctx.out.is_terminal
 
@@ -505,7 +525,7 @@ async def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     if choice.note:
         ctx.err.print(f"[yellow]{choice.note}[/]")
     interactive = _interactive(ctx)
-    max_tokens = LOCAL_MAX_TOKENS if choice.kind == "local" else None
+    max_tokens = _max_tokens(args, choice)
     with db_lock(ctx.db, "run"):
         async with (
             open_log(ctx, create=True) as store,
@@ -541,7 +561,7 @@ async def _resumed(
     if choice.note:
         ctx.err.print(f"[yellow]{choice.note}[/]")
     interactive = _interactive(ctx)
-    max_tokens = LOCAL_MAX_TOKENS if choice.kind == "local" else None
+    max_tokens = _max_tokens(args, choice)
     with db_lock(ctx.db, command):
         async with open_log(ctx) as store:
             session_id = await resolve_session(store, args.session)
