@@ -1,0 +1,460 @@
+"""The ``powertrio`` console script, run for real in subprocesses, in a temporary directory.
+
+Offline throughout: ``--demo`` forces the scripted demo model (``POWERTRIO_DEMO_DELAY=0``
+makes it answer at once). The live view and Ctrl-C are tested in a real terminal under
+tmux; one test drives the llama.cpp server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(sys.executable).parent / "powertrio"
+"""The installed console script (``pip install -e .`` puts it beside the interpreter)."""
+
+TASK = "plan a picnic"
+
+
+def command() -> list[str]:
+    """How to start the CLI: the console script, else its entry point."""
+    if SCRIPT.exists():
+        return [str(SCRIPT)]
+    return [sys.executable, "-c", "from runtime._cli import main; raise SystemExit(main())"]
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """This environment without any provider settings, with an instant demo model."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("POWERTRIO_", "OPENAI_", "ANTHROPIC_"))
+    }
+    env.update({"POWERTRIO_DEMO_DELAY": "0", "COLUMNS": "200"}, **extra)
+    return env
+
+
+def cli(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``powertrio ARGS`` in ``cwd`` and return what it did."""
+    return subprocess.run(
+        [*command(), *args],
+        cwd=cwd,
+        env=env or environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def cli_json(cwd: Path, *args: str) -> object:
+    """Run a command with ``--json``, check it succeeded and parse its output."""
+    done = cli(cwd, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    """A directory whose log holds one completed demo run (a root and two helpers)."""
+    where = tmp_path_factory.mktemp("finished")
+    result = cli_json(where, "run", "--offline", "--demo", TASK)
+    assert isinstance(result, dict)
+    return where, result
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, finished: tuple[Path, dict[str, object]]) -> Path:
+    """A copy of the finished log, for commands that write to it."""
+    shutil.copy(finished[0] / "powertrio.sqlite", tmp_path / "powertrio.sqlite")
+    return tmp_path
+
+
+def root_id(finished: tuple[Path, dict[str, object]]) -> str:
+    return str(finished[1]["session_id"])
+
+
+# -- run -------------------------------------------------------------------------------------
+
+
+def test_run_offline_completes_a_tree_and_reports_it_as_json(
+    finished: tuple[Path, dict[str, object]],
+) -> None:
+    """``run --offline --demo --json``: the root spawns two helpers, all complete, exit 0."""
+    _, result = finished
+    assert result["status"] == "completed"
+    assert result["model"] == "demo (scripted, offline)"
+    assert str(result["text"]).startswith(f"Done with {TASK!r}")
+    tree = result["tree"]
+    assert isinstance(tree, dict)
+    sid = result["session_id"]
+    assert [f"{sid}.1", f"{sid}.2"] == [c["session_id"] for c in tree["children"]]
+    assert {("helper", "completed")} == {(c["name"], c["status"]) for c in tree["children"]}
+    assert result["usage"]["total_tokens"] > 0  # type: ignore[index]
+
+
+def test_run_for_people_streams_the_text_and_prints_the_tree(tmp_path: Path) -> None:
+    """Without --json (and without a terminal): the answer streams, then the tree and a
+    summary with the commands to look further."""
+    done = cli(tmp_path, "run", "--demo", TASK)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "I will split this between two helpers." in out
+    assert "⤷ sub-agent" in out and "⤶ helper" in out
+    assert "✔ helper" in out and "task: part 2 of: plan a picnic" in out
+    assert "completed · session ses_" in out and "powertrio show ses_" in out
+    assert "model demo (scripted, offline)" in done.stderr
+
+
+def test_run_without_a_provider_explains_the_settings_and_offers_offline(tmp_path: Path) -> None:
+    """No provider configured: exit 2, the variables to set and ``--offline``; no log made."""
+    done = cli(tmp_path, "run", TASK)
+    assert done.returncode == 2
+    assert "error [config.missing]" in done.stderr
+    for needed in ("POWERTRIO_API_KEY", "POWERTRIO_MODEL", "POWERTRIO_PROVIDER", "--offline"):
+        assert needed in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "powertrio.sqlite").exists()
+
+
+def test_errors_in_json_mode_are_json_with_the_code(tmp_path: Path) -> None:
+    """``--json`` errors are a JSON object with the stable code, on stdout."""
+    done = cli(tmp_path, "run", TASK, "--json")
+    assert done.returncode == 2
+    assert json.loads(done.stdout)["error"]["code"] == "config.missing"
+
+
+# -- reading the log -------------------------------------------------------------------------
+
+
+def test_sessions_lists_the_tree_with_status_usage_and_parents(
+    finished: tuple[Path, dict[str, object]],
+) -> None:
+    """``sessions``: root and helpers, completed, with tokens; ``--roots`` only the root."""
+    where, _ = finished
+    sid = root_id(finished)
+    listed = cli_json(where, "sessions")
+    assert isinstance(listed, list)
+    assert [(sid, None), (f"{sid}.1", sid), (f"{sid}.2", sid)] == [
+        (s["session_id"], s["parent_id"]) for s in listed
+    ]
+    assert {"completed"} == {s["status"] for s in listed}
+    assert all(s["usage"]["total_tokens"] > 0 and s["runs"] == 1 for s in listed)
+    assert [sid] == [s["session_id"] for s in cli_json(where, "sessions", "--roots")]  # type: ignore[union-attr]
+    table = cli(where, "sessions")
+    assert table.returncode == 0 and f"{sid}.2" in table.stdout and "completed" in table.stdout
+
+
+def test_show_prints_the_transcript(finished: tuple[Path, dict[str, object]]) -> None:
+    """``show``: the user's task, the answers, the spawns and the tool results, in order."""
+    where, _ = finished
+    sid = root_id(finished)
+    shown = cli_json(where, "show", sid[:10])  # a unique prefix is enough
+    assert isinstance(shown, dict) and sid == shown["session_id"]
+    kinds = [e["kind"] for e in shown["entries"]]
+    assert kinds == [
+        "session", "run_started", "assistant", "child_spawned", "child_spawned",
+        "tool_result", "tool_result", "child_finished", "child_finished", "assistant",
+        "run_finished",
+    ]  # fmt: skip
+    assert shown["entries"][1]["text"] == TASK
+    text = cli(where, "show", sid).stdout
+    assert f"user: {TASK}" in text and "→ spawn_agent" in text and "run completed" in text
+
+
+def test_tree_shows_the_agents_from_the_child_links(
+    finished: tuple[Path, dict[str, object]],
+) -> None:
+    """``tree``: nested JSON from ``ChildSpawned`` links; a rich tree for people."""
+    where, _ = finished
+    sid = root_id(finished)
+    tree = cli_json(where, "tree", sid)
+    assert isinstance(tree, dict)
+    assert (sid, "completed", 2) == (tree["session_id"], tree["status"], tree["rounds"])
+    assert [c["task"] for c in tree["children"]] == [
+        "part 1 of: plan a picnic",
+        "part 2 of: plan a picnic",
+    ]
+    text = cli(where, "tree", sid).stdout
+    assert "helper" in text and "3 agents" in text
+
+
+def test_log_prints_events_as_json_lines_and_the_tree_with_tree(
+    finished: tuple[Path, dict[str, object]],
+) -> None:
+    """``log --json`` is JSON Lines of the stream's events; ``--tree`` adds the helpers'."""
+    where, _ = finished
+    sid = root_id(finished)
+    done = cli(where, "log", sid, "--json")
+    assert done.returncode == 0
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert events[0]["type"] == "session.created" and events[-1]["type"] == "session.run_finished"
+    assert list(range(1, len(events) + 1)) == [e["version"] for e in events]
+    assert sid == events[0]["data"]["session_id"]
+    tree = [
+        json.loads(line) for line in cli(where, "log", sid, "--tree", "--json").stdout.splitlines()
+    ]
+    assert {f"session/{sid}", f"session/{sid}.1", f"session/{sid}.2"} == {e["stream"] for e in tree}
+    assert sorted(e["position"] for e in tree) == [e["position"] for e in tree]
+    assert "session.run_started" in cli(where, "log", sid).stdout
+
+
+def test_log_follow_sees_what_another_process_appends(workdir: Path) -> None:
+    """``log --follow`` prints the events a ``send`` in another process appends, until Ctrl-C."""
+    sid = json.loads(cli(workdir, "sessions", "--roots", "--json").stdout)[0]["session_id"]
+    follower = subprocess.Popen(
+        [*command(), "log", sid, "--follow", "--json"],
+        cwd=workdir, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(1.0)  # let it print the history and start polling
+        sent = cli(workdir, "send", sid, "and bring lemonade", "--demo", "--json")
+        assert sent.returncode == 0, sent.stderr
+        assert json.loads(sent.stdout)["text"] == "(demo) You said: and bring lemonade"
+        time.sleep(1.0)
+    finally:
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=10)
+    assert follower.returncode == 130, err
+    types = [json.loads(line)["type"] for line in out.splitlines()]
+    assert "session.follow_up_received" in types
+    assert [t for t in types if t == "session.run_finished"] == [
+        "session.run_finished",
+        "session.run_finished",
+    ]
+
+
+def test_check_passes_on_a_good_log(finished: tuple[Path, dict[str, object]]) -> None:
+    """``check``: every event decodes and every session stream folds."""
+    where, _ = finished
+    report = cli_json(where, "check")
+    assert isinstance(report, dict)
+    assert (report["ok"], report["streams"], report["problems"]) == (True, 3, [])
+
+
+def test_check_on_a_damaged_file_names_the_problem_and_fails(workdir: Path) -> None:
+    """Bytes overwritten inside the file: a clear ``store.corrupt`` finding, exit 1."""
+    db = workdir / "powertrio.sqlite"
+    with db.open("r+b") as raw:
+        raw.seek(4096)
+        raw.write(b"\xde\xad" * 1500)
+    done = cli(workdir, "check")
+    assert done.returncode == 1
+    assert "store.corrupt" in done.stdout and "damaged" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    report = json.loads(cli(workdir, "check", "--json").stdout)
+    assert [p["code"] for p in report["problems"]] == ["store.corrupt"]
+    listing = cli(workdir, "sessions")
+    assert listing.returncode == 1 and "error [store.corrupt]" in listing.stderr
+
+
+def test_check_on_an_undecodable_event_names_the_stream_and_version(workdir: Path) -> None:
+    """An event whose payload is not what its type says: ``codec.*``, with stream and version."""
+    with sqlite3.connect(workdir / "powertrio.sqlite") as db:
+        db.execute("UPDATE events SET data = X'7B7D' WHERE position = 3")  # {} for an answer
+    done = cli(workdir, "check", "--json")
+    assert done.returncode == 1
+    [problem] = json.loads(done.stdout)["problems"]
+    assert problem["code"].startswith("codec.") and problem["version"] == 3
+
+
+def test_export_then_import_into_a_new_log(workdir: Path) -> None:
+    """``export`` writes JSON Lines that ``import`` appends to another log, which checks."""
+    exported = cli_json(workdir, "export", "all.jsonl")
+    imported = cli_json(workdir, "--db", "copy.sqlite", "import", "all.jsonl")
+    assert exported == imported | {"file": "all.jsonl"}
+    assert cli_json(workdir, "--db", "copy.sqlite", "check")["ok"]  # type: ignore[index]
+    again = cli(workdir, "--db", "copy.sqlite", "import", "all.jsonl")
+    assert again.returncode == 1 and "store.conflict" in again.stderr
+
+
+def test_timers_lists_none_when_nothing_is_scheduled(
+    finished: tuple[Path, dict[str, object]],
+) -> None:
+    """``timers --json`` on a log without wake-ups."""
+    assert cli_json(finished[0], "timers") == []
+
+
+# -- steering sessions from another process -------------------------------------------------
+
+
+def test_an_interrupted_run_is_listed_so_and_cancel_ends_it(tmp_path: Path) -> None:
+    """A ``run`` killed mid-flight leaves an open run: ``sessions`` says interrupted,
+    ``cancel`` resumes the session and ends it cancelled; a second cancel has nothing to do."""
+    slow = subprocess.Popen(
+        [*command(), "run", "--demo", TASK], cwd=tmp_path,
+        env=environment(POWERTRIO_DEMO_DELAY="30"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        listed: list[dict[str, object]] = []
+        while time.monotonic() < deadline and [s["status"] for s in listed] != ["running"]:
+            time.sleep(0.2)
+            done = cli(tmp_path, "sessions", "--json")
+            listed = json.loads(done.stdout) if done.returncode == 0 else []
+    finally:
+        slow.kill()
+        slow.communicate()
+    [session] = listed
+    assert session["status"] == "running"  # its process held the log then
+    sid = str(session["session_id"])
+    assert cli_json(tmp_path, "sessions")[0]["status"] == "interrupted"  # type: ignore[index]
+    cancelled = cli_json(tmp_path, "cancel", sid)
+    assert isinstance(cancelled, dict)
+    assert (cancelled["session_id"], cancelled["cancelled"], cancelled["status"]) == (
+        sid,
+        True,
+        "cancelled",
+    )
+    again = cli(tmp_path, "cancel", sid, "--json")
+    assert again.returncode == 1 and not json.loads(again.stdout)["cancelled"]
+    assert cli_json(tmp_path, "sessions")[0]["status"] == "cancelled"  # type: ignore[index]
+
+
+def test_reply_to_no_open_request_is_a_typed_error(workdir: Path) -> None:
+    """``reply`` names the open requests (none) with the session's error code."""
+    sid = json.loads(cli(workdir, "sessions", "--roots", "--json").stdout)[0]["session_id"]
+    done = cli(workdir, "reply", sid, "req-1", "yes", "--demo")
+    assert done.returncode == 1
+    assert "error [session.unknown_request]" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- usage -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "required: COMMAND"),
+        (("bogus",), "invalid choice: 'bogus'"),
+        (("run",), "required: task"),
+        (("run", "--demo", "--max-rounds", "0", TASK), "must be at least 1"),
+        (("show",), "required: ID"),
+    ],
+)
+def test_bad_usage_exits_2_with_a_message(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    """Argument errors: exit code 2 and a usage message, nothing run."""
+    done = cli(tmp_path, *args)
+    assert done.returncode == 2
+    assert message in done.stderr and "usage: powertrio" in done.stderr
+
+
+def test_reading_commands_need_an_existing_log(tmp_path: Path) -> None:
+    """No log in the directory: a clear error instead of an empty new file."""
+    done = cli(tmp_path, "sessions")
+    assert done.returncode == 1
+    assert "error [store]: no event log at 'powertrio.sqlite'" in done.stderr
+    assert not (tmp_path / "powertrio.sqlite").exists()
+    missing = cli(tmp_path, "--db", "nowhere.sqlite", "show", "x", "--json")
+    assert json.loads(missing.stdout)["error"]["code"] == "store"
+
+
+def test_an_unknown_session_is_a_typed_error(finished: tuple[Path, dict[str, object]]) -> None:
+    """``show`` of an id that is not there: ``store.stream_not_found``, exit 1."""
+    done = cli(finished[0], "show", "nosuch")
+    assert done.returncode == 1 and "error [store.stream_not_found]" in done.stderr
+
+
+def test_bench_runs_a_suite_and_prints_json(tmp_path: Path) -> None:
+    """``bench --quick --suite actors --json``: the suite's figures under its name."""
+    figures = cli_json(tmp_path, "bench", "--quick", "--suite", "actors")
+    assert isinstance(figures, dict) and list(figures) == ["actors"]
+    assert figures["actors"]["tell_msgs_per_s"] > 0
+
+
+# -- a real model ----------------------------------------------------------------------------
+
+
+@pytest.mark.llama
+def test_run_against_a_configured_provider(tmp_path: Path, llama_server: object) -> None:
+    """The provider from the environment (llama.cpp serving SmolLM2 on loopback)."""
+    url = str(getattr(llama_server, "url"))  # noqa: B009  # the fixture's type is in tests/_llama
+    env = environment(
+        POWERTRIO_BASE_URL=url + "/v1", POWERTRIO_API_KEY="none", POWERTRIO_MODEL="smollm2"
+    )
+    done = cli(tmp_path, "run", "Say hello.", "--max-tokens", "8", "--json", env=env)
+    result = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert (result["status"], result["model"]) == ("completed", "smollm2 (openai)")
+    assert result["rounds"] == 1 and result["text"]
+
+
+# -- a real terminal -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[list[str]]:
+    """A private tmux server (its own socket); the test runs commands in its one window."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed: the terminal test needs it (apt-get install tmux)")
+    base = ["tmux", "-L", f"powertrio-test-{os.getpid()}-{tmp_path.name}"]
+    try:
+        yield base
+    finally:
+        subprocess.run([*base, "kill-server"], capture_output=True, check=False)
+
+
+def _pane(tmux: list[str]) -> str:
+    return subprocess.run(
+        [*tmux, "capture-pane", "-p", "-t", "cli"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _wait_for(tmux: list[str], *needles: str, timeout: float = 20) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        pane = _pane(tmux)
+        if all(n in pane for n in needles):
+            return pane
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{needles} not on the screen within {timeout} s:\n{pane}")
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_run_in_a_terminal_shows_the_live_tree_and_ctrl_c_cancels(
+    tmp_path: Path, tmux: list[str], presses: int
+) -> None:
+    """In a terminal ``run`` draws the tree live (helpers running, a tool in flight); one
+    Ctrl-C cancels after the current turn, two stop at once; either way the run ends
+    ``cancelled``, exit code 1, and the log says so."""
+    kept = {"PATH", "HOME", "LANG", "LC_ALL", "POWERTRIO_DEMO_DELAY"}
+    variables = environment(POWERTRIO_DEMO_DELAY="2").items()
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in variables if k in kept)
+    run = " ".join(shlex.quote(part) for part in [*command(), "run", "--demo", TASK])
+    # A clean environment: a tmux server passes its own, not this process's.
+    shell = f"env -i {env} TERM=xterm-256color {run}; echo EXIT=$?; sleep 60"
+    window = ["-s", "cli", "-x", "150", "-y", "40", "-c", str(tmp_path)]
+    subprocess.run([*tmux, "new-session", "-d", *window, shell], check=True)
+    live = _wait_for(
+        tmux, "● helper", "thinking…", "⚙ spawn_agent", "Ctrl-C: cancel after this turn"
+    )
+    assert "● agent ses_" in live and "task: part 1 of: plan a picnic" in live
+    for _ in range(presses):
+        subprocess.run([*tmux, "send-keys", "-t", "cli", "C-c"], check=True)
+        time.sleep(0.3)
+    done = _wait_for(tmux, "EXIT=")
+    assert "EXIT=1" in done
+    assert "Ctrl-C: cancelling after the current turn" in done
+    assert ("Ctrl-C again: stopping now" in done) == (presses == 2)
+    assert "■ agent ses_" in done and "cancelled · session ses_" in done
+    assert "Traceback" not in done
+    listed = cli_json(tmp_path, "sessions")
+    assert isinstance(listed, list)
+    assert {"cancelled"} == {s["status"] for s in listed}
