@@ -27,6 +27,16 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _LIFECYCLES = ("ephemeral", "linked", "detached")
 
 
+def _tool_tuple(
+    tools: Iterable[str | Tool[..., object]] | None,
+) -> tuple[str | Tool[..., object], ...] | None:
+    return None if tools is None else tuple(tools)
+
+
+def _spec_tuple(specs: Iterable[AgentSpec]) -> tuple[AgentSpec, ...]:
+    return tuple(specs)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class AgentSpec:
@@ -44,7 +54,7 @@ class AgentSpec:
     """What the agent is good at, shown to a model choosing whom to spawn."""
     system_prompt: str = ""
     tools: tuple[str | Tool[..., object], ...] | None = attrs.field(
-        default=None, converter=attrs.converters.optional(tuple)
+        default=None, converter=_tool_tuple
     )
     """Tool names taken from the parent's tools for the run (a child never gets more than
     its parent by name), or ``Tool`` objects granted explicitly from Python. ``None``:
@@ -60,7 +70,7 @@ class AgentSpec:
     response_format: ResponseFormat | None = None
     """The output schema of the agent's answer."""
     lifecycle: Lifecycle = "linked"
-    agents: tuple[AgentSpec, ...] = attrs.field(default=(), converter=tuple)
+    agents: tuple[AgentSpec, ...] = attrs.field(default=(), converter=_spec_tuple)
     """The sub-agents this agent may spawn."""
 
     def __attrs_post_init__(self) -> None:

@@ -152,6 +152,15 @@ class _Stamped:
     at: float
     partial: str
     """Text streamed so far by the LLM call in flight (kept as an interrupted answer)."""
+    delivery: str = ""
+
+
+@attrs.frozen
+class _Deliver(Request[bool]):
+    """``Session.follow_up``'s message: the follow-up and a token for this call."""
+
+    follow_up: FollowUp
+    token: str
 
 
 @attrs.frozen
@@ -338,7 +347,9 @@ class SessionActor(EventSourcedActor[SessionState]):
             return self._handle_send(state, message)
         if isinstance(message, _Stamped):
             if isinstance(message.message, FollowUp):
-                return self._handle_follow_up(state, message.message, message.at)
+                return self._handle_follow_up(
+                    state, message.message, message.at, message.delivery
+                )
             return self._handle_cancel(state, message.message, message.at, message.partial)
         if isinstance(message, HumanReply):
             return self._handle_reply(state, message)
@@ -437,24 +448,31 @@ class SessionActor(EventSourcedActor[SessionState]):
             events.insert(0, interrupt)
         return Decision(events=events, reply=send.run_id)
 
-    def _handle_follow_up(self, state: SessionState, follow_up: FollowUp, at: float) -> Decision:
-        if follow_up.id in state.seen_follow_ups:
-            return Decision(reply=False)  # delivered before: once per id, forever
-        events: list[object] = [FollowUpReceived(follow_up=follow_up)]
+    def _handle_follow_up(
+        self, state: SessionState, follow_up: FollowUp, at: float, delivery: str
+    ) -> Decision:
+        seen = state.seen_follow_ups.get(follow_up.id)
+        if seen is not None:  # once per id, forever; True again for a retried delivery
+            return Decision(reply=bool(delivery) and seen == delivery)
+        events: list[object] = [FollowUpReceived(follow_up=follow_up, delivery=delivery)]
         if state.run is None and not state.queued:
-            config = self._config
-            events.append(
-                RunStarted(
-                    run_id=f"fu-{follow_up.id}",
-                    input="",
-                    max_rounds=state.max_rounds,
-                    response_format=config.response_format,
-                    budget=config.budget,
-                    started_at=at,
-                    trigger="follow_up",
-                )
-            )
+            events.append(self._inbox_run(state, f"fu-{follow_up.id}", at))
         return Decision(events=events, reply=True)
+
+    def _inbox_run(self, state: SessionState, run_id: str, at: float) -> RunStarted:
+        """A run started to read the inbox (its input is the follow-ups it injects)."""
+        config = self._config
+        if run_id in state.results:  # its first run ended before reading it (a cancel)
+            run_id = f"{run_id}~{len(state.results)}"
+        return RunStarted(
+            run_id=run_id,
+            input="",
+            max_rounds=state.max_rounds,
+            response_format=config.response_format,
+            budget=config.budget,
+            started_at=at,
+            trigger="follow_up",
+        )
 
     def _with_wake_up(self, state: SessionState, message: object, decision: Decision) -> Decision:
         """A recorded firing on an idle session also starts a run to read it."""
@@ -532,7 +550,12 @@ class SessionActor(EventSourcedActor[SessionState]):
     def next_step(self, state: SessionState) -> object | None:
         run = state.run
         if run is None:
-            return Decision(events=[state.queued[0]]) if state.queued else None
+            if state.queued:
+                return Decision(events=[state.queued[0]])
+            if state.inbox:  # left by a run that ended before its next round boundary
+                first = state.inbox[0]
+                return Decision(events=[self._inbox_run(state, f"fu-{first.id}", 0.0)])
+            return None
         run_id = run.started.run_id
         if run.pending_calls:
             events: list[object] = []
@@ -564,7 +587,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                 return Decision(events=[_finish(run, "budget_exceeded", error=reason)])
         request, fingerprint, header = self._request(state, run)
         deadline = None
-        if budget is not None and budget.max_seconds is not None:
+        if budget is not None and budget.max_seconds is not None and run.started.started_at:
             deadline = run.started.started_at + budget.max_seconds
         return _CallLLM(run_id, run.rounds + 1, request, fingerprint, header, deadline)
 
@@ -937,6 +960,10 @@ class SessionActor(EventSourcedActor[SessionState]):
             return await self._spawn_from_python(message)
         if isinstance(message, BoardChanged):
             message = _board_follow_up(message)
+        if isinstance(message, _Deliver):
+            partial = "".join(self._partial) if self._partial else ""
+            now = self.context.runtime.clock.now()
+            message = _Stamped(message.follow_up, now, partial, message.token)
         if isinstance(message, (FollowUp, Cancel)):
             partial = "".join(self._partial) if self._partial else ""
             now = self.context.runtime.clock.now()
@@ -1377,7 +1404,7 @@ class Session:
             bool: ``False`` if the session had already received this id (nothing done).
         """
         follow_up = FollowUp(id=id or self._runtime.ids.new("fu"), content=content, kind=kind)
-        accepted = await self._ask(follow_up)
+        accepted = await self._ask(_Deliver(follow_up, self._runtime.ids.new("dlv")))
         return bool(accepted)
 
     async def cancel(

@@ -81,7 +81,9 @@ class RunStarted:
     budget: Budget | None = None
     """This run's limits (the session default or the send's override)."""
     started_at: float = 0.0
-    """When the send was made (epoch seconds on the runtime's clock): wall-time budgets."""
+    """When the send was made (epoch seconds on the runtime's clock): wall-time budgets.
+    0 when unknown (a run the session started for follow-ups left in its inbox), which
+    leaves the run without a wall-time limit."""
     trigger: str = "send"
     """``send``, or ``follow_up`` for a run started by a follow-up to an idle session."""
 
@@ -210,6 +212,9 @@ class FollowUpReceived:
     """A follow-up arrived; it waits in the inbox for the next round boundary."""
 
     follow_up: FollowUp
+    delivery: str = ""
+    """The token of the ``Session.follow_up`` call that delivered it ("" from elsewhere),
+    so a call retried after a crash learns that it was the one that delivered it."""
 
 
 @final
@@ -415,8 +420,8 @@ class SessionState:
     queued: tuple[RunStarted, ...] = ()
     inbox: tuple[FollowUp, ...] = ()
     """Follow-ups received and not yet injected."""
-    seen_follow_ups: frozenset[str] = frozenset()
-    """Every follow-up id ever received (a repeat is a no-op)."""
+    seen_follow_ups: Mapping[str, str] = attrs.field(factory=dict)
+    """Every follow-up id ever received (a repeat is a no-op), with its delivery token."""
     children: tuple[ChildSpawned, ...] = ()
     """Every sub-agent this session spawned, in order."""
     child_status: Mapping[str, RunStatus] = attrs.field(factory=dict)
@@ -504,7 +509,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
         return attrs.evolve(
             state,
             inbox=(*state.inbox, event.follow_up),
-            seen_follow_ups=state.seen_follow_ups | {event.follow_up.id},
+            seen_follow_ups={**state.seen_follow_ups, event.follow_up.id: event.delivery},
         )
     if isinstance(event, FollowUpsInjected):
         return _inject(state, event)
@@ -587,7 +592,7 @@ def _timer(state: SessionState, event: object) -> SessionState:
     return attrs.evolve(
         state,
         inbox=(*state.inbox, follow_up),
-        seen_follow_ups=state.seen_follow_ups | {follow_up.id},
+        seen_follow_ups={**state.seen_follow_ups, follow_up.id: ""},
     )
 
 

@@ -418,11 +418,6 @@ def test_random_interleavings_keep_the_session_invariants(ops: list[Op]) -> None
 # -- regressions found by the property -----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a follow-up received during a run that then ends by a cancel stays in the inbox "
-    "of the idle session until someone sends again",
-)
 async def test_a_follow_up_received_during_a_cancelled_run_is_read(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -446,11 +441,6 @@ async def test_a_follow_up_received_during_a_cancelled_run_is_read(
     assert [e.ids for e in of(FollowUpsInjected, injected)] == [("f",)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Session.follow_up retries its ask after a crash and then reads its own receipt "
-    "as a duplicate: it returns False for a new id",
-)
 async def test_follow_up_returns_true_for_a_new_id_even_if_the_actor_crashed_meanwhile(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
