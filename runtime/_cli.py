@@ -7,8 +7,9 @@ problems, or an error; 2 bad usage or configuration. An error prints its message
 stable code (``error [store.corrupt]: ...``), never a traceback unless ``--debug``.
 
 The commands live in private modules loaded only when used: ``_cli_run`` (run, send,
-reply, cancel), ``_cli_inspect`` (sessions, show, tree, log, timers), ``_cli_ops`` (check,
-export, import, bench). ``actors`` is imported inside them, never here (DESIGN.md §1).
+reply, cancel), ``_cli_inspect`` (sessions, show, tree, log, timers), ``_cli_replay``
+(replay, fork), ``_cli_ops`` (check, export, import, bench). ``actors`` is imported
+inside them, never here (DESIGN.md §1).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ _COMMANDS: dict[str, tuple[str, str, bool]] = {
     "check": ("runtime._cli_ops", "cmd_check", True),
     "export": ("runtime._cli_ops", "cmd_export", True),
     "import": ("runtime._cli_ops", "cmd_import", True),
+    "replay": ("runtime._cli_replay", "cmd_replay", True),
+    "fork": ("runtime._cli_replay", "cmd_fork", True),
     "bench": ("runtime._cli_ops", "cmd_bench", False),
 }
 
@@ -155,6 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(reply)
 
     add("timers", "pending durable timers, by due time")
+
+    add(
+        "replay", "re-run a session tree's decisions from its log (no model) and check them"
+    ).add_argument("session", metavar="ID")
+
+    fork = add("fork", "branch a new session off a session's log at a version")
+    fork.add_argument("session", metavar="ID")
+    fork.add_argument(
+        "--at", type=_positive, required=True, metavar="N", help="the last event version to keep"
+    )
+    fork.add_argument("--as", dest="new_id", default=None, metavar="NEW", help="the fork's id")
 
     check = add("check", "verify the log: file integrity, every event decodes and folds")
     check.add_argument("--prefix", default="", help="only streams starting with this")

@@ -58,7 +58,8 @@ def _call(call_id: str, name: str, arguments: dict[str, str]) -> dict[str, str]:
 
 def demo_answer(request: LLMRequest) -> LLMResponse:
     """The demo's answer: the root splits the task between two helpers, each helper reads
-    the clock, and the root sums up what they said. Follow-ups get a direct answer."""
+    the clock, and the root sums up what they said. Follow-ups get a direct answer. A task
+    that says "ask me" gets a question first, when ``ask_human`` is offered (a terminal)."""
     system = request.messages[0] if request.messages else None
     prompt = system.content if isinstance(system, SystemMessage) else ""
     tools = {t.name for t in request.tools}
@@ -73,7 +74,13 @@ def demo_answer(request: LLMRequest) -> LLMResponse:
             return _response(request, "Checking the clock first.", calls)
         when = results[-1].content if results else "now"
         return _response(request, f"Report on {task!r}: looked into it at {when}; all good.")
-    if isinstance(last, UserMessage) and len(users) == 1 and "spawn_agent" in tools:
+    first_turn = isinstance(last, UserMessage) and len(users) == 1
+    if first_turn and "ask_human" in tools and "ask me" in task.lower():
+        question = {"question": "Before I start: indoors or outdoors?"}
+        return _response(
+            request, "One question first.", [_call(f"{tag}-ask", "ask_human", question)]
+        )
+    if first_turn and "spawn_agent" in tools:
         calls = [
             _call(f"{tag}-{i}", "spawn_agent", {"agent": "helper", "task": f"part {i} of: {task}"})
             for i in (1, 2)
@@ -82,7 +89,7 @@ def demo_answer(request: LLMRequest) -> LLMResponse:
     if isinstance(last, UserMessage):
         return _response(request, f"(demo) You said: {last.text}")
     said = "; ".join(r.content for r in results[-2:])
-    return _response(request, f"Done with {task!r}. The helpers said: {said}")
+    return _response(request, f"Done with {task!r}. I heard back: {said}")
 
 
 def _response(

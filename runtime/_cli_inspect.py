@@ -98,6 +98,38 @@ async def build_tree(store: SqliteEventStore, root_id: str, *, live: bool) -> Ag
     return tree
 
 
+@final
+@attrs.frozen(kw_only=True)
+class RecordedSetup:
+    """How a session was driven, as its first recorded request says."""
+
+    recorded: bool
+    """Whether the session made any request (else the other fields are defaults)."""
+    ask_human: bool = False
+    """``ask_human`` was among its tools (a person was at the terminal)."""
+    max_tokens: int | None = None
+    """The ``max_tokens`` its requests asked for."""
+
+
+async def recorded_setup(store: SqliteEventStore, session_id: str) -> RecordedSetup:
+    """The setup of ``session_id`` from its first recorded request, so a resumed session
+    (``send``, ``reply``) and a replay get the tools and parameters it had."""
+    from actors import AssistantRecorded
+
+    for record in await read_stream(store, SESSION_PREFIX + session_id):
+        if record.type != "session.assistant":
+            continue
+        event = decode_or_none(record)
+        header = (
+            getattr(event, "request_header", None) if isinstance(event, AssistantRecorded) else None
+        )
+        if header is not None:
+            return RecordedSetup(
+                recorded=True, ask_human="ask_human" in header.tools, max_tokens=header.max_tokens
+            )
+    return RecordedSetup(recorded=False)
+
+
 # -- sessions ----------------------------------------------------------------------------
 
 
@@ -263,6 +295,8 @@ def _entry(record: RecordedEvent, event: object) -> dict[str, object] | None:
             "parent_id": event.parent_id,
             "depth": event.depth,
             "system_prompt": event.system_prompt,
+            "forked_from": getattr(event, "forked_from", None),
+            "forked_at": getattr(event, "forked_at", None),
         }
     if isinstance(event, RunStarted):
         return base | {"kind": "run_started", "run_id": event.run_id, "text": event.input}
@@ -339,6 +373,8 @@ def _print_entry(ctx: CliContext, entry: dict[str, object]) -> None:
     if kind == "session":
         parent = entry["parent_id"]
         where = f" · sub-agent of {parent} (depth {entry['depth']})" if parent else ""
+        if entry["forked_from"]:
+            where += f" · forked from {entry['forked_from']} at version {entry['forked_at']}"
         out.print(f"[bold]session {entry['session_id']}[/]{where}")
         if entry["system_prompt"]:
             out.print(f"[dim]system: {escape(str(entry['system_prompt']))}[/]")
@@ -446,11 +482,11 @@ def _print_record(ctx: CliContext, record: RecordedEvent, *, with_stream: bool) 
     from rich.markup import escape
 
     where = f"{record.stream.removeprefix(SESSION_PREFIX)} " if with_stream else ""
-    data = escape(shorten(record.data.decode("utf-8", errors="replace"), 120))
-    ctx.out.print(
-        f"[dim]{record.position:>6} {fmt_time(record.recorded_at)}[/] {where}"
-        f"v{record.version:<4} [bold]{record.type}[/] [dim]{data}[/]"
-    )
+    head = f"{record.position:>6} {fmt_time(record.recorded_at)} {where}v{record.version:<4} "
+    kind = f"{record.type:<28}"
+    room = max(20, ctx.out.width - len(head) - len(kind) - 1)
+    data = escape(shorten(record.data.decode("utf-8", errors="replace"), room))
+    ctx.out.print(f"[dim]{escape(head)}[/][bold]{kind}[/] [dim]{data}[/]", soft_wrap=True)
 
 
 async def cmd_log(ctx: CliContext, args: argparse.Namespace) -> int:

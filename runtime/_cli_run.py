@@ -39,7 +39,7 @@ from ._cli_common import (
     shorten,
 )
 from ._cli_demo import HELPER_PROMPT, SYSTEM_PROMPT, DemoLLM
-from ._cli_inspect import build_tree
+from ._cli_inspect import build_tree, recorded_setup
 from ._cli_tree import ACTIVE, AgentTree
 from ._local_llm import LOCAL_MODEL_NAME, local_llm_missing, open_local_llm_server
 from ._runtime import Runtime, open_runtime
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.live import Live
 
-    from actors import HumanRequested, Observation, RunResult, Session, Tool
+    from actors import AgentSpec, HumanRequested, Observation, RunResult, Session, Tool
 
     from ._sqlite_store import SqliteEventStore
 
@@ -155,21 +155,17 @@ class _HaltLLM:
         return LLMStream(source)
 
 
-async def spawn_cli_session(
-    runtime: Runtime,
-    llm: LLM,
-    *,
-    session_id: str | None,
-    interactive: bool,
-    max_tokens: int | None = None,
-) -> Session:
-    """A session with the CLI's default tools (new, or resumed from the log by id).
+async def cli_tools(
+    runtime: Runtime, *, interactive: bool
+) -> tuple[list[Tool[..., object]], AgentSpec]:
+    """The CLI's default tools and its one sub-agent spec.
 
-    Tools: ``spawn_agent`` (one generic ``helper`` sub-agent), ``schedule_wakeup`` and
-    ``current_time``, the board tools on board ``main``, and ``ask_human`` when a person
-    is at the terminal. Helpers get the same tools but ``spawn_agent`` and ``ask_human``.
+    Tools: ``schedule_wakeup`` and ``current_time``, the board tools on board ``main``,
+    and ``ask_human`` when a person is at the terminal; ``spawn_agent`` comes with the
+    ``helper`` spec, which gets the same tools but ``spawn_agent`` and ``ask_human``.
+    ``replay`` builds the same set to check a recorded session against this code.
     """
-    from actors import AgentSpec, ask_human, board_tools, open_board, spawn_session, wakeup_tools
+    from actors import AgentSpec, ask_human, board_tools, open_board, wakeup_tools
 
     board = await open_board(runtime, "main")
     tools: list[Tool[..., object]] = [*wakeup_tools(runtime), *board_tools(board)]
@@ -178,11 +174,26 @@ async def spawn_cli_session(
         name="helper",
         description="a general helper: give it one self-contained part of the task",
         system_prompt=HELPER_PROMPT,
-        tools=names,  # type: ignore[arg-type]  # mypy cannot solve attrs' optional(tuple)
+        tools=names,
         max_rounds=8,
     )
     if interactive:
         tools.append(ask_human)
+    return tools, helper
+
+
+async def spawn_cli_session(
+    runtime: Runtime,
+    llm: LLM,
+    *,
+    session_id: str | None,
+    interactive: bool,
+    max_tokens: int | None = None,
+) -> Session:
+    """A session with the CLI's default tools (:func:`cli_tools`), new or resumed by id."""
+    from actors import spawn_session
+
+    tools, helper = await cli_tools(runtime, interactive=interactive)
     return await spawn_session(
         runtime,
         llm=llm,
@@ -561,17 +572,23 @@ async def _resumed(
     if choice.note:
         ctx.err.print(f"[yellow]{choice.note}[/]")
     interactive = _interactive(ctx)
-    max_tokens = _max_tokens(args, choice)
     with db_lock(ctx.db, command):
         async with open_log(ctx) as store:
             session_id = await resolve_session(store, args.session)
             tree = await build_tree(store, session_id, live=True)
+            # A session keeps the tools and parameters it had, wherever it is resumed (a
+            # question asked off a terminal waits for `powertrio reply`).
+            setup = await recorded_setup(store, session_id)
+            ask_human = setup.ask_human if setup.recorded else interactive
+            max_tokens = _max_tokens(args, choice)
+            if max_tokens is None and args.max_tokens is None:
+                max_tokens = setup.max_tokens
             async with open_llm(ctx, choice) as llm, open_runtime(store=store) as runtime:
                 session = await spawn_cli_session(
                     runtime,
                     llm,
                     session_id=session_id,
-                    interactive=interactive,
+                    interactive=ask_human,
                     max_tokens=max_tokens,
                 )
                 view = RunView(ctx, tree)
