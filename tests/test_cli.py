@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import shlex
 import shutil
 import signal
@@ -288,6 +290,54 @@ def test_timers_lists_none_when_nothing_is_scheduled(
     assert cli_json(finished[0], "timers") == []
 
 
+# -- replay and fork -------------------------------------------------------------------------
+
+
+def test_replay_asks_for_every_recorded_answer_again(
+    finished: tuple[Path, dict[str, object]],
+) -> None:
+    """``replay``: the tree's six model answers were asked for again, identically."""
+    where, _ = finished
+    sid = root_id(finished)
+    replayed = cli_json(where, "replay", sid)
+    assert isinstance(replayed, dict)
+    assert (replayed["ok"], replayed["total_checked"], replayed["checked"]) == (True, 6, 2)
+    assert [c["checked"] for c in replayed["children"]] == [2, 2]
+    assert "6 model answers asked for again" in cli(where, "replay", sid).stdout
+
+
+def test_replay_of_a_tampered_log_reports_the_divergence(workdir: Path) -> None:
+    """A user input changed in the log: the recorded answer was asked for by another
+    request, so replay stops there with ``replay.divergence`` and exit 1."""
+    with sqlite3.connect(workdir / "powertrio.sqlite") as db:
+        [(data,)] = db.execute("SELECT data FROM events WHERE position = 2").fetchall()
+        changed = bytes(data).replace(TASK.encode(), b"plan a party")
+        db.execute("UPDATE events SET data = ? WHERE position = 2", (changed,))
+    sid = json.loads(cli(workdir, "sessions", "--roots", "--json").stdout)[0]["session_id"]
+    done = cli(workdir, "replay", sid)
+    assert done.returncode == 1
+    assert "error [replay.divergence]" in done.stderr and "version 3" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_fork_branches_a_session_that_then_goes_on_by_itself(workdir: Path) -> None:
+    """``fork --at 3`` keeps the task and the first answer (two spawn calls, not yet
+    started); ``send`` to the fork runs them and completes; the original is untouched."""
+    sid = json.loads(cli(workdir, "sessions", "--roots", "--json").stdout)[0]["session_id"]
+    forked = cli_json(workdir, "fork", sid, "--at", "3", "--as", "branch")
+    assert {"session_id": "branch", "forked_from": sid, "at_version": 3, "events": 3} == forked
+    shown = cli_json(workdir, "show", "branch")
+    assert (sid, 3) == (shown["entries"][0]["forked_from"], shown["entries"][0]["forked_at"])  # type: ignore[index]
+    sent = cli_json(workdir, "send", "branch", "go on", "--demo")
+    assert sent["status"] == "completed"  # type: ignore[index]
+    tree = cli_json(workdir, "tree", "branch")
+    assert [c["session_id"] for c in tree["children"]] == ["branch.1", "branch.2"]  # type: ignore[index]
+    assert len(cli(workdir, "log", sid, "--json").stdout.splitlines()) == 13
+    assert cli_json(workdir, "replay", "branch")["ok"]  # type: ignore[index]
+    again = cli(workdir, "fork", sid, "--at", "99")
+    assert again.returncode == 2 and "error [config.invalid]: at_version" in again.stderr
+
+
 # -- steering sessions from another process -------------------------------------------------
 
 
@@ -323,6 +373,44 @@ def test_an_interrupted_run_is_listed_so_and_cancel_ends_it(tmp_path: Path) -> N
     again = cli(tmp_path, "cancel", sid, "--json")
     assert again.returncode == 1 and not json.loads(again.stdout)["cancelled"]
     assert cli_json(tmp_path, "sessions")[0]["status"] == "cancelled"  # type: ignore[index]
+
+
+def _wait_on_pty(master: int, needle: bytes, timeout: float = 20) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{needle!r} not printed within {timeout} s: {seen[-2000:]!r}")
+        ready, _, _ = select.select([master], [], [], left)
+        if ready:
+            seen += os.read(master, 65536)
+    return seen
+
+
+def test_a_question_left_open_is_answered_with_reply(tmp_path: Path) -> None:
+    """At a terminal (a pty) the agent asks a question; the process dies while waiting.
+    ``sessions`` shows the open request and ``reply`` answers it: the run goes on and
+    completes, with the CLI's tools as recorded (so the session still replays)."""
+    master, slave = pty.openpty()
+    asking = subprocess.Popen(
+        [*command(), "run", "--demo", "ask me first, then plan a picnic"], cwd=tmp_path,
+        env=environment(TERM="xterm"), stdin=slave, stdout=slave, stderr=slave,
+    )  # fmt: skip
+    os.close(slave)
+    try:
+        _wait_on_pty(master, b"your answer>")
+    finally:
+        asking.kill()
+        asking.wait()
+        os.close(master)
+    [session] = cli_json(tmp_path, "sessions")  # type: ignore[misc]
+    assert session["status"] == "waiting_for_human"
+    [request] = session["waiting_for"]
+    answered = cli_json(tmp_path, "reply", session["session_id"], request, "outdoors", "--demo")
+    assert answered["status"] == "completed"  # type: ignore[index]
+    assert answered["text"].endswith("I heard back: outdoors")  # type: ignore[index]
+    assert cli_json(tmp_path, "replay", session["session_id"])["ok"]  # type: ignore[index]
 
 
 def test_reply_to_no_open_request_is_a_typed_error(workdir: Path) -> None:
@@ -427,6 +515,18 @@ def _wait_for(tmux: list[str], *needles: str, timeout: float = 20) -> str:
         time.sleep(0.1)
 
 
+def _start_in_tmux(tmux: list[str], cwd: Path, task: str, delay: str) -> None:
+    """``powertrio run --demo TASK`` in the tmux window, then ``EXIT=<code>``."""
+    kept = {"PATH", "HOME", "LANG", "LC_ALL", "POWERTRIO_DEMO_DELAY"}
+    variables = environment(POWERTRIO_DEMO_DELAY=delay).items()
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in variables if k in kept)
+    run = " ".join(shlex.quote(part) for part in [*command(), "run", "--demo", task])
+    # A clean environment: a tmux server passes its own, not this process's.
+    shell = f"env -i {env} TERM=xterm-256color {run}; echo EXIT=$?; sleep 60"
+    window = ["-s", "cli", "-x", "150", "-y", "40", "-c", str(cwd)]
+    subprocess.run([*tmux, "new-session", "-d", *window, shell], check=True)
+
+
 @pytest.mark.parametrize("presses", [1, 2])
 def test_run_in_a_terminal_shows_the_live_tree_and_ctrl_c_cancels(
     tmp_path: Path, tmux: list[str], presses: int
@@ -434,14 +534,7 @@ def test_run_in_a_terminal_shows_the_live_tree_and_ctrl_c_cancels(
     """In a terminal ``run`` draws the tree live (helpers running, a tool in flight); one
     Ctrl-C cancels after the current turn, two stop at once; either way the run ends
     ``cancelled``, exit code 1, and the log says so."""
-    kept = {"PATH", "HOME", "LANG", "LC_ALL", "POWERTRIO_DEMO_DELAY"}
-    variables = environment(POWERTRIO_DEMO_DELAY="2").items()
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in variables if k in kept)
-    run = " ".join(shlex.quote(part) for part in [*command(), "run", "--demo", TASK])
-    # A clean environment: a tmux server passes its own, not this process's.
-    shell = f"env -i {env} TERM=xterm-256color {run}; echo EXIT=$?; sleep 60"
-    window = ["-s", "cli", "-x", "150", "-y", "40", "-c", str(tmp_path)]
-    subprocess.run([*tmux, "new-session", "-d", *window, shell], check=True)
+    _start_in_tmux(tmux, tmp_path, TASK, delay="1.5")
     live = _wait_for(
         tmux, "● helper", "thinking…", "⚙ spawn_agent", "Ctrl-C: cancel after this turn"
     )
@@ -458,3 +551,17 @@ def test_run_in_a_terminal_shows_the_live_tree_and_ctrl_c_cancels(
     listed = cli_json(tmp_path, "sessions")
     assert isinstance(listed, list)
     assert {"cancelled"} == {s["status"] for s in listed}
+
+
+def test_run_in_a_terminal_asks_the_person_and_goes_on(tmp_path: Path, tmux: list[str]) -> None:
+    """At a terminal the agent has ``ask_human``: the question is printed, the typed
+    answer goes to the model, the run completes (exit 0) and replays."""
+    _start_in_tmux(tmux, tmp_path, "ask me first, then plan a picnic", delay="0.2")
+    asked = _wait_for(tmux, "your answer>")
+    assert "? the agent asks: Before I start: indoors or outdoors?" in asked
+    subprocess.run([*tmux, "send-keys", "-t", "cli", "outdoors", "Enter"], check=True)
+    done = _wait_for(tmux, "EXIT=")
+    assert "EXIT=0" in done and "I heard back: outdoors" in done
+    [session] = cli_json(tmp_path, "sessions")  # type: ignore[misc]
+    assert session["status"] == "completed"
+    assert cli_json(tmp_path, "replay", session["session_id"])["ok"]  # type: ignore[index]
