@@ -115,10 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def add(name: str, help: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help, description=help, parents=[common])
+    def add(name: str, help: str, more: str = "") -> argparse.ArgumentParser:
+        described = f"{help}. {more}" if more else help
+        return commands.add_parser(name, help=help, description=described, parents=[common])
 
-    run = add("run", "start an agent on a task; stream its text and show its live tree")
+    run = add(
+        "run",
+        "start an agent on a task; stream its text and show its live tree",
+        "Default tools: spawn_agent (a 'helper' sub-agent), schedule_wakeup, current_time, "
+        "the board tools (board 'main'), and ask_human at a terminal. Ctrl-C once: cancel "
+        "after the current turn; twice: stop now. Exit code 0 only if the run completed.",
+    )
     run.add_argument("task", help="what the agent should do")
     run.add_argument(
         "--max-rounds",

@@ -7,6 +7,7 @@ tmux; one test drives the llama.cpp server.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pty
@@ -130,6 +131,28 @@ def test_run_without_a_provider_explains_the_settings_and_offers_offline(tmp_pat
         assert needed in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "powertrio.sqlite").exists()
+
+
+def test_offline_falls_back_to_the_demo_model_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--offline`` without the llama.cpp packages: the demo model, with the reason given
+    (in-process: this machine has the packages, so the subprocess would not fall back)."""
+    from runtime import _cli_run
+
+    monkeypatch.setattr(_cli_run, "local_llm_missing", lambda: "xllamacpp is not installed")
+    offline = argparse.Namespace(offline=True, demo=False)
+    choice = _cli_run.choose_model(offline, environ={})
+    assert (choice.kind, choice.label) == ("demo", "demo (scripted, offline)")
+    assert "xllamacpp is not installed" in choice.note and "demo model" in choice.note
+    monkeypatch.setattr(_cli_run, "local_llm_missing", lambda: None)
+    assert _cli_run.choose_model(offline, environ={}).kind == "local"
+    configured = {"POWERTRIO_API_KEY": "k", "POWERTRIO_MODEL": "m"}
+    online = argparse.Namespace(offline=False, demo=False)
+    assert (
+        _cli_run.choose_model(online, environ=configured).kind,
+        _cli_run.choose_model(online, environ=configured).label,
+    ) == ("provider", "m (openai)")
 
 
 def test_errors_in_json_mode_are_json_with_the_code(tmp_path: Path) -> None:
