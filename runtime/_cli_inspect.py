@@ -203,7 +203,8 @@ class SessionSummary:
 
 
 async def summaries(store: SqliteEventStore) -> list[SessionSummary]:
-    """A summary of every session in the log (one pass over the log), oldest first."""
+    """A summary of every session in the log (one pass over the log): top-level sessions
+    oldest first, each followed by its sub-agents."""
     found: dict[str, SessionSummary] = {}
     position = 1
     while True:
@@ -223,7 +224,16 @@ async def summaries(store: SqliteEventStore) -> list[SessionSummary]:
         if len(page) < _PAGE:
             break
         position = page[-1].position + 1
-    return sorted(found.values(), key=lambda s: (s.created_at, s.session_id))
+
+    def tree_order(summary: SessionSummary) -> tuple[float, str, tuple[int, ...]]:
+        # Sub-agents follow their root in spawn order (``root.2`` before ``root.10``),
+        # whatever order their own first events were committed in.
+        root, *path = summary.session_id.split(".")
+        number = tuple(int(p) if p.isdigit() else 0 for p in path)
+        started = found[root].created_at if root in found else summary.created_at
+        return (started, root, number)
+
+    return sorted(found.values(), key=tree_order)
 
 
 async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
