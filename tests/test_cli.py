@@ -138,20 +138,20 @@ def test_offline_falls_back_to_the_demo_model_and_says_why(
 ) -> None:
     """``--offline`` without the llama.cpp packages: the demo model, with the reason given
     (in-process: this machine has the packages, so the subprocess would not fall back)."""
-    from runtime import _cli_run
+    from runtime import _cli_model
 
-    monkeypatch.setattr(_cli_run, "local_llm_missing", lambda: "xllamacpp is not installed")
+    monkeypatch.setattr(_cli_model, "local_llm_missing", lambda: "xllamacpp is not installed")
     offline = argparse.Namespace(offline=True, demo=False)
-    choice = _cli_run.choose_model(offline, environ={})
+    choice = _cli_model.choose_model(offline, environ={})
     assert (choice.kind, choice.label) == ("demo", "demo (scripted, offline)")
     assert "xllamacpp is not installed" in choice.note and "demo model" in choice.note
-    monkeypatch.setattr(_cli_run, "local_llm_missing", lambda: None)
-    assert _cli_run.choose_model(offline, environ={}).kind == "local"
+    monkeypatch.setattr(_cli_model, "local_llm_missing", lambda: None)
+    assert _cli_model.choose_model(offline, environ={}).kind == "local"
     configured = {"POWERTRIO_API_KEY": "k", "POWERTRIO_MODEL": "m"}
     online = argparse.Namespace(offline=False, demo=False)
     assert (
-        _cli_run.choose_model(online, environ=configured).kind,
-        _cli_run.choose_model(online, environ=configured).label,
+        _cli_model.choose_model(online, environ=configured).kind,
+        _cli_model.choose_model(online, environ=configured).label,
     ) == ("provider", "m (openai)")
 
 
