@@ -514,7 +514,8 @@ def tmux(tmp_path: Path) -> Iterator[list[str]]:
     """A private tmux server (its own socket); the test runs commands in its one window."""
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed: the terminal test needs it (apt-get install tmux)")
-    base = ["tmux", "-L", f"powertrio-test-{os.getpid()}-{tmp_path.name}"]
+    socket = tmp_path / "tmux.sock"  # goes with the directory (a Unix socket path is short)
+    base = ["tmux", "-S", str(socket)] if len(str(socket)) < 100 else ["tmux", "-L", tmp_path.name]
     try:
         yield base
     finally:
