@@ -9,7 +9,7 @@ import attrs
 
 from protocols import LLMRequest, LLMResponse, LLMStream, ResponseFormat, decode_record, encode
 from protocols.errors import ConfigError, StreamNotFoundError
-from runtime import EventStore, NewEvent, RecordedEvent, replay
+from runtime import CONTINUES, EventStore, NewEvent, RecordedEvent, replay
 
 from ._agents import AgentSpec
 from ._budget import Budget, Price
@@ -160,7 +160,9 @@ async def fork_session(
 
     Raises:
         StreamNotFoundError: no such session.
-        ConfigError: ``at_version`` is outside the stream, or ``new_id`` is taken.
+        ConfigError: ``at_version`` is outside the stream or inside one decision (events
+            appended together, such as a tool call and the sub-agent it starts), or
+            ``new_id`` is taken.
     """
     stream = f"session/{session_id}"
     length = await store.stream_version(stream)
@@ -173,6 +175,17 @@ async def fork_session(
         msg = f"session {new_id!r} already exists; pick another id for the fork"
         raise ConfigError(msg)
     records = await store.read(stream, 1, limit=at_version)
+    if records[-1].metadata == CONTINUES:
+        end = at_version
+        for record in await store.read(stream, at_version + 1):
+            end = record.version
+            if record.metadata != CONTINUES:
+                break
+        msg = (
+            f"version {at_version} of {stream!r} is inside one decision (its events up to "
+            f"version {end} were appended together); fork at a version before it or at {end}"
+        )
+        raise ConfigError(msg)
     await _copy(store, session_id, new_id, records, lineage=(session_id, at_version))
     return new_id
 
@@ -208,7 +221,12 @@ async def _copy(
 
     out = [rewritten(event) for event in events]
     await store.append(
-        f"session/{new_id}", [NewEvent.from_encoded(encode(e)) for e in out], 0
+        f"session/{new_id}",
+        [
+            NewEvent.from_encoded(encode(e), metadata=r.metadata)
+            for e, r in zip(out, records, strict=True)
+        ],
+        0,
     )
     for event in events:
         if not isinstance(event, ChildSpawned):

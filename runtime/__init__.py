@@ -9,6 +9,7 @@ from ._actor import ActorContext as ActorContext
 from ._actor import Supervisor as Supervisor
 from ._clock import Clock as Clock
 from ._clock import IdSource as IdSource
+from ._event_sourced import CONTINUES as CONTINUES
 from ._event_sourced import Decision as Decision
 from ._event_sourced import EventSourcedActor as EventSourcedActor
 from ._event_sourced import StepFailed as StepFailed

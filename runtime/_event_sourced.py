@@ -31,6 +31,10 @@ StateT = TypeVar("StateT")
 
 _PAGE = 4096
 
+CONTINUES = b'{"continues":true}'
+"""Metadata on each event but the last of one append: they were decided together, and a
+history cut after such an event (a fork) would hold half a decision."""
+
 
 def _as_tuple(events: Iterable[object]) -> tuple[object, ...]:
     return tuple(events)
@@ -232,6 +236,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         """
         encode = self.registry.encode
         new = [NewEvent.from_encoded(encode(event)) for event in events]
+        for i in range(len(new) - 1):  # one decision's events: a fork must not cut inside
+            new[i] = attrs.evolve(new[i], metadata=CONTINUES)
         result = await self.store.append(self._stream, new, self.version)
         state = self.state
         for event in events:

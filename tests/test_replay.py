@@ -28,7 +28,7 @@ from protocols import (
 )
 from protocols.errors import ConfigError, ReplayDivergenceError, StreamNotFoundError
 from protocols.transports import OpenAITransport, ProviderConfig, RetryPolicy
-from runtime import open_runtime, open_sqlite_store
+from runtime import CONTINUES, open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 
 
@@ -280,3 +280,20 @@ async def test_deleting_a_session_deletes_its_linked_children_not_detached_ones(
     assert [s.stream for s in await store.streams("session/")] == ["session/r.3"]
     with pytest.raises(StreamNotFoundError):
         await delete_session(store, "r")
+
+
+async def test_a_fork_never_cuts_inside_one_decision() -> None:
+    """A spawn_agent call and the child it starts are appended together: no fork between."""
+    store = InMemoryEventStore()
+    async with open_runtime(store=store) as runtime:
+        root = await spawn_agent(runtime, ROOT, llm=FunctionLLM(tree_model), session_id="r")
+        await root.send("go")
+    records = await store.read("session/r")
+    inside = next(r for r in records if r.metadata == CONTINUES)
+    assert inside.type == "session.tool_started"
+    with pytest.raises(ConfigError, match=f"version {inside.version} of 'session/r' is inside"):
+        await fork_session(store, "r", at_version=inside.version, new_id="f")
+    end = next(r.version for r in records if r.version > inside.version and r.metadata is None)
+    await fork_session(store, "r", at_version=end, new_id="f")
+    forked = await store.read("session/f")
+    assert [r.metadata for r in forked] == [r.metadata for r in records[:end]]
