@@ -84,12 +84,14 @@ class CheckReport:
 
 
 def in_tree(root: str, stream: str) -> bool:
-    """Whether ``stream`` is ``root`` or below it (``root/...``).
+    """Whether ``stream`` is ``root`` or below it (``root/...`` or ``root.N...``).
 
-    A tree is an agent and its sub-agents: ``session/a`` holds ``session/a/child``, but not
-    ``session/ab``.
+    A tree is an agent and its sub-agents, whose ids extend their parent's with ``.N``:
+    ``session/a`` holds ``session/a.1`` and ``session/a.1.2`` (and ``session/a/x``), but
+    not ``session/ab``.
     """
-    return stream == root or stream.startswith(root.rstrip("/") + "/")
+    base = root.rstrip("/")
+    return stream == root or stream.startswith((base + "/", base + "."))
 
 
 def _encode_bytes(value: bytes) -> tuple[str, object]:

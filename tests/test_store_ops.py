@@ -126,6 +126,9 @@ async def test_export_stream_and_tree(tmp_path: Path) -> None:
     assert _strip(await target.read("session/a")) == _strip(await store.read("session/a"))  # type: ignore[arg-type]
     assert in_tree("session/a", "session/a/x/y")
     assert not in_tree("session/a", "session/ab")
+    assert in_tree("session/a", "session/a.1")
+    assert in_tree("session/a", "session/a.1.2")
+    assert not in_tree("session/a", "session/a1")
 
 
 async def test_export_unknown_stream_fails(tmp_path: Path) -> None:
