@@ -1,0 +1,179 @@
+"""A scripted LLM that behaves like a deterministic model: same request, same answer."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, final
+
+import attrs
+import trio
+
+from protocols import LLMRequest, LLMResponse, LLMStream
+
+from ._llm import FunctionLLM, ScriptItem
+
+if TYPE_CHECKING:
+    from .._event_store import EventStore
+
+__all__ = ["DeterministicLLM", "LLMCall"]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LLMCall:
+    """One request a :class:`DeterministicLLM` answered (or failed)."""
+
+    index: int
+    """0-based, in the order the calls were made."""
+    request: LLMRequest
+    fingerprint: str
+    """``request.fingerprint()``: what replay and the log compare."""
+    answer: ScriptItem
+    """The response returned, or the exception raised."""
+    repeated: bool
+    """The same request was asked before (it got the same answer again)."""
+    log_position: int | None
+    """The store's head position when the call was made (``None`` without a store): what
+    the log held then, for :func:`assert_no_repeated_requests`."""
+
+
+@final
+class DeterministicLLM:
+    """An LLM that answers a script in order, one item per *distinct* request.
+
+    A real model asked the same request twice may answer differently; a test needs a
+    model that does not, so that a run which crashed and resumed can be compared with
+    one that did not. This one gives each new request (by fingerprint) the next item of
+    the script, and a request it has seen before the answer it gave then. After the
+    script it answers ``then``, a final answer, so every run ends.
+
+    Each call waits ``latency`` seconds of Trio time first (virtual under ``MockClock``),
+    so operations can happen while a call is in flight. Every call is recorded in
+    :attr:`calls`, with the store's head position when ``store`` is given.
+
+    Example::
+
+        llm = DeterministicLLM(
+            [LLMResponse(tool_calls=[ToolCall(id="c1", name="add", arguments="{}")]),
+             LLMServerError("upstream 503", status=503),
+             LLMResponse(content="done")],
+            latency=1.0,
+        )
+
+    Args:
+        script (Iterable[ScriptItem]): responses and exceptions, in order.
+        then (LLMResponse | None): the answer after the script; ``None`` raises
+            ``ScriptExhaustedError`` instead, as :class:`ScriptedLLM` does.
+        latency (float): seconds each call takes on the Trio clock.
+        store (EventStore | None): the log whose head position each call records.
+        chunk_size (int): characters per streamed fragment.
+    """
+
+    def __init__(
+        self,
+        script: Iterable[ScriptItem] = (),
+        *,
+        then: LLMResponse | None = LLMResponse(content="done"),  # noqa: B008  # frozen
+        latency: float = 0.0,
+        store: EventStore | None = None,
+        chunk_size: int = 16,
+    ) -> None:
+        if latency < 0:
+            msg = f"latency must be >= 0 seconds, got {latency!r}"
+            raise ValueError(msg)
+        self._script: deque[ScriptItem] = deque(script)
+        self._then = then
+        self._latency = latency
+        self._store = store
+        self._answers: dict[str, ScriptItem] = {}
+        self._inner = FunctionLLM(self._answer, chunk_size=chunk_size)
+        self.calls: list[LLMCall] = []
+        """Every call, in order."""
+
+    def __repr__(self) -> str:
+        return f"DeterministicLLM(remaining={len(self._script)}, calls={len(self.calls)})"
+
+    @property
+    def requests(self) -> tuple[LLMRequest, ...]:
+        """Every request received, in order."""
+        return tuple(call.request for call in self.calls)
+
+    @property
+    def remaining(self) -> tuple[ScriptItem, ...]:
+        """The script items no request has taken yet."""
+        return tuple(self._script)
+
+    async def _answer(self, request: LLMRequest) -> LLMResponse:
+        fingerprint = request.fingerprint()
+        position = None if self._store is None else await self._store.head_position()
+        repeated = fingerprint in self._answers
+        if not repeated:
+            if self._script:
+                self._answers[fingerprint] = self._script.popleft()
+            elif self._then is not None:
+                self._answers[fingerprint] = self._then
+            else:
+                # Not memoised: a later script item (add) may still answer it.
+                from protocols.errors import ScriptExhaustedError  # noqa: PLC0415
+
+                msg = f"DeterministicLLM: no script item left for call #{len(self.calls) + 1}"
+                exhausted = ScriptExhaustedError(msg, provider="scripted")
+                self._record(request, fingerprint, exhausted, repeated, position)
+                raise exhausted
+        item = self._answers[fingerprint]
+        self._record(request, fingerprint, item, repeated, position)
+        await trio.sleep(self._latency)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def _record(
+        self,
+        request: LLMRequest,
+        fingerprint: str,
+        item: ScriptItem,
+        repeated: bool,
+        position: int | None,
+    ) -> None:
+        self.calls.append(
+            LLMCall(
+                index=len(self.calls),
+                request=request,
+                fingerprint=fingerprint,
+                answer=item,
+                repeated=repeated,
+                log_position=position,
+            )
+        )
+
+    def add(self, *items: ScriptItem) -> None:
+        """Append items to the end of the script."""
+        self._script.extend(items)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` (see the class docstring).
+
+        Raises:
+            BaseException: the script item, when it is an exception.
+            ScriptExhaustedError: the script is used up and ``then`` is ``None``.
+        """
+        return await self._inner.complete(request)
+
+    def stream(self, request: LLMRequest) -> LLMStream:
+        """Stream the answer to ``request`` as deltas (taken when the stream is first read)."""
+        return self._inner.stream(request)
+
+    def assert_complete(self) -> None:
+        """Check that every script item was used.
+
+        Raises:
+            AssertionError: items are left; the message counts them.
+        """
+        __tracebackhide__ = True
+        if self._script:
+            msg = (
+                f"DeterministicLLM: {len(self._script)} script item(s) not used after "
+                f"{len(self.calls)} call(s): {list(self._script)!r}"
+            )
+            raise AssertionError(msg)

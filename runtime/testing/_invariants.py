@@ -1,0 +1,299 @@
+"""Ready-made invariants for agents: each an assertion with a message that says what broke."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+import attrs
+
+from protocols import LLMRequest, Usage, decode_record
+
+from .._event_store import RecordedEvent
+from ._deterministic_llm import LLMCall
+from ._harness import Trace
+
+if TYPE_CHECKING:
+    from actors import Budget, Price
+
+__all__ = [
+    "assert_budgets_respected",
+    "assert_crash_equivalent",
+    "assert_invariants",
+    "assert_no_repeated_requests",
+    "assert_replay_matches",
+    "assert_requests_provider_valid",
+]
+
+_REPR_LIMIT = 300
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
+
+
+def _differences(expected: object, actual: object, *, left: str, right: str) -> list[str]:
+    """Readable lines for the fields where two attrs values differ (one level deep)."""
+    kind = type(expected)
+    if not (attrs.has(kind) and kind is type(actual)):
+        return [f"{left}: {_short(expected)}", f"{right}: {_short(actual)}"]
+    lines: list[str] = []
+    for field in attrs.fields(kind):
+        a, b = getattr(expected, field.name), getattr(actual, field.name)
+        if a != b:
+            lines.append(f"{field.name}:")
+            lines.append(f"  {left}: {_short(a)}")
+            lines.append(f"  {right}: {_short(b)}")
+    return lines
+
+
+def assert_replay_matches(trace: Trace) -> None:
+    """Replay equals live state: folding the log with the current code gives the state
+    the live session had, and replay asks for exactly the recorded requests.
+
+    The harness replays with ``actors.replay_session`` after the run; this checks its
+    outcome (DESIGN.md invariants 1 and 6).
+
+    Args:
+        trace (Trace): a harness run.
+
+    Raises:
+        AssertionError: the replay raised (a divergence: the message has its diff), or
+            its state differs from the live one (the message names each field).
+    """
+    __tracebackhide__ = True
+    if trace.replay_error is not None:
+        error = trace.replay_error
+        msg = (
+            f"replay of {trace.stream} failed, so the log does not reproduce the live "
+            f"session: {type(error).__name__}: {error}"
+        )
+        raise AssertionError(msg) from error
+    if trace.replayed != trace.state:
+        lines = _differences(trace.state, trace.replayed, left="live", right="replayed")
+        msg = f"replay of {trace.stream} differs from the live state:\n" + "\n".join(lines)
+        raise AssertionError(msg)
+
+
+def assert_crash_equivalent(clean: Trace, crashed: Trace) -> None:
+    """Crash anywhere equals no crash: the same transcript, usage and run results.
+
+    Run the same script and operations twice, once with ``crash_at=k``. The crashed
+    session restarts from its log and must end exactly as the clean one: no answer lost
+    or asked twice, no tool result invented. Holds when the operations are sequential
+    (``Send(..., wait=True)``) and every tool is idempotent (``crash_policy="retry"``):
+    a tool that is not is closed as aborted by a crash, which is a different, correct,
+    transcript.
+
+    Args:
+        clean (Trace): the run without faults.
+        crashed (Trace): the run with a crash.
+
+    Raises:
+        AssertionError: the first difference, with the fault that caused it.
+    """
+    __tracebackhide__ = True
+    faults = (
+        ", ".join(
+            f"{f.reason} at {f.stream} event {f.first_event} ({', '.join(f.event_types)})"
+            for f in crashed.faults
+        )
+        or "none fired"
+    )
+    problems: list[str] = []
+    left, right = clean.state.transcript, crashed.state.transcript
+    for index, (a, b) in enumerate(zip(left, right, strict=False)):
+        if a != b:
+            problems.append(
+                f"transcript message {index} differs:\n  clean:   {_short(a)}\n"
+                f"  crashed: {_short(b)}"
+            )
+            break
+    else:
+        if len(left) != len(right):
+            problems.append(
+                f"the transcripts have {len(left)} (clean) and {len(right)} (crashed) messages"
+            )
+    if clean.state.usage != crashed.state.usage:
+        problems.append(f"usage: clean {clean.state.usage}, crashed {crashed.state.usage}")
+    ends = {i: (r.status, r.text, r.rounds, r.usage) for i, r in clean.results.items()}
+    crashed_ends = {i: (r.status, r.text, r.rounds, r.usage) for i, r in crashed.results.items()}
+    if ends != crashed_ends:
+        problems.append(f"run results: clean {ends}, crashed {crashed_ends}")
+    if problems:
+        msg = f"the crashed run (faults: {faults}) does not end as the clean run:\n" + "\n".join(
+            problems
+        )
+        raise AssertionError(msg)
+
+
+def assert_requests_provider_valid(requests: Iterable[LLMRequest]) -> None:
+    """Every request is provider-valid: each tool call has exactly one result, right after
+    its assistant message, and no result answers no call (DESIGN.md invariant 5).
+
+    Args:
+        requests (Iterable[LLMRequest]): what the model received (``trace.requests``).
+
+    Raises:
+        AssertionError: names the first bad request and the first message that differs
+            from the provider-valid form.
+    """
+    __tracebackhide__ = True
+    actors = importlib.import_module("actors")
+    for number, request in enumerate(requests):
+        messages = tuple(request.messages)
+        if actors.is_provider_valid(messages):
+            continue
+        fixed = actors.provider_valid(messages)
+        index = next(
+            (i for i, (a, b) in enumerate(zip(messages, fixed, strict=False)) if a != b),
+            min(len(messages), len(fixed)),
+        )
+        got = _short(messages[index]) if index < len(messages) else "(the end)"
+        want = _short(fixed[index]) if index < len(fixed) else "(the end)"
+        msg = (
+            f"request #{number} is not provider-valid: at message {index} it has {got}, "
+            f"where a valid transcript has {want}"
+        )
+        raise AssertionError(msg)
+
+
+def assert_no_repeated_requests(calls: Iterable[LLMCall], records: Iterable[RecordedEvent]) -> None:
+    """No recorded answer is requested again: once the log holds the model's answer to a
+    request, the agent must take it from there (after a crash too), never call again.
+
+    A request asked twice is fine while its answer is not recorded (a crash between the
+    call and the append loses the answer). An event records an answer when it has a
+    ``request_fingerprint`` attribute (the session's ``AssistantRecorded``).
+
+    Args:
+        calls (Iterable[LLMCall]): the model calls, with the log position when each was
+            made (``trace.calls``).
+        records (Iterable[RecordedEvent]): the log (``trace.records``).
+
+    Raises:
+        AssertionError: names the call, and where its answer was already recorded.
+    """
+    __tracebackhide__ = True
+    importlib.import_module("actors")  # registers the session's events with the codec
+    recorded: dict[str, RecordedEvent] = {}
+    for record in records:
+        fingerprint = getattr(decode_record(record), "request_fingerprint", None)
+        if isinstance(fingerprint, str) and fingerprint not in recorded:
+            recorded[fingerprint] = record
+    for call in calls:
+        first = recorded.get(call.fingerprint)
+        if first is None or call.log_position is None or first.position > call.log_position:
+            continue
+        msg = (
+            f"model call #{call.index} asked for a request whose answer was already "
+            f"recorded at {first.stream} version {first.version} (position {first.position}, "
+            f"the log was at {call.log_position}): the answer must come from the log"
+        )
+        raise AssertionError(msg)
+
+
+@attrs.define
+class _RunBudget:
+    budget: Budget | None
+    limit: int
+    usage: Usage = attrs.field(factory=Usage)
+    by_model: dict[str, Usage] = attrs.field(factory=dict)
+    rounds: int = 0
+
+
+def _cost(by_model: Mapping[str, Usage], prices: Mapping[str, Price]) -> float:
+    total = 0.0
+    for model, usage in by_model.items():
+        names = [name for name in prices if model.startswith(name)]
+        if names:
+            total += prices[max(names, key=len)].cost(usage)
+    return total
+
+
+def assert_budgets_respected(
+    records: Iterable[RecordedEvent], *, prices: Mapping[str, Price] | None = None
+) -> None:
+    """Budgets are never exceeded by more than one call: every model call of every run
+    was made while the run was within its token and cost budget and round limit.
+
+    Only the call that crosses a limit may end beyond it; the next check stops the run.
+    Sub-agents' usage counts toward their parent's run once they finish. Wall-time
+    limits are not checked here (the log does not say when a call began).
+
+    Args:
+        records (Iterable[RecordedEvent]): the log (``trace.records``).
+        prices (Mapping[str, Price] | None): the session's prices, for cost budgets.
+
+    Raises:
+        AssertionError: names the session, the run, the round and the limit.
+    """
+    __tracebackhide__ = True
+    actors = importlib.import_module("actors")
+    prices = prices or {}
+    runs: dict[tuple[str, str], _RunBudget] = {}
+    for record in records:
+        if not record.stream.startswith("session/"):
+            continue
+        event = decode_record(record)
+        if isinstance(event, actors.RunStarted):
+            runs[record.stream, event.run_id] = _RunBudget(event.budget, event.max_rounds)
+            continue
+        run = runs.get((record.stream, getattr(event, "run_id", "")))
+        if run is None:
+            continue
+        if isinstance(event, actors.OutputRejected):
+            run.limit = max(run.limit, run.rounds + 1)
+        elif isinstance(event, actors.ChildFinished):
+            run.usage = run.usage + event.usage
+        elif isinstance(event, actors.AssistantRecorded):
+            where = f"{record.stream} run {event.run_id!r} round {event.round}"
+            if run.rounds >= run.limit:
+                msg = f"{where}: the model was called after the round limit {run.limit}"
+                raise AssertionError(msg)
+            if run.budget is not None:
+                over = run.budget.exceeded(run.usage, _cost(run.by_model, prices))
+                if over is not None:
+                    msg = (
+                        f"{where} (version {record.version}): the model was called with the "
+                        f"budget already spent ({over}); only the call that crosses a limit "
+                        "may go beyond it"
+                    )
+                    raise AssertionError(msg)
+            run.rounds = event.round
+            run.usage = run.usage + event.usage
+            run.by_model[event.model] = run.by_model.get(event.model, Usage()) + event.usage
+
+
+def assert_invariants(trace: Trace) -> None:
+    """Check every single-run invariant of a harness run.
+
+    :func:`assert_replay_matches`, :func:`assert_requests_provider_valid`,
+    :func:`assert_no_repeated_requests` and :func:`assert_budgets_respected`
+    (crash equivalence needs two runs: :func:`assert_crash_equivalent`).
+
+    Example::
+
+        @property_settings()
+        @given(conversation=conversations([add]), ops=operations())
+        def test_my_agent(runtime_harness, conversation, ops):
+            assert_invariants(runtime_harness.run(conversation, ops))
+
+    Raises:
+        AssertionError: the first invariant that does not hold, with the operations and
+            what each did.
+    """
+    __tracebackhide__ = True
+    try:
+        assert_replay_matches(trace)
+        assert_requests_provider_valid(trace.requests)
+        assert_no_repeated_requests(trace.calls, trace.records)
+        assert_budgets_respected(trace.records, prices=trace.prices)
+    except AssertionError as error:
+        steps = "\n".join(
+            f"  {op!r}: {outcome}"
+            for op, outcome in zip(trace.operations, trace.outcomes, strict=False)
+        )
+        raise AssertionError(f"{error}\n\noperations:\n{steps or '  (none)'}") from error

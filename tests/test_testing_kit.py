@@ -1,0 +1,642 @@
+"""The property-testing kit (``runtime.testing``) on the project's own session agent.
+
+The properties run at least 500 examples each (``property_settings``); with
+``POWERTRIO_LONG_PROPERTIES=1`` the ``long`` profile of ``conftest.py`` makes it 10,000.
+Then every invariant helper is shown to fail, with its message, on a broken case.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import attrs
+import orjson
+import pytest
+import trio
+import trio.testing
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from actors import (
+    AgentSpec,
+    AssistantRecorded,
+    Budget,
+    RunStarted,
+    SessionCreated,
+    ask_human,
+    replay_session,
+    spawn_session,
+    tool,
+)
+from protocols import (
+    AssistantMessage,
+    LLMRequest,
+    LLMResponse,
+    SystemMessage,
+    ToolCall,
+    Usage,
+    UserMessage,
+    compile_schema,
+    encode,
+)
+from protocols.errors import LLMError, ReplayDivergenceError, ScriptExhaustedError, StoreError
+from runtime import EventStore, NewEvent, open_runtime
+from runtime.testing import (
+    UNKNOWN_TOOL,
+    AdvanceClock,
+    CancelRun,
+    ClearTimer,
+    CrashSession,
+    DeterministicLLM,
+    FailNextCommit,
+    FaultyEventStore,
+    RuntimeHarness,
+    ScriptedLLM,
+    Send,
+    SendFollowUp,
+    SetTimer,
+    Trace,
+    WriteBoard,
+    assert_budgets_respected,
+    assert_crash_equivalent,
+    assert_invariants,
+    assert_no_repeated_requests,
+    assert_replay_matches,
+    assert_requests_provider_valid,
+    check_event_store,
+    conversations,
+    json_values,
+    operations,
+    property_settings,
+    tool_calls,
+)
+
+# -- the agent under test ----------------------------------------------------------------
+
+
+@tool(crash_policy="retry")
+async def add(a: int, b: int) -> int:
+    """Add two integers (idempotent: re-run after a crash).
+
+    Args:
+        a: the first.
+        b: the second.
+    """
+    return a + b
+
+
+@tool(crash_policy="retry")
+async def lookup(city: str, days: int | None = None) -> str:
+    """Look up the weather of a city.
+
+    Args:
+        city: the city.
+        days: how many days ahead.
+    """
+    return f"sunny in {city} for {days or 1} day(s)"
+
+
+CALCULATOR = AgentSpec(
+    name="calculator",
+    system_prompt="Be exact.",
+    tools=[add, lookup, ask_human],
+    max_rounds=3,
+    budget=Budget(max_tokens=300),
+)
+"""The agent of the properties: tools, a human to ask, a round limit and a token budget."""
+
+IDEMPOTENT = AgentSpec(name="idempotent", system_prompt="Be exact.", tools=[add, lookup])
+"""For crash equivalence: every tool may run again after a crash."""
+
+
+@pytest.fixture
+def harness_agent() -> AgentSpec:
+    """The plugin's ``runtime_harness`` runs this agent in this module."""
+    return CALCULATOR
+
+
+# -- the properties -----------------------------------------------------------------------
+
+
+@property_settings(examples=500)
+@given(conversation=conversations(CALCULATOR, max_rounds=4), ops=operations(faults=False))
+def test_operations_on_a_session_keep_every_invariant(
+    runtime_harness: RuntimeHarness, conversation: tuple[object, ...], ops: tuple[object, ...]
+) -> None:
+    """Any script and operation sequence: replay equals live state, every request is
+    provider-valid, no recorded answer is asked again, budgets hold to within one call."""
+    trace = runtime_harness.run(conversation, ops)  # type: ignore[arg-type]
+    for status in sorted({result.status for result in trace.state.results.values()}):
+        event(f"a run {status}")
+    assert_invariants(trace)
+
+
+@property_settings(examples=500)
+@given(conversation=conversations(CALCULATOR, max_rounds=4), ops=operations())
+def test_crash_restarts_and_failed_commits_keep_the_live_invariants(
+    runtime_harness: RuntimeHarness, conversation: tuple[object, ...], ops: tuple[object, ...]
+) -> None:
+    """With crashes and failed commits among the operations: every request is still
+    provider-valid, no recorded answer is asked again, budgets hold to within one call.
+
+    (Replay equals live state is checked without faults above: see the next test.)
+    """
+    trace = runtime_harness.run(conversation, ops)  # type: ignore[arg-type]
+    event(f"faults fired: {len(trace.faults)}")
+    assert_requests_provider_valid(trace.requests)
+    assert_no_repeated_requests(trace.calls, trace.records)
+    assert_budgets_respected(trace.records, prices=trace.prices)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "runtime.replay keeps the LLM call in flight across a crash: the restarted session "
+        "injects the follow-ups received meanwhile and asks again with them, and replay "
+        "compares the answer with the stale request (reported; found by the property above "
+        "with replay checked under faults)"
+    ),
+)
+def test_replay_matches_a_session_that_crashed_during_a_model_call(
+    runtime_harness: RuntimeHarness,
+) -> None:
+    """A follow-up arrives during a model call, then the answer's append fails: the
+    restarted session injects the follow-up and asks again; replay must follow it."""
+    trace = runtime_harness.run(
+        [LLMResponse(content="")],
+        [SendFollowUp("a", "f1"), SendFollowUp("b", "f2"), CrashSession()],
+    )
+    assert [f.event_types for f in trace.faults] == [("session.assistant",)]
+    assert_replay_matches(trace)
+
+
+CRASH_HARNESS = RuntimeHarness(IDEMPOTENT, llm_latency=0.0)
+
+
+@property_settings(examples=500)
+@given(
+    conversation=conversations(IDEMPOTENT, max_rounds=3, unknown_tools=False),
+    texts=st.lists(st.sampled_from(["one", "two", "three"]), min_size=1, max_size=2),
+    data=st.data(),
+)
+def test_a_crash_at_any_event_ends_as_no_crash(
+    conversation: tuple[object, ...], texts: list[str], data: st.DataObject
+) -> None:
+    """Crash the session at its k-th event, for any k: same transcript, usage and results."""
+    ops = [Send(text, wait=True) for text in texts]
+    clean = CRASH_HARNESS.run(conversation, ops)  # type: ignore[arg-type]
+    crash_at = data.draw(st.integers(1, clean.session_events), label="crash_at")
+    crashed = CRASH_HARNESS.run(conversation, ops, crash_at=crash_at)  # type: ignore[arg-type]
+    assert len(crashed.faults) == 1
+    assert_crash_equivalent(clean, crashed)
+    assert_invariants(crashed)
+
+
+@property_settings(examples=500)
+@given(conversation=conversations(CALCULATOR, max_rounds=3), ops=operations(max_size=5))
+def test_a_run_is_reproducible_event_for_event(
+    runtime_harness: RuntimeHarness, conversation: tuple[object, ...], ops: tuple[object, ...]
+) -> None:
+    """The same inputs give the same log: types, payloads and timestamps."""
+
+    def log(trace: Trace) -> list[tuple[str, str, bytes, float]]:
+        return [(r.stream, r.type, r.data, r.recorded_at) for r in trace.records]
+
+    first = runtime_harness.run(conversation, ops)  # type: ignore[arg-type]
+    second = runtime_harness.run(conversation, ops)  # type: ignore[arg-type]
+    assert log(first) == log(second)
+
+
+# -- the strategies ----------------------------------------------------------------------
+
+
+SCHEMAS = {t.name: compile_schema(t.spec.parameters) for t in (add, lookup)}
+
+
+@property_settings(examples=500)
+@given(
+    good=tool_calls([add, lookup], valid=True),
+    bad=tool_calls([add, lookup], valid=False, call_id="x"),
+)
+def test_tool_calls_are_valid_or_refused_as_asked(good: ToolCall, bad: ToolCall) -> None:
+    """Valid calls pass the tool's schema; invalid ones are not JSON, fail it, or name no
+    tool."""
+    assert SCHEMAS[good.name].is_valid(orjson.loads(good.arguments))
+    assert bad.id == "x"
+    if bad.name == UNKNOWN_TOOL:
+        return
+    try:
+        value = orjson.loads(bad.arguments)
+    except orjson.JSONDecodeError:
+        return
+    assert not SCHEMAS[bad.name].is_valid(value)
+
+
+@property_settings(examples=500)
+@given(conversation=conversations(CALCULATOR, max_rounds=3, max_calls=2))
+def test_conversations_end_in_a_final_answer_within_the_bound(
+    conversation: tuple[object, ...],
+) -> None:
+    """At most ``max_rounds`` answers plus errors, unique call ids, a final text last."""
+    answers = [item for item in conversation if isinstance(item, LLMResponse)]
+    errors = [item for item in conversation if isinstance(item, LLMError)]
+    assert len(answers) + len(errors) == len(conversation)
+    assert 1 <= len(answers) <= 3
+    assert answers[-1] is conversation[-1]
+    assert answers[-1].tool_calls == ()
+    assert all(1 <= len(a.tool_calls) <= 2 for a in answers[:-1])
+    ids = [c.id for a in answers for c in a.tool_calls]
+    assert len(ids) == len(set(ids))
+
+
+@property_settings(examples=500)
+@given(data=st.data())
+def test_json_values_satisfy_the_schemas_tools_have(data: st.DataObject) -> None:
+    """Values for ``@tool`` schemas (optional fields, unions, arrays, objects) are valid."""
+
+    @tool
+    def shapes(
+        count: int,
+        ratio: float,
+        tags: list[str],
+        pair: tuple[int, str],
+        mode: str | None = None,
+        scores: dict[str, int] | None = None,
+    ) -> str:
+        """Many shapes."""
+        return ""
+
+    schema = shapes.spec.parameters
+    value = data.draw(json_values(schema))
+    assert compile_schema(schema).is_valid(value)
+
+
+def test_operations_print_as_python_and_cover_every_kind() -> None:
+    """Every kind of operation can be drawn; a printed sequence pastes back as code."""
+    kinds = {
+        AdvanceClock,
+        CancelRun,
+        ClearTimer,
+        CrashSession,
+        FailNextCommit,
+        Send,
+        SendFollowUp,
+        SetTimer,
+        WriteBoard,
+    }
+    namespace = {kind.__name__: kind for kind in kinds}
+    seen: set[type] = set()
+
+    @property_settings(examples=300)
+    @given(ops=operations())
+    def collect(ops: tuple[object, ...]) -> None:
+        for op in ops:
+            seen.add(type(op))
+            assert eval(repr(op), namespace) == op
+
+    collect()
+    assert seen == kinds
+
+
+def test_strategies_refuse_bad_arguments() -> None:
+    """Misuse names the argument."""
+    with pytest.raises(ValueError, match="max_rounds and max_calls must be >= 1"):
+        conversations(max_rounds=0)
+    with pytest.raises(ValueError, match="valid tool calls need at least one tool"):
+        tool_calls([], valid=True)
+    with pytest.raises(TypeError, match="give Tool objects"):
+        tool_calls([42])
+
+
+# -- the harness and its parts -------------------------------------------------------------
+
+
+def test_the_harness_runs_every_operation_and_reports_it() -> None:
+    """A hand-written sequence: each operation's outcome, the faults, the settled state."""
+    harness = RuntimeHarness(CALCULATOR, tool_delays={"add": 2.0})
+    conversation = [
+        LLMResponse(
+            tool_calls=[ToolCall(id="c1", name="add", arguments='{"a": 1, "b": 2}')],
+            usage=Usage(prompt_tokens=10),
+        ),
+        LLMResponse(content="3", usage=Usage(prompt_tokens=10)),
+    ]
+    ops = [
+        Send("1+2?"),
+        AdvanceClock(1.5),
+        SendFollowUp("and show your work", "f1"),
+        SendFollowUp("and show your work", "f1"),
+        SetTimer(30.0),
+        WriteBoard("plan", 1),
+        CrashSession(),
+        Send("thanks", wait=True),
+        CancelRun("after_turn"),
+        ClearTimer(0),
+        FailNextCommit(),
+    ]
+    trace = harness.run(conversation, ops)
+    outcomes = dict(zip(range(len(ops)), trace.outcomes, strict=True))
+    assert outcomes[0].startswith("sent (runs in the background); then completed")
+    assert (outcomes[2], outcomes[3]) == ("accepted", "a repeated id: no-op")
+    assert outcomes[4].startswith("timer tmr_")
+    assert outcomes[5] == "plan at version 1"
+    assert outcomes[6] == "armed: the session's next append fails"
+    assert outcomes[7].startswith("completed")
+    assert [f.reason for f in trace.faults] == ["fail_next_append"]
+    assert trace.state.run is None
+    assert trace.state.timers.pending == ()
+    assert [r.status for r in trace.results.values()] == ["completed", "completed"]
+    assert trace.calls[0].request.messages[0] == SystemMessage("Be exact.")
+    assert_invariants(trace)
+
+
+def test_a_parked_run_is_answered_by_the_harness() -> None:
+    """``ask_human`` and approvals get ``human_answer``, so a run never waits forever."""
+    harness = RuntimeHarness(CALCULATOR, human_answer="forty-two")
+    question = ToolCall(id="q1", name="ask_human", arguments='{"question": "which?"}')
+    trace = harness.run([LLMResponse(tool_calls=[question]), LLMResponse(content="ok")])
+    (parked,) = trace.results.values()  # what send returned: the run stopped for a human
+    assert parked.status == "waiting_for_human"
+    assert trace.state.results[parked.run_id].status == "completed"
+    assert trace.calls[1].request.messages[-1].content == "forty-two"  # type: ignore[union-attr]
+
+
+def test_a_hang_fails_with_the_operations_done() -> None:
+    """A model that never answers: the run fails after ``max_virtual_seconds``, at once."""
+
+    harness = RuntimeHarness(CALCULATOR, llm_latency=10_000.0, max_virtual_seconds=3600.0)
+    with pytest.raises(AssertionError, match=r"did not settle within 3600 virtual seconds"):
+        harness.run([LLMResponse(content="late")], [Send("hi", wait=True)])
+
+
+def test_the_harness_refuses_bad_settings() -> None:
+    """Tool names instead of tools, and negative delays, are refused when it is made."""
+    from protocols.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="names tools \\(add\\)"):
+        RuntimeHarness(AgentSpec(name="x", tools=["add"]))
+    with pytest.raises(ValueError, match=r"tool_delays\['add'\] must be >= 0 seconds"):
+        RuntimeHarness(tool_delays={"add": -1.0})
+
+
+async def test_play_runs_inside_an_async_test(
+    runtime_harness: RuntimeHarness, virtual_clock: trio.testing.MockClock
+) -> None:
+    """In a pytest-trio test, ``play`` runs on the test's virtual clock."""
+    start = trio.current_time()
+    trace = await runtime_harness.play([LLMResponse(content="hi")], [Send("hello", wait=True)])
+    assert trace.results[0].text == "hi"
+    assert trio.current_time() - start == pytest.approx(1.0)  # one call, latency 1 s
+
+
+async def test_the_faulty_store_is_an_event_store() -> None:
+    """Unarmed, it passes the conformance suite."""
+
+    @asynccontextmanager
+    async def make() -> AsyncIterator[EventStore]:
+        store = FaultyEventStore()
+        try:
+            yield store
+        finally:
+            await store.aclose()
+
+    await check_event_store(make)
+
+
+async def test_the_faulty_store_fails_the_chosen_append_once() -> None:
+    """``crash_at`` hits the append holding that version; ``fail_next_append`` the next."""
+    store = FaultyEventStore()
+    event = NewEvent(type="t", schema_version=1, data=b"{}")
+    store.crash_at("a", 2)
+    await store.append("a", [event], 0)
+    with pytest.raises(StoreError, match=r"injected fault \(crash_at\)"):
+        await store.append("a", [event, event], 1)
+    await store.append("a", [event, event], 1)
+    store.fail_next_append("b")
+    await store.append("a", [event], 3)
+    with pytest.raises(StoreError, match="fail_next_append"):
+        await store.append("b", [event], 0)
+    assert [(f.stream, f.first_event, f.reason) for f in store.faults] == [
+        ("a", 2, "crash_at"),
+        ("b", 1, "fail_next_append"),
+    ]
+    assert await store.stream_version("a") == 4
+    with pytest.raises(ValueError, match="event must be >= 1"):
+        store.crash_at("a", 0)
+
+
+async def test_the_deterministic_llm_answers_a_repeated_request_alike() -> None:
+    """One script item per new request; the same answer to a request seen before."""
+    llm = DeterministicLLM([LLMResponse(content="one"), LLMResponse(content="two")], then=None)
+    first = LLMRequest(messages=[UserMessage("a")])
+    second = LLMRequest(messages=[UserMessage("b")])
+    assert (await llm.complete(first)).content == "one"
+    assert (await llm.complete(first)).content == "one"
+    async with llm.stream(second) as stream:
+        assert (await stream.final_response()).content == "two"
+    assert [c.repeated for c in llm.calls] == [False, True, False]
+    llm.assert_complete()
+    with pytest.raises(ScriptExhaustedError, match="no script item left for call #4"):
+        await llm.complete(LLMRequest(messages=[UserMessage("c")]))
+    llm.add(LLMResponse(content="late"))
+    with pytest.raises(AssertionError, match="1 script item\\(s\\) not used"):
+        llm.assert_complete()
+    assert (await DeterministicLLM().complete(first)).content == "done"
+
+
+# -- each invariant fails on a broken case ---------------------------------------------------
+
+
+def plain_trace() -> Trace:
+    conversation = [
+        LLMResponse(
+            tool_calls=[ToolCall(id="c1", name="add", arguments='{"a": 1, "b": 2}')],
+            usage=Usage(prompt_tokens=10),
+        ),
+        LLMResponse(content="3", usage=Usage(prompt_tokens=10)),
+    ]
+    return RuntimeHarness(IDEMPOTENT, llm_latency=0.0).run(
+        conversation, [Send("1+2?", wait=True), Send("thanks", wait=True)]
+    )
+
+
+def test_replay_matches_fails_on_a_changed_prompt_and_on_a_wrong_state() -> None:
+    """A divergence is reported with its diff; a differing state field by field."""
+    trace = plain_trace()
+    assert_replay_matches(trace)
+
+    async def replay_with_another_prompt() -> None:
+        await replay_session(
+            trace.store, trace.session_id, tools=[add, lookup], system_prompt="Be brief."
+        )
+
+    with pytest.raises(ReplayDivergenceError) as info:
+        trio.run(replay_with_another_prompt)
+    diverged = attrs.evolve(trace, replay_error=info.value, replayed=None)
+    with pytest.raises(AssertionError, match="replay of session/s1 failed") as failed:
+        assert_replay_matches(diverged)
+    assert "+Be brief." in str(failed.value)
+    assert trace.replayed is not None
+    wrong = attrs.evolve(trace, replayed=attrs.evolve(trace.replayed, usage=Usage()))
+    with pytest.raises(AssertionError, match="differs from the live state:\nusage:\n  live: "):
+        assert_replay_matches(wrong)
+
+
+def test_crash_equivalence_fails_for_a_tool_that_is_not_idempotent() -> None:
+    """A crash while an ``abort`` tool runs closes it as aborted: not the clean transcript."""
+
+    @tool
+    async def charge(amount: int) -> str:
+        """Charge a card (not idempotent: aborted by a crash)."""
+        return f"charged {amount}"
+
+    harness = RuntimeHarness(AgentSpec(name="shop", tools=[charge]), llm_latency=0.0)
+    conversation = [
+        LLMResponse(tool_calls=[ToolCall(id="c1", name="charge", arguments='{"amount": 5}')]),
+        LLMResponse(content="paid"),
+    ]
+    ops = [Send("pay", wait=True)]
+    clean = harness.run(conversation, ops)
+    finished = next(r.version for r in clean.records if r.type == "session.tool_finished")
+    crashed = harness.run(conversation, ops, crash_at=finished)
+    with pytest.raises(AssertionError) as info:
+        assert_crash_equivalent(clean, crashed)
+    message = str(info.value)
+    assert message.startswith(
+        f"the crashed run (faults: crash_at at session/s1 event {finished} "
+        "(session.tool_finished)) does not end as the clean run:\ntranscript message 2 differs"
+    )
+    assert "charged 5" in message
+    assert "the process stopped while this tool ran" in message
+
+
+def test_provider_validity_fails_on_a_call_without_a_result() -> None:
+    """An assistant tool call followed by a user message is named, with the fix."""
+    call = ToolCall(id="c9", name="add", arguments="{}")
+    broken = LLMRequest(
+        messages=[UserMessage("hi"), AssistantMessage(tool_calls=[call]), UserMessage("next")]
+    )
+    assert_requests_provider_valid(plain_trace().requests)
+    with pytest.raises(
+        AssertionError, match="request #1 is not provider-valid: at message 2"
+    ) as info:
+        assert_requests_provider_valid([LLMRequest(messages=[UserMessage("ok")]), broken])
+    assert "tool_call_id='c9'" in str(info.value)
+
+
+def test_no_repeated_requests_fails_when_a_recorded_answer_is_asked_again() -> None:
+    """A call made after its answer was logged (an agent that forgot its log) is named."""
+    trace = plain_trace()
+    assert_no_repeated_requests(trace.calls, trace.records)
+    first = trace.calls[0]
+    head = trace.records[-1].position
+    again = attrs.evolve(first, index=len(trace.calls), log_position=head, repeated=True)
+    with pytest.raises(AssertionError) as info:
+        assert_no_repeated_requests([*trace.calls, again], trace.records)
+    recorded = next(r for r in trace.records if r.type == "session.assistant")
+    assert str(info.value) == (
+        f"model call #{len(trace.calls)} asked for a request whose answer was already recorded "
+        f"at session/s1 version {recorded.version} (position {recorded.position}, the log was "
+        f"at {head}): the answer must come from the log"
+    )
+
+
+async def test_budgets_fail_when_a_call_is_made_past_the_limit() -> None:
+    """Two calls of 120 tokens under a 100-token budget: the second should not have been made."""
+    store = FaultyEventStore().inner
+    usage = Usage(prompt_tokens=120)
+
+    def answer(round_: int) -> AssistantRecorded:
+        return AssistantRecorded(
+            run_id="r1",
+            round=round_,
+            message=AssistantMessage(content="..."),
+            usage=usage,
+            model="m",
+            finish_reason="stop",
+            request_fingerprint=f"sha256:{round_}",
+        )
+
+    events = [
+        SessionCreated(session_id="b", system_prompt="", max_rounds=10),
+        RunStarted(run_id="r1", input="go", max_rounds=10, budget=Budget(max_tokens=100)),
+        answer(1),
+    ]
+    await store.append("session/b", [NewEvent.from_encoded(encode(e)) for e in events], 0)
+    assert_budgets_respected(await store.read_all())  # one call may cross the limit
+    await store.append("session/b", [NewEvent.from_encoded(encode(answer(2)))], 3)
+    with pytest.raises(AssertionError) as info:
+        assert_budgets_respected(await store.read_all())
+    assert str(info.value) == (
+        "session/b run 'r1' round 2 (version 4): the model was called with the budget "
+        "already spent (tokens: 120 used, the budget is 100); only the call that crosses a "
+        "limit may go beyond it"
+    )
+
+
+def test_assert_invariants_lists_the_operations_of_a_failing_run() -> None:
+    """The first broken invariant, then each operation with what it did."""
+    trace = plain_trace()
+    assert trace.replayed is not None
+    broken = attrs.evolve(trace, replayed=attrs.evolve(trace.replayed, usage=Usage()))
+    with pytest.raises(AssertionError) as info:
+        assert_invariants(broken)
+    assert "\n\noperations:\n  Send(text='1+2?', wait=True): completed after 2 round(s)\n" in str(
+        info.value
+    )
+
+
+# -- the pytest plugin ----------------------------------------------------------------------
+
+
+async def test_scripted_llm_fixture_serves_a_session(scripted_llm: ScriptedLLM) -> None:
+    """``scripted_llm`` is an empty script the test fills; it must be used up."""
+    scripted_llm.add(LLMResponse(content="hi"))
+    async with open_runtime(seed=1) as runtime:
+        session = await spawn_session(runtime, llm=scripted_llm)
+        assert (await session.send("hello")).text == "hi"
+
+
+async def test_virtual_clock_fixture_makes_a_day_instant(
+    virtual_clock: trio.testing.MockClock,
+) -> None:
+    """A day of sleep passes on the virtual clock."""
+    start = trio.current_time()
+    await trio.sleep(86_400)
+    assert trio.current_time() - start == 86_400
+
+
+def test_the_plugin_is_installed_for_any_project(tmp_path: Path) -> None:
+    """A user's test file with no conftest gets the fixtures; an unused answer fails."""
+    (tmp_path / "test_user.py").write_text(
+        textwrap.dedent(
+            """
+            from hypothesis import given
+            from protocols import LLMResponse
+            from runtime.testing import assert_invariants, conversations, property_settings
+
+            @property_settings(examples=5)
+            @given(conversation=conversations())
+            def test_agent(runtime_harness, conversation):
+                assert_invariants(runtime_harness.run(conversation))
+
+            def test_leftover(scripted_llm):
+                scripted_llm.add(LLMResponse(content="never asked"))
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "2 passed, 1 error" in done.stdout, done.stdout + done.stderr
+    assert "ScriptedLLM: 1 scripted answer(s) not used after 0 request(s)" in done.stdout
