@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import orjson
 import pytest
 import trio
 
-from runtime import open_sqlite_store
+from runtime import NewEvent, open_sqlite_store
 
 CHILD = Path(__file__).with_name("_crash_child.py")
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,3 +107,56 @@ def test_sigkill_never_loses_an_acknowledged_event(tmp_path: Path) -> None:
         stored = trio.run(_verify, path, all_acked)
     assert stored >= sum(all_acked.values())
     assert runs_with_acks > 0, "the child never got to acknowledge an append"
+
+
+def _tear(wal: Path, keep: int, how: str) -> None:
+    """Damage the WAL after its first ``keep`` bytes, as a killed writer may leave it."""
+    if how == "cut":
+        size = wal.stat().st_size
+        os.truncate(wal, keep + (size - keep) // 2)
+    else:
+        # The tail's frames are whole but wrong: their checksums no longer match.
+        with open(wal, "r+b") as file:
+            file.seek(keep + 100)
+            file.write(b"\xff" * 64)
+
+
+@pytest.mark.parametrize("how", ["cut", "garbled"])
+async def test_a_torn_wal_tail_is_dropped_on_open(tmp_path: Path, how: str) -> None:
+    """A log whose WAL ends inside its last transaction opens cleanly: the transactions
+    before it are all there, nothing of the torn one is visible, and appends go on."""
+    path = tmp_path / "live.db"
+    copy = tmp_path / "copy.db"
+    wal = Path(f"{path}-wal")
+
+    def event(n: int) -> NewEvent:
+        return NewEvent(type="t", schema_version=1, data=b'{"n":%d,"p":"%s"}' % (n, b"x" * 300))
+
+    # No checkpoint: every transaction stays in the WAL, as in a busy writer's last moments.
+    async with open_sqlite_store(path, checkpoint_interval=3600) as store:
+        await store.append("a", [event(1)], 0)
+        await store.append("b", [event(2), event(3), event(4)], 0)
+        kept = (await trio.Path(wal).stat()).st_size
+        await store.append("c", [event(5), event(6), event(7)], 0)
+        assert (await trio.Path(wal).stat()).st_size > kept
+        # What SIGKILL leaves on disk: the database file and its WAL as they are now (the
+        # shared-memory index is rebuilt from the WAL by whoever opens the file next).
+        shutil.copyfile(path, copy)
+        shutil.copyfile(wal, f"{copy}-wal")
+    _tear(Path(f"{copy}-wal"), kept, how)
+
+    async with open_sqlite_store(copy) as store:
+        assert await store.integrity_check() == []
+        assert [(e.stream, e.version, e.position) for e in await store.read_all()] == [
+            ("a", 1, 1),
+            ("b", 1, 2),
+            ("b", 2, 3),
+            ("b", 3, 4),
+        ]
+        assert [i.stream for i in await store.streams()] == ["a", "b"]
+        assert await store.stream_version("c") == 0
+        assert await store.head_position() == 4
+        result = await store.append("c", [event(5)], 0)
+        assert (result.version, result.first_position) == (1, 5)
+    async with open_sqlite_store(copy) as store:
+        assert [e.position for e in await store.read_all()] == [1, 2, 3, 4, 5]

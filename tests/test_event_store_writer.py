@@ -1,0 +1,217 @@
+"""The SQLite store's writer thread: group commits with conflicts, cancellation, splitting."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from protocols.errors import ConcurrencyConflictError, StoreClosedError
+from runtime import AppendResult, NewEvent, SqliteEventStore, _sqlite_store, open_sqlite_store
+
+Outcome = AppendResult | ConcurrencyConflictError
+
+
+def _event(n: int) -> NewEvent:
+    return NewEvent(type="t", schema_version=1, data=b'{"n":%d}' % n)
+
+
+def _hold_in_thread() -> tuple[Callable[..., None], threading.Event, threading.Event]:
+    """A function that blocks the thread calling it until released, and its two events."""
+    entered = threading.Event()
+    release = threading.Event()
+
+    def hold(*_args: object) -> None:
+        entered.set()
+        release.wait(30)
+
+    return hold, entered, release
+
+
+@asynccontextmanager
+async def _writer_paused(store: SqliteEventStore) -> AsyncIterator[None]:
+    """Keep the writer thread busy in a maintenance write; appends queue up meanwhile."""
+    hold, entered, release = _hold_in_thread()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store._run_write, hold)
+        assert await trio.to_thread.run_sync(entered.wait, 30)
+        try:
+            yield
+        finally:
+            release.set()
+
+
+async def _queue_in_order(
+    nursery: trio.Nursery, calls: list[Callable[[], Awaitable[None]]], store: SqliteEventStore
+) -> None:
+    """Start each call and let it queue before the next (Trio may run a batch in any order)."""
+    for call in calls:
+        nursery.start_soon(call)
+        await trio.testing.wait_all_tasks_blocked()
+    assert store.statistics().pending_appends == len(calls)
+
+
+async def test_a_conflict_in_a_group_fails_alone(tmp_path: Path) -> None:
+    """One group holding good and stale appends: each stale one raises the typed conflict
+    and writes nothing, the others commit together, in queue order, in one transaction."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        await store.append("a", [_event(0)], 0)
+        before = store.statistics()
+        outcomes: dict[str, Outcome] = {}
+
+        def attempt(
+            name: str, stream: str, count: int, expected: int
+        ) -> Callable[[], Awaitable[None]]:
+            async def run() -> None:
+                events = [_event(i) for i in range(count)]
+                try:
+                    outcomes[name] = await store.append(stream, events, expected)
+                except ConcurrencyConflictError as exc:
+                    outcomes[name] = exc
+
+            return run
+
+        calls = [
+            attempt("b1", "b", 2, 0),
+            attempt("a-stale", "a", 1, 0),
+            attempt("b2", "b", 1, 2),  # builds on b1, which is in the same group
+            attempt("b-stale", "b", 1, 2),  # stale once b2 is in
+            attempt("c", "c", 1, 0),
+        ]
+        async with trio.open_nursery() as nursery, _writer_paused(store):
+            await _queue_in_order(nursery, calls, store)
+
+        after = store.statistics()
+        assert (
+            after.commits - before.commits,
+            after.appends - before.appends,
+            after.events_appended - before.events_appended,
+            after.conflicts - before.conflicts,
+        ) == (1, 3, 4, 2)
+        assert [outcomes["b1"], outcomes["b2"], outcomes["c"]] == [
+            AppendResult(stream="b", version=2, first_position=2, last_position=3),
+            AppendResult(stream="b", version=3, first_position=4, last_position=4),
+            AppendResult(stream="c", version=1, first_position=5, last_position=5),
+        ]
+        stale = [outcomes["a-stale"], outcomes["b-stale"]]
+        assert all(isinstance(e, ConcurrencyConflictError) for e in stale)
+        assert [
+            (e.stream, e.expected, e.actual)
+            for e in stale
+            if isinstance(e, ConcurrencyConflictError)
+        ] == [("a", 0, 1), ("b", 2, 3)]
+        assert [e.position for e in await store.read_all()] == [1, 2, 3, 4, 5]
+        assert [(e.stream, e.version) for e in await store.read("b")] == [
+            ("b", 1),
+            ("b", 2),
+            ("b", 3),
+        ]
+        assert await store.stream_version("a") == 1
+        assert store.statistics().pending_appends == 0
+
+
+async def test_a_long_queue_met_at_idle_is_committed_as_two_groups(tmp_path: Path) -> None:
+    """So that one half's callers run while the other half syncs; both are acknowledged."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        before = store.statistics().commits
+        results: list[AppendResult] = []
+
+        async def one(i: int) -> None:
+            results.append(await store.append(f"s/{i}", [_event(i)], 0))
+
+        count = 2 * _sqlite_store._SPLIT_QUEUE
+        async with trio.open_nursery() as nursery, _writer_paused(store):
+            for i in range(count):
+                nursery.start_soon(one, i)
+            await trio.testing.wait_all_tasks_blocked()
+            assert count == store.statistics().pending_appends
+        assert store.statistics().commits - before == 2
+        assert list(range(1, count + 1)) == sorted(r.first_position for r in results)
+        assert count == len(await store.streams())
+
+
+async def test_cancelling_an_append_the_writer_holds_returns_its_result(tmp_path: Path) -> None:
+    """Once its group is being committed, a cancelled caller still learns the outcome
+    (the append is durable) and the cancellation arrives at its next checkpoint."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        hold, entered, release = _hold_in_thread()
+
+        def arm(conn: sqlite3.Connection) -> None:
+            conn.create_function("hold_insert", 0, hold)
+            conn.execute(
+                "CREATE TEMP TRIGGER hold_insert BEFORE INSERT ON main.events "
+                "BEGIN SELECT hold_insert(); END"
+            )
+
+        await store._run_write(arm)
+        got: list[AppendResult] = []
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+
+                async def cancel_when_held() -> None:
+                    assert await trio.to_thread.run_sync(entered.wait, 30)
+                    scope.cancel()
+                    release.set()
+
+                nursery.start_soon(cancel_when_held)
+                got.append(await store.append("s", [_event(1)], 0))
+                await trio.lowlevel.checkpoint()
+        assert scope.cancelled_caught
+        assert [AppendResult(stream="s", version=1, first_position=1, last_position=1)] == got
+        await store._run_write(lambda conn: conn.execute("DROP TRIGGER temp.hold_insert"))
+        assert await store.stream_version("s") == 1
+        assert store.statistics().pending_appends == 0
+
+
+async def test_a_cancelled_maintenance_write_that_never_ran_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A snapshot still queued behind another write is dropped when its caller is cancelled."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        await store.append("s", [_event(1)], 0)
+        async with _writer_paused(store):
+            with trio.move_on_after(0.05) as scope:
+                await store.save_snapshot("s", 1, type="st", schema_version=1, data=b"{}")
+            assert scope.cancelled_caught
+        assert await store.load_snapshot("s") is None
+        await store.save_snapshot("s", 1, type="st", schema_version=1, data=b"{}")
+        assert await store.load_snapshot("s") is not None
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+async def test_an_unexpected_writer_error_answers_everyone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the writer thread dies of a bug, what it committed is acknowledged and every
+    later append or write is refused with StoreClosedError instead of hanging."""
+    take_work = SqliteEventStore._take_work
+    calls = 0
+
+    def broken(self: SqliteEventStore, *, holding: bool) -> object:
+        nonlocal calls
+        calls += 1
+        if calls > 2:
+            raise RuntimeError("bug")
+        return take_work(self, holding=holding)
+
+    monkeypatch.setattr(SqliteEventStore, "_take_work", broken)
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        # Call 1 waits for work and returns this append; call 2 hands it back (nothing
+        # else queued); call 3 raises.
+        result = await store.append("s", [_event(1)], 0)
+        assert result.version == 1
+        thread = store._thread
+        assert thread is not None
+        await trio.to_thread.run_sync(thread.join, 30)
+        with pytest.raises(StoreClosedError):
+            await store.append("s", [_event(2)], 1)
+        with pytest.raises(StoreClosedError):
+            await store.save_snapshot("s", 1, type="st", schema_version=1, data=b"{}")
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        assert await store.stream_version("s") == 1
