@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import logging
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, final
@@ -144,6 +145,25 @@ def _seeded_scheduler(seed: int) -> Iterator[None]:
     finally:
         rng.setstate(saved)
         setattr(run_module, "_ALLOW_DETERMINISTIC_SCHEDULING", flag)  # noqa: B010
+
+
+class _InjectedCrashFilter(logging.Filter):
+    """Drops the runtime's warning about a crash the harness caused on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "injected fault (" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_injected_crashes() -> Iterator[None]:
+    """Keep crashes injected by :class:`FaultyEventStore` out of the log; others stay."""
+    logger = logging.getLogger("powertrio.runtime")
+    quiet = _InjectedCrashFilter()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _slow_tools(delays: Mapping[str, float]) -> ToolHook:
@@ -309,8 +329,6 @@ class RuntimeHarness:
         Raises:
             AssertionError: the agent did not settle within ``max_virtual_seconds``.
         """
-        actors = importlib.import_module("actors")
-        agent = self._agent
         clock = Clock(DEFAULT_EPOCH)
         inner = InMemoryEventStore(clock.now)
         store = FaultyEventStore(inner)
@@ -318,6 +336,19 @@ class RuntimeHarness:
             store.crash_at(f"session/{self._session_id}", crash_at)
         llm = DeterministicLLM(conversation, latency=self._llm_latency, store=inner)
         ops = tuple(operations)
+        with _quiet_injected_crashes():
+            return await self._play(clock, inner, store, llm, ops)
+
+    async def _play(
+        self,
+        clock: Clock,
+        inner: InMemoryEventStore,
+        store: FaultyEventStore,
+        llm: DeterministicLLM,
+        ops: tuple[Operation, ...],
+    ) -> Trace:
+        actors = importlib.import_module("actors")
+        agent = self._agent
         hooks = [_slow_tools(self._tool_delays)] if self._tool_delays else []
         async with open_runtime(
             clock=clock, seed=self._seed, store=store, supervision=self._supervision
