@@ -52,13 +52,18 @@ SCHEMA_VERSION = 1
 # the events table only grows at its end, but an index keyed by stream puts each new
 # entry on the leaf page of its stream. A group commit over 256 streams would dirty 256
 # index pages, each written whole to the WAL and synced: most of the cost of a commit.
-# So a commit indexes the events only once ``index_lag`` of them are unindexed (one
-# sweep, amortised over many commits), and a stream read adds the short unindexed tail
-# (positions above ``meta.indexed_upto``) with a range scan. Both parts are read in one
-# transaction, so a reader never sees an event twice or misses one.
+# So the events are indexed in sweeps, each amortised over many commits, and a stream read
+# adds the short unindexed tail (positions above ``meta.indexed_upto``) with a range scan.
+# Both parts are read in one transaction, so a reader never sees an event twice or misses
+# one. The writer sweeps in a transaction of its own once ``index_lag`` events are
+# unindexed and no append is waiting. A writer that never runs out of appends sweeps
+# inside a commit once _SWEEP_DEFERRAL times as many are: a sweep blocks every append
+# while it runs, and much of its cost (about one dirty leaf page per stream) does not
+# grow with its size, so under load a longer tail for reads buys append throughput.
 #
 # Small pages: whatever pages a commit does dirty are written whole to the WAL.
 _PAGE_SIZE = 1024
+_SWEEP_DEFERRAL = 4
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -171,6 +176,33 @@ _SPLIT_QUEUE = 64
 T = TypeVar("T")
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
+
+
+def _slot_setter(name: str) -> Callable[[AppendResult, object], None]:
+    setter: Callable[[AppendResult, object], None] = AppendResult.__dict__[name].__set__
+    return setter
+
+
+_new_object = object.__new__
+_SET_STREAM = _slot_setter("stream")
+_SET_VERSION = _slot_setter("version")
+_SET_FIRST = _slot_setter("first_position")
+_SET_LAST = _slot_setter("last_position")
+
+
+def _set_result_slots(
+    result: AppendResult, stream: str, version: int, first: int, last: int
+) -> None:
+    """Fill a new AppendResult's slots directly (once per append: the hot path).
+
+    AppendResult is a frozen, slotted attrs class, whose ``__init__`` goes through the
+    frozen ``__setattr__`` guard for each field; writing the slots through their
+    descriptors builds the same object (a test compares them) at half the cost.
+    """
+    _SET_STREAM(result, stream)
+    _SET_VERSION(result, version)
+    _SET_FIRST(result, first)
+    _SET_LAST(result, last)
 
 
 @final
@@ -325,6 +357,15 @@ def _insert_events(conn: sqlite3.Connection, params: list[object], count: int) -
         conn.execute(_INSERT_EVENTS[size], params[start:end] if start or count > size else params)
         start = end
         count -= size
+
+
+def _sweep(conn: sqlite3.Connection, indexed: int, head: int) -> int:
+    """Index events ``indexed + 1 .. head`` and fold them into ``streams`` (caller's
+    write transaction); returns the new ``indexed_upto``."""
+    conn.execute(_INDEX_TAIL, (indexed,))
+    conn.execute(_SWEEP_STREAMS, (indexed,))
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'indexed_upto'", (head,))
+    return head
 
 
 def _indexed_upto(conn: sqlite3.Connection) -> int:
@@ -529,12 +570,12 @@ class SqliteEventStore:
         await trio.lowlevel.wait_task_rescheduled(pending.abort)
         if pending.outcome is not None:
             raise pending.outcome
-        return AppendResult(
-            stream=stream,
-            version=pending.version,
-            first_position=pending.first_position,
-            last_position=pending.last_position,
+        # AppendResult(...) without its frozen-attribute guard: see _set_result_slots.
+        result: AppendResult = _new_object(AppendResult)
+        _set_result_slots(
+            result, stream, pending.version, pending.first_position, pending.last_position
         )
+        return result
 
     async def _checkpointer(self, interval: float) -> None:
         """Copy the WAL back into the database now and then, off the commit path.
@@ -572,13 +613,15 @@ class SqliteEventStore:
         decided: list[_PendingAppend] = []  # committed or failed, not handed back yet
         try:
             while (work := self._take_work(holding=bool(decided))) is not None:
-                if isinstance(work, _WriteJob) or not work:
+                if not isinstance(work, list) or not work:
                     # Out of work, or a maintenance write (which may be long): hand back.
                     self._hand_back(decided)
                     decided = []
                     if isinstance(work, _WriteJob):
                         work.run(self._writer, self._path)
                         self._call_soon(trio.lowlevel.reschedule, work.task)
+                    elif work == "sweep":
+                        self._sweep_when_idle()
                     continue
                 previous, decided = decided, work
                 try:
@@ -588,10 +631,13 @@ class SqliteEventStore:
         finally:
             self._stop(decided)
 
-    def _take_work(self, *, holding: bool) -> list[_PendingAppend] | _WriteJob | None:
+    def _take_work(
+        self, *, holding: bool
+    ) -> list[_PendingAppend] | _WriteJob | Literal["sweep"] | None:
         """The next group of appends or maintenance write, waiting for one if needed.
 
-        Returns ``[]`` instead of waiting while ``holding`` callers to hand back, and
+        Returns ``[]`` instead of waiting while ``holding`` callers to hand back,
+        ``"sweep"`` when there is nothing else to do but the index is behind, and
         ``None`` once the store is closing and everything queued is done.
         """
         with self._mutex:
@@ -613,6 +659,8 @@ class SqliteEventStore:
                     return []
                 if self._stopping:
                     return None
+                if self._cache_valid and self._db_head - self._indexed_upto > self._index_lag:
+                    return "sweep"
                 self._idle = True
                 self._work.wait()
                 self._idle = False
@@ -683,13 +731,8 @@ class SqliteEventStore:
                     called = True
                     ready()
                     indexed = self._indexed_upto
-                    if plan.head - indexed > self._index_lag:
-                        conn.execute(_INDEX_TAIL, (indexed,))
-                        conn.execute(_SWEEP_STREAMS, (indexed,))
-                        conn.execute(
-                            "UPDATE meta SET value = ? WHERE key = 'indexed_upto'", (plan.head,)
-                        )
-                        indexed = plan.head
+                    if plan.head - indexed > self._index_lag * _SWEEP_DEFERRAL:
+                        indexed = _sweep(conn, indexed, plan.head)
                     conn.execute("COMMIT")
                 except BaseException:
                     self._cache_valid = False
@@ -705,6 +748,28 @@ class SqliteEventStore:
         counters.commits += 1
         counters.appends += plan.accepted
         counters.events_appended += plan.event_count
+
+    def _sweep_when_idle(self) -> None:
+        """Index the unindexed tail in a transaction of its own (writer thread, idle).
+
+        A failure leaves the tail as it is (reads still see it); the cache is dropped, so
+        no new idle sweep is tried before a commit has succeeded.
+        """
+        conn = self._writer
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._check_cache(conn)
+                indexed = self._indexed_upto
+                if self._db_head - indexed > self._index_lag:
+                    indexed = _sweep(conn, indexed, self._db_head)
+                conn.execute("COMMIT")
+            except BaseException:
+                self._cache_valid = False
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            self._indexed_upto = indexed
 
     def _check_cache(self, conn: sqlite3.Connection) -> None:
         """Drop the cache if another connection committed since it was filled (in a write
@@ -1192,8 +1257,10 @@ async def open_sqlite_store(
         max_batch (int): most appends one group commit takes.
         clock (Callable[[], float]): the time source for ``recorded_at``.
         checkpoint_interval (float): seconds between background WAL checkpoints.
-        index_lag (int): how many newest events may wait before a commit adds them to the
-            per-stream index (reads scan that tail); 0 indexes in every commit.
+        index_lag (int): how many newest events may wait before the writer adds them to
+            the per-stream index (reads scan that tail): once it has no append waiting,
+            or, under a steady stream of appends, once four times as many wait; 0 indexes
+            in every commit.
 
     Yields:
         SqliteEventStore: the open store.

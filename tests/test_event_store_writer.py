@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -215,3 +216,13 @@ async def test_an_unexpected_writer_error_answers_everyone(
             await store.save_snapshot("s", 1, type="st", schema_version=1, data=b"{}")
     async with open_sqlite_store(tmp_path / "log.db") as store:
         assert await store.stream_version("s") == 1
+
+
+def test_append_results_built_through_slots_equal_constructed_ones() -> None:
+    """The store fills AppendResult's slots directly; the result is the usual frozen value."""
+    fast: AppendResult = _sqlite_store._new_object(AppendResult)
+    _sqlite_store._set_result_slots(fast, "s", 3, 5, 7)
+    built = AppendResult(stream="s", version=3, first_position=5, last_position=7)
+    assert (fast, hash(fast), repr(fast)) == (built, hash(built), repr(built))
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.version = 4  # type: ignore[misc]  # frozen: mypy knows, this checks the runtime
