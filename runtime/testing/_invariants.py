@@ -15,7 +15,7 @@ from ._deterministic_llm import LLMCall
 from ._harness import Trace
 
 if TYPE_CHECKING:
-    from actors import Budget, Price
+    from actors import Price, SessionState
 
 __all__ = [
     "assert_budgets_respected",
@@ -195,16 +195,8 @@ def assert_no_repeated_requests(calls: Iterable[LLMCall], records: Iterable[Reco
         raise AssertionError(msg)
 
 
-@attrs.define
-class _RunBudget:
-    budget: Budget | None
-    limit: int
-    usage: Usage = attrs.field(factory=Usage)
-    by_model: dict[str, Usage] = attrs.field(factory=dict)
-    rounds: int = 0
-
-
 def _cost(by_model: Mapping[str, Usage], prices: Mapping[str, Price]) -> float:
+    """The cost of usage per model at ``prices``, a dated model name priced by its prefix."""
     total = 0.0
     for model, usage in by_model.items():
         names = [name for name in prices if model.startswith(name)]
@@ -217,11 +209,13 @@ def assert_budgets_respected(
     records: Iterable[RecordedEvent], *, prices: Mapping[str, Price] | None = None
 ) -> None:
     """Budgets are never exceeded by more than one call: every model call of every run
-    was made while the run was within its token and cost budget and round limit.
+    was made while the run was within its token and cost budget and its round limit.
 
-    Only the call that crosses a limit may end beyond it; the next check stops the run.
-    Sub-agents' usage counts toward their parent's run once they finish. Wall-time
-    limits are not checked here (the log does not say when a call began).
+    Only the call that crosses a limit may end beyond it; the check before the next call
+    stops the run. Each session stream of the log is folded, and before each recorded
+    answer the run is checked as the session checks it before calling the model (usage
+    includes the sub-agents that finished; input arriving in the last round earns one
+    more round). Wall-time limits are not checked: the log does not say when a call began.
 
     Args:
         records (Iterable[RecordedEvent]): the log (``trace.records``).
@@ -232,39 +226,37 @@ def assert_budgets_respected(
     """
     __tracebackhide__ = True
     actors = importlib.import_module("actors")
+    evolve = importlib.import_module("actors._session_events").evolve
     prices = prices or {}
-    runs: dict[tuple[str, str], _RunBudget] = {}
+    states: dict[str, SessionState] = {}
     for record in records:
         if not record.stream.startswith("session/"):
             continue
         event = decode_record(record)
-        if isinstance(event, actors.RunStarted):
-            runs[record.stream, event.run_id] = _RunBudget(event.budget, event.max_rounds)
-            continue
-        run = runs.get((record.stream, getattr(event, "run_id", "")))
-        if run is None:
-            continue
-        if isinstance(event, actors.OutputRejected):
-            run.limit = max(run.limit, run.rounds + 1)
-        elif isinstance(event, actors.ChildFinished):
-            run.usage = run.usage + event.usage
-        elif isinstance(event, actors.AssistantRecorded):
+        state = states.get(record.stream) or actors.SessionState()
+        run = state.run
+        if isinstance(event, actors.AssistantRecorded) and run is not None:
             where = f"{record.stream} run {event.run_id!r} round {event.round}"
-            if run.rounds >= run.limit:
-                msg = f"{where}: the model was called after the round limit {run.limit}"
+            if run.rounds >= run.round_limit:
+                msg = (
+                    f"{where} (version {record.version}): the model was called after the "
+                    f"round limit {run.round_limit}"
+                )
                 raise AssertionError(msg)
-            if run.budget is not None:
-                over = run.budget.exceeded(run.usage, _cost(run.by_model, prices))
-                if over is not None:
-                    msg = (
-                        f"{where} (version {record.version}): the model was called with the "
-                        f"budget already spent ({over}); only the call that crosses a limit "
-                        "may go beyond it"
-                    )
-                    raise AssertionError(msg)
-            run.rounds = event.round
-            run.usage = run.usage + event.usage
-            run.by_model[event.model] = run.by_model.get(event.model, Usage()) + event.usage
+            budget = run.started.budget
+            over = (
+                None
+                if budget is None
+                else budget.exceeded(run.usage, _cost(run.usage_by_model, prices))
+            )
+            if over is not None:
+                msg = (
+                    f"{where} (version {record.version}): the model was called with the "
+                    f"budget already spent ({over}); only the call that crosses a limit may "
+                    "go beyond it"
+                )
+                raise AssertionError(msg)
+        states[record.stream] = evolve(state, event)
 
 
 def assert_invariants(trace: Trace) -> None:
