@@ -179,6 +179,7 @@ Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
 
 def _slot_setter(name: str) -> Callable[[AppendResult, object], None]:
+    """The ``__set__`` of AppendResult's slot descriptor for field ``name``."""
     setter: Callable[[AppendResult, object], None] = AppendResult.__dict__[name].__set__
     return setter
 
@@ -752,11 +753,11 @@ class SqliteEventStore:
     def _sweep_when_idle(self) -> None:
         """Index the unindexed tail in a transaction of its own (writer thread, idle).
 
-        A failure leaves the tail as it is (reads still see it); the cache is dropped, so
-        no new idle sweep is tried before a commit has succeeded.
+        A failure leaves the tail as it is (reads still see it) and drops the cache, so
+        that no idle sweep is tried again before a commit has re-read it.
         """
         conn = self._writer
-        with contextlib.suppress(sqlite3.Error):
+        try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._check_cache(conn)
@@ -765,11 +766,13 @@ class SqliteEventStore:
                     indexed = _sweep(conn, indexed, self._db_head)
                 conn.execute("COMMIT")
             except BaseException:
-                self._cache_valid = False
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
-            self._indexed_upto = indexed
+        except sqlite3.Error:
+            self._cache_valid = False
+            return
+        self._indexed_upto = indexed
 
     def _check_cache(self, conn: sqlite3.Connection) -> None:
         """Drop the cache if another connection committed since it was filled (in a write
@@ -1183,10 +1186,14 @@ class SqliteEventStore:
             conflicts=c.conflicts,
             failed_appends=c.failed_appends,
             commits=c.commits,
-            pending_appends=len(self._queue) + self._in_flight,
+            pending_appends=self._pending_appends(),
             head_position=self._signal.head,
             closed=self._closing,
         )
+
+    def _pending_appends(self) -> int:
+        with self._mutex:
+            return len(self._queue) + self._in_flight
 
     def _begin_close(self) -> None:
         self._closing = True
@@ -1294,10 +1301,11 @@ async def open_sqlite_store(
     store._signal.head = head
     store._index_lag = index_lag
     try:
-        store._thread = threading.Thread(
+        thread = threading.Thread(
             target=store._writer_main, name=f"powertrio-writer {where}", daemon=True
         )
-        store._thread.start()
+        thread.start()
+        store._thread = thread
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store._checkpointer, checkpoint_interval)
             try:

@@ -226,3 +226,87 @@ def test_append_results_built_through_slots_equal_constructed_ones() -> None:
     assert (fast, hash(fast), repr(fast)) == (built, hash(built), repr(built))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         fast.version = 4  # type: ignore[misc]  # frozen: mypy knows, this checks the runtime
+
+
+def _indexed_upto(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT value FROM meta WHERE key = 'indexed_upto'").fetchone()[0])
+
+
+async def test_an_idle_writer_brings_the_index_up_to_date(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once more than index_lag events wait and no append is queued, the writer indexes
+    them in a transaction of its own; reads see every event either way."""
+    swept = threading.Event()
+    sweep = SqliteEventStore._sweep_when_idle
+
+    def observed(self: SqliteEventStore) -> None:
+        sweep(self)
+        swept.set()
+
+    monkeypatch.setattr(SqliteEventStore, "_sweep_when_idle", observed)
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path, index_lag=4) as store:
+        for i in range(4):
+            await store.append("s", [_event(i)], i)
+        assert not swept.is_set()
+        await store.append("s", [_event(4)], 4)
+        assert await trio.to_thread.run_sync(swept.wait, 30)
+        assert _indexed_upto(path) == 5
+        assert [e.version for e in await store.read("s")] == [1, 2, 3, 4, 5]
+        assert [(i.stream, i.version) for i in await store.streams()] == [("s", 5)]
+
+
+async def test_a_writer_without_idle_moments_sweeps_inside_a_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no idle sweeps, a commit indexes the tail once it passes four times index_lag,
+    in the same transaction as its own events."""
+
+    def failed_sweep(self: SqliteEventStore) -> None:
+        self._cache_valid = False  # what a failed idle sweep does
+
+    monkeypatch.setattr(SqliteEventStore, "_sweep_when_idle", failed_sweep)
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path, index_lag=2) as store:
+        await store.append("a", [_event(i) for i in range(8)], 0)
+        assert _indexed_upto(path) == 0
+        await store.append("b", [_event(8)], 0)
+        assert _indexed_upto(path) == 9
+        assert [e.version for e in await store.read("a")] == list(range(1, 9))
+        assert await store.stream_version("b") == 1
+
+
+async def test_a_failed_idle_sweep_leaves_the_tail_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error in an idle sweep costs nothing but the sweep: reads still see every event
+    through the tail, and a later sweep catches up."""
+    swept = threading.Event()
+    sweep = SqliteEventStore._sweep_when_idle
+
+    def observed(self: SqliteEventStore) -> None:
+        sweep(self)
+        swept.set()
+
+    monkeypatch.setattr(SqliteEventStore, "_sweep_when_idle", observed)
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path, index_lag=2) as store:
+        await store._run_write(
+            lambda conn: conn.execute(
+                "CREATE TEMP TRIGGER no_index BEFORE INSERT ON main.stream_index "
+                "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+            )
+        )
+        await store.append("s", [_event(i) for i in range(3)], 0)
+        assert await trio.to_thread.run_sync(swept.wait, 30)
+        assert _indexed_upto(path) == 0
+        assert [e.version for e in await store.read("s")] == [1, 2, 3]
+        assert await store.stream_version("s") == 3
+        await store._run_write(lambda conn: conn.execute("DROP TRIGGER temp.no_index"))
+        swept.clear()
+        await store.append("s", [_event(3)], 3)
+        assert await trio.to_thread.run_sync(swept.wait, 30)
+        assert _indexed_upto(path) == 4
+        assert [e.version for e in await store.read("s")] == [1, 2, 3, 4]
