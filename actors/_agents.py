@@ -158,6 +158,7 @@ def spawn_agent_tool(agents: Iterable[AgentSpec]) -> Tool[..., object]:
                 "agent": {"type": "string", "enum": [a.name for a in agents]},
                 "task": {
                     "type": "string",
+                    "minLength": 1,
                     "description": "everything the sub-agent needs to know, self-contained",
                 },
             },

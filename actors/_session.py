@@ -575,6 +575,10 @@ class SessionActor(EventSourcedActor[SessionState]):
             return Decision(
                 events=[FollowUpsInjected(run_id=run_id, ids=tuple(f.id for f in state.inbox))]
             )
+        if not state.transcript:
+            return Decision(
+                events=[_finish(run, "failed", error="ValueError: the run has no input")]
+            )
         last = state.transcript[-1]
         if run.rounds and isinstance(last, AssistantMessage) and not last.tool_calls:
             return Decision(events=[self._answered(run, last.content)])
@@ -776,10 +780,12 @@ class SessionActor(EventSourcedActor[SessionState]):
         lines = recorded.differences(step.header)
         return "\n".join(lines) or "the request differs in a parameter the header omits"
 
-    def step_settled(self, step: object, state: SessionState) -> bool:
+    def step_settled(self, step: object, state: SessionState, event: object) -> bool:
         run = state.run
         if run is None or not isinstance(step, _CallLLM | _RunTools):
             return True
+        if isinstance(step, _CallLLM) and isinstance(event, _DECIDED_BETWEEN_CALLS):
+            return True  # decided by a restarted actor: the call in flight was abandoned
         if run.started.run_id != step.run_id:
             return True
         if isinstance(step, _CallLLM):
@@ -1163,6 +1169,10 @@ def _board_follow_up(change: BoardChanged) -> FollowUp:
     )
 
 
+_DECIDED_BETWEEN_CALLS = (FollowUpsInjected, ToolStarted, OutputRejected, HumanRequested)
+"""Events the session decides only while no model call is in flight."""
+
+
 def _describe_step(step: object | None) -> str:
     if step is None:
         return "nothing (it would wait for a message)"
@@ -1305,11 +1315,14 @@ class Session:
             ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
             ConfigError: ``budget`` limits cost but the session has no prices.
             SessionBusyError: a run is active and the policy is ``reject``.
-            ValueError: ``max_rounds`` is below 1.
+            ValueError: ``max_rounds`` is below 1, or ``input`` is empty.
             ActorStoppedError: the session actor stopped for good.
         """
         if max_rounds is not None and max_rounds < 1:
             msg = f"max_rounds must be >= 1, got {max_rounds}"
+            raise ValueError(msg)
+        if not input:
+            msg = "input must not be empty: a model needs something to answer"
             raise ValueError(msg)
         subset = None if tools is None else tuple(tools)
         for name in subset or ():

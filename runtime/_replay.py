@@ -48,8 +48,10 @@ class Replayable(Protocol[StateT]):
         none) is the one ``event`` answers; else a readable description of the difference."""
         ...
 
-    def step_settled(self, step: object, state: StateT) -> bool:
-        """Whether the effect ``step`` is over in ``state`` (answered, or cancelled)."""
+    def step_settled(self, step: object, state: StateT, event: object) -> bool:
+        """Whether the effect ``step`` is over once ``event`` is folded into ``state``:
+        answered, cancelled, or abandoned (an event only a restarted actor decides while
+        no effect is in flight shows the process stopped during the effect)."""
         ...
 
 
@@ -108,7 +110,7 @@ async def replay(
                 checked += 1
             state = decider.evolve(state, event)
             version = record.version
-            if step is not None and decider.step_settled(step, state):
+            if step is not None and decider.step_settled(step, state, event):
                 step = None
             if step is None:
                 # What the live loop asks after each append; a Decision's events are the

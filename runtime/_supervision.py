@@ -69,7 +69,11 @@ class Backoff:
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         """The delay before restart number ``attempt`` (1-based) of one child."""
-        base = min(self.maximum, self.initial * self.factor ** max(0, attempt - 1))
+        try:
+            grown = self.initial * self.factor ** max(0, attempt - 1)
+        except OverflowError:  # a child that crash-loops for long: the cap applies
+            grown = math.inf
+        base = min(self.maximum, grown)
         if self.jitter == 0 or base == 0:
             return base
         return base * (1 + self.jitter * (2 * rng.random() - 1))

@@ -543,3 +543,16 @@ async def test_a_watched_board_change_wakes_an_idle_session_once() -> None:
     assert llm.requests[0].messages == (
         UserMessage("[board team] 'plan' is now {\"step\":1} (version 1, by alice)"),
     )
+
+
+async def test_an_empty_send_is_refused_and_an_empty_task_fails_its_run_cleanly() -> None:
+    from actors import AgentSpec
+
+    llm = ScriptedLLM([answer("fine")])
+    async with open_runtime() as runtime:
+        session = await spawn_session(runtime, llm=llm)
+        with pytest.raises(ValueError, match="input must not be empty"):
+            await session.send("")
+        child = await session.spawn(AgentSpec(name="blank"), "")
+        assert (child.status, child.error) == ("failed", "ValueError: the run has no input")
+        assert (await session.send("hello")).status == "completed"

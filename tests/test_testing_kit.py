@@ -28,6 +28,8 @@ from actors import (
     AgentSpec,
     AssistantRecorded,
     Budget,
+    FollowUpReceived,
+    FollowUpsInjected,
     RunStarted,
     SessionCreated,
     ask_human,
@@ -37,6 +39,7 @@ from actors import (
 )
 from protocols import (
     AssistantMessage,
+    FollowUp,
     LLMRequest,
     LLMResponse,
     SystemMessage,
@@ -53,7 +56,7 @@ from protocols.errors import (
     ScriptExhaustedError,
     StoreError,
 )
-from runtime import Backoff, EventStore, NewEvent, open_runtime
+from runtime import Backoff, EventStore, NewEvent, TimerFired, TimerScheduled, open_runtime
 from runtime.testing import (
     UNKNOWN_TOOL,
     AdvanceClock,
@@ -63,6 +66,8 @@ from runtime.testing import (
     DeterministicLLM,
     FailNextCommit,
     FaultyEventStore,
+    InMemoryEventStore,
+    RestartRuntime,
     RuntimeHarness,
     ScriptedLLM,
     Send,
@@ -72,10 +77,14 @@ from runtime.testing import (
     WriteBoard,
     assert_budgets_respected,
     assert_crash_equivalent,
+    assert_follow_ups_read_once,
     assert_invariants,
     assert_no_repeated_requests,
     assert_replay_matches,
     assert_requests_provider_valid,
+    assert_runs_end_once,
+    assert_states_are_folds,
+    assert_timers_fire_once,
     check_event_store,
     conversations,
     json_values,
@@ -131,35 +140,23 @@ def harness_agent() -> AgentSpec:
 # -- the properties -----------------------------------------------------------------------
 
 
-@property_settings(examples=500)
-@given(conversation=conversations(CALCULATOR, max_rounds=4), ops=operations(faults=False))
-def test_operations_on_a_session_keep_every_invariant(
-    runtime_harness: RuntimeHarness, conversation: tuple[object, ...], ops: tuple[object, ...]
-) -> None:
-    """Any script and operation sequence: replay equals live state, every request is
-    provider-valid, no recorded answer is asked again, budgets hold to within one call."""
-    trace = runtime_harness.run(conversation, ops)  # type: ignore[arg-type]
-    for status in sorted({result.status for result in trace.state.results.values()}):
-        event(f"a run {status}")
-    assert_invariants(trace)
+HARNESS = RuntimeHarness(CALCULATOR, observe_states=True)
 
 
 @property_settings(examples=500)
 @given(conversation=conversations(CALCULATOR, max_rounds=4), ops=operations())
-def test_crash_restarts_and_failed_commits_keep_the_live_invariants(
-    runtime_harness: RuntimeHarness, conversation: tuple[object, ...], ops: tuple[object, ...]
+def test_operations_on_a_session_keep_every_invariant(
+    conversation: tuple[object, ...], ops: tuple[object, ...]
 ) -> None:
-    """With crashes and failed commits among the operations: every request is still
-    provider-valid, no recorded answer is asked again, budgets hold to within one call.
-
-    (Replay equals live state is checked without faults above: see the defects at the
-    end of this module.)
-    """
-    trace = runtime_harness.run(conversation, ops)  # type: ignore[arg-type]
+    """Any script and any operations, crashes, failed commits and runtime restarts
+    included: replay equals the live state, every reported state is a fold of the log,
+    every request is provider-valid, no recorded answer is asked again, budgets hold to
+    within one call, follow-ups and firings are read once, runs end once."""
+    trace = HARNESS.run(conversation, ops)  # type: ignore[arg-type]
+    for status in sorted({result.status for result in trace.state.results.values()}):
+        event(f"a run {status}")
     event(f"faults fired: {len(trace.faults)}")
-    assert_requests_provider_valid(trace.requests)
-    assert_no_repeated_requests(trace.calls, trace.records)
-    assert_budgets_respected(trace.records, prices=trace.prices)
+    assert_invariants(trace)
 
 
 WORKER = AgentSpec(name="worker", description="adds numbers", tools=[add], max_rounds=2)
@@ -368,6 +365,19 @@ def test_the_harness_runs_every_operation_and_reports_it() -> None:
     assert trace.state.timers.pending == ()
     assert [r.status for r in trace.results.values()] == ["completed", "completed"]
     assert trace.calls[0].request.messages[0] == SystemMessage("Be exact.")
+    assert_invariants(trace)
+
+
+def test_a_runtime_restart_abandons_sends_and_the_session_goes_on() -> None:
+    """After a restart the session folds its log and finishes the run it had begun."""
+    trace = HARNESS.run(
+        [LLMResponse(content="one"), LLMResponse(content="two")],
+        [Send("first"), AdvanceClock(0.5), RestartRuntime(), Send("second", wait=True)],
+    )
+    assert trace.outcomes[0] == "sent (runs in the background); then abandoned: the runtime stopped"
+    assert trace.outcomes[2] == "a new runtime on the same log"
+    assert trace.outcomes[3].startswith("completed")
+    assert [r.status for r in trace.state.results.values()] == ["completed", "completed"]
     assert_invariants(trace)
 
 
@@ -613,6 +623,82 @@ async def test_budgets_fail_when_a_call_is_made_past_the_limit() -> None:
     )
 
 
+async def append(store: InMemoryEventStore, stream: str, *events: object) -> None:
+    """Append events to a stream, as an actor would."""
+    version = await store.stream_version(stream)
+    await store.append(stream, [NewEvent.from_encoded(encode(e)) for e in events], version)
+
+
+async def test_follow_ups_read_once_fails_on_a_repeat_and_on_an_unread_one() -> None:
+    """A follow-up injected twice, and one never injected, are named."""
+    store = InMemoryEventStore()
+    started = RunStarted(run_id="r1", input="", max_rounds=3)
+    await append(
+        store,
+        "session/f",
+        SessionCreated(session_id="f", system_prompt="", max_rounds=3),
+        FollowUpReceived(follow_up=FollowUp(id="a", content="one")),
+        started,
+        FollowUpsInjected(run_id="r1", ids=("a",)),
+    )
+    assert_follow_ups_read_once(await store.read_all())
+    await append(
+        store,
+        "session/f",
+        FollowUpsInjected(run_id="r1", ids=("a",)),
+        FollowUpReceived(follow_up=FollowUp(id="b", content="two")),
+    )
+    with pytest.raises(AssertionError) as info:
+        assert_follow_ups_read_once(await store.read_all())
+    assert str(info.value) == (
+        "follow-ups of session/f: read by the model twice: ['a']; never read by the model: ['b']"
+    )
+
+
+async def test_timers_fire_once_fails_on_a_second_firing_of_one_due_time() -> None:
+    """A re-delivered firing that was recorded again is named with its due time."""
+    store = InMemoryEventStore()
+    fired = TimerFired(timer_id="t1", due_at=60.0, fired_at=61.0)
+    await append(store, "session/t", TimerScheduled(timer_id="t1", due_at=60.0), fired)
+    assert_timers_fire_once(await store.read_all())
+    await append(store, "session/t", fired)
+    with pytest.raises(AssertionError) as info:
+        assert_timers_fire_once(await store.read_all())
+    assert str(info.value) == "timers of session/t fired twice for one due time: [('t1', 60.0)]"
+
+
+async def test_runs_end_once_fails_on_a_run_that_never_ends() -> None:
+    """A run left open at the end of a settled run is named."""
+    store = InMemoryEventStore()
+    await append(
+        store,
+        "session/r",
+        SessionCreated(session_id="r", system_prompt="", max_rounds=3),
+        RunStarted(run_id="r1", input="go", max_rounds=3),
+    )
+    with pytest.raises(AssertionError) as info:
+        assert_runs_end_once(await store.read_all())
+    assert str(info.value) == "runs of session/r: never ended: ['r1']"
+
+
+def test_states_are_folds_fails_on_a_state_the_log_never_had() -> None:
+    """A reported state that no prefix of the log folds to is named with its operation."""
+    trace = HARNESS.run([LLMResponse(content="hi")], [Send("hello", wait=True), AdvanceClock(1)])
+    assert [seen.after for seen in trace.observed] == [
+        "Send(text='hello', wait=True, if_busy=None)",
+        "AdvanceClock(seconds=1)",
+    ]
+    assert_states_are_folds(trace)
+    seen = trace.observed[0]
+    forged = attrs.evolve(seen, state=attrs.evolve(seen.state, usage=Usage(prompt_tokens=1)))
+    with pytest.raises(AssertionError) as info:
+        assert_states_are_folds(attrs.evolve(trace, observed=(forged,)))
+    assert str(info.value) == (
+        "after Send(text='hello', wait=True, if_busy=None) the session reported a state that "
+        f"is the fold of no prefix of session/s1 (of its first {seen.version} events)"
+    )
+
+
 def test_assert_invariants_lists_the_operations_of_a_failing_run() -> None:
     """The first broken invariant, then each operation with what it did."""
     trace = plain_trace()
@@ -676,18 +762,9 @@ def test_the_plugin_is_installed_for_any_project(tmp_path: Path) -> None:
     assert "ScriptedLLM: 1 scripted answer(s) not used after 0 request(s)" in done.stdout
 
 
-# -- defects the kit found: strict xfails, to remove when fixed ------------------------------
+# -- defects the kit found, fixed: regression tests -----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "runtime.replay keeps the LLM call in flight across a crash: the restarted session "
-        "injects the follow-ups received meanwhile and asks again with them, and replay "
-        "compares the answer with the stale request (found by the operations property "
-        "with replay checked under faults)"
-    ),
-)
 def test_replay_matches_a_session_that_crashed_during_a_model_call(
     runtime_harness: RuntimeHarness,
 ) -> None:
@@ -701,14 +778,6 @@ def test_replay_matches_a_session_that_crashed_during_a_model_call(
     assert_replay_matches(trace)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "actors: a run whose input is empty (send(''), or spawn_agent with task '') has an "
-        "empty transcript, and next_step reads transcript[-1]: IndexError at every restart, "
-        "a poisoned log (found by the kit with a sub-agent whose generated task was '')"
-    ),
-)
 async def test_an_empty_input_does_not_poison_the_session(
     virtual_clock: trio.testing.MockClock,
 ) -> None:
@@ -722,14 +791,6 @@ async def test_an_empty_input_does_not_poison_the_session(
             assert (await session.send("hello")).status == "completed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "runtime.Backoff.delay computes factor ** (attempt - 1) before capping it at "
-        "maximum: OverflowError (in the supervisor) after about 1000 restarts of one child "
-        "(found by the kit: a crash-looping sub-agent)"
-    ),
-)
 def test_backoff_is_capped_however_many_restarts() -> None:
     """The delay of the 2000th restart is the maximum, not an overflow."""
     assert Backoff(jitter=0).delay(2000, random.Random(0)) == 5.0
