@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 import attrs
-import pytest
 import trio
 import trio.lowlevel
 import trio.testing
