@@ -14,14 +14,19 @@ from ._deterministic_llm import LLMCall as LLMCall
 from ._faults import FaultyEventStore as FaultyEventStore
 from ._faults import InjectedFault as InjectedFault
 from ._harness import DEFAULT_EPOCH as DEFAULT_EPOCH
+from ._harness import ObservedState as ObservedState
 from ._harness import RuntimeHarness as RuntimeHarness
 from ._harness import Trace as Trace
 from ._invariants import assert_budgets_respected as assert_budgets_respected
 from ._invariants import assert_crash_equivalent as assert_crash_equivalent
+from ._invariants import assert_follow_ups_read_once as assert_follow_ups_read_once
 from ._invariants import assert_invariants as assert_invariants
 from ._invariants import assert_no_repeated_requests as assert_no_repeated_requests
 from ._invariants import assert_replay_matches as assert_replay_matches
 from ._invariants import assert_requests_provider_valid as assert_requests_provider_valid
+from ._invariants import assert_runs_end_once as assert_runs_end_once
+from ._invariants import assert_states_are_folds as assert_states_are_folds
+from ._invariants import assert_timers_fire_once as assert_timers_fire_once
 from ._llm import FunctionLLM as FunctionLLM
 from ._llm import ScriptedLLM as ScriptedLLM
 from ._llm import ScriptItem as ScriptItem
@@ -32,6 +37,7 @@ from ._operations import ClearTimer as ClearTimer
 from ._operations import CrashSession as CrashSession
 from ._operations import FailNextCommit as FailNextCommit
 from ._operations import Operation as Operation
+from ._operations import RestartRuntime as RestartRuntime
 from ._operations import Send as Send
 from ._operations import SendFollowUp as SendFollowUp
 from ._operations import SetTimer as SetTimer

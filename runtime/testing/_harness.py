@@ -8,6 +8,7 @@ import importlib
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING, final
 
 import attrs
@@ -37,6 +38,7 @@ from ._operations import (
     CrashSession,
     FailNextCommit,
     Operation,
+    RestartRuntime,
     Send,
     SendFollowUp,
     SetTimer,
@@ -60,12 +62,25 @@ if TYPE_CHECKING:
     )
     from protocols import LLMRequest, ToolCall, ToolOutcome
 
-__all__ = ["DEFAULT_EPOCH", "RuntimeHarness", "Trace"]
+__all__ = ["DEFAULT_EPOCH", "ObservedState", "RuntimeHarness", "Trace"]
 
 DEFAULT_EPOCH = 1_700_000_000.0
 """The wall time (epoch seconds) the harness's clock starts at, so runs are reproducible."""
 
 _MAX_IDLE = 50  # passes with nothing to wait for before the harness calls itself stuck
+
+
+@final
+@attrs.frozen(kw_only=True, eq=False)
+class ObservedState:
+    """The state the session reported after an operation (``observe_states=True``)."""
+
+    after: str
+    """The operation, as Python."""
+    state: SessionState
+    version: int
+    """The length of the session's stream read right after: the state must be the fold
+    of one of its prefixes (:func:`assert_states_are_folds`)."""
 
 
 @final
@@ -100,6 +115,8 @@ class Trace:
     """The log itself, for further checks (``replay_session`` with changed code...)."""
     prices: Mapping[str, Price] = attrs.field(factory=dict)
     """The prices the session ran with (for cost budgets)."""
+    observed: tuple[ObservedState, ...] = ()
+    """The state after each operation, with ``observe_states=True``."""
 
     @property
     def stream(self) -> str:
@@ -117,9 +134,9 @@ class Trace:
         return tuple(call.request for call in self.calls)
 
 
-# Its field types come from `actors`, which runtime imports only for type checking, so
+# Their field types come from `actors`, which runtime imports only for type checking, so
 # fixup_module_metadata cannot resolve them and would leave the private module name.
-Trace.__module__ = "runtime.testing"
+Trace.__module__ = ObservedState.__module__ = "runtime.testing"
 
 
 @contextlib.contextmanager
@@ -227,6 +244,8 @@ class RuntimeHarness:
             time fails: the agent hangs.
         supervision (Supervision | None): how the root restarts the session after a
             crash; the default restarts at once, up to 1000 times a second.
+        observe_states (bool): after each operation, ask the session for its state and
+            keep it in :attr:`Trace.observed`, for :func:`assert_states_are_folds`.
 
     Raises:
         ConfigError: the agent names a tool instead of giving it.
@@ -246,6 +265,7 @@ class RuntimeHarness:
         session_id: str = "s1",
         max_virtual_seconds: float = 7 * 86_400.0,
         supervision: Supervision | None = None,
+        observe_states: bool = False,
     ) -> None:
         actors = importlib.import_module("actors")
         if agent is None:
@@ -274,6 +294,7 @@ class RuntimeHarness:
         self._human_answer = human_answer
         self._session_id = session_id
         self._max_seconds = max_virtual_seconds
+        self._observe_states = observe_states
         self._supervision = supervision or Supervision(
             max_restarts=1000, within=1.0, backoff=Backoff(initial=0.0)
         )
@@ -349,47 +370,49 @@ class RuntimeHarness:
     ) -> Trace:
         actors = importlib.import_module("actors")
         agent = self._agent
-        hooks = [_slow_tools(self._tool_delays)] if self._tool_delays else []
-        async with open_runtime(
-            clock=clock, seed=self._seed, store=store, supervision=self._supervision
-        ) as runtime:
-            session: Session = await actors.spawn_session(
-                runtime,
-                llm=llm,
-                tools=agent.own_tools(),
-                system_prompt=agent.system_prompt,
-                max_rounds=agent.max_rounds,
-                model=agent.model,
-                budget=agent.budget,
-                response_format=agent.response_format,
-                agents=agent.agents,
-                prices=self._prices,
-                tool_hooks=hooks,
-                session_id=self._session_id,
+        driver = _Driver(store, self._human_answer)
+        segments: list[list[tuple[int, Operation]]] = [[]]
+        for index, operation in enumerate(ops):
+            if isinstance(operation, RestartRuntime):
+                segments.append([])
+            segments[-1].append((index, operation))
+        board_used = self._board_id is not None and any(isinstance(op, WriteBoard) for op in ops)
+        state: SessionState | None = None
+        try:
+            with trio.fail_after(self._max_seconds):
+                for number, segment in enumerate(segments):
+                    async with open_runtime(
+                        clock=clock,
+                        seed=self._seed + number,
+                        store=store,
+                        supervision=self._supervision,
+                    ) as runtime:
+                        session = await self._spawn(actors, runtime, llm)
+                        board: Board | None = None
+                        if board_used:
+                            board = await actors.open_board(runtime, self._board_id)
+                            await board.watch_actor(session.ref, prefix="")
+                        driver.attach(runtime, session, board)
+                        async with trio.open_nursery() as nursery:
+                            driver.nursery = nursery
+                            for index, operation in segment:
+                                driver.outcomes.append(await driver.apply(index, operation))
+                                if self._observe_states:
+                                    await driver.observe(repr(operation))
+                            if number == len(segments) - 1:
+                                await driver.settle()
+                                state = await driver.state()
+                            nursery.cancel_scope.cancel()  # sends in flight die with it
+        except trio.TooSlowError:
+            done = "\n".join(
+                f"  {op!r}: {outcome}" for op, outcome in zip(ops, driver.outcomes, strict=False)
             )
-            board: Board | None = None
-            if self._board_id is not None and any(isinstance(op, WriteBoard) for op in ops):
-                board = await actors.open_board(runtime, self._board_id)
-                await board.watch_actor(session.ref, prefix="")
-            driver = _Driver(runtime, session, board, store, self._human_answer)
-            try:
-                with trio.fail_after(self._max_seconds):
-                    async with trio.open_nursery() as nursery:
-                        driver.nursery = nursery
-                        for index, operation in enumerate(ops):
-                            driver.outcomes.append(await driver.apply(index, operation))
-                        await driver.settle()
-            except trio.TooSlowError:
-                done = "\n".join(
-                    f"  {op!r}: {outcome}"
-                    for op, outcome in zip(ops, driver.outcomes, strict=False)
-                )
-                msg = (
-                    f"the agent did not settle within {self._max_seconds:g} virtual seconds "
-                    f"(a hang); operations done:\n{done or '  (none)'}"
-                )
-                raise AssertionError(msg) from None
-            state = await session.state()
+            msg = (
+                f"the agent did not settle within {self._max_seconds:g} virtual seconds "
+                f"(a hang); operations done:\n{done or '  (none)'}"
+            )
+            raise AssertionError(msg) from None
+        assert state is not None
         outcomes = list(driver.outcomes)
         for i, op in enumerate(ops):
             if isinstance(op, Send) and not op.wait and i in driver.finals:
@@ -425,7 +448,26 @@ class RuntimeHarness:
             faults=tuple(store.faults),
             store=inner,
             prices=dict(self._prices),
+            observed=tuple(driver.observed),
         )
+
+    async def _spawn(self, actors: ModuleType, runtime: Runtime, llm: DeterministicLLM) -> Session:
+        agent = self._agent
+        session: Session = await actors.spawn_session(
+            runtime,
+            llm=llm,
+            tools=agent.own_tools(),
+            system_prompt=agent.system_prompt,
+            max_rounds=agent.max_rounds,
+            model=agent.model,
+            budget=agent.budget,
+            response_format=agent.response_format,
+            agents=agent.agents,
+            prices=self._prices,
+            tool_hooks=[_slow_tools(self._tool_delays)] if self._tool_delays else [],
+            session_id=self._session_id,
+        )
+        return session
 
 
 def _describe_error(error: PowertrioError) -> str:
@@ -433,19 +475,10 @@ def _describe_error(error: PowertrioError) -> str:
 
 
 class _Driver:
-    """Applies operations to one session and settles it; one per harness run."""
+    """Applies operations to the session and settles it; one per harness run, across the
+    runtimes a :class:`RestartRuntime` opens."""
 
-    def __init__(
-        self,
-        runtime: Runtime,
-        session: Session,
-        board: Board | None,
-        store: FaultyEventStore,
-        human_answer: str,
-    ) -> None:
-        self.runtime = runtime
-        self.session = session
-        self.board = board
+    def __init__(self, store: FaultyEventStore, human_answer: str) -> None:
         self.store = store
         self.human_answer = human_answer
         self.nursery: trio.Nursery | None = None
@@ -455,6 +488,27 @@ class _Driver:
         """How each send ended, by operation index."""
         self.timers: list[str] = []
         self.pending = 0
+        self.observed: list[ObservedState] = []
+
+    def attach(self, runtime: Runtime, session: Session, board: Board | None) -> None:
+        """Drive this runtime's session (a new one after each restart)."""
+        self.runtime = runtime
+        self.session = session
+        self.board = board
+
+    async def state(self) -> SessionState:
+        """The session's state, asked again if the actor crashed under the question."""
+        while True:
+            try:
+                return await self.session.state()
+            except ActorCrashedError:
+                await trio.lowlevel.checkpoint()
+
+    async def observe(self, after: str) -> None:
+        """Record the state the session reports now, and how long its stream is."""
+        state = await self.state()
+        version = await self.store.inner.stream_version(f"session/{self.session.id}")
+        self.observed.append(ObservedState(after=after, state=state, version=version))
 
     async def apply(self, index: int, op: Operation) -> str:
         """Do one operation; return what it did, in a few words."""
@@ -466,13 +520,13 @@ class _Driver:
     async def _apply(self, index: int, op: Operation) -> str:
         session = self.session
         if isinstance(op, Send):
-            finished = self._send_in_background(index, op.text)
+            finished = self._send_in_background(index, op)
             if not op.wait:
                 return "sent (runs in the background)"
             await self._drive(finished.is_set)
             return self.finals[index]
         if isinstance(op, SendFollowUp):
-            accepted = await session.follow_up(op.text, id=op.id)
+            accepted = await session.follow_up(op.text, id=op.id, kind=op.kind)
             return "accepted" if accepted else "a repeated id: no-op"
         if isinstance(op, CancelRun):
             cancelled = await session.cancel("cancelled by the harness", mode=op.mode)
@@ -502,22 +556,28 @@ class _Driver:
             self.store.fail_next_append()
             await trio.lowlevel.checkpoint()
             return "armed: the next commit fails"
+        if isinstance(op, RestartRuntime):
+            await trio.lowlevel.checkpoint()
+            return "a new runtime on the same log"
         assert isinstance(op, AdvanceClock)
         await trio.sleep(op.seconds)
         return f"{op.seconds:g} s passed"
 
-    def _send_in_background(self, index: int, text: str) -> trio.Event:
+    def _send_in_background(self, index: int, op: Send) -> trio.Event:
         finished = trio.Event()
         self.pending += 1
 
         async def send() -> None:
             try:
-                self.results[index] = await self.session.send(text)
-                self.finals[index] = _summary(self.results[index])
+                result = await self.session.send(op.text, if_busy=op.if_busy)
             except PowertrioError as exc:
                 self.finals[index] = _describe_error(exc)
+            else:
+                self.results[index] = result
+                self.finals[index] = _summary(result)
             finally:
                 self.pending -= 1
+                self.finals.setdefault(index, "abandoned: the runtime stopped")
                 finished.set()
 
         assert self.nursery is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ import attrs
 from protocols import LLMRequest, Usage, decode_record
 
 from .._event_store import RecordedEvent
+from .._timer_book import TimerFired, TimerScheduled
 from ._deterministic_llm import LLMCall
 from ._harness import Trace
 
@@ -20,10 +22,14 @@ if TYPE_CHECKING:
 __all__ = [
     "assert_budgets_respected",
     "assert_crash_equivalent",
+    "assert_follow_ups_read_once",
     "assert_invariants",
     "assert_no_repeated_requests",
     "assert_replay_matches",
     "assert_requests_provider_valid",
+    "assert_runs_end_once",
+    "assert_states_are_folds",
+    "assert_timers_fire_once",
 ]
 
 _REPR_LIMIT = 300
@@ -259,12 +265,154 @@ def assert_budgets_respected(
         states[record.stream] = evolve(state, event)
 
 
+def _session_events(records: Iterable[RecordedEvent]) -> dict[str, list[object]]:
+    """The decoded events of each session stream of the log."""
+    importlib.import_module("actors")  # registers the session's events with the codec
+    streams: dict[str, list[object]] = {}
+    for record in records:
+        if record.stream.startswith("session/"):
+            streams.setdefault(record.stream, []).append(decode_record(record))
+    return streams
+
+
+def _repeated(items: Iterable[object]) -> list[object]:
+    counts = Counter(items)
+    return sorted((item for item, count in counts.items() if count > 1), key=repr)
+
+
+def assert_follow_ups_read_once(records: Iterable[RecordedEvent]) -> None:
+    """Every follow-up is received once per id and read by the model exactly once.
+
+    A follow-up's id is recorded once however often it is delivered; each received
+    follow-up, timer firing and board change is injected into the conversation once,
+    never twice; and once the session has settled (the harness's end) none is left
+    unread. Per session stream of the log.
+
+    Args:
+        records (Iterable[RecordedEvent]): the log of a settled run (``trace.records``).
+
+    Raises:
+        AssertionError: names the stream and the ids received twice, injected twice,
+            or never injected.
+    """
+    __tracebackhide__ = True
+    actors = importlib.import_module("actors")
+    wake_up = importlib.import_module("actors._session_events").timer_follow_up
+    for stream, events in _session_events(records).items():
+        received = [e.follow_up.id for e in events if isinstance(e, actors.FollowUpReceived)]
+        notes = {e.timer_id: e.note for e in events if isinstance(e, TimerScheduled)}
+        wake_ups = [
+            wake_up(e, notes.get(e.timer_id, "")).id for e in events if isinstance(e, TimerFired)
+        ]
+        injected = [i for e in events if isinstance(e, actors.FollowUpsInjected) for i in e.ids]
+        problems: list[str] = []
+        if _repeated(received):
+            problems.append(f"received twice: {_repeated(received)}")
+        if _repeated(injected):
+            problems.append(f"read by the model twice: {_repeated(injected)}")
+        unread = sorted((set(received) | set(wake_ups)) - set(injected))
+        if unread:
+            problems.append(f"never read by the model: {unread}")
+        if problems:
+            raise AssertionError(f"follow-ups of {stream}: " + "; ".join(problems))
+
+
+def assert_timers_fire_once(records: Iterable[RecordedEvent]) -> None:
+    """Every timer fires at most once per due time, and only if it was scheduled.
+
+    Timers are durable and re-armed after restarts; a firing delivered again after a
+    crash must be dropped (effectively once, DESIGN.md §5).
+
+    Args:
+        records (Iterable[RecordedEvent]): the log (``trace.records``).
+
+    Raises:
+        AssertionError: names the stream and the timer.
+    """
+    __tracebackhide__ = True
+    streams: dict[str, list[object]] = {}
+    for record in records:
+        if record.type.startswith("timer."):
+            streams.setdefault(record.stream, []).append(decode_record(record))
+    for stream, events in streams.items():
+        scheduled = {e.timer_id for e in events if isinstance(e, TimerScheduled)}
+        fired = [(e.timer_id, e.due_at) for e in events if isinstance(e, TimerFired)]
+        twice = _repeated(fired)
+        if twice:
+            msg = f"timers of {stream} fired twice for one due time: {twice}"
+            raise AssertionError(msg)
+        unknown = sorted({timer_id for timer_id, _ in fired} - scheduled)
+        if unknown:
+            msg = f"timers of {stream} fired without being scheduled: {unknown}"
+            raise AssertionError(msg)
+
+
+def assert_runs_end_once(records: Iterable[RecordedEvent]) -> None:
+    """Every run starts once and, the session settled, ends exactly once.
+
+    Args:
+        records (Iterable[RecordedEvent]): the log of a settled run (``trace.records``).
+
+    Raises:
+        AssertionError: names the stream and the runs started twice, ended twice or
+            never ended.
+    """
+    __tracebackhide__ = True
+    actors = importlib.import_module("actors")
+    for stream, events in _session_events(records).items():
+        started = [e.run_id for e in events if isinstance(e, actors.RunStarted)]
+        ended = [e.run_id for e in events if isinstance(e, actors.RunFinished)]
+        problems: list[str] = []
+        if _repeated(started):
+            problems.append(f"started twice: {_repeated(started)}")
+        if _repeated(ended):
+            problems.append(f"ended twice: {_repeated(ended)}")
+        if sorted(set(started) - set(ended)):
+            problems.append(f"never ended: {sorted(set(started) - set(ended))}")
+        if sorted(set(ended) - set(started)):
+            problems.append(f"ended, never started: {sorted(set(ended) - set(started))}")
+        if problems:
+            raise AssertionError(f"runs of {stream}: " + "; ".join(problems))
+
+
+def assert_states_are_folds(trace: Trace) -> None:
+    """Every state the session reported was the fold of a prefix of its log.
+
+    With ``RuntimeHarness(observe_states=True)`` the harness asks for the state after
+    each operation, across crashes and runtime restarts; each must equal folding the
+    stream's first events, as many as were logged by then or fewer (DESIGN.md
+    invariant 1: the log is the authority, nothing else is a source of truth).
+
+    Args:
+        trace (Trace): a harness run with observed states.
+
+    Raises:
+        AssertionError: names the operation after which the state was no fold.
+    """
+    __tracebackhide__ = True
+    actors = importlib.import_module("actors")
+    evolve = importlib.import_module("actors._session_events").evolve
+    folds = [actors.SessionState()]
+    for record in trace.records:
+        if record.stream == trace.stream:
+            folds.append(evolve(folds[-1], decode_record(record)))
+    for seen in trace.observed:
+        if seen.state not in folds[: seen.version + 1]:
+            msg = (
+                f"after {seen.after} the session reported a state that is the fold of no "
+                f"prefix of {trace.stream} (of its first {seen.version} events)"
+            )
+            raise AssertionError(msg)
+
+
 def assert_invariants(trace: Trace) -> None:
     """Check every single-run invariant of a harness run.
 
     :func:`assert_replay_matches`, :func:`assert_requests_provider_valid`,
-    :func:`assert_no_repeated_requests` and :func:`assert_budgets_respected`
-    (crash equivalence needs two runs: :func:`assert_crash_equivalent`).
+    :func:`assert_no_repeated_requests`, :func:`assert_budgets_respected`,
+    :func:`assert_follow_ups_read_once`, :func:`assert_timers_fire_once`,
+    :func:`assert_runs_end_once`, and :func:`assert_states_are_folds` when the run
+    observed states (crash equivalence needs two runs: :func:`assert_crash_equivalent`).
 
     Example::
 
@@ -283,6 +431,11 @@ def assert_invariants(trace: Trace) -> None:
         assert_requests_provider_valid(trace.requests)
         assert_no_repeated_requests(trace.calls, trace.records)
         assert_budgets_respected(trace.records, prices=trace.prices)
+        assert_follow_ups_read_once(trace.records)
+        assert_timers_fire_once(trace.records)
+        assert_runs_end_once(trace.records)
+        if trace.observed:
+            assert_states_are_folds(trace)
     except AssertionError as error:
         steps = "\n".join(
             f"  {op!r}: {outcome}"

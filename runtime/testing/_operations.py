@@ -15,6 +15,7 @@ __all__ = [
     "CrashSession",
     "FailNextCommit",
     "Operation",
+    "RestartRuntime",
     "Send",
     "SendFollowUp",
     "SetTimer",
@@ -28,7 +29,8 @@ __all__ = [
 @final
 @attrs.frozen
 class Send:
-    """``session.send(text)``: a new run (queued behind an active one).
+    """``session.send(text, if_busy=if_busy)``: a new run (by default queued behind an
+    active one).
 
     With ``wait`` the harness waits for the run's result before the next operation;
     otherwise the send goes on in the background, so the operations after it happen
@@ -39,6 +41,8 @@ class Send:
     """The user's input."""
     wait: bool = False
     """Wait for the run's result before the next operation."""
+    if_busy: Literal["queue", "reject", "interrupt"] | None = None
+    """What the send does while a run is active; ``None``: the session's policy."""
 
 
 @final
@@ -53,6 +57,8 @@ class SendFollowUp:
     """What the model reads."""
     id: str
     """The deduplication key."""
+    kind: str = "user"
+    """``user``, ``system``...: consecutive follow-ups of one kind make one user turn."""
 
 
 @final
@@ -119,6 +125,17 @@ class FailNextCommit:
 
 @final
 @attrs.frozen
+class RestartRuntime:
+    """Stop the runtime, as a process that exits, and open a new one on the same log.
+
+    Every actor and task stops (sends in flight are abandoned, not answered); the new
+    runtime's session folds its log and goes on with what was running, its timers are
+    re-armed from the log. The clock goes on; the new runtime's seed is the next one.
+    """
+
+
+@final
+@attrs.frozen
 class AdvanceClock:
     """Let ``seconds`` of virtual time pass (``trio.sleep``): runs progress, timers fire."""
 
@@ -135,6 +152,7 @@ Operation: TypeAlias = (
     | WriteBoard
     | CrashSession
     | FailNextCommit
+    | RestartRuntime
     | AdvanceClock
 )
 """One step of an operation sequence (see :func:`operations`)."""

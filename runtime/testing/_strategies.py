@@ -32,6 +32,7 @@ from ._operations import (
     CrashSession,
     FailNextCommit,
     Operation,
+    RestartRuntime,
     Send,
     SendFollowUp,
     SetTimer,
@@ -547,29 +548,45 @@ def operations(
     board: bool = True,
     cancels: bool = True,
     faults: bool = True,
+    restarts: bool = True,
 ) -> SearchStrategy[tuple[Operation, ...]]:
     """Sequences of operations on a running agent, for :meth:`RuntimeHarness.run`.
 
-    Sends (waited for or in the background), follow-ups with ids from a small pool (so
-    repeats happen), cancels in both modes, timers set and cleared, board writes,
-    crash-restarts and failed commits, and virtual time passing. They shrink towards
-    fewer and simpler operations.
+    Sends (waited for or in the background, with each busy policy), follow-ups with ids
+    from a small pool (so repeats happen) and of two kinds, cancels in both modes,
+    timers set and cleared, board writes, crash-restarts of the session, failed
+    commits, restarts of the whole runtime on the same log, and virtual time passing.
+    They shrink towards fewer and simpler operations.
+
+    Example::
+
+        @property_settings()
+        @given(ops=operations(board=False, restarts=False))
+        def test_my_agent(runtime_harness, ops):
+            assert_invariants(runtime_harness.run((), ops))
 
     Args:
         min_size (int): the fewest operations.
         max_size (int): the most operations.
         follow_up_ids (Sequence[str]): the pool of follow-up ids.
         board_keys (Sequence[str]): the pool of board keys.
-        timers, board, cancels, faults (bool): include those kinds of operations.
+        timers, board, cancels, faults, restarts (bool): include those kinds of
+            operations (``faults``: :class:`CrashSession` and :class:`FailNextCommit`;
+            ``restarts``: :class:`RestartRuntime`).
 
     Returns:
         SearchStrategy[tuple[Operation, ...]]: the sequences.
     """
     text = st.text(_TEXT, min_size=1, max_size=10)
-    send = st.builds(Send, text, wait=st.booleans())
+    busy = st.sampled_from([None, "queue", "interrupt", "reject"])
     kinds: list[SearchStrategy[Operation]] = [
-        send,
-        st.builds(SendFollowUp, text, st.sampled_from(list(follow_up_ids))),
+        st.builds(Send, text, wait=st.booleans(), if_busy=busy),
+        st.builds(
+            SendFollowUp,
+            text,
+            st.sampled_from(list(follow_up_ids)),
+            kind=st.sampled_from(["user", "system"]),
+        ),
         st.builds(AdvanceClock, st.sampled_from([0.0, 0.5, 1.0, 2.0, 5.0, 60.0, 3600.0])),
     ]
     if cancels:
@@ -594,4 +611,6 @@ def operations(
     if faults:
         kinds.append(st.just(CrashSession()))
         kinds.append(st.just(FailNextCommit()))
+    if restarts:
+        kinds.append(st.just(RestartRuntime()))
     return st.lists(st.one_of(kinds), min_size=min_size, max_size=max_size).map(tuple)
