@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, final
 
 import attrs
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
     from .._event_store import EventStore
 
 __all__ = ["DeterministicLLM", "LLMCall"]
+
+#: The session on whose behalf the current task calls the model; the harness sets it
+#: from an LLM hook, so calls of sub-agents sharing one model are told apart.
+CALLER: ContextVar[str | None] = ContextVar("powertrio_testing_caller", default=None)
 
 
 @final
@@ -36,6 +41,8 @@ class LLMCall:
     log_position: int | None
     """The store's head position when the call was made (``None`` without a store): what
     the log held then, for :func:`assert_no_repeated_requests`."""
+    caller: str | None = None
+    """The id of the session that made the call, when known (the harness knows it)."""
 
 
 @final
@@ -139,6 +146,7 @@ class DeterministicLLM:
         self.calls.append(
             LLMCall(
                 index=len(self.calls),
+                caller=CALLER.get(),
                 request=request,
                 fingerprint=fingerprint,
                 answer=item,

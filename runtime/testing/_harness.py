@@ -27,7 +27,7 @@ from .._clock import Clock
 from .._event_store import RecordedEvent
 from .._runtime import Runtime, open_runtime
 from .._supervision import Backoff, Supervision
-from ._deterministic_llm import DeterministicLLM, LLMCall
+from ._deterministic_llm import CALLER, DeterministicLLM, LLMCall
 from ._faults import FaultyEventStore, InjectedFault
 from ._llm import ScriptItem
 from ._memory_store import InMemoryEventStore
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         AgentSpec,
         Board,
         HookContext,
+        LLMCallNext,
         Price,
         RunResult,
         Session,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
         ToolCallNext,
         ToolHook,
     )
-    from protocols import LLMRequest, ToolCall, ToolOutcome
+    from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome
 
 __all__ = ["DEFAULT_EPOCH", "ObservedState", "RuntimeHarness", "Trace"]
 
@@ -181,6 +182,17 @@ def _quiet_injected_crashes() -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(quiet)
+
+
+async def _tell_caller(
+    request: LLMRequest, call_next: LLMCallNext, context: HookContext
+) -> LLMResponse:
+    """An LLM hook that tells the model which session calls (sub-agents share it)."""
+    token = CALLER.set(context.session_id)
+    try:
+        return await call_next(request)
+    finally:
+        CALLER.reset(token)
 
 
 def _slow_tools(delays: Mapping[str, float]) -> ToolHook:
@@ -464,6 +476,7 @@ class RuntimeHarness:
             response_format=agent.response_format,
             agents=agent.agents,
             prices=self._prices,
+            llm_hooks=[_tell_caller],
             tool_hooks=[_slow_tools(self._tool_delays)] if self._tool_delays else [],
             session_id=self._session_id,
         )

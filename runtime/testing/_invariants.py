@@ -171,8 +171,10 @@ def assert_no_repeated_requests(calls: Iterable[LLMCall], records: Iterable[Reco
     request, the agent must take it from there (after a crash too), never call again.
 
     A request asked twice is fine while its answer is not recorded (a crash between the
-    call and the append loses the answer). An event records an answer when it has a
-    ``request_fingerprint`` attribute (the session's ``AssistantRecorded``).
+    call and the append loses the answer), and so is the same request from another
+    session (two sub-agents given the same task). An event records an answer when it has
+    a ``request_fingerprint`` attribute (the session's ``AssistantRecorded``); a call
+    whose ``caller`` is unknown is checked against every session's answers.
 
     Args:
         calls (Iterable[LLMCall]): the model calls, with the log position when each was
@@ -184,14 +186,25 @@ def assert_no_repeated_requests(calls: Iterable[LLMCall], records: Iterable[Reco
     """
     __tracebackhide__ = True
     importlib.import_module("actors")  # registers the session's events with the codec
-    recorded: dict[str, RecordedEvent] = {}
+    recorded: dict[tuple[str, str], RecordedEvent] = {}  # by (stream, fingerprint)
     for record in records:
         fingerprint = getattr(decode_record(record), "request_fingerprint", None)
-        if isinstance(fingerprint, str) and fingerprint not in recorded:
-            recorded[fingerprint] = record
+        if isinstance(fingerprint, str):
+            recorded.setdefault((record.stream, fingerprint), record)
     for call in calls:
-        first = recorded.get(call.fingerprint)
-        if first is None or call.log_position is None or first.position > call.log_position:
+        if call.log_position is None:
+            continue
+        first = next(
+            (
+                record
+                for (stream, fingerprint), record in recorded.items()
+                if fingerprint == call.fingerprint
+                and (call.caller is None or stream == f"session/{call.caller}")
+                and record.position <= call.log_position
+            ),
+            None,
+        )
+        if first is None:
             continue
         msg = (
             f"model call #{call.index} asked for a request whose answer was already "
