@@ -7,9 +7,10 @@ Runs offline, in virtual time, as a script or under pytest:
 
 Hypothesis scripts the model (tool calls with valid and broken arguments, provider
 errors, token usage) and what happens to the session (sends, follow-ups, cancels,
-timers, blackboard writes, time passing); the harness runs each case deterministically
-and the kit's invariants check it. Under pytest, the `runtime_harness` fixture (with a
-`harness_agent` fixture returning your agent) replaces the module-level harness.
+timers, blackboard writes, crashes, restarts, time passing); the harness runs each case
+deterministically and the kit's invariants check it. Under pytest, the `runtime_harness`
+fixture (with a `harness_agent` fixture returning your agent) can replace the
+module-level harness.
 """
 
 from __future__ import annotations
@@ -63,10 +64,11 @@ harness = RuntimeHarness(AGENT, tool_delays={"forecast": 3.0})  # a slow tool
 
 
 @property_settings(examples=EXAMPLES)
-@given(conversation=conversations(AGENT), ops=operations(faults=False))
+@given(conversation=conversations(AGENT), ops=operations())
 def test_the_agent_keeps_its_invariants(conversation, ops):
-    """Replay equals the live state; requests are provider-valid; no recorded answer is
-    requested again; the token budget holds to within one call."""
+    """Whatever happens (crashes and runtime restarts too): replay equals the live state,
+    requests are provider-valid, no recorded answer is requested again, the token budget
+    holds to within one call, each follow-up is read once."""
     assert_invariants(harness.run(conversation, ops))
 
 
