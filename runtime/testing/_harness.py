@@ -217,15 +217,18 @@ class RuntimeHarness:
     whose model is a :class:`DeterministicLLM` over the script. Days of timers run in
     milliseconds, and the same inputs give the same log, event for event.
 
-    The operations run in order (see :func:`operations`). Then the harness settles: it
-    waits for every run (answering any human request: questions with
-    ``human_answer``, approvals denied), cancels the timers still pending so nothing
-    fires later, and takes the live state. After the runtime closed it replays the log
-    with ``replay_session`` and returns a :class:`Trace` for the invariants
+    The operations run in order (see :func:`operations`); a :class:`RestartRuntime`
+    closes the runtime and opens the next one on the same log, clock and model. Then
+    the harness settles: it waits for every run (answering any human request: questions
+    with ``human_answer``, approvals denied), cancels the timers still pending so
+    nothing fires later, and takes the live state. After the runtime closed it replays
+    the log with ``replay_session`` and returns a :class:`Trace` for the invariants
     (:func:`assert_invariants`...).
 
-    The harness holds no state between runs, so one may serve every example of a
-    property.
+    The crashes it injects are kept out of the runtime's log (other crashes are not),
+    and an LLM hook tells the model which session calls, so that sub-agents sharing it
+    are told apart (:attr:`LLMCall.caller`). The harness holds no state between runs, so
+    one may serve every example of a property.
 
     Example::
 
