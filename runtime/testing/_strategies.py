@@ -63,8 +63,11 @@ _WRONG_VALUES: tuple[JsonValue, ...] = (1.5, 7, "text", True, None, [1], {"k": 1
 
 
 def _st() -> object:
-    from hypothesis import strategies  # noqa: PLC0415  # a test dependency, imported late
-
+    try:
+        from hypothesis import strategies  # noqa: PLC0415  # a test dependency, imported late
+    except ImportError as exc:
+        msg = "the test kit's strategies need Hypothesis: pip install 'powertrio[test]'"
+        raise ImportError(msg) from exc
     return strategies
 
 
@@ -102,6 +105,7 @@ def property_settings(examples: int = 500, **overrides: object) -> Settings:
     Returns:
         hypothesis.settings: usable as a decorator.
     """
+    _st()  # a clear error without Hypothesis
     from hypothesis import HealthCheck, settings  # noqa: PLC0415
 
     current = settings()
