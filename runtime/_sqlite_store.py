@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar, cast, final
 
 import attrs
+import orjson
 import trio
 
 from protocols.errors import (
@@ -146,6 +147,24 @@ _INSERT_EVENTS = {
     "blob_id, metadata, recorded_at) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
     for rows in (1 << shift for shift in range(_MAX_INSERT_ROWS.bit_length()))
 }
+# The common group commit is this one statement, run outside any explicit transaction:
+# SQLite inserts the group and commits it (with its sync) in a single step, which runs
+# without the GIL, so Trio can run the callers of the previous group meanwhile. The rows
+# travel as one JSON array of integers and plain-ASCII names, their payloads as one blob
+# (a leading byte keeps it non-empty: substr of an empty blob is NULL). The last
+# condition makes it insert nothing if another connection committed since the plan was
+# made (it takes the write lock first, waiting for it like BEGIN IMMEDIATE, and reads
+# after): then nothing was written, and the group goes through an explicit transaction.
+_INSERT_GROUP = (
+    "INSERT INTO events (position, stream, version, type, schema_version, data, blob_id, "
+    "metadata, recorded_at) "
+    "SELECT ?3 + e.key, e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, "
+    "substr(?2, e.value ->> 4, e.value ->> 5), NULL, "
+    "CASE WHEN e.value ->> 6 IS NOT NULL THEN substr(?2, e.value ->> 6, e.value ->> 7) END, "
+    "?4 FROM json_each(?1) AS e "
+    "WHERE (SELECT data_version FROM pragma_data_version()) = ?5"
+)
+GROUP_STATEMENT = sqlite3.sqlite_version_info >= (3, 38, 0)  # the ->> operator
 _SWEEP_STREAMS = (
     "INSERT INTO streams (stream, version, created_at, updated_at) "
     "SELECT stream, max(version), min(recorded_at), max(recorded_at) FROM events "
@@ -306,13 +325,18 @@ class _Plan:
     """The rows of one group commit, built by ``_plan`` in the writer thread."""
 
     head: int
+    now: float
     event_count: int = 0
-    # Flat: _EVENT_COLUMNS values per event, in position order (see _insert_events).
+    # For _insert_events: _EVENT_COLUMNS values per event, in position order.
     event_params: list[object] = attrs.field(factory=list)
     blob_rows: list[tuple[bytes, bytes]] = attrs.field(factory=list)
+    # For _INSERT_GROUP: one tuple per event and the payload bytes they point into.
+    group_rows: list[tuple[object, ...]] = attrs.field(factory=list)
+    payloads: list[bytes] = attrs.field(factory=lambda: [b"."])
     # Each written stream's new (version, created_at), for the writer's cache.
     streams: dict[str, tuple[int, float]] = attrs.field(factory=dict)
     accepted: int = 0
+    conflicts: list[tuple[_PendingAppend, int]] = attrs.field(factory=list)
 
 
 @attrs.define(eq=False)
@@ -358,6 +382,36 @@ def _insert_events(conn: sqlite3.Connection, params: list[object], count: int) -
         conn.execute(_INSERT_EVENTS[size], params[start:end] if start or count > size else params)
         start = end
         count -= size
+
+
+def _add_row(
+    plan: _Plan, event: NewEvent, *, position: int, stream: str, version: int, threshold: int
+) -> float:
+    """Add an event's row for ``_insert_events`` (and its blob); returns its time."""
+    stamp = plan.now if event.recorded_at is None else event.recorded_at
+    data: bytes | None = event.data
+    blob_id: bytes | None = None
+    if len(event.data) > threshold:
+        blob_id = hashlib.sha256(event.data).digest()
+        plan.blob_rows.append((blob_id, event.data))
+        data = None
+    plan.event_params += (
+        position,
+        stream,
+        version,
+        event.type,
+        event.schema_version,
+        data,
+        blob_id,
+        event.metadata,
+        stamp,
+    )
+    return stamp
+
+
+def _plain(name: str) -> bool:
+    """Whether ``name`` is printable ASCII, which JSON carries to SQLite unchanged."""
+    return name.isascii() and name.isprintable()
 
 
 def _sweep(conn: sqlite3.Connection, indexed: int, head: int) -> int:
@@ -447,6 +501,8 @@ class SqliteEventStore:
     _stopping: bool = False
     _in_flight: int = 0
     _thread: threading.Thread | None = None
+    # Commit common groups with _INSERT_GROUP (tests turn it off to cover the other way).
+    _group_statement: bool = GROUP_STATEMENT
     _closing: bool = False
     _closed: bool = False
     _signal: CommitSignal = attrs.field(factory=CommitSignal)
@@ -712,40 +768,102 @@ class SqliteEventStore:
                 self._counters.failed_appends += 1
 
     def _commit_sync(self, batch: list[_PendingAppend], ready: Callable[[], None]) -> None:
-        """Commit one group of appends in one transaction (writer thread).
+        """Commit one group of appends, all or nothing for each append (writer thread).
 
         Calls ``ready`` once, when the Python work is done and the sync begins (or on
         failure): see ``_writer_main``.
         """
-        conn = self._writer
-        counters = self._counters
         called = False
+
+        def ready_once() -> None:
+            nonlocal called
+            if not called:
+                called = True
+                ready()
+
+        conn = self._writer
         try:
             with _map_errors(self._path):
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    plan = self._plan(conn, batch)
-                    if plan.blob_rows:
-                        conn.executemany(_INSERT_BLOB, plan.blob_rows)
-                    if plan.event_count:
-                        _insert_events(conn, plan.event_params, plan.event_count)
-                    called = True
-                    ready()
-                    indexed = self._indexed_upto
-                    if plan.head - indexed > self._index_lag * _SWEEP_DEFERRAL:
-                        indexed = _sweep(conn, indexed, plan.head)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    self._cache_valid = False
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                    raise
+                if not (
+                    self._group_statement
+                    and self._cache_valid
+                    and self._commit_group(conn, batch, ready_once)
+                ):
+                    self._commit_transaction(conn, batch, ready_once)
         finally:
-            if not called:
+            ready_once()
+
+    def _commit_group(
+        self, conn: sqlite3.Connection, batch: list[_PendingAppend], ready: Callable[[], None]
+    ) -> bool:
+        """Commit with the one statement ``_INSERT_GROUP``; False if it wrote nothing.
+
+        Outside a transaction the plan rests on the cache and reads of the moment; the
+        statement's ``data_version`` condition makes sure nothing changed before it took
+        the write lock.
+        """
+        plan = self._plan(conn, batch, group=True)
+        if plan is None:
+            return False
+        if plan.event_count:
+            try:
+                params = (
+                    orjson.dumps(plan.group_rows),
+                    b"".join(plan.payloads),
+                    plan.head - plan.event_count + 1,
+                    plan.now,
+                    self._data_version,
+                )
                 ready()
+                written = conn.execute(_INSERT_GROUP, params).rowcount
+            except BaseException:
+                self._decide_conflicts(plan)  # conflicts stay conflicts when the rest fails
+                raise
+            if written != plan.event_count:
+                return False
+        self._decide_conflicts(plan)
+        self._settle(plan, self._indexed_upto)
+        return True
+
+    def _commit_transaction(
+        self, conn: sqlite3.Connection, batch: list[_PendingAppend], ready: Callable[[], None]
+    ) -> None:
+        """Commit in an explicit transaction: blobs, imported times, names the group
+        statement does not carry, a sweep, or a retry after the group statement."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            plan = self._plan(conn, batch, group=False)
+            assert plan is not None
+            self._decide_conflicts(plan)
+            if plan.blob_rows:
+                conn.executemany(_INSERT_BLOB, plan.blob_rows)
+            if plan.event_count:
+                _insert_events(conn, plan.event_params, plan.event_count)
+            ready()
+            indexed = self._indexed_upto
+            if plan.head - indexed > self._index_lag * _SWEEP_DEFERRAL:
+                indexed = _sweep(conn, indexed, plan.head)
+            conn.execute("COMMIT")
+        except BaseException:
+            self._cache_valid = False
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        self._settle(plan, indexed)
+
+    def _decide_conflicts(self, plan: _Plan) -> None:
+        for pending, current in plan.conflicts:
+            pending.outcome = ConcurrencyConflictError(
+                pending.stream, pending.expected_version, current
+            )
+        self._counters.conflicts += len(plan.conflicts)
+
+    def _settle(self, plan: _Plan, indexed: int) -> None:
+        """Record a committed plan in the cache and the counters."""
         self._versions.update(plan.streams)
         self._db_head = plan.head
         self._indexed_upto = indexed
+        counters = self._counters
         counters.commits += 1
         counters.appends += plan.accepted
         counters.events_appended += plan.event_count
@@ -787,29 +905,38 @@ class SqliteEventStore:
             self._data_version = data_version
             self._cache_valid = True
 
-    def _plan(self, conn: sqlite3.Connection, batch: list[_PendingAppend]) -> _Plan:
+    def _plan(  # noqa: PLR0915  # one flat loop over every append: the hot path
+        self, conn: sqlite3.Connection, batch: list[_PendingAppend], *, group: bool
+    ) -> _Plan | None:
         """Check expected versions and build the rows of one group commit.
 
         Stream versions and the head come from a cache this connection keeps, checked
-        inside the write transaction against ``PRAGMA data_version``: if another
-        connection committed anything since, the cache is dropped and re-read, so a second
-        process writing the same file cannot slip in between the check and the insert.
-        A stream missing from the cache is read once and cached: the read is a committed
-        fact and the write lock is held, and a rollback drops the whole cache. What this
-        batch writes goes to ``plan.streams`` and joins the cache only after the commit.
+        against ``PRAGMA data_version``: if another connection committed anything since,
+        the cache is dropped and re-read. Inside the write transaction nobody can commit
+        between this check and our commit; for the group statement, its own condition on
+        ``data_version`` closes that gap. A stream missing from the cache is read once
+        and cached (a committed fact; a rollback or a change drops the whole cache). What
+        this batch writes goes to ``plan.streams`` and joins the cache after the commit.
+
+        With ``group``, builds the rows of ``_INSERT_GROUP``, or returns None if the
+        batch needs the explicit transaction.
         """
         now = self._clock()
         self._check_cache(conn)
         cache = self._versions
         upto = self._indexed_upto
         threshold = self._blob_threshold
-        plan = _Plan(head=self._db_head)
+        plan = _Plan(head=self._db_head, now=now)
         written = plan.streams
-        params = plan.event_params
+        rows = plan.group_rows
+        payloads = plan.payloads
+        offset = 2  # substr() counts from 1, after the leading byte
         position = plan.head
         accepted = 0
         for pending in batch:
             stream = pending.stream
+            if group and not _plain(stream):
+                return None
             state = written.get(stream) or cache.get(stream)
             if state is None:
                 info = _stream_info(conn, stream, upto)
@@ -819,36 +946,49 @@ class SqliteEventStore:
                     state = cache[stream] = (info.version, info.created_at)
             current, created = state
             if current != pending.expected_version:
-                pending.outcome = ConcurrencyConflictError(
-                    stream, pending.expected_version, current
-                )
-                self._counters.conflicts += 1
+                plan.conflicts.append((pending, current))
                 continue
             pending.first_position = position + 1
             version = current
             for event in pending.events:
                 position += 1
                 version += 1
-                stamp = now if event.recorded_at is None else event.recorded_at
+                if not group:
+                    stamp = _add_row(
+                        plan,
+                        event,
+                        position=position,
+                        stream=stream,
+                        version=version,
+                        threshold=threshold,
+                    )
+                    if version == 1:
+                        created = stamp
+                    continue
+                data = event.data
+                meta = event.metadata
+                if event.recorded_at is not None or len(data) > threshold or not _plain(event.type):
+                    return None
                 if version == 1:
-                    created = stamp
-                data: bytes | None = event.data
-                blob_id: bytes | None = None
-                if len(event.data) > threshold:
-                    blob_id = hashlib.sha256(event.data).digest()
-                    plan.blob_rows.append((blob_id, event.data))
-                    data = None
-                params += (
-                    position,
-                    stream,
-                    version,
-                    event.type,
-                    event.schema_version,
-                    data,
-                    blob_id,
-                    event.metadata,
-                    stamp,
+                    created = now
+                end = offset + len(data)
+                rows.append(
+                    (
+                        stream,
+                        version,
+                        event.type,
+                        event.schema_version,
+                        offset,
+                        len(data),
+                        None if meta is None else end,
+                        0 if meta is None else len(meta),
+                    )
                 )
+                payloads.append(data)
+                offset = end
+                if meta is not None:
+                    payloads.append(meta)
+                    offset += len(meta)
             if version != current:
                 written[stream] = (version, created)
             # Tentative until the commit succeeds; a failure replaces outcome None.
@@ -857,6 +997,8 @@ class SqliteEventStore:
             accepted += 1
         plan.accepted = accepted
         plan.event_count = position - plan.head
+        if group and position - upto > self._index_lag * _SWEEP_DEFERRAL:
+            return None  # the sweep goes in the commit: the explicit transaction
         plan.head = position
         return plan
 

@@ -28,7 +28,7 @@ BackendFactory = Callable[[Path], Callable[[], AbstractAsyncContextManager[Event
 
 
 def _sqlite_backend(
-    tmp_path: Path, index_lag: int = 4096
+    tmp_path: Path, index_lag: int = 4096, *, group_statement: bool = True
 ) -> Callable[[], AbstractAsyncContextManager[EventStore]]:
     counter = iter(range(10**6))
 
@@ -40,9 +40,17 @@ def _sqlite_backend(
         async with open_sqlite_store(
             path, blob_threshold=1024, synchronous="NORMAL", index_lag=index_lag
         ) as store:
+            store._group_statement = group_statement
             yield store
 
     return make
+
+
+def _sqlite_transactions_backend(
+    tmp_path: Path,
+) -> Callable[[], AbstractAsyncContextManager[EventStore]]:
+    """Every group commits in an explicit transaction, as when the statement can't be used."""
+    return _sqlite_backend(tmp_path, group_statement=False)
 
 
 def _sqlite_indexed_backend(
@@ -75,6 +83,7 @@ BACKENDS: dict[str, BackendFactory] = {
     "sqlite": _sqlite_backend,
     "sqlite_indexed": _sqlite_indexed_backend,
     "sqlite_mixed": _sqlite_mixed_backend,
+    "sqlite_transactions": _sqlite_transactions_backend,
     "memory": _memory_backend,
 }
 

@@ -310,3 +310,152 @@ async def test_a_failed_idle_sweep_leaves_the_tail_readable(
         assert await trio.to_thread.run_sync(swept.wait, 30)
         assert _indexed_upto(path) == 4
         assert [e.version for e in await store.read("s")] == [1, 2, 3, 4]
+
+
+def _count_transactions(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threading.Event]:
+    """Count groups committed in an explicit transaction (not the single statement)."""
+    count = [0]
+    entered = threading.Event()
+    commit_transaction = SqliteEventStore._commit_transaction
+
+    def counted(
+        self: SqliteEventStore,
+        conn: sqlite3.Connection,
+        batch: list[_sqlite_store._PendingAppend],
+        ready: Callable[[], None],
+    ) -> None:
+        count[0] += 1
+        entered.set()
+        commit_transaction(self, conn, batch, ready)
+
+    monkeypatch.setattr(SqliteEventStore, "_commit_transaction", counted)
+    return count, entered
+
+
+async def test_payloads_and_names_round_trip_on_both_commit_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group of plain-ASCII names goes through the single statement, its payloads packed
+    in one blob; other names go through a transaction; both store exactly what was given."""
+    count, _ = _count_transactions(monkeypatch)
+    events = [
+        NewEvent(type="t", schema_version=1, data=b""),
+        NewEvent(type='q"\\', schema_version=2, data=b"\x00\xff", metadata=b""),
+        NewEvent(type="t", schema_version=3, data=b"x", metadata=b"\x00m"),
+    ]
+    names = ['plain "quoted" \\ name', "ünï", "tab\tname", "nul\x00name"]
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        await store.append("warm", [_event(0)], 0)  # the first commit fills the cache
+        assert count == [1]
+        await store.append(names[0], events, 0)
+        assert count == [1]
+        for name in names[1:]:
+            await store.append(name, events, 0)
+        assert count == [4]
+        odd_type = NewEvent(type="tÿpe", schema_version=1, data=b"1", metadata=b"m")
+        await store.append("odd type", [odd_type], 0)
+        assert count == [5]
+        stored = [
+            (e.stream, e.version, e.type, e.schema_version, e.data, e.metadata)
+            for e in await store.read_all()
+        ]
+    expected: list[tuple[str, int, str, int, bytes, bytes | None]]
+    expected = [("warm", 1, "t", 1, _event(0).data, None)]
+    for name in names:
+        expected += [
+            (name, v, e.type, e.schema_version, e.data, e.metadata) for v, e in enumerate(events, 1)
+        ]
+    expected.append(("odd type", 1, "tÿpe", 1, b"1", b"m"))
+    assert stored == expected
+
+
+async def test_a_commit_from_elsewhere_after_the_plan_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If another connection commits between the plan and the single statement, the
+    statement inserts nothing; the transaction that follows sees the new state (here a
+    conflict), so an append is never checked against a stale version."""
+    path = tmp_path / "log.db"
+    count, _ = _count_transactions(monkeypatch)
+    plan = SqliteEventStore._plan
+    interfere = [True]
+
+    def plan_then_commit_elsewhere(
+        self: SqliteEventStore,
+        conn: sqlite3.Connection,
+        batch: list[_sqlite_store._PendingAppend],
+        *,
+        group: bool,
+    ) -> object:
+        made = plan(self, conn, batch, group=group)
+        if group and interfere[0]:
+            interfere[0] = False
+            other = sqlite3.connect(path, isolation_level=None)
+            try:
+                other.execute(
+                    "INSERT INTO events (position, stream, version, type, schema_version, "
+                    "data, recorded_at) VALUES (2, 'a', 2, 'other', 1, x'00', 0)"
+                )
+            finally:
+                other.close()
+        return made
+
+    async with open_sqlite_store(path) as store:
+        await store.append("a", [_event(1)], 0)
+        monkeypatch.setattr(SqliteEventStore, "_plan", plan_then_commit_elsewhere)
+        with pytest.raises(ConcurrencyConflictError) as info:
+            await store.append("a", [_event(2)], 1)
+        assert (info.value.expected, info.value.actual) == (1, 2)
+        assert count == [2]
+        assert [(e.version, e.type) for e in await store.read("a")] == [(1, "t"), (2, "other")]
+        result = await store.append("a", [_event(3)], 2)
+        assert (result.version, result.first_position) == (3, 3)
+
+
+async def test_a_group_waiting_for_the_write_lock_sees_what_its_holder_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The single statement waits for a write lock held elsewhere (as BEGIN IMMEDIATE
+    would); what the holder committed meanwhile is seen before anything is written."""
+    path = tmp_path / "log.db"
+    count, _ = _count_transactions(monkeypatch)
+    planned = threading.Event()
+    plan = SqliteEventStore._plan
+
+    def observed(
+        self: SqliteEventStore,
+        conn: sqlite3.Connection,
+        batch: list[_sqlite_store._PendingAppend],
+        *,
+        group: bool,
+    ) -> object:
+        made = plan(self, conn, batch, group=group)
+        if group:
+            planned.set()
+        return made
+
+    async with open_sqlite_store(path) as store:
+        await store.append("a", [_event(1)], 0)
+        monkeypatch.setattr(SqliteEventStore, "_plan", observed)
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            holder.execute(
+                "INSERT INTO events (position, stream, version, type, schema_version, "
+                "data, recorded_at) VALUES (2, 'a', 2, 'other', 1, x'00', 0)"
+            )
+            async with trio.open_nursery() as nursery:
+
+                async def commit_once_planned() -> None:
+                    assert await trio.to_thread.run_sync(planned.wait, 30)
+                    await trio.sleep(0.05)  # most likely while the statement waits
+                    holder.execute("COMMIT")
+
+                nursery.start_soon(commit_once_planned)
+                with pytest.raises(ConcurrencyConflictError) as info:
+                    await store.append("a", [_event(2)], 1)
+        finally:
+            holder.close()
+        assert (info.value.expected, info.value.actual) == (1, 2)
+        assert count == [2]
+        assert [e.version for e in await store.read("a")] == [1, 2]
