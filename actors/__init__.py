@@ -37,12 +37,7 @@ from ._replay import SessionReplay as SessionReplay
 from ._replay import delete_session as delete_session
 from ._replay import fork_session as fork_session
 from ._replay import replay_session as replay_session
-from ._session import BusyPolicy as BusyPolicy
-from ._session import Session as Session
 from ._session import SessionActor as SessionActor
-from ._session import ask_human as ask_human
-from ._session import spawn_agent as spawn_agent
-from ._session import spawn_session as spawn_session
 from ._session_events import ActiveRun as ActiveRun
 from ._session_events import AssistantRecorded as AssistantRecorded
 from ._session_events import CancelRequested as CancelRequested
@@ -64,6 +59,11 @@ from ._session_events import SessionCreated as SessionCreated
 from ._session_events import SessionState as SessionState
 from ._session_events import ToolFinished as ToolFinished
 from ._session_events import ToolStarted as ToolStarted
+from ._session_handle import Session as Session
+from ._session_handle import spawn_agent as spawn_agent
+from ._session_handle import spawn_session as spawn_session
+from ._session_steps import BusyPolicy as BusyPolicy
+from ._session_steps import ask_human as ask_human
 from ._tool_runner import CallWrapper as CallWrapper
 from ._tool_runner import ToolRunner as ToolRunner
 from ._tool_runner import open_tool_runner as open_tool_runner

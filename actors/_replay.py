@@ -13,8 +13,10 @@ from runtime import CONTINUES, EventStore, NewEvent, RecordedEvent, replay
 
 from ._agents import AgentSpec
 from ._budget import Budget, Price
-from ._session import SessionActor, child_config, session_config
+from ._session import SessionActor
 from ._session_events import ChildFinished, ChildSpawned, SessionCreated, SessionState
+from ._session_handle import session_config
+from ._session_steps import child_config
 from ._tools import ToolRegistry
 
 

@@ -3,48 +3,35 @@
 from __future__ import annotations
 
 import contextlib
-import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal, final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, final
 
 import attrs
 import orjson
 import trio
 
 from protocols import (
-    LLM,
     AssistantMessage,
     Cancel,
-    CancelMode,
     FollowUp,
     HumanReply,
-    JsonValue,
     LLMRequest,
     LLMResponse,
     Message,
-    ResponseFormat,
     SystemMessage,
     ToolCall,
     ToolOutcome,
     Usage,
     aborted_outcome,
-    check_schema,
     denied_outcome,
     idempotency_key,
     interrupted_outcome,
-    validate_json,
 )
 from protocols.errors import (
-    ActorCrashedError,
     ActorExistsError,
     ActorNotFoundError,
-    ConfigError,
     HookVetoError,
-    HumanRequestNotFoundError,
     OutputInvalidError,
-    PowertrioError,
-    SessionBusyError,
     ToolError,
     ToolNotFoundError,
 )
@@ -52,30 +39,25 @@ from runtime import (
     Decision,
     EventSourcedActor,
     Reply,
-    Request,
     StepFailed,
     TimerFired,
     timer_decision,
 )
 
-from ._agents import SPAWN_AGENT, AgentSpec, child_tools, index_agents, spawn_agent_tool
+from ._agents import SPAWN_AGENT, AgentSpec, child_tools
 from ._board_events import BoardChanged
-from ._budget import Budget, Price
+from ._budget import Budget
 from ._observe import (
     DeltaReceived,
     HookContext,
     LLMCallFinished,
-    LLMHook,
     Observation,
-    Observer,
-    ObserverBus,
     RoundBegan,
     RunBegan,
     RunEnded,
     ToolCallBegan,
     ToolCallFinished,
     ToolCallNext,
-    ToolHook,
     UsageUpdated,
     chain_llm_hooks,
     chain_tool_hooks,
@@ -96,7 +78,6 @@ from ._session_events import (
     RunFinished,
     RunResult,
     RunStarted,
-    RunStatus,
     SessionCreated,
     SessionState,
     ToolFinished,
@@ -104,174 +85,44 @@ from ._session_events import (
     evolve,
 )
 from ._tool_runner import run_tool_calls
-from ._tools import ToolRegistry, tool
+from ._tools import ToolRegistry
 
 if TYPE_CHECKING:
-    from runtime import ActorRef, Runtime
-
-
-BusyPolicy = Literal["queue", "reject", "interrupt"]
-"""What a ``send`` does while a run is active: ``queue`` it to run next, ``reject`` it
-(:class:`~protocols.errors.SessionBusyError`), or ``interrupt`` the run after its current
-turn and then run the new input."""
-
-
-@tool
-def ask_human(question: str) -> str:
-    """Ask the human a question and wait for the answer. Use it when you need information
-    or a decision only the human has.
-
-    Args:
-        question: what to ask, self-contained.
-    """
-    msg = "ask_human is answered by the session actor, which never runs this function"
-    raise RuntimeError(msg)
-
-
-# -- messages and steps (private: the Session facade is the public face) --------------
-
-
-@attrs.frozen(kw_only=True)
-class _Send(Request[str]):
-    run_id: str
-    input: str
-    max_rounds: int | None
-    tools: tuple[str, ...] | None
-    system_prompt: str | None
-    response_format: ResponseFormat | None
-    budget: Budget | None
-    started_at: float
-    if_busy: BusyPolicy | None
-
-
-@attrs.frozen
-class _Stamped:
-    """A follow-up or cancel with what the pure decider may not look up itself."""
-
-    message: FollowUp | Cancel
-    at: float
-    partial: str
-    """Text streamed so far by the LLM call in flight (kept as an interrupted answer)."""
-    delivery: str = ""
-
-
-@attrs.frozen
-class _Deliver(Request[bool]):
-    """``Session.follow_up``'s message: the follow-up and a token for this call."""
-
-    follow_up: FollowUp
-    token: str
-
-
-@attrs.frozen
-class _PythonSpawn(Request["Session"]):
-    spawn_id: str
-    spec: AgentSpec
-    task: str
-
-
-@attrs.frozen
-class _ChildDone:
-    finished: ChildFinished
-
-
-@attrs.frozen
-class _Busy:
-    run_id: str
-
-
-@attrs.frozen
-class _NoRequest:
-    request_id: str
-    open: tuple[str, ...]
-
-
-@attrs.frozen
-class _BadReply:
-    problem: str
-
-
-@attrs.frozen
-class _WaitRun(Request["RunResult | None"]):
-    run_id: str
-
-
-@attrs.frozen
-class _GetState(Request[SessionState]):
+    from ._session_handle import Session
     pass
 
 
-@attrs.frozen
-class _CallLLM:
-    run_id: str
-    round: int
-    request: LLMRequest
-    fingerprint: str
-    header: RequestHeader
-    deadline: float | None
-    """Epoch seconds after which the run's wall-time budget is spent."""
-
-
-@attrs.frozen
-class _LLMAnswered:
-    run_id: str
-    response: LLMResponse
-    fingerprint: str
-    header: RequestHeader | None = None
-
-
-@attrs.frozen
-class _OutOfTime:
-    run_id: str
-    reason: str
-
-
-@attrs.frozen
-class _RunTools:
-    run_id: str
-    round: int
-    calls: tuple[ToolStarted, ...]
-
-
-@attrs.frozen
-class _ToolsDone:
-    run_id: str
-    outcomes: tuple[ToolOutcome, ...]
-    children: tuple[ChildFinished, ...] = ()
-
-
-_CRASHED = "the process stopped while this tool ran; its result is unknown"
-_STOPPED = "the run stopped before this tool finished; its result is unknown"
-
-
-@final
-@attrs.frozen(kw_only=True)
-class _Config:
-    """What a session actor is made with; shared by every incarnation."""
-
-    session_id: str
-    llm: LLM
-    tools: ToolRegistry
-    system_prompt: str
-    max_rounds: int
-    model: str | None
-    tool_concurrency: int
-    budget: Budget | None
-    response_format: ResponseFormat | None
-    prices: Mapping[str, Price]
-    llm_hooks: tuple[LLMHook, ...]
-    tool_hooks: tuple[ToolHook, ...]
-    bus: ObserverBus
-    on_busy: BusyPolicy
-    agents: Mapping[str, AgentSpec] = attrs.field(factory=dict)
-    """The sub-agents the model may spawn (through the ``spawn_agent`` tool)."""
-    max_depth: int = 3
-    max_children: int = 8
-    """Sub-agents one run may spawn."""
-    parent_id: str | None = None
-    depth: int = 0
-    max_tokens: int | None = None
-    temperature: float | None = None
+from ._session_steps import (
+    _CRASHED,
+    _DECIDED_BETWEEN_CALLS,
+    _BadReply,
+    _board_follow_up,
+    _Busy,
+    _CallLLM,
+    _cancelled,
+    _child_outcome,
+    _ChildDone,
+    _Config,
+    _Deliver,
+    _describe,
+    _describe_step,
+    _finish,
+    _GetState,
+    _LLMAnswered,
+    _NoRequest,
+    _OutOfTime,
+    _parse_output,
+    _price_for,
+    _PythonSpawn,
+    _question,
+    _RunTools,
+    _Send,
+    _Stamped,
+    _ToolsDone,
+    _WaitRun,
+    ask_human,
+    child_config,
+)
 
 
 @final
@@ -930,6 +781,8 @@ class SessionActor(EventSourcedActor[SessionState]):
                 )
         except ActorExistsError:
             ref = runtime.lookup(config.session_id)
+        from ._session_handle import Session  # noqa: PLC0415  # that module imports this one
+
         return Session._create(ref, runtime, config)
 
     async def _spawn_from_python(self, request: _PythonSpawn) -> Session:
@@ -1088,619 +941,3 @@ class SessionActor(EventSourcedActor[SessionState]):
             return RunEnded(result=self.state.results[event.run_id])
         return None
 
-
-def _finish(
-    run: ActiveRun, status: RunStatus, *, error: str | None = None, output: JsonValue = None
-) -> RunFinished:
-    return RunFinished(
-        run_id=run.started.run_id,
-        status=status,
-        text=run.text,
-        rounds=run.rounds,
-        usage=run.usage,
-        error=error,
-        output=output,
-    )
-
-
-def child_config(
-    parent: _Config, spec: AgentSpec, child_id: str, tools: ToolRegistry, depth: int
-) -> _Config:
-    """The configuration of a sub-agent: its spec, filling gaps from its parent's.
-
-    Raises:
-        ToolNotFoundError: the spec names a tool missing from ``tools``.
-    """
-    registry, missing = child_tools(spec, tools)
-    if missing:
-        raise ToolNotFoundError(missing[0], tools.names())
-    if spec.agents:
-        registry.add(spawn_agent_tool(spec.agents))
-    return attrs.evolve(
-        parent,
-        session_id=child_id,
-        llm=spec.llm or parent.llm,
-        tools=registry,
-        system_prompt=spec.system_prompt,
-        max_rounds=spec.max_rounds,
-        model=spec.model or parent.model,
-        budget=None,  # the task's send carries the child's budget
-        response_format=spec.response_format,
-        on_busy="queue",
-        agents=index_agents(spec.agents),
-        parent_id=parent.session_id,
-        depth=depth,
-    )
-
-
-def _child_outcome(spawned: ChildSpawned, result: RunResult) -> ToolOutcome:
-    """What the parent's model reads of a child's run."""
-    if result.status == "completed":
-        text = result.text if result.output is None else orjson.dumps(result.output).decode()
-        return ToolOutcome(
-            call_id=spawned.call_id, tool_name=SPAWN_AGENT, status="ok", content=text
-        )
-    why = f" ({result.error})" if result.error else ""
-    content = (
-        f"the sub-agent {spawned.agent!r} ended with status {result.status}{why}; "
-        f"its last text: {result.text or '(none)'}"
-    )
-    return ToolOutcome(
-        call_id=spawned.call_id,
-        tool_name=SPAWN_AGENT,
-        status="error",
-        content=content,
-        error_code=f"session.child_{result.status}",
-    )
-
-
-def _board_follow_up(change: BoardChanged) -> FollowUp:
-    """A watched board changed: the session reads it like a follow-up of kind ``board``."""
-    if change.deleted:
-        what = f"{change.key!r} was deleted"
-    else:
-        what = f"{change.key!r} is now {orjson.dumps(change.value).decode()}"
-    return FollowUp(
-        id=f"board:{change.board_id}:{change.board_version}:{change.key}",
-        content=(
-            f"[board {change.board_id}] {what} (version {change.version}, by {change.author})"
-        ),
-        kind="board",
-    )
-
-
-_DECIDED_BETWEEN_CALLS = (FollowUpsInjected, ToolStarted, OutputRejected, HumanRequested)
-"""Events the session decides only while no model call is in flight."""
-
-
-def _describe_step(step: object | None) -> str:
-    if step is None:
-        return "nothing (it would wait for a message)"
-    if isinstance(step, _RunTools):
-        return "tool calls " + ", ".join(c.name for c in step.calls)
-    return type(step).__name__.lstrip("_")
-
-
-def _cancelled(run: ActiveRun, cancel: CancelRequested) -> RunFinished:
-    why = f": {cancel.reason}" if cancel.reason else ""
-    return _finish(run, "cancelled", error=f"cancelled by {cancel.by}{why}")
-
-
-def _question(call: ToolCall) -> str | None:
-    """The question of a well-formed ``ask_human`` call."""
-    try:
-        arguments = orjson.loads(call.arguments or "{}")
-    except orjson.JSONDecodeError:
-        return None
-    if ask_human.validator.problems(arguments):
-        return None
-    question = arguments["question"]
-    return question if isinstance(question, str) else None
-
-
-def _parse_output(
-    response_format: ResponseFormat, text: str
-) -> tuple[JsonValue, tuple[str, ...]]:
-    """The answer parsed and checked against the schema; problems if it does not match."""
-    body = text.strip()
-    fenced = _FENCE.fullmatch(body)
-    if fenced is not None:  # small models wrap JSON in a Markdown fence despite being told
-        body = fenced.group(1)
-    try:
-        value: JsonValue = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        return None, (f"$: not valid JSON ({exc})",)
-    return value, validate_json(response_format.schema, value)
-
-
-_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.DOTALL)
-
-
-def _price_for(prices: Mapping[str, Price], model: str) -> Price | None:
-    """The price of ``model``, or of the longest name it starts with (dated variants)."""
-    price = prices.get(model)
-    if price is not None:
-        return price
-    matches = [name for name in prices if model.startswith(name)]
-    return prices[max(matches, key=len)] if matches else None
-
-
-def _describe(error: BaseException) -> str:
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]  # a hook's error raised inside the tool round's nursery
-    code = error.code if isinstance(error, PowertrioError) else type(error).__name__
-    return f"{code}: {error}"
-
-
-@final
-class Session:
-    """A handle on a session actor: send it input, read its state, watch it work.
-
-    Made by :func:`spawn_session`. ``send`` survives crashes of the actor: the run goes on
-    from the log after the supervisor restarts it, and ``send`` waits for its end.
-    """
-
-    __slots__ = ("_bus", "_prices", "_ref", "_runtime", "_tool_names")
-    _ref: ActorRef[object]
-    _runtime: Runtime
-    _tool_names: frozenset[str]
-    _bus: ObserverBus
-    _prices: Mapping[str, Price]
-
-    def __init__(self) -> None:
-        msg = "Session is made by spawn_session()"
-        raise TypeError(msg)
-
-    @classmethod
-    def _create(cls, ref: ActorRef[object], runtime: Runtime, config: _Config) -> Session:
-        self = object.__new__(cls)
-        self._ref = ref
-        self._runtime = runtime
-        self._tool_names = frozenset(config.tools.names())
-        self._bus = config.bus
-        self._prices = config.prices
-        return self
-
-    @property
-    def id(self) -> str:
-        """The session id (its stream is ``session/<id>``)."""
-        return self._ref.id
-
-    @property
-    def ref(self) -> ActorRef[object]:
-        """The session actor's ref."""
-        return self._ref
-
-    @property
-    def observer_errors(self) -> int:
-        """How many times an observer callback raised (each was logged and ignored)."""
-        return self._bus.errors
-
-    async def send(
-        self,
-        input: str,
-        *,
-        max_rounds: int | None = None,
-        tools: Iterable[str] | None = None,
-        system_prompt: str | None = None,
-        response_format: ResponseFormat | None = None,
-        budget: Budget | None = None,
-        if_busy: BusyPolicy | None = None,
-    ) -> RunResult:
-        """Run the agent on ``input`` and return how the run ended.
-
-        If a run is active, ``if_busy`` (default: the session's ``on_busy``, itself
-        ``queue`` by default) decides. Each override applies to this run only; ``None``
-        keeps the session's default.
-
-        Args:
-            input (str): the user's message.
-            max_rounds (int | None): this run's round limit.
-            tools (Iterable[str] | None): the subset of the session's tools for this run.
-            system_prompt (str | None): this run's system prompt.
-            response_format (ResponseFormat | None): a JSON Schema the final answer must
-                match; the parsed answer is ``RunResult.output``. An answer that does not
-                match gets one repair round, then the run fails with
-                ``session.output_invalid`` and the raw text in ``RunResult.text``.
-            budget (Budget | None): token, cost and wall-time limits for this run.
-            if_busy (BusyPolicy | None): ``queue``, ``reject`` or ``interrupt``.
-
-        Returns:
-            RunResult: status, final text, structured output, rounds and usage of this run.
-            For ``waiting_for_human`` answer its ``human_requests`` with :meth:`reply`,
-            :meth:`approve` or :meth:`deny`, which return the run's next result.
-
-        Raises:
-            ToolNotFoundError: ``tools`` names a tool the session does not have.
-            ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
-            ConfigError: ``budget`` limits cost but the session has no prices.
-            SessionBusyError: a run is active and the policy is ``reject``.
-            ValueError: ``max_rounds`` is below 1, or ``input`` is empty.
-            ActorStoppedError: the session actor stopped for good.
-        """
-        if max_rounds is not None and max_rounds < 1:
-            msg = f"max_rounds must be >= 1, got {max_rounds}"
-            raise ValueError(msg)
-        if not input:
-            msg = "input must not be empty: a model needs something to answer"
-            raise ValueError(msg)
-        subset = None if tools is None else tuple(tools)
-        for name in subset or ():
-            if name not in self._tool_names:
-                raise ToolNotFoundError(name, tuple(sorted(self._tool_names)))
-        _check_limits(response_format, budget, self._prices)
-        send = _Send(
-            run_id=self._runtime.ids.new("run"),
-            input=input,
-            max_rounds=max_rounds,
-            tools=subset,
-            system_prompt=system_prompt,
-            response_format=response_format,
-            budget=budget,
-            started_at=self._runtime.clock.now(),
-            if_busy=if_busy,
-        )
-        accepted = await self._ask(send)
-        if isinstance(accepted, _Busy):
-            raise SessionBusyError(self.id, accepted.run_id)
-        return await self.wait(send.run_id)
-
-    async def _submit(self, input: str, *, run_id: str, budget: Budget | None) -> RunResult:
-        """A send with a run id chosen by the caller (idempotent: a parent's retry after a
-        crash finds the run already recorded and waits for it)."""
-        send = _Send(
-            run_id=run_id,
-            input=input,
-            max_rounds=None,
-            tools=None,
-            system_prompt=None,
-            response_format=None,
-            budget=budget,
-            started_at=self._runtime.clock.now(),
-            if_busy="queue",
-        )
-        await self._ask(send)
-        return await self.wait(run_id)
-
-    async def spawn(self, spec: AgentSpec, task: str) -> RunResult:
-        """Run a sub-agent of this session on ``task`` and return its result.
-
-        The child is a session actor supervised by this one, with its own stream; the
-        parent's stream records it (``ChildSpawned``, ``ChildFinished``) and its usage is
-        added to the session's. From Python a child may get any of the session's tools by
-        name, and any ``Tool`` object.
-
-        Raises:
-            ToolNotFoundError: ``spec.tools`` names a tool this session does not have.
-        """
-        granted = {t.name for t in spec.own_tools()}
-        for name in spec.tool_names():
-            if name not in self._tool_names and name not in granted:
-                raise ToolNotFoundError(name, tuple(sorted(self._tool_names)))
-        spawn_id = self._runtime.ids.new("spawn")
-        child = await self._ask(_PythonSpawn(spawn_id, spec, task))
-        assert isinstance(child, Session)
-        result = await child._submit(task, run_id=f"{child.id}:task", budget=spec.budget)
-        finished = ChildFinished(
-            run_id="", child_id=child.id, status=result.status, usage=result.usage
-        )
-        await self._ref.tell(_ChildDone(finished))
-        return result
-
-    async def wait(self, run_id: str) -> RunResult:
-        """Wait until the run ends, or stops to wait for a human, and return its result.
-
-        Raises:
-            LookupError: the session has no run with this id.
-        """
-        result = await self._ask(_WaitRun(run_id))
-        if result is None:
-            msg = f"session {self.id!r} has no run {run_id!r}"
-            raise LookupError(msg)
-        assert isinstance(result, RunResult)
-        return result
-
-    async def follow_up(self, content: str, *, id: str | None = None, kind: str = "user") -> bool:
-        """Give the session more input: it starts a run when idle, else joins the run.
-
-        During a run the follow-up is recorded at once and injected at the next round
-        boundary (see :class:`~protocols.FollowUp`). Use :meth:`wait` with the active run's
-        id (``(await state()).run``) to wait for the outcome.
-
-        Args:
-            content (str): what the model reads.
-            id (str | None): deduplication key; a new one if ``None``.
-            kind (str): ``user``, ``timer``, ``board``, ``system``...; kinds are never
-                merged into one turn.
-
-        Returns:
-            bool: ``False`` if the session had already received this id (nothing done).
-        """
-        follow_up = FollowUp(id=id or self._runtime.ids.new("fu"), content=content, kind=kind)
-        accepted = await self._ask(_Deliver(follow_up, self._runtime.ids.new("dlv")))
-        return bool(accepted)
-
-    async def cancel(
-        self, reason: str = "", *, mode: CancelMode = "immediate", by: str = "python"
-    ) -> bool:
-        """Cancel the active run; its result has status ``cancelled``.
-
-        ``immediate`` stops now: the LLM stream closes (text streamed so far is kept as an
-        interrupted answer), running tools are cancelled and their calls closed with an
-        interrupted result. ``after_turn`` lets the current round finish. Either way the
-        session stays usable: the next send needs no repair.
-
-        Returns:
-            bool: ``False`` when no run was active.
-        """
-        return bool(await self._ask(Cancel(reason=reason, mode=mode, by=by)))
-
-    async def reply(self, request_id: str, answer: str, *, by: str = "human") -> RunResult:
-        """Answer a question the run asked (``ask_human``) and wait for the run's next result.
-
-        Raises:
-            HumanRequestNotFoundError: the session is not waiting for ``request_id``.
-            ValueError: the request asks for an approval (use :meth:`approve`/:meth:`deny`).
-        """
-        return await self._reply(HumanReply(request_id=request_id, answer=answer, by=by))
-
-    async def approve(self, request_id: str, *, by: str = "human") -> RunResult:
-        """Allow a tool call waiting for approval; it runs and the run goes on."""
-        return await self._reply(HumanReply(request_id=request_id, approve=True, by=by))
-
-    async def deny(self, request_id: str, reason: str = "", *, by: str = "human") -> RunResult:
-        """Refuse a tool call waiting for approval; the model reads ``reason``."""
-        return await self._reply(
-            HumanReply(request_id=request_id, answer=reason, approve=False, by=by)
-        )
-
-    async def _reply(self, reply: HumanReply) -> RunResult:
-        outcome = await self._ask(reply)
-        if isinstance(outcome, _NoRequest):
-            raise HumanRequestNotFoundError(self.id, outcome.request_id, outcome.open)
-        if isinstance(outcome, _BadReply):
-            raise ValueError(outcome.problem)  # noqa: TRY004  # a wrong kind of answer
-        assert isinstance(outcome, str)
-        return await self.wait(outcome)
-
-    async def _ask(self, message: object) -> object:
-        """Ask the actor, again after a crash: every message here is idempotent."""
-        while True:
-            try:
-                return await self._ref.ask(message)
-            except ActorCrashedError:
-                continue  # restarted from the log
-
-    async def state(self) -> SessionState:
-        """The session's folded state (transcript, active run, results, usage)."""
-        return await self._ref.ask(_GetState())
-
-    @contextmanager
-    def observe(self, buffer: int = 256) -> Iterator[trio.MemoryReceiveChannel[Observation]]:
-        """Receive the session's observations while the ``with`` block lasts.
-
-        While anyone observes, the session streams the model's answers and each piece
-        arrives as a :class:`DeltaReceived`. A slow reader never slows the session: when
-        the buffer is full further observations are dropped for it.
-
-        Args:
-            buffer (int): observations held for a reader that falls behind.
-
-        Yields:
-            trio.MemoryReceiveChannel[Observation]: the observations, in order.
-        """
-        with self._bus.channel(buffer) as channel:
-            yield channel
-
-
-def _check_limits(
-    response_format: ResponseFormat | None, budget: Budget | None, prices: Mapping[str, Price]
-) -> None:
-    if response_format is not None:
-        check_schema(response_format.schema)
-    if budget is not None and budget.max_cost is not None and not prices:
-        msg = "a cost budget needs prices: pass prices={model: Price(...)} to spawn_session"
-        raise ConfigError(msg)
-
-
-async def spawn_session(
-    runtime: Runtime,
-    *,
-    llm: LLM,
-    tools: Iterable[object] | ToolRegistry = (),
-    system_prompt: str = "",
-    max_rounds: int = 10,
-    model: str | None = None,
-    budget: Budget | None = None,
-    response_format: ResponseFormat | None = None,
-    prices: Mapping[str, Price] | None = None,
-    llm_hooks: Sequence[LLMHook] = (),
-    tool_hooks: Sequence[ToolHook] = (),
-    observers: Sequence[Observer] = (),
-    on_busy: BusyPolicy = "queue",
-    agents: Iterable[AgentSpec] = (),
-    max_depth: int = 3,
-    max_children: int = 8,
-    max_tokens: int | None = None,
-    temperature: float | None = None,
-    tool_concurrency: int = 8,
-    session_id: str | None = None,
-    name: str | None = None,
-) -> Session:
-    """Start a session actor under the runtime's root supervisor (or resume it from the log).
-
-    Args:
-        runtime (Runtime): the runtime; its event store holds the session's stream.
-        llm (LLM): the model (a provider transport, or ``ScriptedLLM`` in tests).
-        tools: ``Tool`` objects or a ``ToolRegistry``.
-        system_prompt (str): the default system prompt.
-        max_rounds (int): the default round limit of a run.
-        model (str | None): the model name to ask for.
-        budget (Budget | None): the default limits of a run.
-        response_format (ResponseFormat | None): the default response format of a run.
-        prices (Mapping[str, Price] | None): model name → price, for cost budgets; a
-            dated model name (``gpt-4o-2024-08-06``) matches its prefix (``gpt-4o``).
-        llm_hooks: middleware around each LLM call, the first outermost.
-        tool_hooks: middleware around each tool call, the first outermost.
-        observers: callbacks told every observation (see :meth:`Session.observe`).
-        on_busy (BusyPolicy): what a send does while a run is active (``queue``).
-        agents: sub-agents the model may start with the ``spawn_agent`` tool (added to
-            the tools when any are given).
-        max_depth (int): the deepest an agent tree may grow (this session is depth 0).
-        max_children (int): sub-agents one run may start.
-        max_tokens (int | None): the most tokens per LLM answer; the provider's default
-            when ``None``.
-        temperature (float | None): sampling temperature; the provider's when ``None``.
-        tool_concurrency (int): the most tool calls of one round running at once.
-        session_id (str | None): resume this session; a new id when ``None``.
-        name (str | None): path segment in the tree; defaults to the id.
-
-    Returns:
-        Session: the handle.
-
-    Raises:
-        ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
-        ConfigError: ``budget`` limits cost and ``prices`` is empty.
-        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
-    """
-    config = session_config(
-        session_id=session_id or runtime.ids.new("ses"),
-        llm=llm,
-        tools=tools,
-        system_prompt=system_prompt,
-        max_rounds=max_rounds,
-        model=model,
-        budget=budget,
-        response_format=response_format,
-        prices=prices,
-        llm_hooks=llm_hooks,
-        tool_hooks=tool_hooks,
-        observers=observers,
-        on_busy=on_busy,
-        agents=agents,
-        max_depth=max_depth,
-        max_children=max_children,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        tool_concurrency=tool_concurrency,
-    )
-    ref = await runtime.spawn(lambda: SessionActor(config), id=config.session_id, name=name)
-    return Session._create(ref, runtime, config)
-
-
-async def spawn_agent(
-    runtime: Runtime,
-    spec: AgentSpec,
-    *,
-    llm: LLM | None = None,
-    session_id: str | None = None,
-    max_depth: int = 3,
-    max_children: int = 8,
-    observers: Sequence[Observer] = (),
-    prices: Mapping[str, Price] | None = None,
-) -> Session:
-    """Start a top-level agent from a spec (or resume it from the log, by ``session_id``).
-
-    Args:
-        runtime (Runtime): the runtime.
-        spec (AgentSpec): the agent; its ``tools`` must be ``Tool`` objects (a top-level
-            agent has no parent to take tools from by name).
-        llm (LLM | None): the model when the spec has none.
-        session_id (str | None): resume this session; a new id when ``None``.
-        max_depth (int): the deepest its tree of sub-agents may grow.
-        max_children (int): sub-agents one run may start.
-        observers: callbacks told every observation of the whole tree.
-        prices (Mapping[str, Price] | None): for cost budgets.
-
-    Raises:
-        ConfigError: no model (neither ``spec.llm`` nor ``llm``), or a tool given by name.
-    """
-    model = spec.llm or llm
-    if model is None:
-        msg = f"agent spec {spec.name!r} has no llm: set AgentSpec.llm or pass llm="
-        raise ConfigError(msg)
-    named = [t for t in spec.tools or () if isinstance(t, str)]
-    if named:
-        msg = (
-            f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level agent "
-            "has no parent to take them from: give Tool objects"
-        )
-        raise ConfigError(msg)
-    return await spawn_session(
-        runtime,
-        llm=model,
-        tools=spec.own_tools(),
-        system_prompt=spec.system_prompt,
-        max_rounds=spec.max_rounds,
-        model=spec.model,
-        budget=spec.budget,
-        response_format=spec.response_format,
-        agents=spec.agents,
-        max_depth=max_depth,
-        max_children=max_children,
-        observers=observers,
-        prices=prices,
-        session_id=session_id,
-    )
-
-
-def session_config(
-    *,
-    session_id: str,
-    llm: LLM,
-    tools: Iterable[object] | ToolRegistry = (),
-    system_prompt: str = "",
-    max_rounds: int = 10,
-    model: str | None = None,
-    budget: Budget | None = None,
-    response_format: ResponseFormat | None = None,
-    prices: Mapping[str, Price] | None = None,
-    llm_hooks: Sequence[LLMHook] = (),
-    tool_hooks: Sequence[ToolHook] = (),
-    observers: Sequence[Observer] = (),
-    on_busy: BusyPolicy = "queue",
-    agents: Iterable[AgentSpec] = (),
-    max_depth: int = 3,
-    max_children: int = 8,
-    max_tokens: int | None = None,
-    temperature: float | None = None,
-    tool_concurrency: int = 8,
-) -> _Config:
-    """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
-    limits = (
-        ("max_rounds", max_rounds),
-        ("tool_concurrency", tool_concurrency),
-        ("max_depth", max_depth),
-        ("max_children", max_children),
-    )
-    for label, value in limits:
-        if value < 1:
-            msg = f"{label} must be >= 1, got {value}"
-            raise ValueError(msg)
-    registry = ToolRegistry.of(*tools)  # a copy: ours to extend
-    agents = tuple(agents)
-    if agents:
-        registry.add(spawn_agent_tool(agents))
-    config = _Config(
-        session_id=session_id,
-        llm=llm,
-        tools=registry,
-        system_prompt=system_prompt,
-        max_rounds=max_rounds,
-        model=model,
-        tool_concurrency=tool_concurrency,
-        budget=budget,
-        response_format=response_format,
-        prices=dict(prices or {}),
-        llm_hooks=tuple(llm_hooks),
-        tool_hooks=tuple(tool_hooks),
-        bus=ObserverBus(observers),
-        on_busy=on_busy,
-        agents=index_agents(agents),
-        max_depth=max_depth,
-        max_children=max_children,
-        max_tokens=max_tokens,
-        temperature=temperature,
-    )
-    _check_limits(response_format, budget, config.prices)
-    return config
