@@ -111,6 +111,12 @@ def test_sigkill_around_deliveries_fires_each_timer_exactly_once(tmp_path: Path)
         runs.append(_run_child(path, plan))
         if runs[-1].finished:
             break
+    # The random kills must include one that cut a delivery off; under load they may all
+    # land elsewhere, so keep killing (bounded) until one did, then let the work finish.
+    for _ in range(20):
+        if any(set(run.due) - set(run.fired) for run in runs if not run.finished):
+            break
+        runs.append(_run_child(path, ("sleep", rng.uniform(0, 0.1))))
     if not runs[-1].finished:
         runs.append(_run_child(path, None))
     assert runs[-1].finished
