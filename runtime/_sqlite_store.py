@@ -164,7 +164,7 @@ _INSERT_GROUP = (
     "?4 FROM json_each(?1) AS e "
     "WHERE (SELECT data_version FROM pragma_data_version()) = ?5"
 )
-GROUP_STATEMENT = sqlite3.sqlite_version_info >= (3, 38, 0)  # the ->> operator
+_GROUP_STATEMENT = sqlite3.sqlite_version_info >= (3, 38, 0)  # the ->> operator
 _SWEEP_STREAMS = (
     "INSERT INTO streams (stream, version, created_at, updated_at) "
     "SELECT stream, max(version), min(recorded_at), max(recorded_at) FROM events "
@@ -502,7 +502,7 @@ class SqliteEventStore:
     _in_flight: int = 0
     _thread: threading.Thread | None = None
     # Commit common groups with _INSERT_GROUP (tests turn it off to cover the other way).
-    _group_statement: bool = GROUP_STATEMENT
+    _group_statement: bool = _GROUP_STATEMENT
     _closing: bool = False
     _closed: bool = False
     _signal: CommitSignal = attrs.field(factory=CommitSignal)
@@ -661,11 +661,11 @@ class SqliteEventStore:
 
         One long-lived thread owns the write connection, so taking the next group needs
         no round trip through Trio. A group's callers are handed back (resumed in Trio)
-        when the next group reaches its COMMIT, or when the thread runs out of work: the
-        thread plans and inserts while Trio has nothing to run, then syncs to disk (SQLite
-        releases the GIL) while Trio runs the callers just resumed. Handing them back
-        earlier would make both threads want the GIL at once, and the thread would wait
-        for Trio to go idle before it could finish the commit.
+        when the next group is about to commit, or when the thread runs out of work: the
+        thread does its Python work for the next group while Trio has nothing to run,
+        then SQLite writes and syncs it (without the GIL) while Trio runs the callers just
+        resumed. Handing them back earlier would make both threads want the GIL at once,
+        and the thread would wait for Trio to go idle before it could finish the commit.
         """
         decided: list[_PendingAppend] = []  # committed or failed, not handed back yet
         try:
@@ -893,8 +893,7 @@ class SqliteEventStore:
         self._indexed_upto = indexed
 
     def _check_cache(self, conn: sqlite3.Connection) -> None:
-        """Drop the cache if another connection committed since it was filled (in a write
-        transaction: nobody can commit between this check and our commit)."""
+        """Drop and re-read the cache if another connection committed since it was filled."""
         data_version = conn.execute("PRAGMA data_version").fetchone()[0]
         if not self._cache_valid or data_version != self._data_version:
             self._versions.clear()
