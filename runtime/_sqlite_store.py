@@ -695,7 +695,7 @@ class SqliteEventStore:
 
         Returns ``[]`` instead of waiting while ``holding`` callers to hand back,
         ``"sweep"`` when there is nothing else to do but the index is behind, and
-        ``None`` once the store is closing and everything queued is done.
+        ``None`` once the store is closing and everything queued (and the index) is done.
         """
         with self._mutex:
             while True:
@@ -714,10 +714,12 @@ class SqliteEventStore:
                     return self._jobs.pop(0)
                 if holding:
                     return []
-                if self._stopping:
-                    return None
+                # Idle, or closing: a good moment to catch the index up (a file left with
+                # a long tail would slow the next opener's first reads).
                 if self._cache_valid and self._db_head - self._indexed_upto > self._index_lag:
                     return "sweep"
+                if self._stopping:
+                    return None
                 self._idle = True
                 self._work.wait()
                 self._idle = False

@@ -459,3 +459,22 @@ async def test_a_group_waiting_for_the_write_lock_sees_what_its_holder_committed
         assert (info.value.expected, info.value.actual) == (1, 2)
         assert count == [2]
         assert [e.version for e in await store.read("a")] == [1, 2]
+
+
+async def test_closing_catches_the_index_up(tmp_path: Path) -> None:
+    """A writer closed right after a burst still sweeps, so the next opener's reads
+    find the events indexed rather than in a long tail."""
+    path = tmp_path / "log.db"
+    # The appends and the close are all queued while the writer is busy: it never finds
+    # itself idle before it is told to stop.
+    async with (
+        open_sqlite_store(path, index_lag=2) as store,
+        trio.open_nursery() as nursery,
+        _writer_paused(store),
+    ):
+        for i in range(5):
+            nursery.start_soon(store.append, f"s/{i}", [_event(i)], 0)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(store.aclose)
+        await trio.testing.wait_all_tasks_blocked()
+    assert _indexed_upto(path) == 5
