@@ -71,8 +71,20 @@ class Price:
         ) / 1_000_000
 
 
+def price_for(prices: Mapping[str, Price], model: str) -> Price | None:
+    """The price of ``model``, or of the longest name it starts with (dated variants)."""
+    price = prices.get(model)
+    if price is not None:
+        return price
+    matches = [name for name in prices if model.startswith(name)]
+    return prices[max(matches, key=len)] if matches else None
+
+
 def cost_of(usage_by_model: Mapping[str, Usage], prices: Mapping[str, Price]) -> float:
-    """The cost of usage per model; models missing from ``prices`` cost nothing."""
+    """The cost of usage per model; models without a price (see :func:`price_for`) cost
+    nothing."""
     return sum(
-        prices[model].cost(usage) for model, usage in usage_by_model.items() if model in prices
+        price.cost(usage)
+        for model, usage in usage_by_model.items()
+        if (price := price_for(prices, model)) is not None
     )

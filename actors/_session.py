@@ -46,7 +46,7 @@ from runtime import (
 
 from ._agents import SPAWN_AGENT, AgentSpec, child_tools
 from ._board_events import BoardChanged
-from ._budget import Budget
+from ._budget import Budget, cost_of
 from ._observe import (
     DeltaReceived,
     HookContext,
@@ -112,7 +112,6 @@ from ._session_steps import (
     _NoRequest,
     _OutOfTime,
     _parse_output,
-    _price_for,
     _PythonSpawn,
     _question,
     _RunTools,
@@ -603,12 +602,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         return self._config.tools if names is None else self._config.tools.subset(names)
 
     def _cost(self, run: ActiveRun) -> float:
-        prices = self._config.prices
-        return sum(
-            price.cost(usage)
-            for model, usage in run.usage_by_model.items()
-            if (price := _price_for(prices, model)) is not None
-        )
+        return cost_of(run.usage_by_model, self._config.prices)
 
     # -- replay (runtime.replay) -----------------------------------------------------
 

@@ -187,7 +187,6 @@ class _ToolsDone:
 
 
 _CRASHED = "the process stopped while this tool ran; its result is unknown"
-_STOPPED = "the run stopped before this tool finished; its result is unknown"
 
 
 @final
@@ -346,15 +345,6 @@ def _parse_output(
 
 
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.DOTALL)
-
-
-def _price_for(prices: Mapping[str, Price], model: str) -> Price | None:
-    """The price of ``model``, or of the longest name it starts with (dated variants)."""
-    price = prices.get(model)
-    if price is not None:
-        return price
-    matches = [name for name in prices if model.startswith(name)]
-    return prices[max(matches, key=len)] if matches else None
 
 
 def _describe(error: BaseException) -> str:
