@@ -811,16 +811,16 @@ class SessionActor(EventSourcedActor[SessionState]):
             return None
         if isinstance(message, _PythonSpawn):
             return await self._spawn_from_python(message)
+        delivery = ""
         if isinstance(message, BoardChanged):
             message = _board_follow_up(message)
-        if isinstance(message, _Deliver):
+        elif isinstance(message, _Deliver):
+            delivery = message.token
+            message = message.follow_up
+        if isinstance(message, FollowUp | Cancel):
             partial = "".join(self._partial) if self._partial else ""
             now = self.context.runtime.clock.now()
-            message = _Stamped(message.follow_up, now, partial, message.token)
-        if isinstance(message, (FollowUp, Cancel)):
-            partial = "".join(self._partial) if self._partial else ""
-            now = self.context.runtime.clock.now()
-            message = _Stamped(message, now, partial)
+            message = _Stamped(message, now, partial, delivery)
         return await super().receive(message)
 
     def _parked(self, run_id: str) -> RunResult | None:
