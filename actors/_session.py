@@ -309,7 +309,9 @@ class SessionActor(EventSourcedActor[SessionState]):
             events.append(self._inbox_run(state, f"fu-{follow_up.id}", at))
         return Decision(events=events, reply=True)
 
-    def _inbox_run(self, state: SessionState, run_id: str, at: float) -> RunStarted:
+    def _inbox_run(
+        self, state: SessionState, run_id: str, at: float, trigger: str = "follow_up"
+    ) -> RunStarted:
         """A run started to read the inbox (its input is the follow-ups it injects)."""
         config = self._config
         if run_id in state.results:  # its first run ended before reading it (a cancel)
@@ -321,7 +323,7 @@ class SessionActor(EventSourcedActor[SessionState]):
             response_format=config.response_format,
             budget=config.budget,
             started_at=at,
-            trigger="follow_up",
+            trigger=trigger,
         )
 
     def _with_wake_up(self, state: SessionState, message: object, decision: Decision) -> Decision:
@@ -330,16 +332,8 @@ class SessionActor(EventSourcedActor[SessionState]):
             return decision
         if state.run is not None or state.queued:
             return decision  # injected at the active run's next round boundary
-        config = self._config
-        started = RunStarted(
-            run_id=f"tm-{message.timer_id}@{message.due_at!r}",
-            input="",
-            max_rounds=state.max_rounds,
-            response_format=config.response_format,
-            budget=config.budget,
-            started_at=message.fired_at,
-            trigger="timer",
-        )
+        run_id = f"tm-{message.timer_id}@{message.due_at!r}"
+        started = self._inbox_run(state, run_id, message.fired_at, trigger="timer")
         return attrs.evolve(decision, events=(*decision.events, started))
 
     def _handle_cancel(
