@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocols._util import fixup_module_metadata as _fixup
+from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._agents import AgentSpec as AgentSpec
 from ._agents import Lifecycle as Lifecycle

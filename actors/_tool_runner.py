@@ -13,8 +13,8 @@ import orjson
 import trio
 import trio_asyncio
 
-from protocols._llm import ToolCall
-from protocols._tools import (
+from protocols import (
+    ToolCall,
     ToolOutcome,
     ToolStatus,
     denied_outcome,

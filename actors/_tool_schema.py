@@ -14,8 +14,7 @@ from typing import Annotated, Any, Final, Literal, Union, final, get_args, get_o
 import attrs
 import orjson
 
-from protocols import JsonObject, JsonValue
-from protocols._codec import make_converter
+from protocols import JsonObject, JsonValue, make_converter
 from protocols.errors import ToolDefinitionError
 
 __all__ = [

@@ -12,11 +12,16 @@ import attrs
 import cattrs
 from cattrs.strategies import configure_union_passthrough
 
-from protocols import JsonObject
-from protocols._codec import make_converter
-from protocols._jsonschema import CompiledSchema, compile_schema
-from protocols._llm import ToolDefinition
-from protocols._tools import CrashPolicy, ToolSpec, validate_tool_name
+from protocols import (
+    CompiledSchema,
+    CrashPolicy,
+    JsonObject,
+    ToolDefinition,
+    ToolSpec,
+    compile_schema,
+    make_converter,
+    validate_tool_name,
+)
 from protocols.errors import (
     ToolArgumentsError,
     ToolDefinitionError,

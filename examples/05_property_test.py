@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors import AgentSpec, Budget, tool
-from runtime.testing import (
+from actors.testing import (
     RuntimeHarness,
     Send,
     assert_crash_equivalent,

@@ -11,7 +11,7 @@ import trio
 from protocols.errors import StoreClosedError
 
 if TYPE_CHECKING:
-    from protocols._codec import EncodedEvent
+    from protocols import EncodedEvent
 
 __all__ = [
     "AppendResult",

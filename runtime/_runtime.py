@@ -22,6 +22,7 @@ from ._cell import _Cell
 from ._clock import Clock, IdSource
 from ._event_store import EventStore
 from ._mailbox import DEFAULT_CAPACITY, OverflowPolicy
+from ._memory_store import InMemoryEventStore
 from ._ref import ActorRef
 from ._supervision import (
     ActorCrashed,
@@ -337,9 +338,6 @@ async def open_runtime(
     """
     clock = clock or Clock()
     if store is None:
-        # Lazy: `import runtime` must not load the test kit.
-        from .testing._memory_store import InMemoryEventStore  # noqa: PLC0415
-
         store = InMemoryEventStore(clock.now)
     runtime = Runtime._create(clock, IdSource(clock, seed), store)
     runtime.timers = TimerService._create(runtime)

@@ -12,7 +12,7 @@ import attrs
 import orjson
 import trio
 
-from protocols._codec import EventRegistry, default_registry
+from protocols import EventRegistry, default_registry
 from protocols.errors import (
     CodecError,
     ConcurrencyConflictError,

@@ -1,6 +1,6 @@
 """The tests' handle on llama.cpp's server with SmolLM2-135M.
 
-The server itself is the one ``powertrio run --offline`` uses (``runtime._local_llm``): a
+The server itself is the one ``powertrio run --offline`` uses (``actors.cli._local_llm``): a
 child process on a free loopback port, so a crash there cannot take the tests down.
 """
 

@@ -10,18 +10,18 @@ import _llama
 import pytest
 from hypothesis import settings
 
-from runtime._local_llm import local_llm_missing, open_local_llm_server
+from actors.cli._local_llm import local_llm_missing, open_local_llm_server
 
 # POWERTRIO_LONG_PROPERTIES=1: the long run of the property tests, 10,000 examples each
-# (the properties of runtime.testing.property_settings and those without their own count).
+# (the properties of actors.testing.property_settings and those without their own count).
 settings.register_profile("long", max_examples=10_000)
 if os.environ.get("POWERTRIO_LONG_PROPERTIES"):
     settings.load_profile("long")
 
 # The test kit's fixtures come from the `pytest11` entry point of the installed powertrio;
 # in an environment installed before that entry point existed, load the plugin here.
-if not any(ep.value == "runtime.testing._pytest_plugin" for ep in entry_points(group="pytest11")):
-    pytest_plugins = ["runtime.testing._pytest_plugin"]
+if not any(ep.value == "actors.testing._pytest_plugin" for ep in entry_points(group="pytest11")):
+    pytest_plugins = ["actors.testing._pytest_plugin"]
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ def command() -> list[str]:
     """How to start the CLI: the console script, else its entry point."""
     if SCRIPT.exists():
         return [str(SCRIPT)]
-    return [sys.executable, "-c", "from runtime._cli import main; raise SystemExit(main())"]
+    return [sys.executable, "-c", "from actors.cli import main; raise SystemExit(main())"]
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -138,7 +138,7 @@ def test_offline_falls_back_to_the_demo_model_and_says_why(
 ) -> None:
     """``--offline`` without the llama.cpp packages: the demo model, with the reason given
     (in-process: this machine has the packages, so the subprocess would not fall back)."""
-    from runtime import _cli_model
+    from actors.cli import _model as _cli_model
 
     monkeypatch.setattr(_cli_model, "local_llm_missing", lambda: "xllamacpp is not installed")
     offline = argparse.Namespace(offline=True, demo=False)

@@ -1,4 +1,4 @@
-"""The property-testing kit (``runtime.testing``) on the project's own session agent.
+"""The property-testing kit (``actors.testing``) on the project's own session agent.
 
 The properties run at least 500 examples each (``property_settings``); with
 ``POWERTRIO_LONG_PROPERTIES=1`` the ``long`` profile of ``conftest.py`` makes it 10,000.
@@ -58,7 +58,7 @@ from protocols.errors import (
     StoreError,
 )
 from runtime import Backoff, EventStore, NewEvent, TimerFired, TimerScheduled, open_runtime
-from runtime.testing import (
+from actors.testing import (
     UNKNOWN_TOOL,
     AdvanceClock,
     CancelRun,
@@ -66,11 +66,8 @@ from runtime.testing import (
     CrashSession,
     DeterministicLLM,
     FailNextCommit,
-    FaultyEventStore,
-    InMemoryEventStore,
     RestartRuntime,
     RuntimeHarness,
-    ScriptedLLM,
     Send,
     SendFollowUp,
     SetTimer,
@@ -86,13 +83,13 @@ from runtime.testing import (
     assert_runs_end_once,
     assert_states_are_folds,
     assert_timers_fire_once,
-    check_event_store,
     conversations,
     json_values,
     operations,
     property_settings,
     tool_calls,
 )
+from runtime.testing import FaultyEventStore, InMemoryEventStore, ScriptedLLM, check_event_store
 
 # -- the agent under test ----------------------------------------------------------------
 
@@ -742,14 +739,14 @@ async def test_virtual_clock_fixture_makes_a_day_instant(
 def test_the_plugin_is_installed_for_any_project(tmp_path: Path) -> None:
     """A user's test file with no conftest gets the fixtures; an unused answer fails."""
     plugins = {ep.value for ep in entry_points(group="pytest11")}
-    if "runtime.testing._pytest_plugin" not in plugins:
+    if "actors.testing._pytest_plugin" not in plugins:
         pytest.skip("powertrio is installed without its pytest11 entry point: pip install -e .")
     (tmp_path / "test_user.py").write_text(
         textwrap.dedent(
             """
             from hypothesis import given
             from protocols import LLMResponse
-            from runtime.testing import assert_invariants, conversations, property_settings
+            from actors.testing import assert_invariants, conversations, property_settings
 
             @property_settings(examples=5)
             @given(conversation=conversations())

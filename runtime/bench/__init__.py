@@ -1,14 +1,18 @@
-"""Benchmarks: each suite prints its figures beside a physical-limit baseline from the same run.
+"""Kernel benchmarks: each figure is printed beside a physical-limit baseline of the same run.
 
-Run ``python -m runtime.bench SUITE [--json]``. Suites live in private modules named
+Run ``python -m runtime.bench SUITE [--json]`` with ``SUITE`` one of ``actors`` and ``log``
+(the agent suites live in ``actors.bench``). Suites live in private modules named
 ``_<suite>.py`` exposing ``run(args) -> dict[str, float | int | str]``.
 """
 
 from __future__ import annotations
 
+from ._main import Figures as Figures
+from ._main import main as main
+from ._main import rss_bytes as rss_bytes
+
 SUITES: dict[str, str] = {
     "actors": "runtime.bench._actors",
     "log": "runtime.bench._log",
-    "agents": "runtime.bench._agents",
-    "providers": "runtime.bench._providers",
 }
+"""Suite name -> the module whose ``run(args)`` measures it."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import time
 
 import trio
 import trio.lowlevel
 
 from runtime import Actor, open_runtime
+
+from ._main import rss_bytes
 
 _CAPACITY = 1000
 
@@ -89,23 +90,18 @@ async def _ask(n: int) -> float:
         return (time.perf_counter() - start) / n * 1e6
 
 
-def _rss_bytes() -> int:
-    with open(f"/proc/{os.getpid()}/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 async def _idle_and_spawn(n: int) -> tuple[float, float]:
     async with open_runtime(seed=0) as runtime:
         await trio.lowlevel.checkpoint()
         gc.collect()
-        before = _rss_bytes()
+        before = rss_bytes()
         start = time.perf_counter()
         for _ in range(n):
             await runtime.spawn(_Idle)
         spawn_elapsed = time.perf_counter() - start
         await trio.sleep(0.05)  # let every actor reach its idle wait
         gc.collect()
-        after = _rss_bytes()
+        after = rss_bytes()
         assert runtime.statistics().actors == n
     return (after - before) / n, n / spawn_elapsed
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from protocols._codec import EventRegistry
+from protocols import EventRegistry
 
 from .._event_store import NewEvent, RecordedEvent
 from .._sqlite_store import SqliteEventStore, open_sqlite_store

@@ -18,7 +18,7 @@ from .._event_store import (
     StreamInfo,
     Subscription,
 )
-from ._memory_store import InMemoryEventStore
+from .._memory_store import InMemoryEventStore
 
 __all__ = ["FaultyEventStore", "InjectedFault"]
 

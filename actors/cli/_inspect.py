@@ -1,7 +1,7 @@
 """The reading commands of ``powertrio``: sessions, show, tree, log (--follow), timers."""
 
-# Lazy imports of `actors` and `rich` inside functions: runtime never imports actors at
-# module level (DESIGN.md §1), and `import runtime` must not pay for rich.
+# Lazy imports of `rich` and of the agents inside functions: each command pays at start-up
+# only for what it uses, and `--help` stays quick.
 # ruff: noqa: PLC0415
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import trio
 
 from protocols import decode_record
 from protocols.errors import CodecError
+from runtime import PendingTimer, RecordedEvent, open_runtime
 
-from ._cli_common import (
+from ._common import (
     SESSION_PREFIX,
     CliContext,
     db_in_use,
@@ -30,13 +31,10 @@ from ._cli_common import (
     session_id_of,
     shorten,
 )
-from ._cli_tree import AgentTree
-from ._event_store import RecordedEvent
-from ._runtime import open_runtime
-from ._timer_book import PendingTimer
+from ._tree import AgentTree
 
 if TYPE_CHECKING:
-    from ._sqlite_store import SqliteEventStore
+    from runtime import SqliteEventStore
 
 __all__ = ["cmd_log", "cmd_sessions", "cmd_show", "cmd_timers", "cmd_tree"]
 

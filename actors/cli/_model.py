@@ -1,6 +1,7 @@
 """Which model the CLI drives sessions with, and the sessions' default tools."""
 
-# Lazy imports of `actors` inside functions (DESIGN.md §1).
+# Lazy imports of `rich` and of the agents inside functions: each command pays at start-up
+# only for what it uses.
 # ruff: noqa: PLC0415
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import trio
 from protocols import LLM, LLMRequest, LLMResponse, LLMStream, StreamDelta
 from protocols.errors import MissingSettingError
 from protocols.transports import ProviderConfig, transport_from_config
+from runtime import Runtime
 
-from ._cli_common import CliContext
-from ._cli_demo import HELPER_PROMPT, SYSTEM_PROMPT, DemoLLM
+from ._common import CliContext
+from ._demo import HELPER_PROMPT, SYSTEM_PROMPT, DemoLLM
 from ._local_llm import LOCAL_MODEL_NAME, local_llm_missing, open_local_llm_server
-from ._runtime import Runtime
 
 if TYPE_CHECKING:
     from actors import AgentSpec, Session, Tool

@@ -10,7 +10,6 @@ ratios are our overhead per call relative to the baseline.
 from __future__ import annotations
 
 import argparse
-import importlib
 import statistics
 import threading
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from typing import Any
 import orjson
 import trio
 
+from actors import DeltaReceived, RunEnded, spawn_session
 from protocols import LLMRequest, TextDelta, UserMessage
 from protocols.transports import OpenAITransport, ProviderConfig, open_http_client
 from runtime import open_runtime
@@ -147,8 +147,7 @@ async def _measure(n: int) -> dict[str, float | int | str]:
 async def _session_ttft(runtime: Any, transport: OpenAITransport, count: int) -> _Timed:
     """A timed call: a send on a fresh session (so every request is the same size), timed
     from the send to its first streamed text; the run then finishes untimed."""
-    actors = importlib.import_module("actors")  # runtime must not import actors (DESIGN.md §1)
-    sessions = [await actors.spawn_session(runtime, llm=transport) for _ in range(count)]
+    sessions = [await spawn_session(runtime, llm=transport) for _ in range(count)]
 
     async def timed() -> float | None:
         session = sessions.pop()
@@ -158,9 +157,9 @@ async def _session_ttft(runtime: Any, transport: OpenAITransport, count: int) ->
                 start = trio.current_time()
                 nursery.start_soon(session.send, "hi")
                 async for observation in observations:
-                    if isinstance(observation, actors.DeltaReceived) and not first:
+                    if isinstance(observation, DeltaReceived) and not first:
                         first.append(trio.current_time() - start)
-                    if isinstance(observation, actors.RunEnded):
+                    if isinstance(observation, RunEnded):
                         break
         return first[0]
 

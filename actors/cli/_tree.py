@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
-from ._cli_common import in_session_tree, shorten
+from ._common import in_session_tree, shorten
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -118,7 +118,7 @@ class AgentTree:
 
     def observe(self, observation: Observation) -> None:
         """Take in one live observation of the session's bus (shared by its sub-agents)."""
-        from actors import (  # noqa: PLC0415  # lazy: DESIGN.md §1
+        from actors import (  # noqa: PLC0415  # lazy: loaded when the tree is drawn
             DeltaReceived,
             LLMCallFinished,
             RoundBegan,
@@ -159,7 +159,7 @@ class AgentTree:
 
     def apply(self, session_id: str, event: object) -> None:
         """Take in one decoded event of ``session/<session_id>`` from the log."""
-        from actors import (  # noqa: PLC0415  # lazy: DESIGN.md §1
+        from actors import (  # noqa: PLC0415  # lazy: loaded when the tree is drawn
             AssistantRecorded,
             ChildFinished,
             ChildSpawned,

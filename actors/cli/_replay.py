@@ -1,7 +1,8 @@
 """``powertrio replay`` and ``powertrio fork``: check a recorded session against this code,
 and branch a session off at an event of its log."""
 
-# Lazy imports of `actors` and `rich` inside functions (DESIGN.md §1).
+# Lazy imports of `rich` and of the agents inside functions: each command pays at start-up
+# only for what it uses.
 # ruff: noqa: PLC0415
 
 from __future__ import annotations
@@ -10,12 +11,11 @@ import argparse
 from typing import TYPE_CHECKING
 
 from protocols.errors import ConfigError
+from runtime import Clock, IdSource, open_runtime
 
-from ._cli_common import SESSION_PREFIX, CliContext, db_lock, open_log, resolve_session
-from ._cli_inspect import recorded_setup
-from ._cli_model import cli_tools
-from ._clock import Clock, IdSource
-from ._runtime import open_runtime
+from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, resolve_session
+from ._inspect import recorded_setup
+from ._model import cli_tools
 
 if TYPE_CHECKING:
     from rich.tree import Tree

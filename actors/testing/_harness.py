@@ -8,13 +8,13 @@ import importlib
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from types import ModuleType
 from typing import TYPE_CHECKING, final
 
 import attrs
 import trio
 import trio.testing
 
+import actors
 from protocols.errors import (
     ActorCrashedError,
     ConfigError,
@@ -22,15 +22,10 @@ from protocols.errors import (
     TimerNotFoundError,
     TimerOwnerUnavailableError,
 )
+from runtime import Backoff, Clock, RecordedEvent, Runtime, Supervision, open_runtime
+from runtime.testing import FaultyEventStore, InjectedFault, InMemoryEventStore, ScriptItem
 
-from .._clock import Clock
-from .._event_store import RecordedEvent
-from .._runtime import Runtime, open_runtime
-from .._supervision import Backoff, Supervision
 from ._deterministic_llm import CALLER, DeterministicLLM, LLMCall
-from ._faults import FaultyEventStore, InjectedFault
-from ._llm import ScriptItem
-from ._memory_store import InMemoryEventStore
 from ._operations import (
     AdvanceClock,
     CancelRun,
@@ -46,8 +41,6 @@ from ._operations import (
 )
 
 if TYPE_CHECKING:
-    # Types only: runtime never imports actors at run time (DESIGN.md §1); the harness
-    # loads it when it runs an agent.
     from actors import (
         ActiveRun,
         AgentSpec,
@@ -137,7 +130,7 @@ class Trace:
 
 # Their field types come from `actors`, which runtime imports only for type checking, so
 # fixup_module_metadata cannot resolve them and would leave the private module name.
-Trace.__module__ = ObservedState.__module__ = "runtime.testing"
+Trace.__module__ = ObservedState.__module__ = "actors.testing"
 
 
 @contextlib.contextmanager
@@ -282,7 +275,6 @@ class RuntimeHarness:
         supervision: Supervision | None = None,
         observe_states: bool = False,
     ) -> None:
-        actors = importlib.import_module("actors")
         if agent is None:
             agent = actors.AgentSpec(name="agent")
         assert agent is not None
@@ -383,7 +375,6 @@ class RuntimeHarness:
         llm: DeterministicLLM,
         ops: tuple[Operation, ...],
     ) -> Trace:
-        actors = importlib.import_module("actors")
         agent = self._agent
         driver = _Driver(store, self._human_answer)
         segments: list[list[tuple[int, Operation]]] = [[]]
@@ -391,7 +382,7 @@ class RuntimeHarness:
             if isinstance(operation, RestartRuntime):
                 segments.append([])
             segments[-1].append((index, operation))
-        board_used = self._board_id is not None and any(isinstance(op, WriteBoard) for op in ops)
+        board_id = self._board_id if any(isinstance(op, WriteBoard) for op in ops) else None
         state: SessionState | None = None
         try:
             with trio.fail_after(self._max_seconds):
@@ -402,10 +393,10 @@ class RuntimeHarness:
                         store=store,
                         supervision=self._supervision,
                     ) as runtime:
-                        session = await self._spawn(actors, runtime, llm)
+                        session = await self._spawn(runtime, llm)
                         board: Board | None = None
-                        if board_used:
-                            board = await actors.open_board(runtime, self._board_id)
+                        if board_id is not None:
+                            board = await actors.open_board(runtime, board_id)
                             await board.watch_actor(session.ref, prefix="")
                         driver.attach(runtime, session, board)
                         async with trio.open_nursery() as nursery:
@@ -466,7 +457,7 @@ class RuntimeHarness:
             observed=tuple(driver.observed),
         )
 
-    async def _spawn(self, actors: ModuleType, runtime: Runtime, llm: DeterministicLLM) -> Session:
+    async def _spawn(self, runtime: Runtime, llm: DeterministicLLM) -> Session:
         agent = self._agent
         session: Session = await actors.spawn_session(
             runtime,

@@ -7,7 +7,8 @@ third leaves at once. Either way the log stays consistent and the session can be
 with ``powertrio send``.
 """
 
-# Lazy imports of `actors` and `rich` inside functions (DESIGN.md §1).
+# Lazy imports of `rich` and of the agents inside functions: each command pays at start-up
+# only for what it uses.
 # ruff: noqa: PLC0415
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import attrs
 import trio
 
 from protocols import decode_record
+from runtime import Runtime, open_runtime
 
-from ._cli_common import (
+from ._common import (
     SESSION_PREFIX,
     CliContext,
     db_lock,
@@ -33,8 +35,8 @@ from ._cli_common import (
     session_id_of,
     shorten,
 )
-from ._cli_inspect import build_tree, recorded_setup
-from ._cli_model import (
+from ._inspect import build_tree, recorded_setup
+from ._model import (
     HaltLLM,
     ModelChoice,
     choose_model,
@@ -42,16 +44,14 @@ from ._cli_model import (
     open_llm,
     spawn_cli_session,
 )
-from ._cli_tree import ACTIVE, AgentTree
-from ._runtime import Runtime, open_runtime
+from ._tree import ACTIVE, AgentTree
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.live import Live
 
     from actors import HumanRequested, Observation, RunResult, Session
-
-    from ._sqlite_store import SqliteEventStore
+    from runtime import SqliteEventStore
 
 __all__ = ["cmd_cancel", "cmd_reply", "cmd_run", "cmd_send"]
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import statistics
 import tempfile
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from actors import Session, Tool, spawn_session, tool
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
 from runtime import open_runtime, open_sqlite_store
+from runtime.bench import rss_bytes
 from runtime.testing import FunctionLLM
-
-from ._actors import _rss_bytes
 
 
 def _answer(request: LLMRequest) -> LLMResponse:
@@ -30,27 +30,24 @@ def _answer(request: LLMRequest) -> LLMResponse:
     )
 
 
-def _echo_tool() -> Any:  # runtime must not import actors at module level (DESIGN.md §1)
-    actors = importlib.import_module("actors")
-
+def _echo_tool() -> Tool[[str], Coroutine[Any, Any, str]]:
     async def echo(text: str) -> str:
         """Echo the text."""
         return text
 
-    return actors.tool(echo)
+    return tool(echo)
 
 
 async def _sessions(n: int, sends: int, path: Path) -> tuple[float, list[float]]:
-    actors = importlib.import_module("actors")
     echo = _echo_tool()
     latencies: list[float] = []
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
         sessions = [
-            await actors.spawn_session(runtime, llm=FunctionLLM(_answer), tools=[echo])
+            await spawn_session(runtime, llm=FunctionLLM(_answer), tools=[echo])
             for _ in range(n)
         ]
 
-        async def drive(session: Any) -> None:
+        async def drive(session: Session) -> None:
             for i in range(sends):
                 start = time.perf_counter()
                 result = await session.send(f"message {i}")
@@ -74,17 +71,16 @@ async def _growth(sends: int, path: Path) -> float:
 
 async def _idle_sessions(n: int, path: Path) -> float:
     """RSS per idle session actor (spawned, its stream created, waiting for input)."""
-    actors = importlib.import_module("actors")
     echo = _echo_tool()
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
         llm = FunctionLLM(_answer)
-        await actors.spawn_session(runtime, llm=llm, tools=[echo])  # warm the imports
+        await spawn_session(runtime, llm=llm, tools=[echo])  # warm the imports
         gc.collect()
-        before = _rss_bytes()
+        before = rss_bytes()
         for _ in range(n):
-            await actors.spawn_session(runtime, llm=llm, tools=[echo])
+            await spawn_session(runtime, llm=llm, tools=[echo])
         gc.collect()
-        after = _rss_bytes()
+        after = rss_bytes()
     return (after - before) / n
 
 

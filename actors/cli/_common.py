@@ -16,8 +16,7 @@ import attrs
 import orjson
 
 from protocols.errors import ConfigError, StoreError, StreamNotFoundError
-
-from ._sqlite_store import SqliteEventStore, open_sqlite_store
+from runtime import SqliteEventStore, open_sqlite_store
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -149,7 +148,7 @@ def _lock_path(db: Path) -> Path:
 def db_lock(db: Path, command: str, *, wait: float = 1.0) -> Iterator[None]:
     """Hold the log's driver lock while this process runs sessions of it.
 
-    Sessions are actors with one writer each (DESIGN.md §2.2): two processes driving the
+    Sessions are actors with one writer each (one writer per stream): two processes driving the
     same log would compete for their streams. ``run``, ``send``, ``reply``, ``cancel`` and
     ``import`` take this advisory lock (``<db>.lock``); reading commands do not.
 

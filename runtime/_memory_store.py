@@ -11,7 +11,7 @@ import trio
 
 from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreError
 
-from .._event_store import (
+from ._event_store import (
     AppendResult,
     CommitSignal,
     EventStoreStatistics,

@@ -1,21 +1,28 @@
 """Hypothesis strategies: JSON values, tool calls, provider errors, conversations, operations.
 
 Hypothesis is a test dependency, not a runtime one: it is imported when a strategy is
-built, so ``runtime.testing`` stays importable without it.
+built, so ``actors.testing`` stays importable without it.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import orjson
 
-from protocols import JsonValue, LLMResponse, ToolCall, ToolDefinition, ToolSpec, Usage
-from protocols._jsonschema import compile_schema
+import actors
+from protocols import (
+    JsonValue,
+    LLMResponse,
+    ToolCall,
+    ToolDefinition,
+    ToolSpec,
+    Usage,
+    compile_schema,
+)
 from protocols.errors import (
     LLMConnectionError,
     LLMError,
@@ -23,8 +30,8 @@ from protocols.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
+from runtime.testing import ScriptItem
 
-from ._llm import ScriptItem
 from ._operations import (
     AdvanceClock,
     CancelRun,
@@ -276,7 +283,6 @@ def _specs(tools: Iterable[object] | object) -> list[ToolSpec | ToolDefinition]:
         items = list(own_tools())
         agents = getattr(tools, "agents", ())
         if agents:
-            actors = importlib.import_module("actors")
             items.append(actors.spawn_agent_tool(agents))
         tools = items
     if not isinstance(tools, Iterable):

@@ -4,20 +4,21 @@ Installed with powertrio through the ``pytest11`` entry point ``powertrio``, so 
 fixtures are there in every test without an import. Without the installed entry point
 (a source checkout on ``sys.path``), load it in the top-level ``conftest.py``::
 
-    pytest_plugins = ["runtime.testing._pytest_plugin"]
+    pytest_plugins = ["actors.testing._pytest_plugin"]
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 import trio.testing
 
+import actors
+from runtime.testing import ScriptedLLM
+
 from ._harness import RuntimeHarness
-from ._llm import ScriptedLLM
 
 if TYPE_CHECKING:
     from actors import AgentSpec
@@ -65,17 +66,16 @@ def harness_agent() -> AgentSpec:
         def harness_agent():
             return AgentSpec(name="weather", system_prompt="...", tools=[lookup])
     """
-    actors = importlib.import_module("actors")
     agent: AgentSpec = actors.AgentSpec(name="agent")
     return agent
 
 
 @pytest.fixture
 def runtime_harness(harness_agent: AgentSpec) -> RuntimeHarness:
-    """A :class:`~runtime.testing.RuntimeHarness` for ``harness_agent``, seed 0.
+    """A :class:`~actors.testing.RuntimeHarness` for ``harness_agent``, seed 0.
 
     It is stateless between runs, so a Hypothesis test may use it for every example
-    (:func:`~runtime.testing.property_settings` turns off the health check that warns
+    (:func:`~actors.testing.property_settings` turns off the health check that warns
     about function-scoped fixtures)::
 
         @property_settings()

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
 
+import actors
 from protocols import LLMRequest, Usage, decode_record
+from runtime import RecordedEvent, TimerFired, TimerScheduled
 
-from .._event_store import RecordedEvent
-from .._timer_book import TimerFired, TimerScheduled
+from .._session_events import evolve as session_evolve
+from .._session_events import timer_follow_up
 from ._deterministic_llm import LLMCall
 from ._harness import Trace
 
@@ -60,7 +61,7 @@ def assert_replay_matches(trace: Trace) -> None:
     the live session had, and replay asks for exactly the recorded requests.
 
     The harness replays with ``actors.replay_session`` after the run; this checks its
-    outcome (DESIGN.md invariants 1 and 6).
+    outcome (the log is the authority; replay is deterministic).
 
     Args:
         trace (Trace): a harness run.
@@ -137,7 +138,7 @@ def assert_crash_equivalent(clean: Trace, crashed: Trace) -> None:
 
 def assert_requests_provider_valid(requests: Iterable[LLMRequest]) -> None:
     """Every request is provider-valid: each tool call has exactly one result, right after
-    its assistant message, and no result answers no call (DESIGN.md invariant 5).
+    its assistant message, and no result answers no call (provider-valid transcripts).
 
     Args:
         requests (Iterable[LLMRequest]): what the model received (``trace.requests``).
@@ -147,7 +148,6 @@ def assert_requests_provider_valid(requests: Iterable[LLMRequest]) -> None:
             from the provider-valid form.
     """
     __tracebackhide__ = True
-    actors = importlib.import_module("actors")
     for number, request in enumerate(requests):
         messages = tuple(request.messages)
         if actors.is_provider_valid(messages):
@@ -185,7 +185,6 @@ def assert_no_repeated_requests(calls: Iterable[LLMCall], records: Iterable[Reco
         AssertionError: names the call, and where its answer was already recorded.
     """
     __tracebackhide__ = True
-    importlib.import_module("actors")  # registers the session's events with the codec
     recorded: dict[tuple[str, str], RecordedEvent] = {}  # by (stream, fingerprint)
     for record in records:
         fingerprint = getattr(decode_record(record), "request_fingerprint", None)
@@ -244,8 +243,6 @@ def assert_budgets_respected(
         AssertionError: names the session, the run, the round and the limit.
     """
     __tracebackhide__ = True
-    actors = importlib.import_module("actors")
-    evolve = importlib.import_module("actors._session_events").evolve
     prices = prices or {}
     states: dict[str, SessionState] = {}
     for record in records:
@@ -275,12 +272,11 @@ def assert_budgets_respected(
                     "go beyond it"
                 )
                 raise AssertionError(msg)
-        states[record.stream] = evolve(state, event)
+        states[record.stream] = session_evolve(state, event)
 
 
 def _session_events(records: Iterable[RecordedEvent]) -> dict[str, list[object]]:
     """The decoded events of each session stream of the log."""
-    importlib.import_module("actors")  # registers the session's events with the codec
     streams: dict[str, list[object]] = {}
     for record in records:
         if record.stream.startswith("session/"):
@@ -309,13 +305,13 @@ def assert_follow_ups_read_once(records: Iterable[RecordedEvent]) -> None:
             or never injected.
     """
     __tracebackhide__ = True
-    actors = importlib.import_module("actors")
-    wake_up = importlib.import_module("actors._session_events").timer_follow_up
     for stream, events in _session_events(records).items():
         received = [e.follow_up.id for e in events if isinstance(e, actors.FollowUpReceived)]
         notes = {e.timer_id: e.note for e in events if isinstance(e, TimerScheduled)}
         wake_ups = [
-            wake_up(e, notes.get(e.timer_id, "")).id for e in events if isinstance(e, TimerFired)
+            timer_follow_up(e, notes.get(e.timer_id, "")).id
+            for e in events
+            if isinstance(e, TimerFired)
         ]
         injected = [i for e in events if isinstance(e, actors.FollowUpsInjected) for i in e.ids]
         problems: list[str] = []
@@ -334,7 +330,7 @@ def assert_timers_fire_once(records: Iterable[RecordedEvent]) -> None:
     """Every timer fires at most once per due time, and only if it was scheduled.
 
     Timers are durable and re-armed after restarts; a firing delivered again after a
-    crash must be dropped (effectively once, DESIGN.md §5).
+    crash must be dropped (effectively once).
 
     Args:
         records (Iterable[RecordedEvent]): the log (``trace.records``).
@@ -371,7 +367,6 @@ def assert_runs_end_once(records: Iterable[RecordedEvent]) -> None:
             never ended.
     """
     __tracebackhide__ = True
-    actors = importlib.import_module("actors")
     for stream, events in _session_events(records).items():
         started = [e.run_id for e in events if isinstance(e, actors.RunStarted)]
         ended = [e.run_id for e in events if isinstance(e, actors.RunFinished)]
@@ -393,8 +388,8 @@ def assert_states_are_folds(trace: Trace) -> None:
 
     With ``RuntimeHarness(observe_states=True)`` the harness asks for the state after
     each operation, across crashes and runtime restarts; each must equal folding the
-    stream's first events, as many as were logged by then or fewer (DESIGN.md
-    invariant 1: the log is the authority, nothing else is a source of truth).
+    stream's first events, as many as were logged by then or fewer (the log is
+    the authority: nothing else is a source of truth).
 
     Args:
         trace (Trace): a harness run with observed states.
@@ -403,12 +398,10 @@ def assert_states_are_folds(trace: Trace) -> None:
         AssertionError: names the operation after which the state was no fold.
     """
     __tracebackhide__ = True
-    actors = importlib.import_module("actors")
-    evolve = importlib.import_module("actors._session_events").evolve
     folds = [actors.SessionState()]
     for record in trace.records:
         if record.stream == trace.stream:
-            folds.append(evolve(folds[-1], decode_record(record)))
+            folds.append(session_evolve(folds[-1], decode_record(record)))
     for seen in trace.observed:
         if seen.state not in folds[: seen.version + 1]:
             msg = (

@@ -11,11 +11,10 @@ import attrs
 import trio
 
 from protocols import LLMRequest, LLMResponse, LLMStream
-
-from ._llm import FunctionLLM, ScriptItem
+from runtime.testing import FunctionLLM, ScriptItem
 
 if TYPE_CHECKING:
-    from .._event_store import EventStore
+    from runtime import EventStore
 
 __all__ = ["DeterministicLLM", "LLMCall"]
 

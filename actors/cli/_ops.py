@@ -1,6 +1,7 @@
 """The log-keeping commands of ``powertrio``: check, export, import, and bench."""
 
-# Lazy imports of `actors` and `rich` inside functions (DESIGN.md §1).
+# Lazy imports of `rich` and of the agents inside functions: each command pays at start-up
+# only for what it uses.
 # ruff: noqa: PLC0415
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocols.errors import PowertrioError, StoreError
+from runtime import CheckProblem, CheckReport, check_store, export_jsonl, import_jsonl
 
-from ._cli_common import CliContext, db_lock, open_log
-from ._store_ops import CheckProblem, CheckReport, check_store, export_jsonl, import_jsonl
+from ._common import CliContext, db_lock, open_log
 
 if TYPE_CHECKING:
     from actors import SessionState
@@ -31,7 +32,8 @@ def _session_fold() -> tuple[
 ]:
     """``initial`` and ``evolve`` that fold session streams (other streams are only decoded)."""
     from actors import SessionState
-    from actors._session_events import evolve as session_evolve
+
+    from .._session_events import evolve as session_evolve
 
     def initial(stream: str) -> SessionState | None:
         return SessionState() if stream.startswith("session/") else None
@@ -133,7 +135,7 @@ def cmd_bench(ctx: CliContext, args: argparse.Namespace) -> int:
 
     Synchronous: each suite runs its own ``trio.run``.
     """
-    from runtime.bench import SUITES
+    from actors.bench import SUITES
 
     chosen = args.suite or sorted(SUITES)
     unknown = [s for s in chosen if s not in SUITES]

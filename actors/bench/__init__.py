@@ -1,0 +1,16 @@
+"""Benchmarks of the agents, beside the kernel's: every figure next to its same-run baseline.
+
+Run ``python -m actors.bench SUITE [--json] [--quick]`` with ``SUITE`` one of ``actors``,
+``log`` (the kernel's suites, from ``runtime.bench``), ``agents`` and ``providers``.
+"""
+
+from __future__ import annotations
+
+from runtime.bench import SUITES as _KERNEL_SUITES
+
+SUITES: dict[str, str] = {
+    **_KERNEL_SUITES,
+    "agents": "actors.bench._agents",
+    "providers": "actors.bench._providers",
+}
+"""Suite name -> the module whose ``run(args)`` measures it: the kernel's and the agents'."""

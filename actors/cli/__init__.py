@@ -1,0 +1,6 @@
+"""The ``powertrio`` command line: run agents, watch their trees, read and keep the log."""
+
+from __future__ import annotations
+
+from ._main import build_parser as build_parser
+from ._main import main as main

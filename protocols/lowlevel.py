@@ -1,0 +1,7 @@
+"""Pieces for those who extend powertrio's packages, not for everyday use."""
+
+from __future__ import annotations
+
+from ._util import fixup_module_metadata
+
+__all__ = ["fixup_module_metadata"]

@@ -1,0 +1,40 @@
+"""The command line shared by the benchmark packages: pick a suite, run it, print its figures."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Mapping
+from typing import TypeAlias
+
+import orjson
+
+Figures: TypeAlias = dict[str, float | int | str]
+"""What a suite's ``run(args)`` returns: figure name -> value, each beside its baseline."""
+
+
+def rss_bytes() -> int:
+    """The current resident set size of this process, in bytes (Linux's ``statm``)."""
+    with open(f"/proc/{os.getpid()}/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def main(argv: list[str] | None, *, suites: Mapping[str, str], prog: str) -> int:
+    """Run the suite named in ``argv`` (one of ``suites``) and print its figures."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("suite", choices=sorted(suites))
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
+    args = parser.parse_args(argv)
+    module = importlib.import_module(suites[args.suite])
+    figures: Figures = module.run(args)
+    if args.json:
+        sys.stdout.write(orjson.dumps(figures).decode() + "\n")
+    else:
+        width = max(map(len, figures), default=0)
+        for name, value in figures.items():
+            shown = f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
+            print(f"{name:<{width}}  {shown}")
+    return 0
