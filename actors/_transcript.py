@@ -1,4 +1,4 @@
-"""The one place that makes a transcript provider-valid (DESIGN.md invariant 5)."""
+"""The one place that makes a transcript provider-valid (invariant 5 of docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 CrashPolicy = Literal["retry", "abort", "ask"]
-"""What recovery does with a tool call that started but never finished (DESIGN §4)."""
+"""What recovery does with a tool call that started but never finished (see docs/architecture.md, crash policies)."""
 
 ToolStatus = Literal[
     "ok", "error", "invalid_arguments", "timeout", "interrupted", "aborted", "denied"
@@ -92,7 +92,7 @@ class ToolOutcome:
     """How one tool call ended, as the model will be told.
 
     Every call gets exactly one outcome, including the ones that never ran (unknown tool,
-    bad arguments, denied, interrupted), so the transcript stays provider-valid (DESIGN §2.5).
+    bad arguments, denied, interrupted), so the transcript stays provider-valid (invariant 5).
     """
 
     call_id: str

@@ -17,7 +17,7 @@ class Clock:
 
     Actors read time here, never from :func:`time.time`, so that under
     ``trio.testing.MockClock`` a day of timers passes in milliseconds and a replay sees the
-    same times as the live run (DESIGN.md invariant 6). The wall time is
+    same times as the live run (invariant 6, determinism). The wall time is
     ``start + (trio.current_time() - trio time at start)``; the origin is fixed the first time
     the clock is read inside ``trio.run``.
 

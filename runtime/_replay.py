@@ -1,6 +1,6 @@
 """Replay: re-run an actor's decisions over its recorded log, at fold speed, with no effects.
 
-Live execution, crash resume and replay are one loop (DESIGN.md §3): fold the stream, ask
+Live execution, crash resume and replay are one loop (the decider pattern, docs/architecture.md): fold the stream, ask
 ``next_step``, execute, append. Replay folds the recorded events one by one and, before
 each event that answers an effect (an LLM answer, a tool result...), asks the *current
 code* what it would do in that state; the recorded answer stands in for the effect, so
