@@ -21,7 +21,7 @@ from protocols.errors import (
     StoreSchemaVersionError,
 )
 from runtime import EventStore, NewEvent, SqliteEventStore, open_sqlite_store
-from runtime._sqlite_store import APPLICATION_ID, SCHEMA_VERSION
+from runtime._sqlite_schema import APPLICATION_ID, SCHEMA_VERSION
 from runtime.testing import EVENT_STORE_CHECKS, InMemoryEventStore, check_event_store
 
 BackendFactory = Callable[[Path], Callable[[], AbstractAsyncContextManager[EventStore]]]
@@ -40,7 +40,7 @@ def _sqlite_backend(
         async with open_sqlite_store(
             path, blob_threshold=1024, synchronous="NORMAL", index_lag=index_lag
         ) as store:
-            store._group_statement = group_statement
+            store._writer.group_statement = group_statement
             yield store
 
     return make

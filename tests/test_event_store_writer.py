@@ -15,6 +15,7 @@ import trio.testing
 
 from protocols.errors import ConcurrencyConflictError, StoreClosedError
 from runtime import AppendResult, NewEvent, SqliteEventStore, _sqlite_store, open_sqlite_store
+from runtime._sqlite_writer import _SPLIT_QUEUE, PendingAppend, SqliteWriter
 
 Outcome = AppendResult | ConcurrencyConflictError
 
@@ -126,7 +127,7 @@ async def test_a_long_queue_met_at_idle_is_committed_as_two_groups(tmp_path: Pat
         async def one(i: int) -> None:
             results.append(await store.append(f"s/{i}", [_event(i)], 0))
 
-        count = 2 * _sqlite_store._SPLIT_QUEUE
+        count = 2 * _SPLIT_QUEUE
         async with trio.open_nursery() as nursery, _writer_paused(store):
             for i in range(count):
                 nursery.start_soon(one, i)
@@ -191,23 +192,23 @@ async def test_an_unexpected_writer_error_answers_everyone(
 ) -> None:
     """If the writer thread dies of a bug, what it committed is acknowledged and every
     later append or write is refused with StoreClosedError instead of hanging."""
-    take_work = SqliteEventStore._take_work
+    take_work = SqliteWriter._take_work
     calls = 0
 
-    def broken(self: SqliteEventStore, *, holding: bool) -> object:
+    def broken(self: SqliteWriter, *, holding: bool) -> object:
         nonlocal calls
         calls += 1
         if calls > 2:
             raise RuntimeError("bug")
         return take_work(self, holding=holding)
 
-    monkeypatch.setattr(SqliteEventStore, "_take_work", broken)
+    monkeypatch.setattr(SqliteWriter, "_take_work", broken)
     async with open_sqlite_store(tmp_path / "log.db") as store:
         # Call 1 waits for work and returns this append; call 2 hands it back (nothing
         # else queued); call 3 raises.
         result = await store.append("s", [_event(1)], 0)
         assert result.version == 1
-        thread = store._thread
+        thread = store._writer.thread
         assert thread is not None
         await trio.to_thread.run_sync(thread.join, 30)
         with pytest.raises(StoreClosedError):
@@ -239,13 +240,13 @@ async def test_an_idle_writer_brings_the_index_up_to_date(
     """Once more than index_lag events wait and no append is queued, the writer indexes
     them in a transaction of its own; reads see every event either way."""
     swept = threading.Event()
-    sweep = SqliteEventStore._sweep_when_idle
+    sweep = SqliteWriter._sweep_when_idle
 
-    def observed(self: SqliteEventStore) -> None:
+    def observed(self: SqliteWriter) -> None:
         sweep(self)
         swept.set()
 
-    monkeypatch.setattr(SqliteEventStore, "_sweep_when_idle", observed)
+    monkeypatch.setattr(SqliteWriter, "_sweep_when_idle", observed)
     path = tmp_path / "log.db"
     async with open_sqlite_store(path, index_lag=4) as store:
         for i in range(4):
@@ -264,10 +265,10 @@ async def test_a_writer_without_idle_moments_sweeps_inside_a_commit(
     """With no idle sweeps, a commit indexes the tail once it passes four times index_lag,
     in the same transaction as its own events."""
 
-    def failed_sweep(self: SqliteEventStore) -> None:
+    def failed_sweep(self: SqliteWriter) -> None:
         self._cache_valid = False  # what a failed idle sweep does
 
-    monkeypatch.setattr(SqliteEventStore, "_sweep_when_idle", failed_sweep)
+    monkeypatch.setattr(SqliteWriter, "_sweep_when_idle", failed_sweep)
     path = tmp_path / "log.db"
     async with open_sqlite_store(path, index_lag=2) as store:
         await store.append("a", [_event(i) for i in range(8)], 0)
@@ -284,13 +285,13 @@ async def test_a_failed_idle_sweep_leaves_the_tail_readable(
     """An error in an idle sweep costs nothing but the sweep: reads still see every event
     through the tail, and a later sweep catches up."""
     swept = threading.Event()
-    sweep = SqliteEventStore._sweep_when_idle
+    sweep = SqliteWriter._sweep_when_idle
 
-    def observed(self: SqliteEventStore) -> None:
+    def observed(self: SqliteWriter) -> None:
         sweep(self)
         swept.set()
 
-    monkeypatch.setattr(SqliteEventStore, "_sweep_when_idle", observed)
+    monkeypatch.setattr(SqliteWriter, "_sweep_when_idle", observed)
     path = tmp_path / "log.db"
     async with open_sqlite_store(path, index_lag=2) as store:
         await store._run_write(
@@ -316,19 +317,19 @@ def _count_transactions(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], thr
     """Count groups committed in an explicit transaction (not the single statement)."""
     count = [0]
     entered = threading.Event()
-    commit_transaction = SqliteEventStore._commit_transaction
+    commit_transaction = SqliteWriter._commit_transaction
 
     def counted(
-        self: SqliteEventStore,
+        self: SqliteWriter,
         conn: sqlite3.Connection,
-        batch: list[_sqlite_store._PendingAppend],
+        batch: list[PendingAppend],
         ready: Callable[[], None],
     ) -> None:
         count[0] += 1
         entered.set()
         commit_transaction(self, conn, batch, ready)
 
-    monkeypatch.setattr(SqliteEventStore, "_commit_transaction", counted)
+    monkeypatch.setattr(SqliteWriter, "_commit_transaction", counted)
     return count, entered
 
 
@@ -377,13 +378,13 @@ async def test_a_commit_from_elsewhere_after_the_plan_writes_nothing(
     conflict), so an append is never checked against a stale version."""
     path = tmp_path / "log.db"
     count, _ = _count_transactions(monkeypatch)
-    plan = SqliteEventStore._plan
+    plan = SqliteWriter._plan
     interfere = [True]
 
     def plan_then_commit_elsewhere(
-        self: SqliteEventStore,
+        self: SqliteWriter,
         conn: sqlite3.Connection,
-        batch: list[_sqlite_store._PendingAppend],
+        batch: list[PendingAppend],
         *,
         group: bool,
     ) -> object:
@@ -402,7 +403,7 @@ async def test_a_commit_from_elsewhere_after_the_plan_writes_nothing(
 
     async with open_sqlite_store(path) as store:
         await store.append("a", [_event(1)], 0)
-        monkeypatch.setattr(SqliteEventStore, "_plan", plan_then_commit_elsewhere)
+        monkeypatch.setattr(SqliteWriter, "_plan", plan_then_commit_elsewhere)
         with pytest.raises(ConcurrencyConflictError) as info:
             await store.append("a", [_event(2)], 1)
         assert (info.value.expected, info.value.actual) == (1, 2)
@@ -420,12 +421,12 @@ async def test_a_group_waiting_for_the_write_lock_sees_what_its_holder_committed
     path = tmp_path / "log.db"
     count, _ = _count_transactions(monkeypatch)
     planned = threading.Event()
-    plan = SqliteEventStore._plan
+    plan = SqliteWriter._plan
 
     def observed(
-        self: SqliteEventStore,
+        self: SqliteWriter,
         conn: sqlite3.Connection,
-        batch: list[_sqlite_store._PendingAppend],
+        batch: list[PendingAppend],
         *,
         group: bool,
     ) -> object:
@@ -436,7 +437,7 @@ async def test_a_group_waiting_for_the_write_lock_sees_what_its_holder_committed
 
     async with open_sqlite_store(path) as store:
         await store.append("a", [_event(1)], 0)
-        monkeypatch.setattr(SqliteEventStore, "_plan", observed)
+        monkeypatch.setattr(SqliteWriter, "_plan", observed)
         holder = sqlite3.connect(path, isolation_level=None)
         try:
             holder.execute("BEGIN IMMEDIATE")

@@ -1,0 +1,213 @@
+"""Errors of the event log: storing it (``store.*``), decoding it, replaying it.
+
+The branches that speak of streams, versions and recorded events, kept together so the
+log's failure modes read as one story; ``protocols.errors`` re-exports them.
+"""
+
+from __future__ import annotations
+
+from ._errors_base import PowertrioError
+
+__all__ = [
+    "CodecError",
+    "ConcurrencyConflictError",
+    "CorruptLogError",
+    "EventDecodeError",
+    "EventEncodeError",
+    "ForeignDatabaseError",
+    "FutureEventVersionError",
+    "ReplayDivergenceError",
+    "ReplayError",
+    "StoreClosedError",
+    "StoreError",
+    "StoreSchemaVersionError",
+    "StreamNotFoundError",
+    "UnknownEventTypeError",
+]
+
+
+# --- event store ---------------------------------------------------------------------
+
+
+class StoreError(PowertrioError):
+    """The event store failed or refused an operation."""
+
+    code = "store"
+
+
+class ConcurrencyConflictError(StoreError):
+    """An append's expected version did not match the stream; nothing was written."""
+
+    code = "store.conflict"
+
+    def __init__(self, stream: str, expected: int, actual: int) -> None:
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"stream {stream!r} is at version {actual}, the append expected {expected}; "
+            "nothing was written (another writer owns this stream?)"
+        )
+
+
+class StoreClosedError(StoreError):
+    """The store is closed."""
+
+    code = "store.closed"
+
+    def __init__(self, message: str = "the event store is closed") -> None:
+        super().__init__(message)
+
+
+class CorruptLogError(StoreError):
+    """The log file is damaged; ``path`` names it."""
+
+    code = "store.corrupt"
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(
+            f"event log {path!r} is damaged: {detail}; restore it from a backup "
+            "(`powertrio export` what still reads) or move it aside"
+        )
+
+
+class ForeignDatabaseError(StoreError):
+    """The file is a database, but not a powertrio event log."""
+
+    code = "store.foreign"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(
+            f"{path!r} is not a powertrio event log (it has other tables); "
+            "point the store at a new or a powertrio file"
+        )
+
+
+class StoreSchemaVersionError(StoreError):
+    """The log was written by a newer powertrio with a storage schema this one cannot read."""
+
+    code = "store.schema_version"
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        self.path = path
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"event log {path!r} has storage schema {found}, this powertrio reads up to "
+            f"{supported}; upgrade powertrio to open it"
+        )
+
+
+class StreamNotFoundError(StoreError, LookupError):
+    """No stream has this name."""
+
+    code = "store.stream_not_found"
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        super().__init__(f"no stream named {stream!r} in the event log")
+
+
+# --- codec ---------------------------------------------------------------------------
+
+
+class CodecError(PowertrioError):
+    """An event or message could not be encoded or decoded."""
+
+    code = "codec"
+
+
+class UnknownEventTypeError(CodecError):
+    """A stored event has a type name no registered class claims."""
+
+    code = "codec.unknown_type"
+
+    def __init__(
+        self, type_name: str, stream: str | None = None, version: int | None = None
+    ) -> None:
+        self.type_name = type_name
+        self.stream = stream
+        self.version = version
+        where = f" at {stream!r} version {version}" if stream is not None else ""
+        super().__init__(
+            f"unknown event type {type_name!r}{where}; is the module that defines it imported?"
+        )
+
+
+class FutureEventVersionError(CodecError):
+    """A stored event has a newer schema version than this code understands."""
+
+    code = "codec.future_version"
+
+    def __init__(
+        self,
+        type_name: str,
+        found: int,
+        supported: int,
+        stream: str | None = None,
+        version: int | None = None,
+    ) -> None:
+        self.type_name = type_name
+        self.found = found
+        self.supported = supported
+        self.stream = stream
+        self.version = version
+        where = f" at {stream!r} version {version}" if stream is not None else ""
+        super().__init__(
+            f"event {type_name!r}{where} has schema version {found}, this code reads up to "
+            f"{supported}; upgrade the code that defines it"
+        )
+
+
+class EventDecodeError(CodecError):
+    """A stored event's payload does not fit its class."""
+
+    code = "codec.decode"
+
+    def __init__(
+        self, type_name: str, detail: str, stream: str | None = None, version: int | None = None
+    ) -> None:
+        self.type_name = type_name
+        self.detail = detail
+        self.stream = stream
+        self.version = version
+        where = f" at {stream!r} version {version}" if stream is not None else ""
+        super().__init__(f"event {type_name!r}{where} does not decode: {detail}")
+
+
+class EventEncodeError(CodecError, TypeError):
+    """An event cannot be encoded: its class is unregistered or a field is not JSON."""
+
+    code = "codec.encode"
+
+    def __init__(self, type_name: str, detail: str) -> None:
+        self.type_name = type_name
+        self.detail = detail
+        super().__init__(f"cannot encode event {type_name}: {detail}")
+
+
+# --- replay --------------------------------------------------------------------------
+
+
+class ReplayError(PowertrioError):
+    """A replay could not confirm the recorded log."""
+
+    code = "replay"
+
+
+class ReplayDivergenceError(ReplayError):
+    """The code asks for a different effect than the one recorded at this event."""
+
+    code = "replay.divergence"
+
+    def __init__(self, stream: str, version: int, event_type: str, difference: str) -> None:
+        self.stream = stream
+        self.version = version
+        self.event_type = event_type
+        self.difference = difference
+        super().__init__(
+            f"replay of {stream!r} diverges at version {version} ({event_type}):\n{difference}"
+        )
