@@ -1,4 +1,4 @@
-"""Event-sourced actors: the decider pattern over the event log (DESIGN.md §3).
+"""Event-sourced actors: the decider pattern over the event log.
 
 An actor kind is three pure functions plus effects:
 
@@ -15,7 +15,7 @@ is nothing special: fold the log (from a snapshot if one exists), ask ``next_ste
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Generic, TypeVar, final
+from typing import Generic, Protocol, TypeVar, final
 
 import attrs
 import trio
@@ -40,6 +40,24 @@ def _as_tuple(events: Iterable[object]) -> tuple[object, ...]:
     return tuple(events)
 
 
+class Outcome(Protocol):
+    """Events to append and a reply: what a helper decides for part of an actor's state.
+
+    :func:`~runtime.timer_decision` returns one (a :class:`~runtime.TimerOutcome`); the
+    actor's ``handle`` turns it into its own decision with :meth:`Decision.from_outcome`.
+    """
+
+    @property
+    def events(self) -> Sequence[object]:
+        """Events to append, in order (may be empty)."""
+        ...
+
+    @property
+    def reply(self) -> object:
+        """The answer to an ``ask``."""
+        ...
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Decision:
@@ -57,6 +75,15 @@ class Decision:
     """Cancel the effect in flight (its result is discarded) before asking ``next_step``."""
     stop: bool = False
     """Stop the actor after appending (an orderly stop)."""
+
+    @classmethod
+    def from_outcome(cls, outcome: Outcome) -> Decision:
+        """The decision that appends ``outcome.events``, then replies ``outcome.reply``.
+
+        For ``handle`` to return what a helper such as :func:`~runtime.timer_decision`
+        decided; ``attrs.evolve`` the result to add events or flags of the actor's own.
+        """
+        return cls(events=outcome.events, reply=outcome.reply)
 
 
 @final
