@@ -188,21 +188,24 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._stream = self.stream_name()
         self._step_scope: trio.CancelScope | None = None
         self._step_token: object | None = None
-        self._timers = self._cell.runtime.timers
         if self.snapshot_every is not None:
             self._check_snapshot_config()
         await self.recover()
         decision = self.recovered(self.state)
         if decision is not None and decision.events:
             await self.persist(decision.events)
-        # Now that the state is folded, the timers service may deliver this stream's due
-        # timers (and re-deliver any a previous incarnation may have lost).
-        self._timers._register(self._stream, self._cell.ref)
+        # Only now is the state folded: a listener may act for this owner from here on (the
+        # timers service delivers its due timers, again any a previous incarnation lost).
+        owner = self.context.ref
+        for listener in self.context.runtime.persist_listeners:
+            listener.on_owner_ready(self._stream, owner)
         await self._advance()
 
     async def on_stop(self) -> None:
-        """Tell the timers service this stream's owner is gone (call it when overriding)."""
-        self._timers._unregister(self._stream, self._cell.ref)
+        """Tell the persist listeners this stream's owner is gone (call it when overriding)."""
+        owner = self.context.ref
+        for listener in self.context.runtime.persist_listeners:
+            listener.on_owner_gone(self._stream, owner)
 
     async def recover(self) -> None:
         """Rebuild :attr:`state` from the latest snapshot plus the events after it."""
@@ -271,8 +274,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             state = self.evolve(state, event)
         self.state = state
         previous, self.version = self.version, result.version
-        # Every event-sourced actor can own timers: the service indexes what is now logged.
-        self._timers._observe(self._stream, events)
+        for listener in self.context.runtime.persist_listeners:
+            listener.on_persisted(self._stream, events)
         every = self.snapshot_every
         if every is not None and previous // every != self.version // every:
             encoded = self.registry.encode(state)
