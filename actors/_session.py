@@ -205,7 +205,7 @@ class SessionActor(EventSourcedActor[SessionState]):
             return self._handle_reply(state, message)
         timers = timer_decision(state.timers, message)
         if timers is not None:
-            return self._with_wake_up(state, message, timers)
+            return self._with_wake_up(state, message, Decision.from_outcome(timers))
         if isinstance(message, _ChildDone):
             done = message.finished.child_id in state.child_status
             return Decision(events=[] if done else [message.finished])

@@ -12,6 +12,7 @@ from ._clock import IdSource as IdSource
 from ._event_sourced import CONTINUES as CONTINUES
 from ._event_sourced import Decision as Decision
 from ._event_sourced import EventSourcedActor as EventSourcedActor
+from ._event_sourced import Outcome as Outcome
 from ._event_sourced import StepFailed as StepFailed
 from ._event_store import AppendResult as AppendResult
 from ._event_store import EventStore as EventStore
@@ -64,6 +65,7 @@ from ._timer_book import ScheduleTimer as ScheduleTimer
 from ._timer_book import TimerBook as TimerBook
 from ._timer_book import TimerCancelled as TimerCancelled
 from ._timer_book import TimerFired as TimerFired
+from ._timer_book import TimerOutcome as TimerOutcome
 from ._timer_book import TimerScheduled as TimerScheduled
 from ._timer_book import is_timer_event as is_timer_event
 from ._timer_book import register_timer_events as register_timer_events

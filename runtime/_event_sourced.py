@@ -1,4 +1,4 @@
-"""Event-sourced actors: the decider pattern over the event log (DESIGN.md §3).
+"""Event-sourced actors: the decider pattern over the event log.
 
 An actor kind is three pure functions plus effects:
 
@@ -15,7 +15,7 @@ is nothing special: fold the log (from a snapshot if one exists), ask ``next_ste
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Generic, TypeVar, final
+from typing import Generic, Protocol, TypeVar, final
 
 import attrs
 import trio
@@ -40,6 +40,24 @@ def _as_tuple(events: Iterable[object]) -> tuple[object, ...]:
     return tuple(events)
 
 
+class Outcome(Protocol):
+    """Events to append and a reply: what a helper decides for part of an actor's state.
+
+    :func:`~runtime.timer_decision` returns one (a :class:`~runtime.TimerOutcome`); the
+    actor's ``handle`` turns it into its own decision with :meth:`Decision.from_outcome`.
+    """
+
+    @property
+    def events(self) -> Sequence[object]:
+        """Events to append, in order (may be empty)."""
+        ...
+
+    @property
+    def reply(self) -> object:
+        """The answer to an ``ask``."""
+        ...
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Decision:
@@ -57,6 +75,15 @@ class Decision:
     """Cancel the effect in flight (its result is discarded) before asking ``next_step``."""
     stop: bool = False
     """Stop the actor after appending (an orderly stop)."""
+
+    @classmethod
+    def from_outcome(cls, outcome: Outcome) -> Decision:
+        """The decision that appends ``outcome.events``, then replies ``outcome.reply``.
+
+        For ``handle`` to return what a helper such as :func:`~runtime.timer_decision`
+        decided; ``attrs.evolve`` the result to add events or flags of the actor's own.
+        """
+        return cls(events=outcome.events, reply=outcome.reply)
 
 
 @final
@@ -161,21 +188,24 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._stream = self.stream_name()
         self._step_scope: trio.CancelScope | None = None
         self._step_token: object | None = None
-        self._timers = self._cell.runtime.timers
         if self.snapshot_every is not None:
             self._check_snapshot_config()
         await self.recover()
         decision = self.recovered(self.state)
         if decision is not None and decision.events:
             await self.persist(decision.events)
-        # Now that the state is folded, the timers service may deliver this stream's due
-        # timers (and re-deliver any a previous incarnation may have lost).
-        self._timers._register(self._stream, self._cell.ref)
+        # Only now is the state folded: a listener may act for this owner from here on (the
+        # timers service delivers its due timers, again any a previous incarnation lost).
+        owner = self.context.ref
+        for listener in self.context.runtime.persist_listeners:
+            listener.on_owner_ready(self._stream, owner)
         await self._advance()
 
     async def on_stop(self) -> None:
-        """Tell the timers service this stream's owner is gone (call it when overriding)."""
-        self._timers._unregister(self._stream, self._cell.ref)
+        """Tell the persist listeners this stream's owner is gone (call it when overriding)."""
+        owner = self.context.ref
+        for listener in self.context.runtime.persist_listeners:
+            listener.on_owner_gone(self._stream, owner)
 
     async def recover(self) -> None:
         """Rebuild :attr:`state` from the latest snapshot plus the events after it."""
@@ -244,8 +274,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             state = self.evolve(state, event)
         self.state = state
         previous, self.version = self.version, result.version
-        # Every event-sourced actor can own timers: the service indexes what is now logged.
-        self._timers._observe(self._stream, events)
+        for listener in self.context.runtime.persist_listeners:
+            listener.on_persisted(self._stream, events)
         every = self.snapshot_every
         if every is not None and previous // every != self.version // every:
             encoded = self.registry.encode(state)

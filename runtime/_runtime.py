@@ -23,6 +23,7 @@ from ._clock import Clock, IdSource
 from ._event_store import EventStore
 from ._mailbox import DEFAULT_CAPACITY, OverflowPolicy
 from ._memory_store import InMemoryEventStore
+from ._persist_listener import PersistListener
 from ._ref import ActorRef
 from ._supervision import (
     ActorCrashed,
@@ -34,7 +35,7 @@ from ._supervision import (
     StopReason,
     Supervision,
 )
-from ._timers import TimerService
+from ._timers import TimerRunner, TimerService
 
 logger = logging.getLogger("powertrio.runtime")
 
@@ -77,6 +78,7 @@ class Runtime:
         "_closed",
         "_crashes",
         "_dropped",
+        "_persist_listeners",
         "_restarts",
         "_root",
         "_started",
@@ -106,6 +108,7 @@ class Runtime:
     _restarts: int
     _crashes: int
     _dropped: int
+    _persist_listeners: tuple[PersistListener, ...]
     _root: _Cell
 
     def __init__(self) -> None:
@@ -127,6 +130,7 @@ class Runtime:
         self._restarts = 0
         self._crashes = 0
         self._dropped = 0
+        self._persist_listeners = ()
         return self
 
     # -- actors ----------------------------------------------------------------------
@@ -268,6 +272,24 @@ class Runtime:
                 )
             )
 
+    # -- persist listeners -----------------------------------------------------------
+
+    def add_persist_listener(self, listener: PersistListener) -> None:
+        """Have ``listener`` follow the streams of event-sourced actors from now on.
+
+        Every :class:`~runtime.EventSourcedActor` tells each listener, in the order they
+        were added, when it owns its stream (its state folded), what it appends and when it
+        stops; see ``PersistListener``. ``open_runtime`` adds the timers service this way.
+        Add a listener before spawning the actors it should follow: it hears nothing of
+        what happened before.
+        """
+        self._persist_listeners = (*self._persist_listeners, listener)
+
+    @property
+    def persist_listeners(self) -> tuple[PersistListener, ...]:
+        """The listeners event-sourced actors tell about their streams, in order."""
+        return self._persist_listeners
+
     # -- registry --------------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -339,8 +361,11 @@ async def open_runtime(
     clock = clock or Clock()
     if store is None:
         store = InMemoryEventStore(clock.now)
-    runtime = Runtime._create(clock, IdSource(clock, seed), store)
-    runtime.timers = TimerService._create(runtime)
+    ids = IdSource(clock, seed)
+    runtime = Runtime._create(clock, ids, store)
+    timers = TimerRunner(clock, ids, store)
+    runtime.timers = timers.service
+    runtime.add_persist_listener(timers)
     root = _Cell(
         runtime,
         None,
@@ -355,14 +380,14 @@ async def open_runtime(
             root.running = True
             await nursery.start(root.run_task)
             # Re-arms every pending timer from the log before anyone can spawn an owner.
-            await nursery.start(runtime.timers._run)
+            await nursery.start(timers.run)
             try:
                 yield runtime
             finally:
                 try:
                     await runtime.aclose()
                 finally:
-                    runtime.timers._close()
+                    timers.close()
     except BaseExceptionGroup as group:
         errors = [e for e in _leaves(group) if not isinstance(e, trio.Cancelled)]
         if len(errors) != 1:

@@ -27,9 +27,9 @@ messages to :func:`timer_decision`::
             return state
 
         def handle(self, state: Reminders, message: object) -> Decision:
-            decision = timer_decision(state.timers, message)
-            if decision is not None:
-                return decision
+            outcome = timer_decision(state.timers, message)
+            if outcome is not None:
+                return Decision.from_outcome(outcome)
             ...  # the actor's own messages
 
     timer_id = await runtime.timers.schedule(ref, delay=3600, note="check the build")
@@ -48,7 +48,6 @@ import attrs
 from protocols import EventRegistry, default_registry
 from protocols.errors import TimerArgumentError
 
-from ._event_sourced import Decision
 from ._ref import PriorityMessage, Request
 
 # -- validation ------------------------------------------------------------------------
@@ -318,7 +317,26 @@ class ListTimers(Request[tuple[PendingTimer, ...]]):
     """Ask an owner for its pending timers (by due time)."""
 
 
-def timer_decision(book: TimerBook, message: object) -> Decision | None:
+def _as_tuple(events: Iterable[object]) -> tuple[object, ...]:
+    return tuple(events)
+
+
+@final
+@attrs.frozen
+class TimerOutcome:
+    """What a timer message means for its owner: events to append, then a reply.
+
+    Plain data, so timers need nothing from the actor base: the owner's ``handle`` returns
+    ``Decision.from_outcome(outcome)``.
+    """
+
+    events: tuple[object, ...] = attrs.field(default=(), converter=_as_tuple)
+    """Timer events to append, in order (may be empty)."""
+    reply: object = None
+    """The answer to the message's ``ask``."""
+
+
+def timer_decision(book: TimerBook, message: object) -> TimerOutcome | None:
     """What a timer message means for an owner holding ``book``. Pure.
 
     * :class:`ScheduleTimer`: append :class:`TimerScheduled`, reply with the id (nothing
@@ -330,26 +348,26 @@ def timer_decision(book: TimerBook, message: object) -> Decision | None:
     * :class:`ListTimers`: reply with the pending timers.
 
     Returns:
-        The decision, or ``None`` when ``message`` is not a timer message.
+        The events and reply, or ``None`` when ``message`` is not a timer message.
     """
     if isinstance(message, TimerFired):
         current = book.get(message.timer_id)
         if current is None or current.due_at != message.due_at:
-            return Decision()
-        return Decision(events=[message])
+            return TimerOutcome()
+        return TimerOutcome(events=[message])
     if isinstance(message, ScheduleTimer):
         timer_id = message.timer_id
         if timer_id in book.finished or book.get(timer_id) is not None:
-            return Decision(reply=timer_id)
+            return TimerOutcome(reply=timer_id)
         scheduled = TimerScheduled(
             timer_id=timer_id, due_at=message.due_at, note=message.note, every=message.every
         )
-        return Decision(events=[scheduled], reply=timer_id)
+        return TimerOutcome(events=[scheduled], reply=timer_id)
     if isinstance(message, CancelTimer):
         if book.get(message.timer_id) is None:
-            return Decision(reply=False)
+            return TimerOutcome(reply=False)
         cancelled = TimerCancelled(timer_id=message.timer_id, reason=message.reason)
-        return Decision(events=[cancelled], reply=True)
+        return TimerOutcome(events=[cancelled], reply=True)
     if isinstance(message, ListTimers):
-        return Decision(reply=book.pending)
+        return TimerOutcome(reply=book.pending)
     return None

@@ -10,7 +10,7 @@ import heapq
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypeGuard, final
+from typing import Literal, TypeAlias, TypeGuard, final
 
 import attrs
 import trio
@@ -23,6 +23,8 @@ from protocols.errors import (
     TimerOwnerUnavailableError,
 )
 
+from ._clock import Clock, IdSource
+from ._event_store import EventStore
 from ._ref import ActorRef
 from ._timer_book import (
     TIMER_EVENT_CLASSES,
@@ -37,9 +39,6 @@ from ._timer_book import (
     check_seconds,
     check_text,
 )
-
-if TYPE_CHECKING:
-    from ._runtime import Runtime
 
 logger = logging.getLogger("powertrio.timers")
 
@@ -165,26 +164,31 @@ class TimerService:
 
     Started by ``open_runtime`` (reach it as ``runtime.timers``): when the runtime opens it
     rebuilds its index of pending timers from the log, then one task sleeps on the Trio
-    clock until the earliest is due. Owners keep it current: every event an
-    :class:`~runtime.EventSourcedActor` persists passes by it, and a starting one says
-    which stream it owns. A due timer whose owner is not running waits for it to start;
-    one whose stream is gone (retention) is dropped with a logged warning.
+    clock until the earliest is due. Owners keep it current: the runtime registers it as a
+    persist listener, so every event an :class:`~runtime.EventSourcedActor` persists passes
+    by it, and a starting one says which stream it owns. A due timer whose owner is not
+    running waits for it to start; one whose stream is gone (retention) is dropped with a
+    logged warning.
     """
 
     __slots__ = (
         "_books",
+        "_clock",
         "_counters",
         "_entries",
         "_heap",
         "_hook",
+        "_ids",
         "_owners",
-        "_runtime",
         "_scope",
         "_seq",
         "_sleep",
+        "_store",
     )
 
-    _runtime: Runtime
+    _clock: Clock
+    _ids: IdSource
+    _store: EventStore
     _books: dict[str, TimerBook]
     _entries: dict[str, _Entry]
     _heap: list[tuple[float, int, str, int]]
@@ -200,9 +204,11 @@ class TimerService:
         raise TypeError(msg)
 
     @classmethod
-    def _create(cls, runtime: Runtime) -> TimerService:
+    def _create(cls, clock: Clock, ids: IdSource, store: EventStore) -> TimerService:
         self = object.__new__(cls)
-        self._runtime = runtime
+        self._clock = clock
+        self._ids = ids
+        self._store = store
         self._books = {}  # stream -> its pending timers (``finished`` left out)
         self._entries = {}  # timer id -> delivery state
         self._heap = []  # (trio deadline, tie-breaker, timer id, generation)
@@ -264,11 +270,11 @@ class TimerService:
             wait = check_seconds("delay", delay)
             if wait < 0:
                 raise TimerArgumentError("delay", f"delay must be >= 0 seconds, got {delay!r}")
-            due_at = self._runtime.clock.now() + wait
+            due_at = self._clock.now() + wait
         every = check_every("every", every)
         check_text("note", note, empty=True)
         if timer_id is None:
-            timer_id = self._runtime.ids.new("tmr")
+            timer_id = self._ids.new("tmr")
         check_text("timer_id", timer_id, empty=False)
         message = ScheduleTimer(timer_id=timer_id, due_at=due_at, note=note, every=every)
         return await owner.ask(message)
@@ -354,7 +360,7 @@ class TimerService:
             dropped=counters["dropped"],
         )
 
-    # -- hooks for the runtime and for EventSourcedActor -------------------------------------
+    # -- driven by TimerRunner ---------------------------------------------------------------
 
     async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Rebuild the index from the log, report started, then deliver until closed."""
@@ -399,7 +405,7 @@ class TimerService:
     # -- machinery -------------------------------------------------------------------------
 
     async def _rebuild(self) -> None:
-        store = self._runtime.store
+        store = self._store
         decode = default_registry.decode_record
         position = 1
         while True:
@@ -435,7 +441,7 @@ class TimerService:
             entry = self._entries[timer_id] = _Entry(stream, timer)
         else:
             entry.timer = timer
-        self._arm(entry, self._runtime.clock.deadline_for(timer.due_at))
+        self._arm(entry, self._clock.deadline_for(timer.due_at))
 
     def _arm(self, entry: _Entry, deadline: float) -> None:
         entry.state = "armed"
@@ -475,7 +481,7 @@ class TimerService:
     async def _due(self, entry: _Entry) -> None:
         """Deliver one due timer, or park it, or drop it, as the hook and the log say."""
         generation = entry.generation
-        exists = await self._runtime.store.stream_version(entry.stream) > 0
+        exists = await self._store.stream_version(entry.stream) > 0
         if self._entries.get(entry.timer.timer_id) is not entry or entry.generation != generation:
             return  # its owner recorded a change while we looked
         timer = entry.timer
@@ -495,7 +501,7 @@ class TimerService:
         if isinstance(verdict, Veto):
             message = CancelTimer(timer_id=timer.timer_id, reason=f"vetoed: {verdict.reason}")
         else:
-            fired_at = max(self._runtime.clock.now(), timer.due_at)
+            fired_at = max(self._clock.now(), timer.due_at)
             message = TimerFired(timer_id=timer.timer_id, due_at=timer.due_at, fired_at=fired_at)
         try:
             owner.tell_nowait(message)  # the priority lane: never blocks, never drops
@@ -564,6 +570,48 @@ class TimerService:
             entry.stream,
         )
         return None
+
+
+@final
+class TimerRunner:
+    """The runtime's side of its timers service: run it, stop it, feed it the owners' streams.
+
+    ``open_runtime`` makes one, hands out :attr:`service` as ``runtime.timers``, registers
+    the runner as a persist listener (so the service hears every owner's appends, starts
+    and stops), runs :meth:`run` in its nursery and calls :meth:`close` on the way out.
+    Users reach the service, never this: a runtime-internal interface, kept apart so the
+    service's public face has nothing to start or stop.
+    """
+
+    __slots__ = ("service",)
+
+    service: TimerService
+    """The service users reach as ``runtime.timers``."""
+
+    def __init__(self, clock: Clock, ids: IdSource, store: EventStore) -> None:
+        self.service = TimerService._create(clock, ids, store)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Rebuild the index from the log, report started, then deliver until :meth:`close`."""
+        await self.service._run(task_status=task_status)
+
+    def close(self) -> None:
+        """Stop delivering: :meth:`run` returns (a no-op before it started)."""
+        self.service._close()
+
+    # -- the persist listener (runtime._persist_listener.PersistListener) -------------------
+
+    def on_owner_ready(self, stream: str, owner: ActorRef[object]) -> None:
+        """Deliver ``stream``'s timers to ``owner`` from now on (and again what it lost)."""
+        self.service._register(stream, owner)
+
+    def on_persisted(self, stream: str, events: Sequence[object]) -> None:
+        """Index the timer events among ``events``; ignore the rest."""
+        self.service._observe(stream, events)
+
+    def on_owner_gone(self, stream: str, owner: ActorRef[object]) -> None:
+        """Due timers of ``stream`` wait for its next owner."""
+        self.service._unregister(stream, owner)
 
 
 def _is_verdict(value: object) -> TypeGuard[TimerVerdict]:

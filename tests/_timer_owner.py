@@ -94,9 +94,9 @@ class Owner(EventSourcedActor[OwnerState]):
         if isinstance(message, TimerFired) and self._crash_budget and self._crash_budget[0] > 0:
             self._crash_budget[0] -= 1
             raise RuntimeError("crash while handling a firing")
-        decision = timer_decision(state.timers, message)
-        if decision is not None:
-            return decision
+        outcome = timer_decision(state.timers, message)
+        if outcome is not None:
+            return Decision.from_outcome(outcome)
         if isinstance(message, GetState):
             return Decision(reply=state)
         raise TypeError(f"Owner does not handle {type(message).__name__}")

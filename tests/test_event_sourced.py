@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -15,6 +16,7 @@ from protocols import EventRegistry
 from protocols.errors import ActorCrashedError, ConcurrencyConflictError, ConfigError
 from runtime import (
     ActorCrashed,
+    ActorRef,
     Backoff,
     Decision,
     EventSourcedActor,
@@ -331,3 +333,56 @@ async def test_a_restart_resumes_pending_steps_from_the_log(
         status = await ref.ask(Status())
     assert status.done == (("a", "A"), ("b", "B"))
     assert executed == ["a", "b", "b"]  # "b" had no recorded result, so it ran again
+
+
+# -- the persist-listener seam ---------------------------------------------------------------
+
+
+class Opening(Counter):
+    """A counter that opens a fresh stream with ``Added(100)`` (an event of ``recovered``)."""
+
+    def recovered(self, state: Tally) -> Decision | None:
+        return Decision(events=[Added(100)]) if state.count == 0 else None
+
+
+@attrs.define
+class Recorder:
+    """A persist listener that writes down every call it gets."""
+
+    calls: list[tuple[str, str, object]] = attrs.Factory(list)
+
+    def on_owner_ready(self, stream: str, owner: ActorRef[object]) -> None:
+        self.calls.append(("ready", stream, owner))
+
+    def on_persisted(self, stream: str, events: Sequence[object]) -> None:
+        self.calls.append(("persisted", stream, tuple(events)))
+
+    def on_owner_gone(self, stream: str, owner: ActorRef[object]) -> None:
+        self.calls.append(("gone", stream, owner))
+
+
+async def test_a_persist_listener_follows_an_owner_from_start_to_stop() -> None:
+    """A listener added to the runtime hears, from the actor base alone: the events of
+    ``recovered``, then that the actor owns its stream, then each append exactly as logged
+    (none for a message that decides nothing), then its stop. The timers service is the
+    runtime's own listener and comes first."""
+    recorder = Recorder()
+    store = InMemoryEventStore()
+    async with open_runtime(store=store, seed=1) as runtime:
+        runtime.add_persist_listener(recorder)
+        assert len(runtime.persist_listeners) == 2
+        assert recorder is runtime.persist_listeners[-1]
+        ref = await runtime.spawn(Opening)
+        assert await ref.ask(Add(2)) == 102
+        assert Tally(total=102, count=2) == await ref.ask(Get())
+        assert await ref.ask(Add(3)) == 105
+        await runtime.stop(ref)
+        logged = [registry.decode_record(record) for record in await store.read("counter/1")]
+    assert [
+        ("persisted", "counter/1", (Added(100),)),
+        ("ready", "counter/1", ref),
+        ("persisted", "counter/1", (Added(2),)),
+        ("persisted", "counter/1", (Added(3),)),
+        ("gone", "counter/1", ref),
+    ] == recorder.calls
+    assert [Added(100), Added(2), Added(3)] == logged
