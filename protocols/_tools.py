@@ -24,7 +24,11 @@ __all__ = [
 ]
 
 CrashPolicy = Literal["retry", "abort", "ask"]
-"""What recovery does with a tool call that started but never finished (see docs/architecture.md, crash policies)."""
+"""What recovery does with a tool call that started but never finished.
+
+``retry`` runs it again (an idempotent tool), ``abort`` closes it with an aborted result,
+``ask`` waits for a human to decide.
+"""
 
 ToolStatus = Literal[
     "ok", "error", "invalid_arguments", "timeout", "interrupted", "aborted", "denied"

@@ -1,7 +1,7 @@
 """Replay: re-run an actor's decisions over its recorded log, at fold speed, with no effects.
 
-Live execution, crash resume and replay are one loop (the decider pattern, docs/architecture.md): fold the stream, ask
-``next_step``, execute, append. Replay folds the recorded events one by one and, before
+Live execution, crash resume and replay are one loop (the decider pattern): fold the
+stream, ask ``next_step``, execute, append. Replay folds the recorded events one by one and, before
 each event that answers an effect (an LLM answer, a tool result...), asks the *current
 code* what it would do in that state; the recorded answer stands in for the effect, so
 no model or tool is called. If the code asks for something else than what was recorded,
