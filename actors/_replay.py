@@ -171,7 +171,7 @@ async def fork_session(
     if length == 0:
         raise StreamNotFoundError(stream)
     if not 1 <= at_version <= length:
-        msg = f"at_version must be between 1 and {length} for {stream!r}, got {at_version}"
+        msg = f"{stream!r} has events 1 to {length}: fork at one of them, not at {at_version}"
         raise ConfigError(msg)
     if await store.stream_version(f"session/{new_id}"):
         msg = f"session {new_id!r} already exists; pick another id for the fork"

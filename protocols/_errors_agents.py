@@ -20,6 +20,7 @@ __all__ = [
     "BoardWatchOverflowError",
     "HookVetoError",
     "HumanRequestNotFoundError",
+    "NoOpenRunError",
     "OutputInvalidError",
     "SessionBusyError",
     "SessionError",
@@ -160,6 +161,16 @@ class SessionBusyError(SessionError):
             f"session {session_id!r} is busy with run {run_id!r} and rejects new input; "
             "wait for the run to end, send a follow-up, or use the queue or interrupt policy"
         )
+
+
+class NoOpenRunError(SessionError):
+    """A cancel named a session that has no run open: there is nothing to cancel."""
+
+    code = "session.no_open_run"
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} has no open run: nothing to cancel")
 
 
 class OutputInvalidError(SessionError):

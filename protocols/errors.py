@@ -26,7 +26,9 @@ The tree (code in brackets)::
     │   ├── CorruptLogError                       [store.corrupt]
     │   ├── ForeignDatabaseError                  [store.foreign]
     │   ├── StoreSchemaVersionError               [store.schema_version]
-    │   └── StreamNotFoundError (LookupError)     [store.stream_not_found]
+    │   ├── StreamNotFoundError (LookupError)     [store.stream_not_found]
+    │   ├── StoreNotFoundError (LookupError)      [store.not_found]
+    │   └── StoreLockedError                      [store.locked]
     ├── CodecError                                [codec]
     │   ├── UnknownEventTypeError                 [codec.unknown_type]
     │   ├── FutureEventVersionError               [codec.future_version]
@@ -57,6 +59,7 @@ The tree (code in brackets)::
     │   └── BoardWatchOverflowError               [board.watch_overflow]
     ├── SessionError                              [session]
     │   ├── SessionBusyError                      [session.busy]
+    │   ├── NoOpenRunError                        [session.no_open_run]
     │   ├── OutputInvalidError                    [session.output_invalid]
     │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
     │   └── HookVetoError                         [session.hook_vetoed]
@@ -64,8 +67,12 @@ The tree (code in brackets)::
     │   ├── TimerNotFoundError (LookupError)      [timer.not_found]
     │   ├── TimerArgumentError (ValueError)       [timer.invalid_args]
     │   └── TimerOwnerUnavailableError            [timer.owner_unavailable]
-    └── ReplayError                               [replay]
-        └── ReplayDivergenceError                 [replay.divergence]
+    ├── ReplayError                               [replay]
+    │   └── ReplayDivergenceError                 [replay.divergence]
+    └── FileAccessError                           [io]
+        ├── InputFileNotFoundError (LookupError)  [io.not_found]
+        ├── OutputFileError                       [io.write_failed]
+        └── BadInputFileError (ValueError)        [io.bad_input]
 
 Where an error means "you misused the API" it also subclasses the built-in it behaves
 like (``ValueError``, ``LookupError``, ...), as attrs does.
@@ -83,6 +90,7 @@ from ._errors_agents import (
     BoardWatchOverflowError,
     HookVetoError,
     HumanRequestNotFoundError,
+    NoOpenRunError,
     OutputInvalidError,
     SessionBusyError,
     SessionError,
@@ -127,6 +135,14 @@ from ._errors_llm import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
+from ._errors_files import (
+    BadInputFileError,
+    FileAccessError,
+    InputFileNotFoundError,
+    OutputFileError,
+    StoreLockedError,
+    StoreNotFoundError,
+)
 from ._errors_log import (
     CodecError,
     ConcurrencyConflictError,
@@ -153,6 +169,7 @@ __all__ = [
     "ActorStoppedError",
     "AgentSpecError",
     "AskTimeoutError",
+    "BadInputFileError",
     "BoardBadKeyError",
     "BoardBadValueError",
     "BoardConflictError",
@@ -166,10 +183,12 @@ __all__ = [
     "CorruptLogError",
     "EventDecodeError",
     "EventEncodeError",
+    "FileAccessError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
     "HookVetoError",
     "HumanRequestNotFoundError",
+    "InputFileNotFoundError",
     "IntensityExceededError",
     "LLMAuthError",
     "LLMBadRequestError",
@@ -182,6 +201,8 @@ __all__ = [
     "LLMTimeoutError",
     "MailboxFullError",
     "MissingSettingError",
+    "NoOpenRunError",
+    "OutputFileError",
     "OutputInvalidError",
     "PowertrioError",
     "ReplayDivergenceError",
@@ -192,6 +213,8 @@ __all__ = [
     "SessionError",
     "StoreClosedError",
     "StoreError",
+    "StoreLockedError",
+    "StoreNotFoundError",
     "StoreSchemaVersionError",
     "StreamNotFoundError",
     "SupervisorError",

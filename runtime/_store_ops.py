@@ -14,9 +14,11 @@ import trio
 
 from protocols import EventRegistry, default_registry
 from protocols.errors import (
+    BadInputFileError,
     CodecError,
     ConcurrencyConflictError,
     CorruptLogError,
+    InputFileNotFoundError,
     StoreError,
     StreamNotFoundError,
 )
@@ -197,8 +199,8 @@ async def export_jsonl(
 
 
 def _parse_line(path: str, number: int, raw: bytes) -> tuple[str, int, NewEvent]:
-    def bad(detail: str) -> CorruptLogError:
-        return CorruptLogError(path, f"line {number}: {detail}")
+    def bad(detail: str) -> BadInputFileError:
+        return BadInputFileError(path, detail, line=number)
 
     try:
         record = orjson.loads(raw)
@@ -260,14 +262,18 @@ async def import_jsonl(store: EventStore, source: str | os.PathLike[str]) -> Tra
         TransferResult: how many streams and events were imported.
 
     Raises:
-        CorruptLogError: a line is malformed or versions are not contiguous; ``detail``
-            names the line.
+        InputFileNotFoundError: there is no file at ``source``.
+        BadInputFileError: a line is malformed or versions are not contiguous; ``line``
+            names it.
         ConcurrencyConflictError: a stream in the file does not continue the store's
             stream (e.g. it was already imported); nothing was written.
         StoreError: writing failed part-way (earlier runs of events are kept).
     """
     path = os.fspath(source)
-    content = await trio.Path(path).read_bytes()
+    try:
+        content = await trio.Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputFileNotFoundError(path) from None
     runs: list[tuple[str, int, list[NewEvent]]] = []
     expected_next: dict[str, int] = {}
     first_version: dict[str, int] = {}
@@ -277,9 +283,8 @@ async def import_jsonl(store: EventStore, source: str | os.PathLike[str]) -> Tra
         stream, version, event = _parse_line(path, number, raw)
         want = expected_next.get(stream)
         if want is not None and version != want:
-            raise CorruptLogError(
-                path, f"line {number}: {stream!r} version {version} follows version {want - 1}"
-            )
+            detail = f"{stream!r} version {version} follows version {want - 1}"
+            raise BadInputFileError(path, detail, line=number)
         first_version.setdefault(stream, version)
         expected_next[stream] = version + 1
         if runs and runs[-1][0] == stream:

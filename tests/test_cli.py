@@ -358,7 +358,8 @@ def test_fork_branches_a_session_that_then_goes_on_by_itself(workdir: Path) -> N
     assert len(cli(workdir, "log", sid, "--json").stdout.splitlines()) == 13
     assert cli_json(workdir, "replay", "branch")["ok"]  # type: ignore[index]
     again = cli(workdir, "fork", sid, "--at", "99")
-    assert again.returncode == 2 and "error [config.invalid]: at_version" in again.stderr
+    assert again.returncode == 2
+    assert "has events 1 to 13: fork at one of them, not at 99" in again.stderr
 
 
 # -- steering sessions from another process -------------------------------------------------
@@ -394,7 +395,11 @@ def test_an_interrupted_run_is_listed_so_and_cancel_ends_it(tmp_path: Path) -> N
         "cancelled",
     )
     again = cli(tmp_path, "cancel", sid, "--json")
-    assert again.returncode == 1 and not json.loads(again.stdout)["cancelled"]
+    assert again.returncode == 1
+    assert json.loads(again.stdout)["error"] == {
+        "code": "session.no_open_run",
+        "message": f"session {sid!r} has no open run: nothing to cancel",
+    }
     assert cli_json(tmp_path, "sessions")[0]["status"] == "cancelled"  # type: ignore[index]
 
 
@@ -470,10 +475,76 @@ def test_reading_commands_need_an_existing_log(tmp_path: Path) -> None:
     """No log in the directory: a clear error instead of an empty new file."""
     done = cli(tmp_path, "sessions")
     assert done.returncode == 1
-    assert "error [store]: no event log at 'powertrio.sqlite'" in done.stderr
+    assert "error [store.not_found]: no event log at 'powertrio.sqlite'" in done.stderr
     assert not (tmp_path / "powertrio.sqlite").exists()
     missing = cli(tmp_path, "--db", "nowhere.sqlite", "show", "x", "--json")
-    assert json.loads(missing.stdout)["error"]["code"] == "store"
+    assert json.loads(missing.stdout)["error"]["code"] == "store.not_found"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ("--db", "no/such/dir/x.sqlite", "run", "--demo", TASK),
+            "store.not_found",
+            "no event log at 'no/such/dir/x.sqlite': its folder 'no/such/dir' does not exist",
+        ),
+        (("--db", ".", "run", "--demo", TASK), "config.invalid", "--db names the folder '.'"),
+        (("run", "--demo", "  "), "config.invalid", "the task is empty"),
+        (("import", "nosuch.jsonl"), "io.not_found", "no file at 'nosuch.jsonl'"),
+        (
+            ("export", "no/such/dir/out.jsonl"),
+            "io.write_failed",
+            "could not write 'no/such/dir/out.jsonl': its folder 'no/such/dir' does not exist",
+        ),
+        (("export", "/dev/full"), "io.write_failed", "No space left on device"),
+    ],
+)
+def test_ordinary_mistakes_get_a_code_of_their_own(
+    workdir: Path, args: tuple[str, ...], code: str, message: str
+) -> None:
+    """A missing folder or file, a folder for a file, an empty task, a full disk: each a
+    typed error with its code, never ``internal`` (exit 2 for configuration, else 1);
+    nothing is left behind."""
+    before = sorted(p.name for p in workdir.iterdir())
+    done = cli(workdir, *args)
+    assert done.returncode == (2 if code.startswith("config.") else 1), done.stderr
+    assert f"error [{code}]: " in done.stderr and message in done.stderr, done.stderr
+    assert "internal" not in done.stderr
+    assert before == sorted(p.name for p in workdir.iterdir())
+
+
+def test_import_of_a_file_that_is_no_export_blames_the_file(workdir: Path) -> None:
+    """Text that is not JSON Lines is bad input (``io.bad_input``), not a damaged log."""
+    (workdir / "notes.txt").write_text("dear diary\n")
+    done = cli(workdir, "import", "notes.txt")
+    assert done.returncode == 1
+    assert "error [io.bad_input]: 'notes.txt' is not a powertrio export: line 1: not JSON" in (
+        done.stderr
+    )
+
+
+def test_export_of_one_session_takes_its_id_prefix(
+    workdir: Path, finished: tuple[Path, dict[str, object]]
+) -> None:
+    """``export --stream`` takes a session id prefix as the other commands do; a stream that
+    is not there leaves no empty file behind."""
+    sid = root_id(finished)
+    exported = cli_json(workdir, "export", "one.jsonl", "--stream", sid[:8])
+    assert exported == {"file": "one.jsonl", "streams": 1, "events": exported["events"]}  # type: ignore[index]
+    lines = (workdir / "one.jsonl").read_text().splitlines()
+    assert {json.loads(line)["stream"] for line in lines} == {f"session/{sid}"}
+    missing = cli(workdir, "export", "none.jsonl", "--stream", "nosuch")
+    assert missing.returncode == 1 and "error [store.stream_not_found]" in missing.stderr
+    assert not (workdir / "none.jsonl").exists()
+
+
+def test_a_bad_number_is_explained_without_internal_names(tmp_path: Path) -> None:
+    """``--at abc``: argparse's message says what is wrong, not the name of a parser."""
+    done = cli(tmp_path, "fork", "x", "--at", "abc")
+    assert done.returncode == 2
+    assert "argument --at: must be a whole number, got 'abc'" in done.stderr
+    assert "_positive" not in done.stderr
 
 
 def test_an_unknown_session_is_a_typed_error(finished: tuple[Path, dict[str, object]]) -> None:

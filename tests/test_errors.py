@@ -46,6 +46,7 @@ BRANCH_PREFIX = {
     "ReplayError": "replay",
     "BoardError": "board",
     "TimerError": "timer",
+    "FileAccessError": "io",
 }
 """Each sub-root of the tree and the first segment every code in its branch starts with."""
 

@@ -216,8 +216,10 @@ async def test_fork_refuses_bad_arguments() -> None:
     store = InMemoryEventStore()
     await record(store)
     length = await store.stream_version("session/s")
-    with pytest.raises(ConfigError, match=f"at_version must be between 1 and {length}"):
+    with pytest.raises(ConfigError) as refused:
         await fork_session(store, "s", at_version=length + 1, new_id="x")
+    expected = f"'session/s' has events 1 to {length}: fork at one of them, not at {length + 1}"
+    assert expected == str(refused.value)
     await fork_session(store, "s", at_version=2, new_id="x")
     with pytest.raises(ConfigError, match="session 'x' already exists"):
         await fork_session(store, "s", at_version=2, new_id="x")

@@ -11,7 +11,12 @@ import attrs
 import pytest
 
 from protocols import EventRegistry
-from protocols.errors import ConcurrencyConflictError, CorruptLogError, StreamNotFoundError
+from protocols.errors import (
+    BadInputFileError,
+    ConcurrencyConflictError,
+    InputFileNotFoundError,
+    StreamNotFoundError,
+)
 from runtime import (
     EventStore,
     NewEvent,
@@ -187,17 +192,27 @@ async def test_export_unknown_stream_fails(tmp_path: Path) -> None:
 async def test_import_rejects_bad_lines_and_writes_nothing(
     tmp_path: Path, content: bytes, detail: str
 ) -> None:
-    """A malformed line raises CorruptLogError naming the line; nothing is imported."""
+    """A malformed line is bad input (not a damaged log) naming the line; nothing is imported."""
     path = tmp_path / "in.jsonl"
     first = b'{"stream":"s","version":1,"type":"t","schema_version":1,"recorded_at":1,"data":{}}\n'
     path.write_bytes(first + content)
     store = InMemoryEventStore()
-    with pytest.raises(CorruptLogError) as info:
+    with pytest.raises(BadInputFileError) as info:
         await import_jsonl(store, path)
-    assert info.value.code == "store.corrupt"
+    assert info.value.code == "io.bad_input"
     assert info.value.path == str(path)
-    assert info.value.detail.startswith(detail), info.value.detail
+    assert f"line {info.value.line}: {info.value.detail}".startswith(detail), info.value.detail
+    assert "is not a powertrio export" in str(info.value)
     assert await store.read_all() == []
+
+
+async def test_import_of_a_missing_file_names_it(tmp_path: Path) -> None:
+    """A path with no file is ``io.not_found`` naming the path, not an internal error."""
+    missing = tmp_path / "nosuch.jsonl"
+    with pytest.raises(InputFileNotFoundError) as info:
+        await import_jsonl(InMemoryEventStore(), missing)
+    assert info.value.code == "io.not_found"
+    assert str(info.value) == f"no file at {str(missing)!r}: check the path"
 
 
 async def test_import_into_a_store_that_has_the_stream_conflicts(tmp_path: Path) -> None:

@@ -15,7 +15,12 @@ from typing import IO, TYPE_CHECKING, final
 import attrs
 import orjson
 
-from protocols.errors import ConfigError, StoreError, StreamNotFoundError
+from protocols.errors import (
+    ConfigError,
+    StoreLockedError,
+    StoreNotFoundError,
+    StreamNotFoundError,
+)
 from runtime import SqliteEventStore, open_sqlite_store
 
 if TYPE_CHECKING:
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_DB",
+    "check_folder",
     "CliContext",
     "db_lock",
     "db_in_use",
@@ -63,6 +69,13 @@ class CliContext:
         from rich.console import Console  # noqa: PLC0415  # rich loads only for the CLI
 
         path = Path(db or os.environ.get("POWERTRIO_DB") or DEFAULT_DB)
+        if path.is_dir():
+            source = "--db" if db else "POWERTRIO_DB"
+            msg = (
+                f"{source} names the folder {str(path)!r}; name the log's file, "
+                f"e.g. {str(path / DEFAULT_DB)!r}"
+            )
+            raise ConfigError(msg)
         out = Console(highlight=False)
         if not out.is_terminal and "COLUMNS" not in os.environ:
             # A pipe or a file has no width: do not wrap ids and lines at 80 columns.
@@ -88,16 +101,16 @@ async def open_log(ctx: CliContext, *, create: bool = False) -> AsyncIterator[Sq
             other commands refuse, so a typo in ``--db`` does not leave an empty log behind.
 
     Raises:
-        StoreError: there is no log at that path (and ``create`` is false).
+        StoreNotFoundError: there is no log at that path (and ``create`` is false), or
+            the folder to create it in does not exist.
         CorruptLogError, ForeignDatabaseError, StoreSchemaVersionError: as
             :func:`open_sqlite_store`.
     """
-    if not create and not ctx.db.exists():
-        msg = (
-            f'no event log at {str(ctx.db)!r}: start one with `powertrio run "task"` in this '
-            "directory, or point at one with --db PATH"
-        )
-        raise StoreError(msg)
+    if not ctx.db.exists():
+        if not create:
+            hint = 'start one with `powertrio run "task"` here, or point at one with --db PATH'
+            raise StoreNotFoundError(str(ctx.db), hint)
+        check_folder(ctx.db)
     async with open_sqlite_store(ctx.db) as store:
         yield store
 
@@ -144,22 +157,40 @@ def _lock_path(db: Path) -> Path:
     return db.with_name(db.name + ".lock")
 
 
+def check_folder(db: Path) -> None:
+    """Refuse a log path whose folder does not exist, before anything creates a file there.
+
+    Raises:
+        StoreNotFoundError: the folder is missing.
+    """
+    folder = db.parent
+    if not folder.is_dir():
+        hint = f"its folder {str(folder)!r} does not exist: create it, or pick another --db"
+        raise StoreNotFoundError(str(db), hint)
+
+
 @contextlib.contextmanager
 def db_lock(db: Path, command: str, *, wait: float = 1.0) -> Iterator[None]:
     """Hold the log's driver lock while this process runs sessions of it.
 
-    Sessions are actors with one writer each (one writer per stream): two processes driving the
-    same log would compete for their streams. ``run``, ``send``, ``reply``, ``cancel`` and
-    ``import`` take this advisory lock (``<db>.lock``); reading commands do not.
+    Sessions are actors with one writer each (one writer per stream): two processes driving
+    the same log would compete for their streams. ``run``, ``send``, ``reply``, ``cancel``
+    and ``import`` take this advisory lock (``<db>.lock``); reading commands do not.
+
+    The lock file stays beside the log after a clean exit, emptied: deleting it would let
+    a process that opened it a moment before lock a file no one else can see, and two
+    drivers would run at once.
 
     Raises:
-        StoreError: another process holds the lock (its pid and command are named).
+        StoreNotFoundError: the log's folder does not exist.
+        StoreLockedError: another process holds the lock (its pid and command are named).
     """
     try:
         import fcntl  # noqa: PLC0415  # POSIX only
     except ImportError:  # pragma: no cover - Windows: no advisory lock
         yield
         return
+    check_folder(db)
     path = _lock_path(db)
     handle: IO[str] = path.open("a+", encoding="utf-8")
     try:
@@ -172,11 +203,7 @@ def db_lock(db: Path, command: str, *, wait: float = 1.0) -> Iterator[None]:
                 if time.monotonic() >= deadline:
                     handle.seek(0)
                     holder = handle.read().strip() or "another process"
-                    msg = (
-                        f"the event log {str(db)!r} is being driven by {holder}; stop it "
-                        "there (Ctrl-C), or wait for it to end"
-                    )
-                    raise StoreError(msg) from None
+                    raise StoreLockedError(str(db), holder) from None
                 time.sleep(0.05)
         handle.seek(0)
         handle.truncate()

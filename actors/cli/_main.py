@@ -182,7 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = add("export", "write the log (or one stream) as JSON Lines")
     export.add_argument("file")
-    export.add_argument("--stream", default=None, help="only this stream (e.g. session/ID)")
+    export.add_argument(
+        "--stream",
+        default=None,
+        metavar="ID",
+        help="only this stream: a session id (or a unique prefix of it), or a stream name",
+    )
 
     add("import", "append a JSON Lines export to the log").add_argument("file")
 
@@ -198,7 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    # argparse names the type function in its message when it raises ValueError, and the
+    # user should read what was wrong, not a private name: raise ArgumentTypeError only.
+    try:
+        value = int(text)
+    except ValueError:
+        msg = f"must be a whole number, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
     if value < 1:
         msg = f"must be at least 1, got {value}"
         raise argparse.ArgumentTypeError(msg)

@@ -7,19 +7,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
 
-from protocols.errors import PowertrioError, StoreError
+from protocols.errors import InputFileNotFoundError, OutputFileError, PowertrioError, StoreError
 from runtime import CheckProblem, CheckReport, check_store, export_jsonl, import_jsonl
 
-from ._common import CliContext, db_lock, open_log
+from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, resolve_session
 
 if TYPE_CHECKING:
     from actors import SessionState
+    from runtime import SqliteEventStore
 
 __all__ = ["cmd_bench", "cmd_check", "cmd_export", "cmd_import"]
 
@@ -100,10 +104,53 @@ async def cmd_check(ctx: CliContext, args: argparse.Namespace) -> int:
 # -- export / import -----------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _written_whole(path: str) -> Iterator[str]:
+    """A place to write ``path`` so that a failure leaves nothing behind.
+
+    A regular file is written beside itself under a hidden name and renamed over ``path``
+    when complete; a device or a pipe (``/dev/stdout``) is written in place.
+
+    Raises:
+        OutputFileError: the folder is missing, or writing failed (a full disk, no
+            permission); the partial file is removed.
+    """
+    target = Path(path)
+    if target.exists() and not target.is_file():
+        try:
+            yield path
+        except OSError as exc:
+            raise OutputFileError(path, exc.strerror or str(exc)) from None
+        return
+    if not target.parent.is_dir():
+        raise OutputFileError(path, f"its folder {str(target.parent)!r} does not exist")
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        yield str(partial)
+        os.replace(partial, target)
+    except OSError as exc:
+        raise OutputFileError(path, exc.strerror or str(exc)) from None
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+async def _stream_named(store: SqliteEventStore, given: str) -> str:
+    """The stream ``given`` names: a stream's full name, or a session's id or id prefix."""
+    if await store.stream_version(given):
+        return given
+    return SESSION_PREFIX + await resolve_session(store, given)
+
+
 async def cmd_export(ctx: CliContext, args: argparse.Namespace) -> int:
-    """``powertrio export FILE [--stream NAME]``: the log (or one stream) as JSON Lines."""
+    """``powertrio export FILE [--stream NAME]``: the log (or one stream) as JSON Lines.
+
+    ``--stream`` takes a stream's name or a session's id (or a unique prefix of it), as the
+    other commands do. A failed export leaves no file behind.
+    """
     async with open_log(ctx) as store:
-        result = await export_jsonl(store, args.file, stream=args.stream)
+        stream = None if args.stream is None else await _stream_named(store, args.stream)
+        with _written_whole(args.file) as destination:
+            result = await export_jsonl(store, destination, stream=stream)
     if ctx.json:
         ctx.emit({"file": args.file, "streams": result.streams, "events": result.events})
     else:
@@ -115,6 +162,8 @@ async def cmd_export(ctx: CliContext, args: argparse.Namespace) -> int:
 
 async def cmd_import(ctx: CliContext, args: argparse.Namespace) -> int:
     """``powertrio import FILE``: append an export to the log (all or nothing per check)."""
+    if not await trio.Path(args.file).exists():  # before the lock: a typo leaves nothing
+        raise InputFileNotFoundError(args.file)
     with db_lock(ctx.db, "import"):
         async with open_log(ctx, create=True) as store:
             result = await import_jsonl(store, args.file)

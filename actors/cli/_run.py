@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from protocols import decode_record
+from protocols.errors import ConfigError, NoOpenRunError
 from runtime import Runtime, open_runtime
 
 from ._common import (
@@ -377,8 +378,20 @@ def _interactive(ctx: CliContext) -> bool:
 # -- the commands ----------------------------------------------------------------------------
 
 
+def _require_text(text: str, what: str, *, example: str) -> None:
+    """Refuse empty input before any session is created or resumed for it.
+
+    Raises:
+        ConfigError: ``text`` is empty or only white space.
+    """
+    if not text.strip():
+        msg = f"{what} is empty: a model needs something to answer, e.g. `{example}`"
+        raise ConfigError(msg)
+
+
 async def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
     """``powertrio run "task"``: start an agent on the task and watch its tree work."""
+    _require_text(args.task, "the task", example='powertrio run "Plan the launch"')
     choice = choose_model(args)
     if choice.note:
         ctx.err.print(f"[yellow]{choice.note}[/]")
@@ -448,6 +461,7 @@ async def _resumed(
 async def cmd_send(ctx: CliContext, args: argparse.Namespace) -> int:
     """``powertrio send ID "text"``: a follow-up; it starts a run on an idle session, or joins
     the open run of an interrupted one; waits for that run."""
+    _require_text(args.text, "the text", example='powertrio send ID "one more thing"')
 
     async def start(session: Session, runtime: Runtime) -> RunResult:
         before = await session.state()
@@ -482,8 +496,8 @@ async def cmd_cancel(ctx: CliContext, args: argparse.Namespace) -> int:
 
     The session is resumed from the log with a model that never answers and cancelled at
     once (``immediate``): open tool calls are closed as interrupted and sub-agents are
-    cancelled with it. Exit code 1 when the session had no open run. (A session a ``run``
-    is driving is cancelled with Ctrl-C in its terminal.)
+    cancelled with it. A session with no open run is an error (``session.no_open_run``).
+    (A session a ``run`` is driving is cancelled with Ctrl-C in its terminal.)
     """
     with db_lock(ctx.db, "cancel"):
         async with open_log(ctx) as store:
@@ -501,13 +515,12 @@ async def cmd_cancel(ctx: CliContext, args: argparse.Namespace) -> int:
                     await session.cancel(reason, mode="immediate", by="cli")
                     with trio.move_on_after(30):
                         status = (await session.wait(run_id)).status
-    cancelled = run_id is not None
+    if run_id is None:
+        raise NoOpenRunError(session_id)
     if ctx.json:
         ctx.emit(
-            {"session_id": session_id, "cancelled": cancelled, "run_id": run_id, "status": status}
+            {"session_id": session_id, "cancelled": True, "run_id": run_id, "status": status}
         )
-    elif cancelled:
-        ctx.out.print(f"cancelled run {run_id} of session {session_id} ({status or 'stopping'})")
     else:
-        ctx.err.print(f"session {session_id} has no open run: nothing to cancel")
-    return 0 if cancelled else 1
+        ctx.out.print(f"cancelled run {run_id} of session {session_id} ({status or 'stopping'})")
+    return 0
