@@ -1,4 +1,18 @@
-"""Agent benchmark: sends of 2 rounds + 1 tool against a zero-latency scripted LLM, on disk."""
+"""Agent benchmark: sends of 2 rounds + 1 tool against a zero-latency model, on disk.
+
+Every figure is printed beside a baseline measured in the same run:
+
+* ``sends_per_s_N`` (N sessions at once) beside ``raw_sends_per_s_N``: the same events,
+  with the same payload sizes and the same concurrency, appended straight to the store
+  (no actors, no decisions): the physical limit a send could reach on this disk.
+* ``cpu_ms_per_send`` (process CPU over wall sends, 256 sessions), with
+  ``commits_per_send``: the dependent commits one sequential send waits for.
+* ``new_sessions_per_s`` beside ``raw_spawns_per_s``: spawning a bare actor.
+* ``idle_session_bytes`` beside ``idle_actor_bytes``: RSS per idle session and per idle bare
+  actor, each in a fresh process, so nothing an earlier workload left behind is counted.
+* ``send_cost_ratio_late_vs_early``: the mean of the last 10 sends of one long session
+  over its sends 2 to 11 (the first, cold send is skipped).
+"""
 
 from __future__ import annotations
 
@@ -15,8 +29,8 @@ import trio
 
 from actors import Session, Tool, spawn_session, tool
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
-from runtime import open_runtime, open_sqlite_store
-from runtime.bench import rss_bytes
+from runtime import Actor, NewEvent, RecordedEvent, open_runtime, open_sqlite_store
+from runtime.bench import Figures, in_fresh_process, rss_bytes
 from runtime.testing import FunctionLLM
 
 
@@ -38,9 +52,21 @@ def _echo_tool() -> Tool[[str], Coroutine[Any, Any, str]]:
     return tool(echo)
 
 
-async def _sessions(n: int, sends: int, path: Path) -> tuple[float, list[float]]:
+class _Sends:
+    """What a workload of sends measured: rate, latencies, CPU, commits, events written."""
+
+    def __init__(self) -> None:
+        self.rate = 0.0
+        self.latencies: list[float] = []
+        self.cpu_seconds = 0.0
+        self.commits = 0
+        self.appends = 0
+        self.events: list[RecordedEvent] = []
+
+
+async def _sessions(n: int, sends: int, path: Path) -> _Sends:
     echo = _echo_tool()
-    latencies: list[float] = []
+    measured = _Sends()
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
         sessions = [
             await spawn_session(runtime, llm=FunctionLLM(_answer), tools=[echo])
@@ -51,58 +77,147 @@ async def _sessions(n: int, sends: int, path: Path) -> tuple[float, list[float]]
             for i in range(sends):
                 start = time.perf_counter()
                 result = await session.send(f"message {i}")
-                latencies.append(time.perf_counter() - start)
+                measured.latencies.append(time.perf_counter() - start)
                 assert result.status == "completed"
 
+        before = store.statistics()
+        cpu = time.process_time()
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for session in sessions:
                 nursery.start_soon(drive, session)
         elapsed = time.perf_counter() - start
-    return n * sends / elapsed, latencies
+        measured.cpu_seconds = time.process_time() - cpu
+        after = store.statistics()
+        measured.commits = after.commits - before.commits
+        measured.appends = after.appends - before.appends
+        measured.events = await store.read_all(before.head_position + 1)
+    measured.rate = n * sends / elapsed
+    return measured
 
 
-async def _growth(sends: int, path: Path) -> float:
-    _, latencies = await _sessions(1, sends, path)
-    early = statistics.mean(latencies[:10])
-    late = statistics.mean(latencies[-10:])
-    return late / early
+async def _raw_appends(events: list[RecordedEvent], n: int, sends: int, path: Path) -> float:
+    """Append the events ``n`` sessions wrote, as they were grouped, with no actors: the
+    sends/s the store alone allows at this concurrency."""
+    batches: dict[str, list[list[NewEvent]]] = {}
+    last: tuple[str, float] | None = None
+    for event in events:  # consecutive events of one stream at one time: one decision
+        new = NewEvent(
+            type=event.type,
+            schema_version=event.schema_version,
+            data=event.data,
+            metadata=event.metadata,
+        )
+        key = (event.stream, event.recorded_at)
+        streams = batches.setdefault(event.stream, [])
+        if key == last:
+            streams[-1].append(new)
+        else:
+            streams.append([new])
+        last = key
+    async with open_sqlite_store(path) as store:
+
+        async def write(stream: str, groups: list[list[NewEvent]]) -> None:
+            version = 0
+            for group in groups:
+                version = (await store.append(stream, group, version)).version
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for stream, groups in batches.items():
+                nursery.start_soon(write, "raw/" + stream, groups)
+        elapsed = time.perf_counter() - start
+    return n * sends / elapsed
 
 
-async def _idle_sessions(n: int, path: Path) -> float:
-    """RSS per idle session actor (spawned, its stream created, waiting for input)."""
+async def _new_sessions(n: int, path: Path) -> tuple[float, float]:
+    """Sessions created per second, sequentially, beside bare actors spawned per second."""
+    echo = _echo_tool()
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+        llm = FunctionLLM(_answer)
+        start = time.perf_counter()
+        for _ in range(n):
+            await spawn_session(runtime, llm=llm, tools=[echo])
+        sessions = n / (time.perf_counter() - start)
+    async with open_runtime(seed=1) as runtime:
+        start = time.perf_counter()
+        for _ in range(n):
+            await runtime.spawn(_Idle)
+        actors = n / (time.perf_counter() - start)
+    return sessions, actors
+
+
+class _Idle(Actor[object]):
+    async def receive(self, message: object) -> object:
+        return message
+
+
+async def idle_bytes(kind: str, count: str, path: str) -> float:
+    """RSS per idle session (spawned, waiting for input) or per idle bare actor."""
+    n = int(count)
     echo = _echo_tool()
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
         llm = FunctionLLM(_answer)
         await spawn_session(runtime, llm=llm, tools=[echo])  # warm the imports
+        await runtime.spawn(_Idle)
         gc.collect()
         before = rss_bytes()
         for _ in range(n):
-            await spawn_session(runtime, llm=llm, tools=[echo])
+            if kind == "session":
+                await spawn_session(runtime, llm=llm, tools=[echo])
+            else:
+                await runtime.spawn(_Idle)
+        await trio.sleep(0.05)  # every actor reaches its idle wait
         gc.collect()
         after = rss_bytes()
     return (after - before) / n
 
 
-def run(args: argparse.Namespace) -> dict[str, float | int | str]:
-    """N concurrent sessions (1, 32, 256) on an on-disk log, plus send cost vs history."""
+def _ratio(value: float, baseline: float) -> float:
+    return round(value / baseline, 3) if baseline > 0 else 0.0
+
+
+def run(args: argparse.Namespace) -> Figures:
+    """Sessions at once (1, 32, 256) on an on-disk log, each beside raw appends of the same
+    events; CPU and commits per send; creation; idle memory; send cost against history."""
     quick = bool(getattr(args, "quick", False))
-    figures: dict[str, float | int | str] = {}
-    all_latencies: list[float] = []
+    figures: Figures = {}
+    latencies: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
         for n in (1, 32, 256):
             sends = max(2, (40 if quick else 400) // n) if n > 1 else (20 if quick else 200)
-            rate, latencies = trio.run(_sessions, n, sends, Path(tmp) / f"agents-{n}.sqlite")
-            figures[f"sends_per_s_{n}"] = round(rate, 1)
-            all_latencies.extend(latencies)
-        all_latencies.sort()
-        figures["send_p50_ms"] = round(all_latencies[len(all_latencies) // 2] * 1000, 3)
-        figures["send_p99_ms"] = round(all_latencies[int(len(all_latencies) * 0.99)] * 1000, 3)
-        figures["send_cost_ratio_500_vs_10"] = round(
-            trio.run(_growth, 100 if quick else 500, Path(tmp) / "growth.sqlite"), 3
-        )
+            measured = trio.run(_sessions, n, sends, folder / f"agents-{n}.sqlite")
+            raw = trio.run(
+                _raw_appends, measured.events, n, sends, folder / f"raw-{n}.sqlite"
+            )
+            figures[f"sends_per_s_{n}"] = round(measured.rate, 1)
+            figures[f"raw_sends_per_s_{n}"] = round(raw, 1)
+            figures[f"sends_ratio_{n}"] = _ratio(measured.rate, raw)
+            latencies.extend(measured.latencies)
+            if n == 1:
+                figures["commits_per_send"] = round(measured.commits / sends, 2)
+                figures["events_per_send"] = round(len(measured.events) / sends, 2)
+            if n == 256:
+                figures["cpu_ms_per_send"] = round(measured.cpu_seconds / (n * sends) * 1e3, 3)
+        latencies.sort()
+        figures["send_p50_ms"] = round(latencies[len(latencies) // 2] * 1000, 3)
+        figures["send_p99_ms"] = round(latencies[int(len(latencies) * 0.99)] * 1000, 3)
+        creations = 1_000 if quick else 10_000
+        sessions, actors = trio.run(_new_sessions, creations, folder / "new.sqlite")
+        figures["new_sessions_per_s"] = round(sessions, 1)
+        figures["raw_spawns_per_s"] = round(actors, 1)
+        figures["new_sessions_ratio"] = _ratio(sessions, actors)
+        growth = trio.run(_sessions, 1, 100 if quick else 500, folder / "growth.sqlite")
+        early = statistics.mean(growth.latencies[1:11])  # the first send is cold
+        late = statistics.mean(growth.latencies[-10:])
+        figures["send_cost_ratio_late_vs_early"] = round(late / early, 3)
         n_idle = 1_000 if quick else 5_000
-        idle = trio.run(_idle_sessions, n_idle, Path(tmp) / "idle.sqlite")
+        measure = "actors.bench._agents:idle_bytes"
+        idle: float = in_fresh_process(measure, "session", str(n_idle), str(folder / "idle.sqlite"))
+        bare: float = in_fresh_process(measure, "actor", str(n_idle), str(folder / "bare.sqlite"))
         figures["idle_session_bytes"] = round(idle)
+        figures["idle_actor_bytes"] = round(bare)
         figures["idle_sessions_per_gib"] = round(2**30 / idle) if idle > 0 else 0
     return figures
+

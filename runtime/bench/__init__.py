@@ -8,6 +8,7 @@ Run ``python -m runtime.bench SUITE [--json]`` with ``SUITE`` one of ``actors`` 
 from __future__ import annotations
 
 from ._main import Figures as Figures
+from ._main import in_fresh_process as in_fresh_process
 from ._main import main as main
 from ._main import rss_bytes as rss_bytes
 

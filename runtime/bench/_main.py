@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import orjson
 
@@ -19,6 +20,24 @@ def rss_bytes() -> int:
     """The current resident set size of this process, in bytes (Linux's ``statm``)."""
     with open(f"/proc/{os.getpid()}/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def in_fresh_process(function: str, *args: str) -> Any:
+    """Run ``module:function(*args)`` under ``trio.run`` in a new interpreter; its result,
+    which must be a JSON value.
+
+    For figures a process's history would skew, such as memory per idle actor measured
+    after a throughput workload has grown the heap.
+    """
+    module, _, name = function.partition(":")
+    code = (
+        f"import sys, orjson, trio; from {module} import {name}; "
+        f"print(orjson.dumps(trio.run({name}, *sys.argv[1:])).decode())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True
+    )
+    return orjson.loads(done.stdout)
 
 
 def main(argv: list[str] | None, *, suites: Mapping[str, str], prog: str) -> int:
