@@ -28,6 +28,7 @@ from protocols.errors import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
+from runtime.lowlevel import hold_virtual_clock
 
 from ._tools import _CONVERTER, Tool, ToolContext, ToolRegistry
 
@@ -279,7 +280,8 @@ async def _invoke(
     try:
         if target.kind == "sync":
             bound = functools.partial(target.function, *positional, **keywords)
-            return await trio.to_thread.run_sync(bound, abandon_on_cancel=True)
+            with hold_virtual_clock():
+                return await trio.to_thread.run_sync(bound, abandon_on_cancel=True)
         if target.kind == "asyncio":
             return await trio_asyncio.aio_as_trio(target.function)(*positional, **keywords)
         result = target.function(*positional, **keywords)

@@ -4,8 +4,9 @@ The week runs in virtual time (``trio.testing.MockClock``), so it takes a second
 agent wakes every morning, calls a tool that sometimes fails, posts its status on the
 board; the supervisor and the log keep the fleet going.
 
-Virtual time uses the in-memory log: the SQLite store works in a thread, and the mock
-clock counts a task waiting for a thread as idle, so it would jump ahead mid-append.
+The log is a SQLite file, as in production: the runtime holds the virtual clock while its
+own thread work (the store's commits, the sync tool's thread) is in flight, so the week
+comes out the same on every run.
 
     python examples/06_fleet.py
 """
@@ -13,7 +14,9 @@ clock counts a task waiting for a thread as idle, so it would jump ahead mid-app
 from __future__ import annotations
 
 import random
+import tempfile
 from collections import Counter
+from pathlib import Path
 
 import orjson
 import trio
@@ -21,7 +24,7 @@ import trio.testing
 
 from actors import board_tools, open_board, spawn_session, tool
 from protocols import LLMRequest, LLMResponse, ToolCall, Usage
-from runtime import open_runtime
+from runtime import EventStore, open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM
 
 DAY = 86_400.0
@@ -58,7 +61,13 @@ def model(request: LLMRequest) -> LLMResponse:
 
 
 async def main() -> None:
-    async with open_runtime() as runtime:
+    with tempfile.TemporaryDirectory() as folder:
+        async with open_sqlite_store(Path(folder) / "fleet.sqlite") as store:
+            await week(store)
+
+
+async def week(store: EventStore) -> None:
+    async with open_runtime(store=store, seed=7) as runtime:
         board = await open_board(runtime, "ops")
         fleet = [
             await spawn_session(

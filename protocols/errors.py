@@ -101,6 +101,14 @@ from ._errors_base import (
     MissingSettingError,
     PowertrioError,
 )
+from ._errors_files import (
+    BadInputFileError,
+    FileAccessError,
+    InputFileNotFoundError,
+    OutputFileError,
+    StoreLockedError,
+    StoreNotFoundError,
+)
 from ._errors_kernel import (
     ActorCrashedError,
     ActorError,
@@ -134,14 +142,6 @@ from ._errors_llm import (
     ToolInterruptedError,
     ToolNotFoundError,
     ToolTimeoutError,
-)
-from ._errors_files import (
-    BadInputFileError,
-    FileAccessError,
-    InputFileNotFoundError,
-    OutputFileError,
-    StoreLockedError,
-    StoreNotFoundError,
 )
 from ._errors_log import (
     CodecError,

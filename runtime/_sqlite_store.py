@@ -58,6 +58,7 @@ from ._sqlite_schema import (
     stream_info,
 )
 from ._sqlite_writer import SqliteWriter
+from ._virtual_time import hold_virtual_clock
 
 __all__ = ["SqliteEventStore", "open_sqlite_store"]
 
@@ -113,6 +114,7 @@ class SqliteEventStore:
     _closing: bool = False
     _closed: bool = False
     _checkpoint_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    _appended: trio.Event = attrs.field(factory=trio.Event)
 
     def __repr__(self) -> str:
         return f"<SqliteEventStore {self._path!r}>"
@@ -147,9 +149,12 @@ class SqliteEventStore:
         if pending is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
-        await trio.lowlevel.wait_task_rescheduled(pending.abort)
+        with hold_virtual_clock():
+            await trio.lowlevel.wait_task_rescheduled(pending.abort)
         if pending.outcome is not None:
             raise pending.outcome
+        if not self._appended.is_set():
+            self._appended.set()
         # AppendResult(...) without its frozen-attribute guard: see _set_result_slots.
         result: AppendResult = _new_object(AppendResult)
         _set_result_slots(
@@ -175,10 +180,15 @@ class SqliteEventStore:
         while not self._closing:
             await trio.sleep(interval)
             commits = self._writer.counters.commits
-            if commits != seen:
-                seen = commits
-                with contextlib.suppress(sqlite3.Error):
-                    await trio.to_thread.run_sync(conn.execute, "PRAGMA wal_checkpoint(PASSIVE)")
+            if commits == seen:
+                # Idle: wait for the next append rather than ticking, so an idle store sets
+                # no deadline (virtual time then jumps straight to the next real one).
+                self._appended = trio.Event()
+                await self._appended.wait()
+                continue
+            seen = commits
+            with contextlib.suppress(sqlite3.Error), hold_virtual_clock():
+                await trio.to_thread.run_sync(conn.execute, "PRAGMA wal_checkpoint(PASSIVE)")
 
     # --- reading ---------------------------------------------------------------------
 
@@ -190,7 +200,8 @@ class SqliteEventStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         async with self._reader_limit:
-            return await trio.to_thread.run_sync(self._read_sync, fn)
+            with hold_virtual_clock():
+                return await trio.to_thread.run_sync(self._read_sync, fn)
 
     def _read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self._readers_guard:
@@ -344,7 +355,8 @@ class SqliteEventStore:
         if job is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
-        await trio.lowlevel.wait_task_rescheduled(job.abort)
+        with hold_virtual_clock():
+            await trio.lowlevel.wait_task_rescheduled(job.abort)
         if job.error is not None:
             raise job.error
         return cast(T, job.result)
