@@ -252,7 +252,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         from Python, which may give the child any of the session's tools.
         """
         parent = self._config
-        tools = parent.tools if granted else run_tools(self._config, self.state.run)
+        tools = parent.tools if granted else run_tools(parent, self.state.run)
         config = child_config(parent, spec, spawned.child_id, tools, self.state.depth + 1)
         runtime = self.context.runtime
         name = f"{spec.name}.{spawned.child_id.rsplit('.', 1)[-1]}"
