@@ -60,8 +60,8 @@ from ._session_events import SessionState as SessionState
 from ._session_events import ToolFinished as ToolFinished
 from ._session_events import ToolStarted as ToolStarted
 from ._session_handle import Session as Session
-from ._session_handle import spawn_agent as spawn_agent
-from ._session_handle import spawn_session as spawn_session
+from ._session_spawn import spawn_agent as spawn_agent
+from ._session_spawn import spawn_session as spawn_session
 from ._session_steps import BusyPolicy as BusyPolicy
 from ._session_steps import ask_human as ask_human
 from ._tool_runner import CallWrapper as CallWrapper

@@ -15,8 +15,7 @@ from ._agents import AgentSpec
 from ._budget import Budget, Price
 from ._session import SessionActor
 from ._session_events import ChildFinished, ChildSpawned, SessionCreated, SessionState
-from ._session_handle import session_config
-from ._session_steps import child_config
+from ._session_steps import SessionConfig, child_config, session_config
 from ._tools import ToolRegistry
 
 
@@ -114,11 +113,11 @@ async def replay_session(
         max_depth=max_depth,
         max_children=max_children,
     )
-    return await _replay_tree(store, SessionActor(config))
+    return await _replay_tree(store, config)
 
 
-async def _replay_tree(store: EventStore, actor: SessionActor) -> SessionReplay:
-    config = actor._config
+async def _replay_tree(store: EventStore, config: SessionConfig) -> SessionReplay:
+    actor = SessionActor(config)
     result = await replay(store, actor.stream_name(), actor)
     state = result.state
     children = []
@@ -129,7 +128,7 @@ async def _replay_tree(store: EventStore, actor: SessionActor) -> SessionReplay:
         child = child_config(config, spec, spawned.child_id, config.tools, state.depth + 1)
         if not await store.stream_version(f"session/{spawned.child_id}"):
             continue  # an ephemeral child, deleted after it completed
-        children.append(await _replay_tree(store, SessionActor(child)))
+        children.append(await _replay_tree(store, child))
     return SessionReplay(
         session_id=config.session_id,
         state=state,

@@ -1,52 +1,29 @@
-"""The session actor: the LLM tool loop as an event-sourced actor (DESIGN.md §4)."""
+"""The session actor: the shell that runs the session decider's effects."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, final
+from typing import final
 
-import attrs
 import orjson
 import trio
 
 from protocols import (
-    AssistantMessage,
     Cancel,
     FollowUp,
-    HumanReply,
     LLMRequest,
     LLMResponse,
-    Message,
-    SystemMessage,
     ToolCall,
     ToolOutcome,
-    Usage,
-    aborted_outcome,
     denied_outcome,
-    idempotency_key,
-    interrupted_outcome,
 )
-from protocols.errors import (
-    ActorExistsError,
-    ActorNotFoundError,
-    HookVetoError,
-    OutputInvalidError,
-    ToolError,
-    ToolNotFoundError,
-)
-from runtime import (
-    Decision,
-    EventSourcedActor,
-    Reply,
-    StepFailed,
-    TimerFired,
-    timer_decision,
-)
+from protocols.errors import ActorExistsError, ActorNotFoundError, HookVetoError
+from runtime import Decision, EventSourcedActor, Reply
 
-from ._agents import SPAWN_AGENT, AgentSpec, child_tools
+from . import _session_decider as decider
+from ._agents import SPAWN_AGENT, AgentSpec
 from ._board_events import BoardChanged
-from ._budget import Budget, cost_of
 from ._observe import (
     DeltaReceived,
     HookContext,
@@ -63,65 +40,34 @@ from ._observe import (
     chain_tool_hooks,
 )
 from ._session_events import (
-    ActiveRun,
     AssistantRecorded,
     CancelRequested,
     ChildFinished,
     ChildSpawned,
-    FollowUpReceived,
-    FollowUpsInjected,
-    HumanAnswered,
-    HumanRequested,
-    InputQueued,
-    OutputRejected,
-    RequestHeader,
     RunFinished,
     RunResult,
     RunStarted,
-    SessionCreated,
     SessionState,
     ToolFinished,
     ToolStarted,
     evolve,
 )
-from ._tool_runner import run_tool_calls
-from ._tools import ToolRegistry
-
-if TYPE_CHECKING:
-    from ._session_handle import Session
-    pass
-
-
+from ._session_handle import Session
 from ._session_steps import (
-    _CRASHED,
-    _DECIDED_BETWEEN_CALLS,
-    _BadReply,
-    _board_follow_up,
-    _Busy,
-    _CallLLM,
-    _cancelled,
-    _child_outcome,
-    _ChildDone,
-    _Config,
-    _Deliver,
-    _describe,
-    _describe_step,
-    _finish,
-    _GetState,
-    _LLMAnswered,
-    _NoRequest,
-    _OutOfTime,
-    _parse_output,
-    _PythonSpawn,
-    _question,
-    _RunTools,
-    _Send,
-    _Stamped,
-    _ToolsDone,
-    _WaitRun,
-    ask_human,
+    CallLLM,
+    Deliver,
+    LLMAnswered,
+    OutOfTime,
+    PythonSpawn,
+    RunTools,
+    SessionConfig,
+    Stamped,
+    ToolsDone,
+    WaitRun,
     child_config,
+    run_tools,
 )
+from ._tool_runner import run_tool_calls
 
 
 @final
@@ -135,20 +81,27 @@ class SessionActor(EventSourcedActor[SessionState]):
     with the same idempotency key, ``abort`` and, until human input exists, ``ask`` close it
     with an ``aborted`` result).
 
+    What a message means and what to do next are pure functions of the configuration and
+    the folded state (the session decider); this class runs the effects they ask for (LLM
+    calls, tool rounds, sub-agents) and answers the callers.
+
     Made by :func:`spawn_session`; its messages are private to the :class:`Session` handle.
     """
 
-    def __init__(self, config: _Config) -> None:
+    def __init__(self, config: SessionConfig) -> None:
         self._config = config
         self._session_id = config.session_id
         self._waiters: dict[str, list[Reply[object]]] = {}
+        # The LLM call in flight, which the log does not hold (only its answer will be):
+        # the text it streamed so far (while someone observes) and its request's
+        # fingerprint. A cancel's Stamped message carries them to the decider.
         self._partial: list[str] | None = None
         self._inflight_fingerprint = ""
 
     def stream_name(self) -> str:
         return f"session/{self._session_id}"
 
-    # -- the decider -----------------------------------------------------------------
+    # -- the decider (pure: see _session_decider) -------------------------------------
 
     def initial_state(self) -> SessionState:
         return SessionState()
@@ -157,493 +110,36 @@ class SessionActor(EventSourcedActor[SessionState]):
         return evolve(state, event)
 
     def recovered(self, state: SessionState) -> Decision | None:
-        if not state.session_id:
-            return Decision(
-                events=[
-                    SessionCreated(
-                        session_id=self._session_id,
-                        system_prompt=self._config.system_prompt,
-                        max_rounds=self._config.max_rounds,
-                        parent_id=self._config.parent_id,
-                        depth=self._config.depth,
-                    )
-                ]
-            )
-        run = state.run
-        if run is None or not run.open_calls:
-            return None
-        events: list[object] = []
-        for call in run.open_calls:
-            if call.crash_policy == "abort":
-                outcome = aborted_outcome(call.call_id, call.name, _CRASHED)
-                events.append(ToolFinished(run_id=run.started.run_id, outcome=outcome))
-            elif call.crash_policy == "ask":
-                events.append(
-                    HumanRequested(
-                        run_id=run.started.run_id,
-                        request_id=call.call_id,
-                        kind="crash",
-                        prompt=(
-                            f"The tool {call.name} was running when the process stopped; its "
-                            f"result is unknown. Run it again with {call.arguments}?"
-                        ),
-                        call=ToolCall(id=call.call_id, name=call.name, arguments=call.arguments),
-                    )
-                )
-        return Decision(events=events) if events else None
+        return decider.recovered(self._config, state)
 
     def handle(self, state: SessionState, message: object) -> Decision:
-        if isinstance(message, _Send):
-            return self._handle_send(state, message)
-        if isinstance(message, _Stamped):
-            if isinstance(message.message, FollowUp):
-                return self._handle_follow_up(
-                    state, message.message, message.at, message.delivery
-                )
-            return self._handle_cancel(state, message.message, message.at, message.partial)
-        if isinstance(message, HumanReply):
-            return self._handle_reply(state, message)
-        timers = timer_decision(state.timers, message)
-        if timers is not None:
-            return self._with_wake_up(state, message, Decision.from_outcome(timers))
-        if isinstance(message, _ChildDone):
-            done = message.finished.child_id in state.child_status
-            return Decision(events=[] if done else [message.finished])
-        run = state.run
-        run_id = run.started.run_id if run is not None else None
-        if isinstance(message, _LLMAnswered) and message.run_id == run_id:
-            assert run is not None
-            response = message.response
-            answer = AssistantMessage(
-                content=response.content,
-                tool_calls=response.tool_calls,
-                thinking=response.thinking,
-            )
-            return Decision(
-                events=[
-                    AssistantRecorded(
-                        run_id=message.run_id,
-                        round=run.rounds + 1,
-                        message=answer,
-                        usage=response.usage,
-                        model=response.model or self._config.model or "",
-                        finish_reason=response.finish_reason,
-                        request_fingerprint=message.fingerprint,
-                        request_header=message.header,
-                    )
-                ]
-            )
-        if isinstance(message, _ToolsDone) and message.run_id == run_id:
-            assert run is not None
-            open_ids = {call.call_id for call in run.open_calls}
-            events: list[object] = [
-                ToolFinished(run_id=message.run_id, outcome=outcome)
-                for outcome in message.outcomes
-                if outcome.call_id in open_ids
-            ]
-            events.extend(c for c in message.children if c.child_id in run.children)
-            return Decision(events=events)
-        if isinstance(message, _OutOfTime) and message.run_id == run_id:
-            assert run is not None
-            return Decision(events=[_finish(run, "budget_exceeded", error=message.reason)])
-        if isinstance(message, StepFailed) and run is not None:
-            closing = [
-                ToolFinished(
-                    run_id=run.started.run_id,
-                    outcome=interrupted_outcome(call.call_id, call.name),
-                )
-                for call in run.open_calls
-            ]
-            failed = _finish(run, "failed", error=_describe(message.error))
-            return Decision(events=[*closing, failed])
-        if isinstance(message, _GetState):
-            return Decision(reply=state)
-        return Decision()  # late news about a run that already ended
-
-    def _handle_send(self, state: SessionState, send: _Send) -> Decision:
-        known = (
-            send.run_id in state.results
-            or (state.run is not None and state.run.started.run_id == send.run_id)
-            or any(q.run_id == send.run_id for q in state.queued)
-        )
-        if known:  # a retried send after a crash: already recorded
-            return Decision(reply=send.run_id)
-        config = self._config
-        started = RunStarted(
-            run_id=send.run_id,
-            input=send.input,
-            max_rounds=send.max_rounds if send.max_rounds is not None else state.max_rounds,
-            tools=send.tools,
-            system_prompt=send.system_prompt,
-            response_format=send.response_format or config.response_format,
-            budget=send.budget or config.budget,
-            started_at=send.started_at,
-        )
-        run = state.run
-        if run is None and not state.queued:
-            return Decision(events=[started], reply=send.run_id)
-        policy = send.if_busy or config.on_busy
-        active = run.started.run_id if run is not None else state.queued[0].run_id
-        if policy == "reject":
-            return Decision(reply=_Busy(active))
-        events: list[object] = [InputQueued(run=started)]
-        if policy == "interrupt" and run is not None and run.cancel is None:
-            interrupt = CancelRequested(
-                run_id=active,
-                mode="after_turn",
-                reason=f"interrupted by the new input of run {send.run_id}",
-                by="send",
-                at=send.started_at,
-            )
-            events.insert(0, interrupt)
-        return Decision(events=events, reply=send.run_id)
-
-    def _handle_follow_up(
-        self, state: SessionState, follow_up: FollowUp, at: float, delivery: str
-    ) -> Decision:
-        seen = state.seen_follow_ups.get(follow_up.id)
-        if seen is not None:  # once per id, forever; True again for a retried delivery
-            return Decision(reply=bool(delivery) and seen == delivery)
-        events: list[object] = [FollowUpReceived(follow_up=follow_up, delivery=delivery)]
-        if state.run is None and not state.queued:
-            events.append(self._inbox_run(state, f"fu-{follow_up.id}", at))
-        return Decision(events=events, reply=True)
-
-    def _inbox_run(
-        self, state: SessionState, run_id: str, at: float, trigger: str = "follow_up"
-    ) -> RunStarted:
-        """A run started to read the inbox (its input is the follow-ups it injects)."""
-        config = self._config
-        if run_id in state.results:  # its first run ended before reading it (a cancel)
-            run_id = f"{run_id}~{len(state.results)}"
-        return RunStarted(
-            run_id=run_id,
-            input="",
-            max_rounds=state.max_rounds,
-            response_format=config.response_format,
-            budget=config.budget,
-            started_at=at,
-            trigger=trigger,
-        )
-
-    def _with_wake_up(self, state: SessionState, message: object, decision: Decision) -> Decision:
-        """A recorded firing on an idle session also starts a run to read it."""
-        if not (isinstance(message, TimerFired) and decision.events):
-            return decision
-        if state.run is not None or state.queued:
-            return decision  # injected at the active run's next round boundary
-        run_id = f"tm-{message.timer_id}@{message.due_at!r}"
-        started = self._inbox_run(state, run_id, message.fired_at, trigger="timer")
-        return attrs.evolve(decision, events=(*decision.events, started))
-
-    def _handle_cancel(
-        self, state: SessionState, cancel: Cancel, at: float, partial: str
-    ) -> Decision:
-        run = state.run
-        if run is None:
-            return Decision(reply=False)
-        run_id = run.started.run_id
-        requested = CancelRequested(
-            run_id=run_id, mode=cancel.mode, reason=cancel.reason, by=cancel.by, at=at
-        )
-        if cancel.mode == "after_turn":
-            return Decision(events=[] if run.cancel else [requested], reply=True)
-        events: list[object] = [requested]
-        if partial:
-            events.append(
-                AssistantRecorded(
-                    run_id=run_id,
-                    round=run.rounds + 1,
-                    message=AssistantMessage(content=partial),
-                    usage=Usage(),
-                    model=self._config.model or "",
-                    finish_reason="interrupted",
-                    request_fingerprint=self._inflight_fingerprint,
-                )
-            )
-        events.extend(
-            ToolFinished(run_id=run_id, outcome=interrupted_outcome(call.call_id, call.name))
-            for call in run.open_calls
-        )
-        events.append(_cancelled(run, requested))
-        return Decision(events=events, reply=True, cancel_step=True)
-
-    def _handle_reply(self, state: SessionState, reply: HumanReply) -> Decision:
-        run = state.run
-        open_requests = run.human if run is not None else ()
-        request = next((r for r in open_requests if r.request_id == reply.request_id), None)
-        if run is None or request is None:
-            return Decision(
-                reply=_NoRequest(reply.request_id, tuple(r.request_id for r in open_requests))
-            )
-        if request.kind != "question" and reply.approve is None:
-            problem = (
-                f"request {reply.request_id!r} asks for an approval: "
-                "answer it with approve() or deny()"
-            )
-            return Decision(reply=_BadReply(problem))
-        answered = HumanAnswered(
-            run_id=run.started.run_id,
-            request_id=reply.request_id,
-            answer=reply.answer,
-            approve=reply.approve,
-            by=reply.by,
-        )
-        return Decision(events=[answered], reply=run.started.run_id)
+        return decider.handle(self._config, state, message)
 
     def next_step(self, state: SessionState) -> object | None:
-        run = state.run
-        if run is None:
-            if state.queued:
-                return Decision(events=[state.queued[0]])
-            if state.inbox:  # left by a run that ended before its next round boundary
-                first = state.inbox[0]
-                return Decision(events=[self._inbox_run(state, f"fu-{first.id}", 0.0)])
-            return None
-        run_id = run.started.run_id
-        if run.pending_calls:
-            events: list[object] = []
-            children = len(state.children)
-            for call in run.pending_calls:
-                begun = self._begin_call(state, run, call, children)
-                children += sum(isinstance(e, ChildSpawned) for e in begun)
-                events.extend(begun)
-            return Decision(events=events)
-        if run.open_calls:
-            return _RunTools(run_id, run.rounds, run.open_calls)
-        if run.cancel is not None:
-            return Decision(events=[_cancelled(run, run.cancel)])
-        if run.parked:
-            return None  # until a human answers
-        if state.inbox:
-            return Decision(
-                events=[FollowUpsInjected(run_id=run_id, ids=tuple(f.id for f in state.inbox))]
-            )
-        if not state.transcript:
-            return Decision(
-                events=[_finish(run, "failed", error="ValueError: the run has no input")]
-            )
-        last = state.transcript[-1]
-        if run.rounds and isinstance(last, AssistantMessage) and not last.tool_calls:
-            return Decision(events=[self._answered(run, last.content)])
-        if run.rounds >= run.round_limit:
-            return Decision(events=[_finish(run, "hit_round_limit")])
-        budget = run.started.budget
-        if budget is not None:
-            reason = budget.exceeded(run.usage, self._cost(run))
-            if reason is not None:
-                return Decision(events=[_finish(run, "budget_exceeded", error=reason)])
-        request, fingerprint, header = self._request(state, run)
-        deadline = None
-        if budget is not None and budget.max_seconds is not None and run.started.started_at:
-            deadline = run.started.started_at + budget.max_seconds
-        return _CallLLM(run_id, run.rounds + 1, request, fingerprint, header, deadline)
-
-    def _answered(self, run: ActiveRun, text: str) -> RunFinished | OutputRejected:
-        response_format = run.started.response_format
-        if response_format is None:
-            return _finish(run, "completed")
-        output, problems = _parse_output(response_format, text)
-        if not problems:
-            return _finish(run, "completed", output=output)
-        if not run.repaired:
-            return OutputRejected(run_id=run.started.run_id, problems=problems)
-        return _finish(run, "failed", error=_describe(OutputInvalidError(problems)))
-
-    def _begin_call(
-        self, state: SessionState, run: ActiveRun, call: ToolCall, child_number: int
-    ) -> list[object]:
-        """Record a call as started, or as a request to a human it must wait for."""
-        tools = self._run_tools(run)
-        target = tools.get(call.name) if call.name in tools else None
-        run_id = run.started.run_id
-        if call.name == SPAWN_AGENT and target is not None and self._config.agents:
-            return self._begin_spawn(state, run, call, child_number)
-        if target is ask_human:
-            question = _question(call)
-            if question is not None:
-                return [
-                    HumanRequested(
-                        run_id=run_id,
-                        request_id=call.id,
-                        kind="question",
-                        prompt=question,
-                        call=call,
-                    )
-                ]  # bad arguments fall through: the runner tells the model what is wrong
-        elif target is not None and target.spec.needs_approval and call.id not in run.approved:
-            return [
-                HumanRequested(
-                    run_id=run_id,
-                    request_id=call.id,
-                    kind="approval",
-                    prompt=f"Allow the tool {call.name} to run with {call.arguments}?",
-                    call=call,
-                )
-            ]
-        return [self._started(state, run, call)]
-
-    def _begin_spawn(
-        self, state: SessionState, run: ActiveRun, call: ToolCall, child_number: int
-    ) -> list[object]:
-        """Record a ``spawn_agent`` call and its child, or refuse it with a tool error."""
-        started = self._started(state, run, call)
-        config = self._config
-
-        def refuse(problem: str) -> list[object]:
-            error = ToolError(problem)
-            outcome = ToolOutcome(
-                call_id=call.id,
-                tool_name=call.name,
-                status="error",
-                content=problem,
-                error_code=error.code,
-            )
-            return [started, ToolFinished(run_id=run.started.run_id, outcome=outcome)]
-
-        try:
-            arguments = orjson.loads(call.arguments or "{}")
-        except orjson.JSONDecodeError as exc:
-            return refuse(f"invalid arguments for tool 'spawn_agent': not valid JSON ({exc})")
-        problems = self._run_tools(run).get(SPAWN_AGENT).validator.problems(arguments)
-        if problems:
-            return refuse("invalid arguments for tool 'spawn_agent': " + "; ".join(problems))
-        spec = config.agents[arguments["agent"]]
-        if state.depth + 1 > config.max_depth:
-            return refuse(
-                f"cannot spawn {spec.name!r}: agent trees are limited to depth "
-                f"{config.max_depth} and this agent is at depth {state.depth}; do the task "
-                "yourself"
-            )
-        spawned_by_run = len(run.children) + child_number - len(state.children)
-        if spawned_by_run >= config.max_children:
-            return refuse(
-                f"cannot spawn {spec.name!r}: a run may start at most {config.max_children} "
-                "sub-agents; use the answers you have"
-            )
-        _, missing = child_tools(spec, self._run_tools(run))
-        if missing:
-            return refuse(
-                f"cannot spawn {spec.name!r}: it needs tools this agent does not have: "
-                + ", ".join(missing)
-            )
-        spawned = ChildSpawned(
-            run_id=run.started.run_id,
-            call_id=call.id,
-            child_id=f"{state.session_id}.{child_number + 1}",
-            agent=spec.name,
-            task=arguments["task"],
-            lifecycle=spec.lifecycle,
-            budget=self._child_budget(spec.budget, run),
-        )
-        return [started, spawned]
-
-    def _child_budget(self, own: Budget | None, run: ActiveRun) -> Budget | None:
-        """``own`` capped by what remains of the run's budget (a tree never gets more)."""
-        parent = run.started.budget
-        if parent is None:
-            return own
-        tokens = own.max_tokens if own is not None else None
-        if parent.max_tokens is not None:
-            left = max(1, parent.max_tokens - run.usage.total_tokens)
-            tokens = left if tokens is None else min(tokens, left)
-        cost = own.max_cost if own is not None else None
-        if parent.max_cost is not None:
-            left_cost = max(1e-9, parent.max_cost - self._cost(run))
-            cost = left_cost if cost is None else min(cost, left_cost)
-        seconds = own.max_seconds if own is not None else parent.max_seconds
-        return Budget(max_tokens=tokens, max_cost=cost, max_seconds=seconds)
-
-    def _started(self, state: SessionState, run: ActiveRun, call: ToolCall) -> ToolStarted:
-        try:
-            policy = self._config.tools.get(call.name).spec.crash_policy
-        except ToolNotFoundError:
-            policy = "abort"
-        return ToolStarted(
-            run_id=run.started.run_id,
-            call_id=call.id,
-            name=call.name,
-            arguments=call.arguments,
-            idempotency_key=idempotency_key(state.session_id, call.id, round_index=run.rounds),
-            crash_policy=policy,
-        )
-
-    def _request(
-        self, state: SessionState, run: ActiveRun
-    ) -> tuple[LLMRequest, str, RequestHeader]:
-        system = run.started.system_prompt
-        if system is None:
-            # The code's prompt, not the one recorded at creation: a changed prompt is a
-            # change of behaviour, which replay must be able to see.
-            system = self._config.system_prompt
-        history = state.history.closed()
-        messages: tuple[Message, ...] = history.messages
-        if system:
-            messages = (SystemMessage(system), *messages)
-        request = LLMRequest(
-            messages=messages,
-            tools=self._run_tools(run).definitions(),
-            model=self._config.model,
-            response_format=run.started.response_format,
-            max_tokens=self._config.max_tokens,
-            temperature=self._config.temperature,
-        )
-        fingerprint = request.fingerprint(messages_digest=history.digest)
-        return request, fingerprint, RequestHeader.of(request, history.digest)
-
-    def _run_tools(self, run: ActiveRun | None) -> ToolRegistry:
-        names = run.started.tools if run is not None else None
-        return self._config.tools if names is None else self._config.tools.subset(names)
-
-    def _cost(self, run: ActiveRun) -> float:
-        return cost_of(run.usage_by_model, self._config.prices)
-
-    # -- replay (runtime.replay) -----------------------------------------------------
+        return decider.next_step(self._config, state)
 
     def answers_effect(self, event: object) -> bool:
-        """An answer of the model is what replay checks the code against."""
-        return isinstance(event, AssistantRecorded)
+        return decider.answers_effect(event)
 
     def replay_check(self, step: object | None, event: object) -> str | None:
-        assert isinstance(event, AssistantRecorded)
-        if not isinstance(step, _CallLLM):
-            return (
-                "the log has an answer of the model here, but the code asks for "
-                f"{_describe_step(step)}"
-            )
-        if step.fingerprint == event.request_fingerprint:
-            return None
-        recorded = event.request_header
-        if recorded is None:
-            return "the request differs (the log has no request header to show how)"
-        lines = recorded.differences(step.header)
-        return "\n".join(lines) or "the request differs in a parameter the header omits"
+        return decider.replay_check(step, event)
 
     def step_settled(self, step: object, state: SessionState, event: object) -> bool:
-        run = state.run
-        if run is None or not isinstance(step, _CallLLM | _RunTools):
-            return True
-        if isinstance(step, _CallLLM) and isinstance(event, _DECIDED_BETWEEN_CALLS):
-            return True  # decided by a restarted actor: the call in flight was abandoned
-        if run.started.run_id != step.run_id:
-            return True
-        if isinstance(step, _CallLLM):
-            return run.rounds >= step.round
-        return not run.open_calls
+        return decider.step_settled(step, state, event)
 
     # -- effects ---------------------------------------------------------------------
 
     async def execute(self, step: object) -> object:
-        if isinstance(step, _CallLLM):
+        if isinstance(step, CallLLM):
             return await self._call_llm(step)
-        assert isinstance(step, _RunTools)
+        assert isinstance(step, RunTools)
         return await self._run_tool_round(step)
 
-    async def _call_llm(self, step: _CallLLM) -> object:
+    async def _call_llm(self, step: CallLLM) -> object:
         if step.deadline is not None and self.context.runtime.clock.now() >= step.deadline:
             budget = self.state.run.started.budget if self.state.run is not None else None
             limit = budget.max_seconds if budget is not None else None
-            return _OutOfTime(step.run_id, f"wall time: the budget is {limit:g} s")
+            return OutOfTime(step.run_id, f"wall time: the budget is {limit:g} s")
         bus = self._config.bus
         context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
         if bus.active:
@@ -675,9 +171,9 @@ class SessionActor(EventSourcedActor[SessionState]):
             response = await call(step.request)
         finally:
             self._partial = None
-        return _LLMAnswered(step.run_id, response, step.fingerprint, step.header)
+        return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
 
-    async def _run_tool_round(self, step: _RunTools) -> object:
+    async def _run_tool_round(self, step: RunTools) -> object:
         calls = [ToolCall(id=c.call_id, name=c.name, arguments=c.arguments) for c in step.calls]
         hooks = self._config.tool_hooks
         wrap = None
@@ -701,7 +197,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         async def run_regular() -> None:
             done = await run_tool_calls(
                 regular,
-                self._run_tools(run),
+                run_tools(self._config, run),
                 session_id=self._session_id,
                 limit=self._config.tool_concurrency,
                 idempotency_keys={c.call_id: c.idempotency_key for c in step.calls},
@@ -721,7 +217,7 @@ class SessionActor(EventSourcedActor[SessionState]):
             for call in calls:
                 if call.id in spawns:
                     nursery.start_soon(run_child, spawns[call.id])
-        return _ToolsDone(
+        return ToolsDone(
             step.run_id, tuple(outcomes[c.id] for c in calls), tuple(finished)
         )
 
@@ -756,7 +252,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         from Python, which may give the child any of the session's tools.
         """
         parent = self._config
-        tools = parent.tools if granted else self._run_tools(self.state.run)
+        tools = parent.tools if granted else run_tools(parent, self.state.run)
         config = child_config(parent, spec, spawned.child_id, tools, self.state.depth + 1)
         runtime = self.context.runtime
         name = f"{spec.name}.{spawned.child_id.rsplit('.', 1)[-1]}"
@@ -769,11 +265,9 @@ class SessionActor(EventSourcedActor[SessionState]):
                 )
         except ActorExistsError:
             ref = runtime.lookup(config.session_id)
-        from ._session_handle import Session  # noqa: PLC0415  # that module imports this one
-
         return Session._create(ref, runtime, config)
 
-    async def _spawn_from_python(self, request: _PythonSpawn) -> Session:
+    async def _spawn_from_python(self, request: PythonSpawn) -> Session:
         spawned = next((c for c in self.state.children if c.call_id == request.spawn_id), None)
         if spawned is None:  # not a retry of an ask the actor crashed under
             spawned = ChildSpawned(
@@ -797,24 +291,30 @@ class SessionActor(EventSourcedActor[SessionState]):
     # -- answering the callers -------------------------------------------------------
 
     async def receive(self, message: object) -> object:
-        if isinstance(message, _WaitRun):
+        if isinstance(message, WaitRun):
             result = self.state.results.get(message.run_id) or self._parked(message.run_id)
             if result is not None or not self._is_pending(message.run_id):
                 return result
             self._waiters.setdefault(message.run_id, []).append(self.context.defer_reply())
             return None
-        if isinstance(message, _PythonSpawn):
+        if isinstance(message, PythonSpawn):
             return await self._spawn_from_python(message)
         delivery = ""
         if isinstance(message, BoardChanged):
             message = _board_follow_up(message)
-        elif isinstance(message, _Deliver):
+        elif isinstance(message, Deliver):
             delivery = message.token
             message = message.follow_up
         if isinstance(message, FollowUp | Cancel):
+            # What the decider may not look up itself: the clock and the call in flight.
             partial = "".join(self._partial) if self._partial else ""
-            now = self.context.runtime.clock.now()
-            message = _Stamped(message, now, partial, delivery)
+            message = Stamped(
+                message=message,
+                at=self.context.runtime.clock.now(),
+                partial=partial,
+                fingerprint=self._inflight_fingerprint if partial else "",
+                delivery=delivery,
+            )
         return await super().receive(message)
 
     def _parked(self, run_id: str) -> RunResult | None:
@@ -929,3 +429,38 @@ class SessionActor(EventSourcedActor[SessionState]):
             return RunEnded(result=self.state.results[event.run_id])
         return None
 
+
+def _child_outcome(spawned: ChildSpawned, result: RunResult) -> ToolOutcome:
+    """What the parent's model reads of a child's run."""
+    if result.status == "completed":
+        text = result.text if result.output is None else orjson.dumps(result.output).decode()
+        return ToolOutcome(
+            call_id=spawned.call_id, tool_name=SPAWN_AGENT, status="ok", content=text
+        )
+    why = f" ({result.error})" if result.error else ""
+    content = (
+        f"the sub-agent {spawned.agent!r} ended with status {result.status}{why}; "
+        f"its last text: {result.text or '(none)'}"
+    )
+    return ToolOutcome(
+        call_id=spawned.call_id,
+        tool_name=SPAWN_AGENT,
+        status="error",
+        content=content,
+        error_code=f"session.child_{result.status}",
+    )
+
+
+def _board_follow_up(change: BoardChanged) -> FollowUp:
+    """A watched board changed: the session reads it like a follow-up of kind ``board``."""
+    if change.deleted:
+        what = f"{change.key!r} was deleted"
+    else:
+        what = f"{change.key!r} is now {orjson.dumps(change.value).decode()}"
+    return FollowUp(
+        id=f"board:{change.board_id}:{change.board_version}:{change.key}",
+        content=(
+            f"[board {change.board_id}] {what} (version {change.version}, by {change.author})"
+        ),
+        kind="board",
+    )

@@ -1,64 +1,49 @@
-"""The session handle and the functions that start sessions and agents."""
+"""The session handle: what a caller holds to talk to a session actor."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, final
 
 import trio
 
 from protocols import (
-    LLM,
     Cancel,
     CancelMode,
     FollowUp,
     HumanReply,
     ResponseFormat,
-    check_schema,
 )
 from protocols.errors import (
     ActorCrashedError,
-    ConfigError,
     HumanRequestNotFoundError,
     SessionBusyError,
     ToolNotFoundError,
 )
 
-from ._agents import AgentSpec, index_agents, spawn_agent_tool
+from ._agents import AgentSpec
 from ._budget import Budget, Price
-from ._observe import (
-    LLMHook,
-    Observation,
-    Observer,
-    ObserverBus,
-    ToolHook,
+from ._observe import Observation, ObserverBus
+from ._session_events import ChildFinished, RunResult, SessionState
+from ._session_steps import (
+    BadReply,
+    Busy,
+    BusyPolicy,
+    ChildDone,
+    Deliver,
+    GetState,
+    NoRequest,
+    PythonSpawn,
+    Send,
+    SessionConfig,
+    WaitRun,
+    check_limits,
 )
-from ._session_events import (
-    ChildFinished,
-    RunResult,
-    SessionState,
-)
-from ._tools import ToolRegistry
 
 if TYPE_CHECKING:
     from runtime import ActorRef, Runtime
 
-
-from ._session import SessionActor
-from ._session_steps import (
-    BusyPolicy,
-    _BadReply,
-    _Busy,
-    _ChildDone,
-    _Config,
-    _Deliver,
-    _GetState,
-    _NoRequest,
-    _PythonSpawn,
-    _Send,
-    _WaitRun,
-)
 
 
 @final
@@ -81,7 +66,7 @@ class Session:
         raise TypeError(msg)
 
     @classmethod
-    def _create(cls, ref: ActorRef[object], runtime: Runtime, config: _Config) -> Session:
+    def _create(cls, ref: ActorRef[object], runtime: Runtime, config: SessionConfig) -> Session:
         self = object.__new__(cls)
         self._ref = ref
         self._runtime = runtime
@@ -157,8 +142,8 @@ class Session:
         for name in subset or ():
             if name not in self._tool_names:
                 raise ToolNotFoundError(name, tuple(sorted(self._tool_names)))
-        _check_limits(response_format, budget, self._prices)
-        send = _Send(
+        check_limits(response_format, budget, self._prices)
+        send = Send(
             run_id=self._runtime.ids.new("run"),
             input=input,
             max_rounds=max_rounds,
@@ -170,14 +155,14 @@ class Session:
             if_busy=if_busy,
         )
         accepted = await self._ask(send)
-        if isinstance(accepted, _Busy):
+        if isinstance(accepted, Busy):
             raise SessionBusyError(self.id, accepted.run_id)
         return await self.wait(send.run_id)
 
     async def _submit(self, input: str, *, run_id: str, budget: Budget | None) -> RunResult:
         """A send with a run id chosen by the caller (idempotent: a parent's retry after a
         crash finds the run already recorded and waits for it)."""
-        send = _Send(
+        send = Send(
             run_id=run_id,
             input=input,
             max_rounds=None,
@@ -207,13 +192,13 @@ class Session:
             if name not in self._tool_names and name not in granted:
                 raise ToolNotFoundError(name, tuple(sorted(self._tool_names)))
         spawn_id = self._runtime.ids.new("spawn")
-        child = await self._ask(_PythonSpawn(spawn_id, spec, task))
+        child = await self._ask(PythonSpawn(spawn_id, spec, task))
         assert isinstance(child, Session)
         result = await child._submit(task, run_id=f"{child.id}:task", budget=spec.budget)
         finished = ChildFinished(
             run_id="", child_id=child.id, status=result.status, usage=result.usage
         )
-        await self._ref.tell(_ChildDone(finished))
+        await self._ref.tell(ChildDone(finished))
         return result
 
     async def wait(self, run_id: str) -> RunResult:
@@ -222,7 +207,7 @@ class Session:
         Raises:
             LookupError: the session has no run with this id.
         """
-        result = await self._ask(_WaitRun(run_id))
+        result = await self._ask(WaitRun(run_id))
         if result is None:
             msg = f"session {self.id!r} has no run {run_id!r}"
             raise LookupError(msg)
@@ -246,7 +231,7 @@ class Session:
             bool: ``False`` if the session had already received this id (nothing done).
         """
         follow_up = FollowUp(id=id or self._runtime.ids.new("fu"), content=content, kind=kind)
-        accepted = await self._ask(_Deliver(follow_up, self._runtime.ids.new("dlv")))
+        accepted = await self._ask(Deliver(follow_up, self._runtime.ids.new("dlv")))
         return bool(accepted)
 
     async def cancel(
@@ -285,9 +270,9 @@ class Session:
 
     async def _reply(self, reply: HumanReply) -> RunResult:
         outcome = await self._ask(reply)
-        if isinstance(outcome, _NoRequest):
+        if isinstance(outcome, NoRequest):
             raise HumanRequestNotFoundError(self.id, outcome.request_id, outcome.open)
-        if isinstance(outcome, _BadReply):
+        if isinstance(outcome, BadReply):
             raise ValueError(outcome.problem)  # noqa: TRY004  # a wrong kind of answer
         assert isinstance(outcome, str)
         return await self.wait(outcome)
@@ -302,7 +287,7 @@ class Session:
 
     async def state(self) -> SessionState:
         """The session's folded state (transcript, active run, results, usage)."""
-        return await self._ref.ask(_GetState())
+        return await self._ref.ask(GetState())
 
     @contextmanager
     def observe(self, buffer: int = 256) -> Iterator[trio.MemoryReceiveChannel[Observation]]:
@@ -320,216 +305,3 @@ class Session:
         """
         with self._bus.channel(buffer) as channel:
             yield channel
-
-
-def _check_limits(
-    response_format: ResponseFormat | None, budget: Budget | None, prices: Mapping[str, Price]
-) -> None:
-    if response_format is not None:
-        check_schema(response_format.schema)
-    if budget is not None and budget.max_cost is not None and not prices:
-        msg = "a cost budget needs prices: pass prices={model: Price(...)} to spawn_session"
-        raise ConfigError(msg)
-
-
-async def spawn_session(
-    runtime: Runtime,
-    *,
-    llm: LLM,
-    tools: Iterable[object] | ToolRegistry = (),
-    system_prompt: str = "",
-    max_rounds: int = 10,
-    model: str | None = None,
-    budget: Budget | None = None,
-    response_format: ResponseFormat | None = None,
-    prices: Mapping[str, Price] | None = None,
-    llm_hooks: Sequence[LLMHook] = (),
-    tool_hooks: Sequence[ToolHook] = (),
-    observers: Sequence[Observer] = (),
-    on_busy: BusyPolicy = "queue",
-    agents: Iterable[AgentSpec] = (),
-    max_depth: int = 3,
-    max_children: int = 8,
-    max_tokens: int | None = None,
-    temperature: float | None = None,
-    tool_concurrency: int = 8,
-    session_id: str | None = None,
-    name: str | None = None,
-) -> Session:
-    """Start a session actor under the runtime's root supervisor (or resume it from the log).
-
-    Args:
-        runtime (Runtime): the runtime; its event store holds the session's stream.
-        llm (LLM): the model (a provider transport, or ``ScriptedLLM`` in tests).
-        tools: ``Tool`` objects or a ``ToolRegistry``.
-        system_prompt (str): the default system prompt.
-        max_rounds (int): the default round limit of a run.
-        model (str | None): the model name to ask for.
-        budget (Budget | None): the default limits of a run.
-        response_format (ResponseFormat | None): the default response format of a run.
-        prices (Mapping[str, Price] | None): model name → price, for cost budgets; a
-            dated model name (``gpt-4o-2024-08-06``) matches its prefix (``gpt-4o``).
-        llm_hooks: middleware around each LLM call, the first outermost.
-        tool_hooks: middleware around each tool call, the first outermost.
-        observers: callbacks told every observation (see :meth:`Session.observe`).
-        on_busy (BusyPolicy): what a send does while a run is active (``queue``).
-        agents: sub-agents the model may start with the ``spawn_agent`` tool (added to
-            the tools when any are given).
-        max_depth (int): the deepest an agent tree may grow (this session is depth 0).
-        max_children (int): sub-agents one run may start.
-        max_tokens (int | None): the most tokens per LLM answer; the provider's default
-            when ``None``.
-        temperature (float | None): sampling temperature; the provider's when ``None``.
-        tool_concurrency (int): the most tool calls of one round running at once.
-        session_id (str | None): resume this session; a new id when ``None``.
-        name (str | None): path segment in the tree; defaults to the id.
-
-    Returns:
-        Session: the handle.
-
-    Raises:
-        ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
-        ConfigError: ``budget`` limits cost and ``prices`` is empty.
-        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
-    """
-    config = session_config(
-        session_id=session_id or runtime.ids.new("ses"),
-        llm=llm,
-        tools=tools,
-        system_prompt=system_prompt,
-        max_rounds=max_rounds,
-        model=model,
-        budget=budget,
-        response_format=response_format,
-        prices=prices,
-        llm_hooks=llm_hooks,
-        tool_hooks=tool_hooks,
-        observers=observers,
-        on_busy=on_busy,
-        agents=agents,
-        max_depth=max_depth,
-        max_children=max_children,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        tool_concurrency=tool_concurrency,
-    )
-    ref = await runtime.spawn(lambda: SessionActor(config), id=config.session_id, name=name)
-    return Session._create(ref, runtime, config)
-
-
-async def spawn_agent(
-    runtime: Runtime,
-    spec: AgentSpec,
-    *,
-    llm: LLM | None = None,
-    session_id: str | None = None,
-    max_depth: int = 3,
-    max_children: int = 8,
-    observers: Sequence[Observer] = (),
-    prices: Mapping[str, Price] | None = None,
-) -> Session:
-    """Start a top-level agent from a spec (or resume it from the log, by ``session_id``).
-
-    Args:
-        runtime (Runtime): the runtime.
-        spec (AgentSpec): the agent; its ``tools`` must be ``Tool`` objects (a top-level
-            agent has no parent to take tools from by name).
-        llm (LLM | None): the model when the spec has none.
-        session_id (str | None): resume this session; a new id when ``None``.
-        max_depth (int): the deepest its tree of sub-agents may grow.
-        max_children (int): sub-agents one run may start.
-        observers: callbacks told every observation of the whole tree.
-        prices (Mapping[str, Price] | None): for cost budgets.
-
-    Raises:
-        ConfigError: no model (neither ``spec.llm`` nor ``llm``), or a tool given by name.
-    """
-    model = spec.llm or llm
-    if model is None:
-        msg = f"agent spec {spec.name!r} has no llm: set AgentSpec.llm or pass llm="
-        raise ConfigError(msg)
-    named = [t for t in spec.tools or () if isinstance(t, str)]
-    if named:
-        msg = (
-            f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level agent "
-            "has no parent to take them from: give Tool objects"
-        )
-        raise ConfigError(msg)
-    return await spawn_session(
-        runtime,
-        llm=model,
-        tools=spec.own_tools(),
-        system_prompt=spec.system_prompt,
-        max_rounds=spec.max_rounds,
-        model=spec.model,
-        budget=spec.budget,
-        response_format=spec.response_format,
-        agents=spec.agents,
-        max_depth=max_depth,
-        max_children=max_children,
-        observers=observers,
-        prices=prices,
-        session_id=session_id,
-    )
-
-
-def session_config(
-    *,
-    session_id: str,
-    llm: LLM,
-    tools: Iterable[object] | ToolRegistry = (),
-    system_prompt: str = "",
-    max_rounds: int = 10,
-    model: str | None = None,
-    budget: Budget | None = None,
-    response_format: ResponseFormat | None = None,
-    prices: Mapping[str, Price] | None = None,
-    llm_hooks: Sequence[LLMHook] = (),
-    tool_hooks: Sequence[ToolHook] = (),
-    observers: Sequence[Observer] = (),
-    on_busy: BusyPolicy = "queue",
-    agents: Iterable[AgentSpec] = (),
-    max_depth: int = 3,
-    max_children: int = 8,
-    max_tokens: int | None = None,
-    temperature: float | None = None,
-    tool_concurrency: int = 8,
-) -> _Config:
-    """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
-    limits = (
-        ("max_rounds", max_rounds),
-        ("tool_concurrency", tool_concurrency),
-        ("max_depth", max_depth),
-        ("max_children", max_children),
-    )
-    for label, value in limits:
-        if value < 1:
-            msg = f"{label} must be >= 1, got {value}"
-            raise ValueError(msg)
-    registry = ToolRegistry.of(*tools)  # a copy: ours to extend
-    agents = tuple(agents)
-    if agents:
-        registry.add(spawn_agent_tool(agents))
-    config = _Config(
-        session_id=session_id,
-        llm=llm,
-        tools=registry,
-        system_prompt=system_prompt,
-        max_rounds=max_rounds,
-        model=model,
-        tool_concurrency=tool_concurrency,
-        budget=budget,
-        response_format=response_format,
-        prices=dict(prices or {}),
-        llm_hooks=tuple(llm_hooks),
-        tool_hooks=tuple(tool_hooks),
-        bus=ObserverBus(observers),
-        on_busy=on_busy,
-        agents=index_agents(agents),
-        max_depth=max_depth,
-        max_children=max_children,
-        max_tokens=max_tokens,
-        temperature=temperature,
-    )
-    _check_limits(response_format, budget, config.prices)
-    return config

@@ -1,54 +1,33 @@
-"""The session actor's messages, effect steps, configuration and pure helpers."""
+"""The session actor's messages, effect steps and configuration (what its decider reads)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, final
 
 import attrs
-import orjson
 
 from protocols import (
     LLM,
     Cancel,
     FollowUp,
-    JsonValue,
     LLMRequest,
     LLMResponse,
     ResponseFormat,
-    ToolCall,
     ToolOutcome,
-    validate_json,
+    check_schema,
 )
-from protocols.errors import (
-    PowertrioError,
-    ToolNotFoundError,
-)
-from runtime import (
-    Request,
-)
+from protocols.errors import ConfigError, ToolNotFoundError
+from runtime import Request
 
-from ._agents import SPAWN_AGENT, AgentSpec, child_tools, index_agents, spawn_agent_tool
-from ._board_events import BoardChanged
+from ._agents import AgentSpec, child_tools, index_agents, spawn_agent_tool
 from ._budget import Budget, Price
-from ._observe import (
-    LLMHook,
-    ObserverBus,
-    ToolHook,
-)
+from ._observe import LLMHook, Observer, ObserverBus, ToolHook
 from ._session_events import (
     ActiveRun,
-    CancelRequested,
     ChildFinished,
-    ChildSpawned,
-    FollowUpsInjected,
-    HumanRequested,
-    OutputRejected,
     RequestHeader,
-    RunFinished,
     RunResult,
-    RunStatus,
     SessionState,
     ToolStarted,
 )
@@ -72,11 +51,13 @@ def ask_human(question: str) -> str:
     raise RuntimeError(msg)
 
 
-# -- messages and steps (private: the Session facade is the public face) --------------
+# -- messages (internal to the package: the Session handle is the public face) ---------
 
 
 @attrs.frozen(kw_only=True)
-class _Send(Request[str]):
+class Send(Request[str]):
+    """``Session.send``'s message: start a run (or queue it); the reply is its run id."""
+
     run_id: str
     input: str
     max_rounds: int | None
@@ -88,19 +69,27 @@ class _Send(Request[str]):
     if_busy: BusyPolicy | None
 
 
-@attrs.frozen
-class _Stamped:
-    """A follow-up or cancel with what the pure decider may not look up itself."""
+@attrs.frozen(kw_only=True)
+class Stamped:
+    """A follow-up or cancel with the facts the pure decider may not look up itself.
+
+    The shell builds it when the message arrives: the clock, and what it knows of the
+    LLM call in flight, which is not in the log (only its answer will be).
+    """
 
     message: FollowUp | Cancel
     at: float
-    partial: str
+    """When the message arrived (the runtime's clock)."""
+    partial: str = ""
     """Text streamed so far by the LLM call in flight (kept as an interrupted answer)."""
+    fingerprint: str = ""
+    """The request fingerprint of the LLM call in flight, recorded with ``partial``."""
     delivery: str = ""
+    """The token of a ``Session.follow_up`` call (empty for other follow-ups)."""
 
 
 @attrs.frozen
-class _Deliver(Request[bool]):
+class Deliver(Request[bool]):
     """``Session.follow_up``'s message: the follow-up and a token for this call."""
 
     follow_up: FollowUp
@@ -108,7 +97,7 @@ class _Deliver(Request[bool]):
 
 
 @attrs.frozen
-class _PythonSpawn(Request[object]):
+class PythonSpawn(Request[object]):
     """Spawn a child from Python; the reply is the child's ``Session`` handle."""
 
     spawn_id: str
@@ -117,38 +106,53 @@ class _PythonSpawn(Request[object]):
 
 
 @attrs.frozen
-class _ChildDone:
+class ChildDone:
+    """A child spawned from Python finished its task."""
+
     finished: ChildFinished
 
 
 @attrs.frozen
-class _Busy:
+class Busy:
+    """The reply to a rejected ``Send``: the run that keeps the session busy."""
+
     run_id: str
 
 
 @attrs.frozen
-class _NoRequest:
+class NoRequest:
+    """The reply to a ``HumanReply`` for a request the session is not waiting for."""
+
     request_id: str
     open: tuple[str, ...]
 
 
 @attrs.frozen
-class _BadReply:
+class BadReply:
+    """The reply to a ``HumanReply`` of the wrong kind (an answer to an approval)."""
+
     problem: str
 
 
 @attrs.frozen
-class _WaitRun(Request["RunResult | None"]):
+class WaitRun(Request[RunResult | None]):
+    """Wait until a run ends or waits for a human; ``None`` for an unknown run."""
+
     run_id: str
 
 
 @attrs.frozen
-class _GetState(Request[SessionState]):
-    pass
+class GetState(Request[SessionState]):
+    """Ask for the folded state."""
+
+
+# -- effect steps and their results ------------------------------------------------------
 
 
 @attrs.frozen
-class _CallLLM:
+class CallLLM:
+    """The step: ask the model for the next answer of a run."""
+
     run_id: str
     round: int
     request: LLMRequest
@@ -159,7 +163,9 @@ class _CallLLM:
 
 
 @attrs.frozen
-class _LLMAnswered:
+class LLMAnswered:
+    """The result of a ``CallLLM``."""
+
     run_id: str
     response: LLMResponse
     fingerprint: str
@@ -167,31 +173,37 @@ class _LLMAnswered:
 
 
 @attrs.frozen
-class _OutOfTime:
+class OutOfTime:
+    """The result of a ``CallLLM`` asked after the run's deadline."""
+
     run_id: str
     reason: str
 
 
 @attrs.frozen
-class _RunTools:
+class RunTools:
+    """The step: run the open tool calls of a round (and the children they start)."""
+
     run_id: str
     round: int
     calls: tuple[ToolStarted, ...]
 
 
 @attrs.frozen
-class _ToolsDone:
+class ToolsDone:
+    """The result of a ``RunTools``."""
+
     run_id: str
     outcomes: tuple[ToolOutcome, ...]
     children: tuple[ChildFinished, ...] = ()
 
 
-_CRASHED = "the process stopped while this tool ran; its result is unknown"
+# -- configuration -------------------------------------------------------------------------
 
 
 @final
 @attrs.frozen(kw_only=True)
-class _Config:
+class SessionConfig:
     """What a session actor is made with; shared by every incarnation."""
 
     session_id: str
@@ -219,24 +231,93 @@ class _Config:
     temperature: float | None = None
 
 
+def run_tools(config: SessionConfig, run: ActiveRun | None) -> ToolRegistry:
+    """The tools of ``run``: the session's, or the subset its send named."""
+    names = run.started.tools if run is not None else None
+    return config.tools if names is None else config.tools.subset(names)
 
-def _finish(
-    run: ActiveRun, status: RunStatus, *, error: str | None = None, output: JsonValue = None
-) -> RunFinished:
-    return RunFinished(
-        run_id=run.started.run_id,
-        status=status,
-        text=run.text,
-        rounds=run.rounds,
-        usage=run.usage,
-        error=error,
-        output=output,
+
+def check_limits(
+    response_format: ResponseFormat | None, budget: Budget | None, prices: Mapping[str, Price]
+) -> None:
+    """Check a run's response format and budget against the session's prices.
+
+    Raises:
+        ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
+        ConfigError: ``budget`` limits cost but ``prices`` is empty.
+    """
+    if response_format is not None:
+        check_schema(response_format.schema)
+    if budget is not None and budget.max_cost is not None and not prices:
+        msg = "a cost budget needs prices: pass prices={model: Price(...)} to spawn_session"
+        raise ConfigError(msg)
+
+
+def session_config(
+    *,
+    session_id: str,
+    llm: LLM,
+    tools: Iterable[object] | ToolRegistry = (),
+    system_prompt: str = "",
+    max_rounds: int = 10,
+    model: str | None = None,
+    budget: Budget | None = None,
+    response_format: ResponseFormat | None = None,
+    prices: Mapping[str, Price] | None = None,
+    llm_hooks: Sequence[LLMHook] = (),
+    tool_hooks: Sequence[ToolHook] = (),
+    observers: Sequence[Observer] = (),
+    on_busy: BusyPolicy = "queue",
+    agents: Iterable[AgentSpec] = (),
+    max_depth: int = 3,
+    max_children: int = 8,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    tool_concurrency: int = 8,
+) -> SessionConfig:
+    """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
+    limits = (
+        ("max_rounds", max_rounds),
+        ("tool_concurrency", tool_concurrency),
+        ("max_depth", max_depth),
+        ("max_children", max_children),
     )
+    for label, value in limits:
+        if value < 1:
+            msg = f"{label} must be >= 1, got {value}"
+            raise ValueError(msg)
+    registry = ToolRegistry.of(*tools)  # a copy: ours to extend
+    agents = tuple(agents)
+    if agents:
+        registry.add(spawn_agent_tool(agents))
+    config = SessionConfig(
+        session_id=session_id,
+        llm=llm,
+        tools=registry,
+        system_prompt=system_prompt,
+        max_rounds=max_rounds,
+        model=model,
+        tool_concurrency=tool_concurrency,
+        budget=budget,
+        response_format=response_format,
+        prices=dict(prices or {}),
+        llm_hooks=tuple(llm_hooks),
+        tool_hooks=tuple(tool_hooks),
+        bus=ObserverBus(observers),
+        on_busy=on_busy,
+        agents=index_agents(agents),
+        max_depth=max_depth,
+        max_children=max_children,
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
+    check_limits(response_format, budget, config.prices)
+    return config
 
 
 def child_config(
-    parent: _Config, spec: AgentSpec, child_id: str, tools: ToolRegistry, depth: int
-) -> _Config:
+    parent: SessionConfig, spec: AgentSpec, child_id: str, tools: ToolRegistry, depth: int
+) -> SessionConfig:
     """The configuration of a sub-agent: its spec, filling gaps from its parent's.
 
     Raises:
@@ -262,94 +343,3 @@ def child_config(
         parent_id=parent.session_id,
         depth=depth,
     )
-
-
-def _child_outcome(spawned: ChildSpawned, result: RunResult) -> ToolOutcome:
-    """What the parent's model reads of a child's run."""
-    if result.status == "completed":
-        text = result.text if result.output is None else orjson.dumps(result.output).decode()
-        return ToolOutcome(
-            call_id=spawned.call_id, tool_name=SPAWN_AGENT, status="ok", content=text
-        )
-    why = f" ({result.error})" if result.error else ""
-    content = (
-        f"the sub-agent {spawned.agent!r} ended with status {result.status}{why}; "
-        f"its last text: {result.text or '(none)'}"
-    )
-    return ToolOutcome(
-        call_id=spawned.call_id,
-        tool_name=SPAWN_AGENT,
-        status="error",
-        content=content,
-        error_code=f"session.child_{result.status}",
-    )
-
-
-def _board_follow_up(change: BoardChanged) -> FollowUp:
-    """A watched board changed: the session reads it like a follow-up of kind ``board``."""
-    if change.deleted:
-        what = f"{change.key!r} was deleted"
-    else:
-        what = f"{change.key!r} is now {orjson.dumps(change.value).decode()}"
-    return FollowUp(
-        id=f"board:{change.board_id}:{change.board_version}:{change.key}",
-        content=(
-            f"[board {change.board_id}] {what} (version {change.version}, by {change.author})"
-        ),
-        kind="board",
-    )
-
-
-_DECIDED_BETWEEN_CALLS = (FollowUpsInjected, ToolStarted, OutputRejected, HumanRequested)
-"""Events the session decides only while no model call is in flight."""
-
-
-def _describe_step(step: object | None) -> str:
-    if step is None:
-        return "nothing (it would wait for a message)"
-    if isinstance(step, _RunTools):
-        return "tool calls " + ", ".join(c.name for c in step.calls)
-    return type(step).__name__.lstrip("_")
-
-
-def _cancelled(run: ActiveRun, cancel: CancelRequested) -> RunFinished:
-    why = f": {cancel.reason}" if cancel.reason else ""
-    return _finish(run, "cancelled", error=f"cancelled by {cancel.by}{why}")
-
-
-def _question(call: ToolCall) -> str | None:
-    """The question of a well-formed ``ask_human`` call."""
-    try:
-        arguments = orjson.loads(call.arguments or "{}")
-    except orjson.JSONDecodeError:
-        return None
-    if ask_human.validator.problems(arguments):
-        return None
-    question = arguments["question"]
-    return question if isinstance(question, str) else None
-
-
-def _parse_output(
-    response_format: ResponseFormat, text: str
-) -> tuple[JsonValue, tuple[str, ...]]:
-    """The answer parsed and checked against the schema; problems if it does not match."""
-    body = text.strip()
-    fenced = _FENCE.fullmatch(body)
-    if fenced is not None:  # small models wrap JSON in a Markdown fence despite being told
-        body = fenced.group(1)
-    try:
-        value: JsonValue = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        return None, (f"$: not valid JSON ({exc})",)
-    return value, validate_json(response_format.schema, value)
-
-
-_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.DOTALL)
-
-
-def _describe(error: BaseException) -> str:
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]  # a hook's error raised inside the tool round's nursery
-    code = error.code if isinstance(error, PowertrioError) else type(error).__name__
-    return f"{code}: {error}"
-

@@ -38,9 +38,9 @@ from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 
 
 def _state_request() -> Request[SessionState]:
-    from actors._session_steps import _GetState
+    from actors._session_steps import GetState
 
-    return _GetState()
+    return GetState()
 
 
 FAST_RESTART = Supervision(max_restarts=100, within=1, backoff=Backoff(initial=0))

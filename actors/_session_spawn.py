@@ -1,0 +1,161 @@
+"""The functions that start sessions and agents."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from protocols import LLM, ResponseFormat
+from protocols.errors import ConfigError
+
+from ._agents import AgentSpec
+from ._budget import Budget, Price
+from ._observe import LLMHook, Observer, ToolHook
+from ._session import SessionActor
+from ._session_handle import Session
+from ._session_steps import BusyPolicy, session_config
+from ._tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from runtime import Runtime
+
+
+async def spawn_session(
+    runtime: Runtime,
+    *,
+    llm: LLM,
+    tools: Iterable[object] | ToolRegistry = (),
+    system_prompt: str = "",
+    max_rounds: int = 10,
+    model: str | None = None,
+    budget: Budget | None = None,
+    response_format: ResponseFormat | None = None,
+    prices: Mapping[str, Price] | None = None,
+    llm_hooks: Sequence[LLMHook] = (),
+    tool_hooks: Sequence[ToolHook] = (),
+    observers: Sequence[Observer] = (),
+    on_busy: BusyPolicy = "queue",
+    agents: Iterable[AgentSpec] = (),
+    max_depth: int = 3,
+    max_children: int = 8,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    tool_concurrency: int = 8,
+    session_id: str | None = None,
+    name: str | None = None,
+) -> Session:
+    """Start a session actor under the runtime's root supervisor (or resume it from the log).
+
+    Args:
+        runtime (Runtime): the runtime; its event store holds the session's stream.
+        llm (LLM): the model (a provider transport, or ``ScriptedLLM`` in tests).
+        tools: ``Tool`` objects or a ``ToolRegistry``.
+        system_prompt (str): the default system prompt.
+        max_rounds (int): the default round limit of a run.
+        model (str | None): the model name to ask for.
+        budget (Budget | None): the default limits of a run.
+        response_format (ResponseFormat | None): the default response format of a run.
+        prices (Mapping[str, Price] | None): model name → price, for cost budgets; a
+            dated model name (``gpt-4o-2024-08-06``) matches its prefix (``gpt-4o``).
+        llm_hooks: middleware around each LLM call, the first outermost.
+        tool_hooks: middleware around each tool call, the first outermost.
+        observers: callbacks told every observation (see :meth:`Session.observe`).
+        on_busy (BusyPolicy): what a send does while a run is active (``queue``).
+        agents: sub-agents the model may start with the ``spawn_agent`` tool (added to
+            the tools when any are given).
+        max_depth (int): the deepest an agent tree may grow (this session is depth 0).
+        max_children (int): sub-agents one run may start.
+        max_tokens (int | None): the most tokens per LLM answer; the provider's default
+            when ``None``.
+        temperature (float | None): sampling temperature; the provider's when ``None``.
+        tool_concurrency (int): the most tool calls of one round running at once.
+        session_id (str | None): resume this session; a new id when ``None``.
+        name (str | None): path segment in the tree; defaults to the id.
+
+    Returns:
+        Session: the handle.
+
+    Raises:
+        ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
+        ConfigError: ``budget`` limits cost and ``prices`` is empty.
+        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
+    """
+    config = session_config(
+        session_id=session_id or runtime.ids.new("ses"),
+        llm=llm,
+        tools=tools,
+        system_prompt=system_prompt,
+        max_rounds=max_rounds,
+        model=model,
+        budget=budget,
+        response_format=response_format,
+        prices=prices,
+        llm_hooks=llm_hooks,
+        tool_hooks=tool_hooks,
+        observers=observers,
+        on_busy=on_busy,
+        agents=agents,
+        max_depth=max_depth,
+        max_children=max_children,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        tool_concurrency=tool_concurrency,
+    )
+    ref = await runtime.spawn(lambda: SessionActor(config), id=config.session_id, name=name)
+    return Session._create(ref, runtime, config)
+
+
+async def spawn_agent(
+    runtime: Runtime,
+    spec: AgentSpec,
+    *,
+    llm: LLM | None = None,
+    session_id: str | None = None,
+    max_depth: int = 3,
+    max_children: int = 8,
+    observers: Sequence[Observer] = (),
+    prices: Mapping[str, Price] | None = None,
+) -> Session:
+    """Start a top-level agent from a spec (or resume it from the log, by ``session_id``).
+
+    Args:
+        runtime (Runtime): the runtime.
+        spec (AgentSpec): the agent; its ``tools`` must be ``Tool`` objects (a top-level
+            agent has no parent to take tools from by name).
+        llm (LLM | None): the model when the spec has none.
+        session_id (str | None): resume this session; a new id when ``None``.
+        max_depth (int): the deepest its tree of sub-agents may grow.
+        max_children (int): sub-agents one run may start.
+        observers: callbacks told every observation of the whole tree.
+        prices (Mapping[str, Price] | None): for cost budgets.
+
+    Raises:
+        ConfigError: no model (neither ``spec.llm`` nor ``llm``), or a tool given by name.
+    """
+    model = spec.llm or llm
+    if model is None:
+        msg = f"agent spec {spec.name!r} has no llm: set AgentSpec.llm or pass llm="
+        raise ConfigError(msg)
+    named = [t for t in spec.tools or () if isinstance(t, str)]
+    if named:
+        msg = (
+            f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level agent "
+            "has no parent to take them from: give Tool objects"
+        )
+        raise ConfigError(msg)
+    return await spawn_session(
+        runtime,
+        llm=model,
+        tools=spec.own_tools(),
+        system_prompt=spec.system_prompt,
+        max_rounds=spec.max_rounds,
+        model=spec.model,
+        budget=spec.budget,
+        response_format=spec.response_format,
+        agents=spec.agents,
+        max_depth=max_depth,
+        max_children=max_children,
+        observers=observers,
+        prices=prices,
+        session_id=session_id,
+    )
