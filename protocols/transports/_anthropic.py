@@ -247,6 +247,10 @@ class AnthropicTransport(HTTPTransport):
             id=data.get("id"),
         )
 
+    def _keepalive(self, event: ServerSentEvent) -> bool:
+        """Anthropic's ``ping`` events carry no data; they do not reset the idle timeout."""
+        return event.event == "ping"
+
     async def _parse_stream(
         self, events: AsyncIterator[ServerSentEvent]
     ) -> AsyncGenerator[StreamDelta | LLMResponse, None]:

@@ -1,0 +1,154 @@
+"""Faults stay where they happen: stalled streams, bad shapes and bad text from a provider."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from _scripted_http import Reply, ScriptedHTTPServer, sse, sse_reply
+
+from protocols import LLMRequest, UserMessage
+from protocols.errors import LLMTimeoutError
+from protocols.transports import (
+    AnthropicTransport,
+    OpenAITransport,
+    ProviderConfig,
+    RetryPolicy,
+    Timeouts,
+    Transport,
+)
+
+REQUEST = LLMRequest(messages=[UserMessage("hi")], max_tokens=16)
+
+#: How long any one test may take before we call it a hang (the bug took over 60 s).
+HANG = 5.0
+
+
+def _transport(
+    provider: str, server: ScriptedHTTPServer, timeouts: Timeouts
+) -> OpenAITransport | AnthropicTransport:
+    if provider == "openai":
+        return OpenAITransport(ProviderConfig(
+            provider="openai", base_url=server.url + "/v1", model="gpt-test",
+            retry=RetryPolicy(max_attempts=1), timeouts=timeouts,
+        ))
+    return AnthropicTransport(ProviderConfig(
+        provider="anthropic", base_url=server.url, model="claude-test",
+        retry=RetryPolicy(max_attempts=1), timeouts=timeouts,
+    ))
+
+
+def _openai_chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
+    return {
+        "id": "chatcmpl-1",
+        "model": "gpt-test",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+_ANTHROPIC_START = sse(
+    ("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "content": [],
+        "model": "claude-test", "stop_reason": None,
+        "usage": {"input_tokens": 3, "output_tokens": 1}}}),
+    ("content_block_start", {"type": "content_block_start", "index": 0,
+                             "content_block": {"type": "text", "text": ""}}),
+)
+
+#: For each provider: the opening of a stream, and one data event that adds text.
+OPENINGS: dict[str, tuple[bytes, bytes]] = {
+    "openai": (
+        sse((None, _openai_chunk({"role": "assistant", "content": "Hel"}))),
+        sse((None, _openai_chunk({"content": "lo"}))),
+    ),
+    "anthropic": (
+        _ANTHROPIC_START,
+        sse(("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": "lo"}})),
+    ),
+}
+
+#: What a provider sends while it keeps the connection open but says nothing.
+KEEPALIVES: dict[str, list[bytes]] = {
+    "openai": [b": ping\n\n"],
+    "anthropic": [b": ping\n\n", sse(("ping", {"type": "ping"}))],
+}
+
+
+async def _stream_until_error(transport: Transport) -> tuple[LLMTimeoutError, float]:
+    """Consume a stream that must fail with llm.timeout; the error and the seconds it took."""
+    start = trio.current_time()
+    with trio.fail_after(HANG):
+        async with transport, transport.stream(REQUEST) as stream:
+            with pytest.raises(LLMTimeoutError) as info:
+                await stream.final_response()
+            assert stream.response is None  # the partial answer is not a success
+    return info.value, trio.current_time() - start
+
+
+# --- 1. deadlines that hold ---------------------------------------------------------------
+
+
+def _cases() -> list[tuple[str, bytes]]:
+    cases = [(provider, drip) for provider, drips in KEEPALIVES.items() for drip in drips]
+    # A data line that never ends: one byte at a time, and no event is ever complete.
+    cases += [(provider, b" ") for provider in OPENINGS]
+    return cases
+
+
+@pytest.mark.parametrize(("provider", "drip"), _cases())
+async def test_idle_timeout_ends_a_stalled_stream(provider: str, drip: bytes) -> None:
+    """Keep-alives and trickled bytes do not count as data: the idle timeout ends the stream."""
+    opening, _ = OPENINGS[provider]
+    if drip == b" ":
+        opening += b'data: {"type": '
+    reply = sse_reply(opening, drip=drip)
+    with ScriptedHTTPServer([reply]) as server:
+        transport = _transport(provider, server, Timeouts(idle=0.3, total=30.0))
+        error, took = await _stream_until_error(transport)
+    assert (error.code, error.phase) == ("llm.timeout", "idle")
+    assert str(error) == f"{provider}: no data event for 0.3 s (the stream's idle timeout)"
+    assert 0.3 <= took < 2.0
+
+
+@pytest.mark.parametrize("provider", list(OPENINGS))
+async def test_total_timeout_covers_a_stream_that_never_ends(provider: str) -> None:
+    """Data events arriving faster than the idle timeout still stop at the total deadline."""
+    opening, data = OPENINGS[provider]
+    reply = sse_reply(opening, drip=data)
+    with ScriptedHTTPServer([reply]) as server:
+        transport = _transport(provider, server, Timeouts(idle=0.3, total=0.6))
+        error, took = await _stream_until_error(transport)
+    assert (error.code, error.phase) == ("llm.timeout", "total")
+    assert str(error) == f"{provider}: the stream ran past its 0.6 s total timeout"
+    assert 0.6 <= took < 2.0
+
+
+@pytest.mark.parametrize(("provider", "drip"), _cases())
+async def test_total_timeout_ends_a_stalled_stream(provider: str, drip: bytes) -> None:
+    """With a long idle timeout, the total deadline alone ends a stream that says nothing."""
+    opening, _ = OPENINGS[provider]
+    if drip == b" ":
+        opening += b'data: {"type": '
+    reply = sse_reply(opening, drip=drip, drip_every=0.1)
+    with ScriptedHTTPServer([reply]) as server:
+        transport = _transport(provider, server, Timeouts(idle=30.0, total=0.5))
+        error, took = await _stream_until_error(transport)
+    assert (error.code, error.phase) == ("llm.timeout", "total")
+    assert str(error) == f"{provider}: the stream ran past its 0.5 s total timeout"
+    assert 0.5 <= took < 2.0
+
+
+@pytest.mark.parametrize("provider", list(OPENINGS))
+async def test_total_timeout_covers_the_wait_for_headers(provider: str) -> None:
+    """The total deadline starts with the request: slow response headers count against it."""
+    with ScriptedHTTPServer([Reply(head_delay=1.5)]) as server:
+        transport = _transport(provider, server, Timeouts(read=10.0, total=0.3))
+        error, took = await _stream_until_error(transport)
+    assert (error.code, error.phase) == ("llm.timeout", "total")
+    assert str(error) == f"{provider}: no response headers within the 0.3 s total timeout"
+    assert 0.3 <= took < 1.5
+
+
+async def test_idle_timeout_default() -> None:
+    """Streams get a 60 s idle timeout unless configured otherwise."""
+    assert Timeouts().idle == 60.0
