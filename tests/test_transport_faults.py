@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import trio
-from _scripted_http import Reply, ScriptedHTTPServer, sse, sse_reply
+from _scripted_http import Reply, ScriptedHTTPServer, json_reply, sse, sse_reply
 
 from protocols import LLMRequest, UserMessage
-from protocols.errors import LLMTimeoutError
+from protocols.errors import LLMMalformedStreamError, LLMTimeoutError
 from protocols.transports import (
     AnthropicTransport,
     OpenAITransport,
@@ -152,3 +152,114 @@ async def test_total_timeout_covers_the_wait_for_headers(provider: str) -> None:
 async def test_idle_timeout_default() -> None:
     """Streams get a 60 s idle timeout unless configured otherwise."""
     assert Timeouts().idle == 60.0
+
+
+# --- 2. bad shapes are errors --------------------------------------------------------------
+
+
+_USAGE_ONLY = {"id": "chatcmpl-1", "model": "gpt-test", "choices": [],
+               "usage": {"prompt_tokens": 3, "completion_tokens": 0}}
+
+
+@pytest.mark.parametrize(("events", "problem"), [
+    ([{}], "a stream chunk has no choices"),
+    ([{"id": "chatcmpl-1", "object": "chat.completion.chunk"}], "a stream chunk has no choices"),
+    ([_USAGE_ONLY], "the stream ended without any choice"),
+    ([{"id": "chatcmpl-1", "choices": [{"index": 0}]}], "a choice has no delta"),
+    ([_openai_chunk({}), _openai_chunk({"role": "assistant"}), _USAGE_ONLY],
+     "the stream ended with no text, no tool call and no finish reason"),
+])
+async def test_openai_stream_of_the_wrong_shape(
+    events: list[dict[str, object]], problem: str
+) -> None:
+    """Chunks without choices or deltas are llm.malformed_stream, not an empty answer."""
+    body = sse(*[(None, event) for event in events], (None, "[DONE]"))
+    with ScriptedHTTPServer([sse_reply(body)]) as server:
+        transport = _transport("openai", server, Timeouts())
+        async with transport, transport.stream(REQUEST) as stream:
+            with pytest.raises(LLMMalformedStreamError) as info:
+                await stream.final_response()
+    assert info.value.code == "llm.malformed_stream"
+    assert str(info.value) == f"openai: {problem}"
+
+
+async def test_openai_empty_answer_with_a_finish_reason_is_fine() -> None:
+    """An empty text that the model ended on purpose is an answer, not a bad shape."""
+    body = sse((None, _openai_chunk({"role": "assistant", "content": ""})),
+               (None, _openai_chunk({}, finish="stop")), (None, _USAGE_ONLY), (None, "[DONE]"))
+    with ScriptedHTTPServer([sse_reply(body)]) as server:
+        transport = _transport("openai", server, Timeouts())
+        async with transport, transport.stream(REQUEST) as stream:
+            response = await stream.final_response()
+    assert (response.content, response.finish_reason) == ("", "stop")
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ({}, "the answer has no choices"),
+    ({"id": "x", "choices": []}, "the answer has no choices"),
+    ({"id": "x", "choices": [{"index": 0}]}, "a choice has no message"),
+    ({"id": "x", "choices": [{"index": 0, "message": {"role": "assistant"}}]},
+     "the answer has no text, no tool call and no finish reason"),
+])
+async def test_openai_answer_of_the_wrong_shape(body: dict[str, object], problem: str) -> None:
+    """A non-streamed answer without choices or a message is llm.malformed_stream."""
+    with ScriptedHTTPServer([json_reply(200, body)]) as server:
+        transport = _transport("openai", server, Timeouts())
+        async with transport:
+            with pytest.raises(LLMMalformedStreamError) as info:
+                await transport.complete(REQUEST)
+    assert info.value.code == "llm.malformed_stream"
+    assert str(info.value) == f"openai: {problem}"
+
+
+_MESSAGE_STOP = ("message_stop", {"type": "message_stop"})
+
+
+@pytest.mark.parametrize(("events", "problem"), [
+    ([_MESSAGE_STOP], "the stream has no message_start event"),
+    ([("message", {}), _MESSAGE_STOP], "the stream has no message_start event"),
+    ([("message_start", {"type": "message_start", "message": {"id": "msg_1", "usage": {}}}),
+      _MESSAGE_STOP],
+     "the stream ended with no content block and no stop reason"),
+])
+async def test_anthropic_stream_of_the_wrong_shape(
+    events: list[tuple[str, object]], problem: str
+) -> None:
+    """A Messages stream without its opening or without any content is llm.malformed_stream."""
+    with ScriptedHTTPServer([sse_reply(sse(*events))]) as server:
+        transport = _transport("anthropic", server, Timeouts())
+        async with transport, transport.stream(REQUEST) as stream:
+            with pytest.raises(LLMMalformedStreamError) as info:
+                await stream.final_response()
+    assert info.value.code == "llm.malformed_stream"
+    assert str(info.value) == f"anthropic: {problem}"
+
+
+async def test_anthropic_stream_without_message_stop() -> None:
+    """A Messages stream that ends without message_stop is llm.malformed_stream."""
+    opening, data = OPENINGS["anthropic"]
+    with ScriptedHTTPServer([sse_reply(opening, data)]) as server:
+        transport = _transport("anthropic", server, Timeouts())
+        async with transport, transport.stream(REQUEST) as stream:
+            with pytest.raises(LLMMalformedStreamError) as info:
+                await stream.final_response()
+    assert info.value.code == "llm.malformed_stream"
+    assert str(info.value) == "anthropic: the stream ended before its final event"
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ({}, "the answer has no content"),
+    ({"id": "msg_1", "type": "message", "content": []},
+     "the answer has no content block and no stop reason"),
+])
+async def test_anthropic_answer_of_the_wrong_shape(
+    body: dict[str, object], problem: str
+) -> None:
+    """A non-streamed Messages answer without content is llm.malformed_stream."""
+    with ScriptedHTTPServer([json_reply(200, body)]) as server:
+        transport = _transport("anthropic", server, Timeouts())
+        async with transport:
+            with pytest.raises(LLMMalformedStreamError) as info:
+                await transport.complete(REQUEST)
+    assert info.value.code == "llm.malformed_stream"
+    assert str(info.value) == f"anthropic: {problem}"

@@ -188,6 +188,10 @@ class HTTPTransport(Transport):
         )
         return LLMMalformedStreamError(msg, provider=self.provider)
 
+    def _malformed(self, problem: str) -> LLMMalformedStreamError:
+        """The error for an answer that parsed but lacks what every answer must carry."""
+        return LLMMalformedStreamError(f"{self.provider}: {problem}", provider=self.provider)
+
     def _decode(self, text: str | bytes, what: str) -> JsonDict:
         try:
             data = orjson.loads(text)
