@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import attrs
+import orjson
 import pytest
 import trio
 from _scripted_http import Reply, ScriptedHTTPServer, json_reply, sse, sse_reply
@@ -16,6 +18,7 @@ from protocols.transports import (
     Timeouts,
     Transport,
 )
+from protocols.transports._repair import repair_text
 
 REQUEST = LLMRequest(messages=[UserMessage("hi")], max_tokens=16)
 
@@ -263,3 +266,94 @@ async def test_anthropic_answer_of_the_wrong_shape(
                 await transport.complete(REQUEST)
     assert info.value.code == "llm.malformed_stream"
     assert str(info.value) == f"anthropic: {problem}"
+
+
+# --- 4. lone surrogates from the model -----------------------------------------------------
+
+# Raw bytes: orjson cannot write a lone surrogate, which is the point. `\\ud800` is a JSON
+# escape of a lone high surrogate; inside `arguments` it lands in the arguments' text.
+_OPENAI_SURROGATES = (
+    b'data: {"id": "c1", "model": "gpt-test", "choices": [{"index": 0, "delta": '
+    b'{"role": "assistant", "content": "a\\ud800b"}}]}\n\n'
+    b'data: {"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, '
+    b'"id": "call_1", "type": "function", "function": {"name": "echo", '
+    b'"arguments": "{\\"text\\": \\"x\\udc00y\\"}"}}]}}]}\n\n'
+    b'data: {"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}'
+    b"\n\n"
+    b"data: [DONE]\n\n"
+)
+_ANTHROPIC_SURROGATES = _ANTHROPIC_START + (
+    b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+    b'"delta": {"type": "text_delta", "text": "a\\ud800b"}}\n\n'
+    b'event: content_block_stop\ndata: {"type": "content_block_stop", "index": 0}\n\n'
+    b'event: content_block_start\ndata: {"type": "content_block_start", "index": 1, '
+    b'"content_block": {"type": "tool_use", "id": "call_1", "name": "echo", "input": {}}}\n\n'
+    b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 1, '
+    b'"delta": {"type": "input_json_delta", "partial_json": "{\\"text\\": \\"x\\udc00y\\"}"}}'
+    b"\n\n"
+    b'event: content_block_stop\ndata: {"type": "content_block_stop", "index": 1}\n\n'
+    b'event: message_delta\ndata: {"type": "message_delta", "delta": '
+    b'{"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}\n\n'
+    b'event: message_stop\ndata: {"type": "message_stop"}\n\n'
+)
+
+
+@pytest.mark.parametrize(("provider", "body"), [
+    ("openai", _OPENAI_SURROGATES), ("anthropic", _ANTHROPIC_SURROGATES),
+])
+async def test_lone_surrogates_in_a_stream_become_replacement_characters(
+    provider: str, body: bytes
+) -> None:
+    """Text and arguments with lone surrogates are repaired, flagged, and encode as JSON."""
+    with ScriptedHTTPServer([sse_reply(body)]) as server:
+        transport = _transport(provider, server, Timeouts())
+        async with transport, transport.stream(REQUEST) as stream:
+            deltas = [delta async for delta in stream]
+            response = await stream.final_response()
+    assert response.content == "a\ufffdb"
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [
+        ("echo", '{"text": "x\ufffdy"}')
+    ]
+    assert response.invalid_text_replaced
+    orjson.dumps(attrs.asdict(response))
+    orjson.dumps([attrs.asdict(delta) for delta in deltas])
+    assert orjson.loads(response.tool_calls[0].arguments) == {"text": "x\ufffdy"}
+
+
+@pytest.mark.parametrize(("provider", "body"), [
+    ("openai", b'{"id": "c1", "model": "gpt-test", "choices": [{"index": 0, "message": '
+               b'{"role": "assistant", "content": "a\\ud800b"}, "finish_reason": "stop"}]}'),
+    ("anthropic", b'{"id": "msg_1", "type": "message", "model": "claude-test", "content": '
+                  b'[{"type": "text", "text": "a\\ud800b"}], "stop_reason": "end_turn"}'),
+])
+async def test_lone_surrogates_in_an_answer_become_replacement_characters(
+    provider: str, body: bytes
+) -> None:
+    """A non-streamed answer with a lone surrogate is repaired and flagged too."""
+    reply = Reply(headers=[("content-type", "application/json")], chunks=[body], chunked=False)
+    with ScriptedHTTPServer([reply]) as server:
+        transport = _transport(provider, server, Timeouts())
+        async with transport:
+            response = await transport.complete(REQUEST)
+    assert (response.content, response.invalid_text_replaced) == ("a\ufffdb", True)
+    orjson.dumps(attrs.asdict(response))
+
+
+async def test_valid_text_is_not_flagged() -> None:
+    """Answers without bad text keep the flag off (and astral characters stay as they are)."""
+    body = sse((None, _openai_chunk({"content": "snow \u2603 and \U0001f600"}, finish="stop")),
+               (None, "[DONE]"))
+    with ScriptedHTTPServer([sse_reply(body)]) as server:
+        transport = _transport("openai", server, Timeouts())
+        async with transport, transport.stream(REQUEST) as stream:
+            response = await stream.final_response()
+    assert (response.content, response.invalid_text_replaced) == (
+        "snow \u2603 and \U0001f600", False
+    )
+
+
+def test_repair_text_joins_pairs_and_replaces_lone_halves() -> None:
+    """A pair split over two escapes becomes its character; lone halves become U+FFFD."""
+    assert repair_text("\ud83d\ude00 \ud800x\udc00") == "\U0001f600 \ufffdx\ufffd"
+    text = "fine \u2603"
+    assert repair_text(text) is text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random as _random
@@ -20,6 +21,7 @@ from protocols.errors import LLMMalformedStreamError, LLMTimeoutError
 
 from ._config import ProviderConfig, open_http_client
 from ._errors import error_from_status, map_httpx_errors
+from ._repair import repair
 from ._retry import AttemptObserver, call_with_retries
 from ._sse import ServerSentEvent, iter_sse
 
@@ -196,8 +198,13 @@ class HTTPTransport(Transport):
         try:
             data = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            msg = f"{self.provider}: {what} is not valid JSON: {exc}"
-            raise LLMMalformedStreamError(msg, provider=self.provider) from exc
+            # orjson refuses valid JSON it cannot represent: lone surrogate escapes (which
+            # `repair` fixes later) and numbers beyond a double. The stdlib parser takes them.
+            try:
+                data = json.loads(text, parse_constant=_no_constant)
+            except ValueError:
+                msg = f"{self.provider}: {what} is not valid JSON: {exc}"
+                raise LLMMalformedStreamError(msg, provider=self.provider) from exc
         if not isinstance(data, dict):
             msg = f"{self.provider}: {what} is JSON but not an object"
             raise LLMMalformedStreamError(msg, provider=self.provider)
@@ -234,9 +241,10 @@ class HTTPTransport(Transport):
                     await response.aclose()
                 data = self._decode(body, "the response body")
                 try:
-                    return self._parse(data)
+                    answer = self._parse(data)
                 except _SHAPE_ERRORS as exc:
                     raise self._shape_error(exc) from exc
+                return _repaired(answer, replaced=False)
             assert scope.cancelled_caught
             msg = f"{self.provider}: no complete answer within {total:g} s"
             raise LLMTimeoutError(msg, phase="total", provider=self.provider)
@@ -297,6 +305,7 @@ class HTTPTransport(Transport):
         )
         # The deadlines are cancel scopes around each step, never around a `yield`: a cancel
         # scope must not stay open while the consumer runs between two items.
+        replaced = False
         try:
             with map_httpx_errors(self.provider, streaming=True, secrets=self._secrets):
                 events = clock.watch(iter_sse(response.aiter_lines()), self._keepalive)
@@ -311,9 +320,12 @@ class HTTPTransport(Transport):
                                 raise self._shape_error(exc) from exc
                         if scope.cancelled_caught:
                             raise clock.expired()
-                        yield item
                         if isinstance(item, LLMResponse):
+                            yield _repaired(item, replaced=replaced)
                             return
+                        item, changed = repair(item)
+                        replaced = replaced or changed
+                        yield item
         finally:
             await response.aclose()
         msg = f"{self.provider}: the stream ended before its final event"
@@ -322,6 +334,19 @@ class HTTPTransport(Transport):
     def _keepalive(self, event: ServerSentEvent) -> bool:
         """Whether ``event`` only keeps the connection open (providers override)."""
         return False
+
+
+def _no_constant(name: str) -> object:
+    msg = f"{name} is not a JSON number"
+    raise ValueError(msg)
+
+
+def _repaired(response: LLMResponse, *, replaced: bool) -> LLMResponse:
+    """``response`` with valid text, flagged when its text or a delta's needed repair."""
+    response, changed = repair(response)
+    if changed or replaced:
+        response = attrs.evolve(response, invalid_text_replaced=True)
+    return response
 
 
 @attrs.define(eq=False)
