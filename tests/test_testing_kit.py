@@ -38,26 +38,6 @@ from actors import (
     spawn_session,
     tool,
 )
-from protocols import (
-    AssistantMessage,
-    FollowUp,
-    LLMRequest,
-    LLMResponse,
-    SystemMessage,
-    ToolCall,
-    Usage,
-    UserMessage,
-    compile_schema,
-    encode,
-)
-from protocols.errors import (
-    LLMError,
-    PowertrioError,
-    ReplayDivergenceError,
-    ScriptExhaustedError,
-    StoreError,
-)
-from runtime import Backoff, EventStore, NewEvent, TimerFired, TimerScheduled, open_runtime
 from actors.testing import (
     UNKNOWN_TOOL,
     AdvanceClock,
@@ -89,6 +69,26 @@ from actors.testing import (
     property_settings,
     tool_calls,
 )
+from protocols import (
+    AssistantMessage,
+    FollowUp,
+    LLMRequest,
+    LLMResponse,
+    SystemMessage,
+    ToolCall,
+    Usage,
+    UserMessage,
+    compile_schema,
+    encode,
+)
+from protocols.errors import (
+    LLMError,
+    PowertrioError,
+    ReplayDivergenceError,
+    ScriptExhaustedError,
+    StoreError,
+)
+from runtime import Backoff, EventStore, NewEvent, TimerFired, TimerScheduled, open_runtime
 from runtime.testing import FaultyEventStore, InMemoryEventStore, ScriptedLLM, check_event_store
 
 # -- the agent under test ----------------------------------------------------------------
