@@ -20,6 +20,7 @@ from protocols import (
     denied_outcome,
     idempotency_key,
     interrupted_outcome,
+    parse_tool_arguments,
 )
 from protocols.errors import (
     PowertrioError,
@@ -211,20 +212,11 @@ def _outcome(
     )
 
 
-def _parse_arguments(call: ToolCall) -> object:
-    if not call.arguments.strip():  # some models send "" for a call without arguments
-        return {}
-    try:  # parse the text as sent, so error positions match what the model wrote
-        return orjson.loads(call.arguments)
-    except orjson.JSONDecodeError as exc:
-        raise ToolArgumentsError(call.name, (f"$: not valid JSON ({exc})",)) from exc
-
-
 def _prepare(
     call: ToolCall, target: Tool[..., object], context: ToolContext
 ) -> tuple[list[object], dict[str, object]]:
     """Parse, validate and convert a call's arguments (ToolArgumentsError if they are bad)."""
-    arguments = _parse_arguments(call)
+    arguments = parse_tool_arguments(call.name, call.arguments)
     problems = target.validator.problems(arguments)
     if problems:
         raise ToolArgumentsError(call.name, problems)

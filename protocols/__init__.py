@@ -60,6 +60,7 @@ from ._tools import aborted_outcome as aborted_outcome
 from ._tools import denied_outcome as denied_outcome
 from ._tools import idempotency_key as idempotency_key
 from ._tools import interrupted_outcome as interrupted_outcome
+from ._tools import parse_tool_arguments as parse_tool_arguments
 from ._tools import validate_tool_name as validate_tool_name
 from ._types import JsonObject as JsonObject
 from ._types import JsonValue as JsonValue

@@ -79,7 +79,7 @@ class LLMContextOverflowError(LLMBadRequestError):
 
 
 class LLMTimeoutError(LLMError):
-    """The call timed out (connect, read or total deadline)."""
+    """The call timed out (connect, read, stream idle or total deadline)."""
 
     code = "llm.timeout"
     retryable = True
@@ -88,7 +88,7 @@ class LLMTimeoutError(LLMError):
         self,
         message: str,
         *,
-        phase: Literal["connect", "read", "write", "pool", "total"] = "total",
+        phase: Literal["connect", "read", "write", "pool", "idle", "total"] = "total",
         status: int | None = None,
         provider: str | None = None,
         retry_after: float | None = None,

@@ -440,6 +440,9 @@ class LLMResponse:
     """Reasoning blocks (Anthropic); pass them back through :meth:`to_message`."""
     id: str | None = None
     """The provider's response id, when it sends one."""
+    invalid_text_replaced: bool = False
+    """True when the transport replaced invalid text from the provider (lone surrogates)
+    with U+FFFD, so the answer differs from what was sent."""
 
     def to_message(self) -> AssistantMessage:
         """The assistant message to append to the transcript for the next request."""

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import sys
 from typing import Final, Literal, final
 
 import attrs
+import orjson
 
 from ._types import JsonObject
-from .errors import ToolDefinitionError, ToolInterruptedError
+from .errors import ToolArgumentsError, ToolDefinitionError, ToolInterruptedError
 
 __all__ = [
     "CrashPolicy",
@@ -20,6 +23,7 @@ __all__ = [
     "denied_outcome",
     "idempotency_key",
     "interrupted_outcome",
+    "parse_tool_arguments",
     "validate_tool_name",
 ]
 
@@ -199,3 +203,113 @@ def denied_outcome(call_id: str, tool_name: str, reason: str) -> ToolOutcome:
         status="denied",
         content=f"tool {tool_name!r} was not run: {reason}",
     )
+
+
+# --- parsing a call's arguments ------------------------------------------------------
+
+#: Floats at least this large may be integers orjson could not hold exactly (it parses
+#: integer literals beyond 64 bits as doubles).
+_INEXACT: Final = float(2**63)
+
+
+class _TooLargeError(ValueError):
+    """A number in the arguments that no Python number can hold."""
+
+
+def parse_tool_arguments(name: str, text: str) -> object:
+    """Parse the raw JSON arguments of a call to tool ``name``.
+
+    Integers are exact whatever their size: ``10**400`` is a valid JSON integer and Python
+    ints are unbounded, so a tool taking an ``int`` gets it exactly (orjson, used for the
+    common case, reads integers beyond 64 bits as doubles or refuses them as infinity;
+    those arguments are parsed again by the standard library). Empty text is ``{}``, as
+    some models send it for calls without arguments.
+
+    Args:
+        name (str): the tool's name, for the error.
+        text (str): the arguments as the model wrote them.
+
+    Returns:
+        (object): the decoded JSON value (the schema check comes next).
+
+    Raises:
+        ToolArgumentsError: the text is not JSON (the message quotes the parser, with the
+            position in the text as sent), or a number is too large for any Python number:
+            a float beyond a 64-bit double, or an integer with more digits than
+            ``sys.get_int_max_str_digits()``.
+    """
+    if not text.strip():
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        exact = _loads_exact(name, text)
+        if exact is None:
+            raise ToolArgumentsError(name, (f"$: not valid JSON ({exc})",)) from exc
+        return exact[0]
+    if _has_inexact_number(value):
+        exact = _loads_exact(name, text)
+        if exact is not None:
+            return exact[0]
+    return value
+
+
+def _loads_exact(name: str, text: str) -> tuple[object] | None:
+    """The value parsed with exact integers, or None when the text is not (encodable) JSON."""
+    try:
+        value = json.loads(
+            text, parse_int=_exact_int, parse_float=_finite_float, parse_constant=_no_constant
+        )
+    except _TooLargeError as exc:
+        raise ToolArgumentsError(name, (f"$: {exc}",)) from exc
+    except ValueError:
+        return None
+    if _has_lone_surrogate(value):  # orjson's refusal stands; such text cannot be stored
+        return None
+    return (value,)
+
+
+def _exact_int(literal: str) -> int:
+    digits = len(literal.lstrip("-"))
+    limit = sys.get_int_max_str_digits()
+    if limit and digits > limit:
+        msg = f"an integer of {digits} digits is too large (the limit is {limit} digits)"
+        raise _TooLargeError(msg)
+    return int(literal)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if value in (float("inf"), float("-inf")):
+        msg = f"the number {literal} is too large for a 64-bit float"
+        raise _TooLargeError(msg)
+    return value
+
+
+def _no_constant(literal: str) -> object:
+    msg = f"{literal} is not a JSON number"
+    raise ValueError(msg)
+
+
+def _has_inexact_number(value: object) -> bool:
+    if isinstance(value, float):
+        return abs(value) >= _INEXACT
+    if isinstance(value, dict):
+        return any(_has_inexact_number(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_inexact_number(item) for item in value)
+    return False
+
+
+def _has_lone_surrogate(value: object) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(item) for item in value)
+    return False

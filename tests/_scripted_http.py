@@ -37,7 +37,9 @@ class Reply:
     cut: bool = False
     """Close the socket after the pieces without finishing the body."""
     drip: bytes | None = None
-    """After the pieces, keep sending this every 50 ms until the client hangs up."""
+    """After the pieces, keep sending this every ``drip_every`` s until the client hangs up."""
+    drip_every: float = 0.05
+    """Seconds between two drips."""
 
 
 @attrs.define
@@ -185,7 +187,7 @@ class ScriptedHTTPServer:
                 conn.sendall(_frame(piece) if reply.chunked else piece)
             if reply.drip is not None:
                 while True:
-                    time.sleep(0.05)
+                    time.sleep(reply.drip_every)
                     conn.sendall(_frame(reply.drip) if reply.chunked else reply.drip)
             if reply.cut:
                 conn.shutdown(socket.SHUT_RDWR)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from strategies import tool_calls
 
 from actors import ToolContext, ToolRegistry, open_tool_runner, run_tool_calls, tool
-from protocols import ToolOutcome, idempotency_key
+from protocols import ToolOutcome, idempotency_key, parse_tool_arguments, validate_json
 from protocols._llm import ToolCall
 from protocols.errors import ToolError, ToolInterruptedError
 
@@ -417,3 +417,47 @@ def test_nothing_a_model_sends_raises(calls: list[ToolCall]) -> None:
     assert [(o.call_id, o.tool_name) for o in outcomes] == [(c.id, c.name) for c in calls]
     for outcome in outcomes:
         assert (outcome.status == "ok") == (outcome.error_code is None)
+
+
+@tool
+def digits(n: int, x: float = 0.0) -> str:
+    """How many digits an integer has (and a float, untouched)."""
+    return f"{len(str(abs(n)))} {x}"
+
+
+def test_huge_integers_pass_number_and_integer_schemas() -> None:
+    """Parsed exactly, 10**400 is an "integer" and a "number" to the schema check."""
+    huge = 10**400
+    value = parse_tool_arguments("t", '{"a": 1' + "0" * 400 + ', "b": 1.5}')
+    assert value == {"a": huge, "b": 1.5}
+    schema = {"type": "object", "properties": {"a": {"type": "number", "minimum": 0},
+                                               "b": {"type": "number"}}}
+    assert validate_json(schema, value) == ()
+    assert validate_json({"type": "integer", "multipleOf": 10}, huge) == ()
+
+
+@pytest.mark.parametrize(("arguments", "problem"), [
+    ('{"n": 1, "x": 1e400}', "$: the number 1e400 is too large for a 64-bit float"),
+    ('{"n": 1' + "0" * 5000 + "}",
+     "$: an integer of 5001 digits is too large (the limit is 4300 digits)"),
+])
+async def test_numbers_beyond_any_python_number_are_refused_clearly(
+    arguments: str, problem: str
+) -> None:
+    """Numbers Python cannot hold are invalid arguments that say the number is too large."""
+    (outcome,) = await run_tool_calls(
+        [call("digits", arguments)], ToolRegistry.of(digits), session_id="s1"
+    )
+    assert (outcome.status, outcome.error_code) == ("invalid_arguments", "tool.invalid_args")
+    assert outcome.content == f"invalid arguments for tool 'digits': {problem}"
+
+
+async def test_lone_surrogate_escapes_in_arguments_stay_invalid_json() -> None:
+    """A lone surrogate escape is refused as JSON (no text that cannot be encoded passes)."""
+    (outcome,) = await run_tool_calls(
+        [call("echo", '{"text": "a\\ud800b"}')], REGISTRY, session_id="s1"
+    )
+    assert outcome.status == "invalid_arguments"
+    assert outcome.content.startswith(
+        "invalid arguments for tool 'echo': $: not valid JSON (no low surrogate in string"
+    )

@@ -216,10 +216,15 @@ class AnthropicTransport(HTTPTransport):
             raise error_from_body(
                 self.provider, orjson.dumps(data).decode(), secrets=self._secrets
             )
+        content = data.get("content")
+        if not isinstance(content, list):
+            raise self._malformed("the answer has no content")
+        if not content and not data.get("stop_reason"):
+            raise self._malformed("the answer has no content block and no stop reason")
         text: list[str] = []
         calls: list[ToolCall] = []
         thinking: list[ThinkingBlock] = []
-        for block in data["content"]:
+        for block in content:
             kind = block["type"]
             if kind == "text":
                 text.append(str(block["text"]))
@@ -247,6 +252,10 @@ class AnthropicTransport(HTTPTransport):
             id=data.get("id"),
         )
 
+    def _keepalive(self, event: ServerSentEvent) -> bool:
+        """Anthropic's ``ping`` events carry no data; they do not reset the idle timeout."""
+        return event.event == "ping"
+
     async def _parse_stream(
         self, events: AsyncIterator[ServerSentEvent]
     ) -> AsyncGenerator[StreamDelta | LLMResponse, None]:
@@ -255,6 +264,12 @@ class AnthropicTransport(HTTPTransport):
             data = self._decode(event.data, f"the {event.event!r} event")
             kind = data.get("type", event.event)
             if kind == "message_stop":
+                if not state.started:
+                    raise self._malformed("the stream has no message_start event")
+                if not state.blocks and state.assembler.finish_reason is None:
+                    raise self._malformed(
+                        "the stream ended with no content block and no stop reason"
+                    )
                 yield state.assembler.response(model=state.model, id=state.response_id)
                 return
             if kind == "error":
@@ -269,6 +284,7 @@ class _StreamState:
     """What a Messages stream has said so far, and the deltas each event adds."""
 
     assembler: StreamAssembler = attrs.Factory(StreamAssembler)
+    started: bool = False
     model: str = ""
     response_id: str | None = None
     start_usage: JsonDict = attrs.Factory(dict)
@@ -283,6 +299,7 @@ class _StreamState:
         """The deltas one event adds ("ping" and unknown event types add none)."""
         if kind == "message_start":
             message = data["message"]
+            self.started = True
             self.model = str(message.get("model") or "")
             self.response_id = message.get("id")
             self.start_usage = message.get("usage") or {}

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import random as _random
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from contextlib import aclosing, contextmanager
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
+import attrs
 import httpx
 import orjson
 import trio
@@ -18,6 +21,7 @@ from protocols.errors import LLMMalformedStreamError, LLMTimeoutError
 
 from ._config import ProviderConfig, open_http_client
 from ._errors import error_from_status, map_httpx_errors
+from ._repair import repair
 from ._retry import AttemptObserver, call_with_retries
 from ._sse import ServerSentEvent, iter_sse
 
@@ -186,12 +190,21 @@ class HTTPTransport(Transport):
         )
         return LLMMalformedStreamError(msg, provider=self.provider)
 
+    def _malformed(self, problem: str) -> LLMMalformedStreamError:
+        """The error for an answer that parsed but lacks what every answer must carry."""
+        return LLMMalformedStreamError(f"{self.provider}: {problem}", provider=self.provider)
+
     def _decode(self, text: str | bytes, what: str) -> JsonDict:
         try:
             data = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            msg = f"{self.provider}: {what} is not valid JSON: {exc}"
-            raise LLMMalformedStreamError(msg, provider=self.provider) from exc
+            # orjson refuses valid JSON it cannot represent: lone surrogate escapes (which
+            # `repair` fixes later) and numbers beyond a double. The stdlib parser takes them.
+            try:
+                data = json.loads(text, parse_constant=_no_constant)
+            except ValueError:
+                msg = f"{self.provider}: {what} is not valid JSON: {exc}"
+                raise LLMMalformedStreamError(msg, provider=self.provider) from exc
         if not isinstance(data, dict):
             msg = f"{self.provider}: {what} is JSON but not an object"
             raise LLMMalformedStreamError(msg, provider=self.provider)
@@ -228,9 +241,10 @@ class HTTPTransport(Transport):
                     await response.aclose()
                 data = self._decode(body, "the response body")
                 try:
-                    return self._parse(data)
+                    answer = self._parse(data)
                 except _SHAPE_ERRORS as exc:
                     raise self._shape_error(exc) from exc
+                return _repaired(answer, replaced=False)
             assert scope.cancelled_caught
             msg = f"{self.provider}: no complete answer within {total:g} s"
             raise LLMTimeoutError(msg, phase="total", provider=self.provider)
@@ -265,9 +279,16 @@ class HTTPTransport(Transport):
         self, request: LLMRequest
     ) -> AsyncIterator[StreamDelta | LLMResponse]:
         http_request = self._build(request, stream=True)
+        total = self._config.timeouts.total
+        started = trio.current_time()
 
         async def attempt() -> httpx.Response:
-            return await self._send(http_request)
+            nonlocal started
+            started = trio.current_time()
+            with trio.move_on_after(total):
+                return await self._send(http_request)
+            msg = f"{self.provider}: no response headers within the {total:g} s total timeout"
+            raise LLMTimeoutError(msg, phase="total", provider=self.provider)
 
         response = await call_with_retries(
             attempt,
@@ -276,28 +297,106 @@ class HTTPTransport(Transport):
             on_attempt=self._on_attempt,
             rand=self._rand,
         )
-        deadline = trio.current_time() + self._config.timeouts.total
+        clock = _StreamClock(
+            provider=self.provider,
+            total=total,
+            total_at=started + total,
+            idle=self._config.timeouts.idle,
+        )
+        # The deadlines are cancel scopes around each step, never around a `yield`: a cancel
+        # scope must not stay open while the consumer runs between two items.
+        replaced = False
         try:
             with map_httpx_errors(self.provider, streaming=True, secrets=self._secrets):
-                events = iter_sse(response.aiter_lines())
+                events = clock.watch(iter_sse(response.aiter_lines()), self._keepalive)
                 async with aclosing(self._parse_stream(events)) as items:
                     while True:
-                        try:
-                            item = await items.__anext__()
-                        except StopAsyncIteration:
-                            break
-                        except _SHAPE_ERRORS as exc:
-                            raise self._shape_error(exc) from exc
-                        if trio.current_time() > deadline:
-                            msg = (
-                                f"{self.provider}: the stream ran past the "
-                                f"{self._config.timeouts.total:g} s total timeout"
-                            )
-                            raise LLMTimeoutError(msg, phase="total", provider=self.provider)
-                        yield item
+                        with clock.step() as scope:
+                            try:
+                                item = await items.__anext__()
+                            except StopAsyncIteration:
+                                break
+                            except _SHAPE_ERRORS as exc:
+                                raise self._shape_error(exc) from exc
+                        if scope.cancelled_caught:
+                            raise clock.expired()
                         if isinstance(item, LLMResponse):
+                            yield _repaired(item, replaced=replaced)
                             return
+                        item, changed = repair(item)
+                        replaced = replaced or changed
+                        yield item
         finally:
             await response.aclose()
         msg = f"{self.provider}: the stream ended before its final event"
         raise LLMMalformedStreamError(msg, provider=self.provider)
+
+    def _keepalive(self, event: ServerSentEvent) -> bool:
+        """Whether ``event`` only keeps the connection open (providers override)."""
+        return False
+
+
+def _no_constant(name: str) -> object:
+    msg = f"{name} is not a JSON number"
+    raise ValueError(msg)
+
+
+def _repaired(response: LLMResponse, *, replaced: bool) -> LLMResponse:
+    """``response`` with valid text, flagged when its text or a delta's needed repair."""
+    response, changed = repair(response)
+    if changed or replaced:
+        response = attrs.evolve(response, invalid_text_replaced=True)
+    return response
+
+
+@attrs.define(eq=False)
+class _StreamClock:
+    """The two deadlines of a stream: the total one, and the idle one moved by data events."""
+
+    provider: str
+    total: float
+    """The total timeout, in seconds."""
+    total_at: float
+    """When the total timeout expires (Trio clock)."""
+    idle: float
+    """The idle timeout, in seconds."""
+    _idle_at: float = attrs.field(init=False, default=math.inf)
+    _scope: trio.CancelScope | None = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        self._idle_at = trio.current_time() + self.idle
+
+    @contextmanager
+    def step(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope for reading the next item, ending at the earlier deadline."""
+        with trio.CancelScope(deadline=min(self.total_at, self._idle_at)) as scope:
+            self._scope = scope
+            try:
+                yield scope
+            finally:
+                self._scope = None
+
+    def touch(self) -> None:
+        """A data event arrived: the idle deadline starts again."""
+        self._idle_at = trio.current_time() + self.idle
+        if self._scope is not None:
+            self._scope.deadline = min(self.total_at, self._idle_at)
+
+    async def watch(
+        self,
+        events: AsyncIterator[ServerSentEvent],
+        keepalive: Callable[[ServerSentEvent], bool],
+    ) -> AsyncIterator[ServerSentEvent]:
+        """Pass ``events`` on, moving the idle deadline at each one that is not a keep-alive."""
+        async for event in events:
+            if not keepalive(event):
+                self.touch()
+            yield event
+
+    def expired(self) -> LLMTimeoutError:
+        """The error for the deadline that just expired."""
+        if self.total_at <= self._idle_at:
+            msg = f"{self.provider}: the stream ran past its {self.total:g} s total timeout"
+            return LLMTimeoutError(msg, phase="total", provider=self.provider)
+        msg = f"{self.provider}: no data event for {self.idle:g} s (the stream's idle timeout)"
+        return LLMTimeoutError(msg, phase="idle", provider=self.provider)

@@ -66,8 +66,10 @@ class Timeouts:
     """Per-request network timeouts, in seconds.
 
     ``connect``, ``read``, ``write`` and ``pool`` go to httpx (``read`` bounds the wait for
-    each piece of a stream); ``total`` bounds one whole attempt of a non-streamed call and,
-    between events, of a stream.
+    any bytes at all). ``idle`` bounds the wait for the next data event of a stream: a
+    provider that sends keep-alive comments or trickles bytes without ever finishing an
+    event is stopped by it, where ``read`` would wait forever. ``total`` bounds one whole
+    attempt, from sending the request to the last byte of the answer or of the stream.
     """
 
     connect: float = 10.0
@@ -78,8 +80,11 @@ class Timeouts:
     """Seconds to send the next bytes of the request."""
     pool: float = 30.0
     """Seconds to wait for a free connection from the pool."""
+    idle: float = 60.0
+    """Seconds a stream may go without a data event; SSE comments and ``ping`` events
+    (keep-alives) do not count as data."""
     total: float = 600.0
-    """Seconds for one attempt as a whole."""
+    """Seconds for one attempt as a whole, a stream's headers and all its events included."""
 
     def to_httpx(self) -> httpx.Timeout:
         """The httpx timeout object for one request."""

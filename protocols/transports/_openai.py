@@ -170,8 +170,13 @@ class OpenAITransport(HTTPTransport):
     def _parse(self, data: JsonDict) -> LLMResponse:
         if "error" in data:
             raise error_from_body(self.provider, _dumps(data), secrets=self._secrets)
-        choice = data["choices"][0]
-        message = choice["message"]
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise self._malformed("the answer has no choices")
+        choice = choices[0]
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise self._malformed("a choice has no message")
         calls = tuple(
             ToolCall(
                 id=str(call["id"]),
@@ -181,8 +186,11 @@ class OpenAITransport(HTTPTransport):
             for call in message.get("tool_calls") or ()
         )
         raw_finish = choice.get("finish_reason")
+        content = str(message.get("content") or "")
+        if not (content or calls or raw_finish):
+            raise self._malformed("the answer has no text, no tool call and no finish reason")
         return LLMResponse(
-            content=str(message.get("content") or ""),
+            content=content,
             tool_calls=calls,
             finish_reason=_finish(raw_finish) if raw_finish else (
                 "tool_calls" if calls else "stop"
@@ -198,8 +206,16 @@ class OpenAITransport(HTTPTransport):
         assembler = StreamAssembler()
         model = ""
         response_id: str | None = None
+        saw_choice = False
+        said_something = False  # text, a tool call or a finish reason
         async for event in events:
             if event.data.strip() == "[DONE]":
+                if not saw_choice:
+                    raise self._malformed("the stream ended without any choice")
+                if not said_something:
+                    raise self._malformed(
+                        "the stream ended with no text, no tool call and no finish reason"
+                    )
                 yield assembler.response(model=model, id=response_id)
                 return
             if event.event == "error":
@@ -207,9 +223,19 @@ class OpenAITransport(HTTPTransport):
             chunk = self._decode(event.data, "a stream event")
             if "error" in chunk:
                 raise error_from_body(self.provider, event.data, secrets=self._secrets)
+            choices = chunk.get("choices")
+            # The usage report may come without choices; Azure opens with `"choices": []`.
+            if not isinstance(choices, list) and not chunk.get("usage"):
+                raise self._malformed("a stream chunk has no choices")
+            if choices:
+                saw_choice = True
+                choice = choices[0]
+                if not isinstance(choice.get("delta"), dict) and not choice.get("finish_reason"):
+                    raise self._malformed("a choice has no delta")
             model = str(chunk.get("model") or model)
             response_id = chunk.get("id") or response_id
             for delta in _chunk_deltas(chunk):
+                said_something = said_something or not isinstance(delta, UsageDelta)
                 assembler.add(delta)
                 yield delta
 
