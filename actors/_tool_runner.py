@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import final
@@ -11,7 +12,6 @@ from typing import final
 import attrs
 import orjson
 import trio
-import trio_asyncio
 
 from protocols import (
     ToolCall,
@@ -87,13 +87,24 @@ async def open_tool_runner(registry: ToolRegistry) -> AsyncIterator[ToolRunner]:
     Yields:
         The runner, valid inside the ``async with`` block.
     """
-    needs_loop = any(t.kind == "asyncio" for t in registry)
-    if needs_loop and trio_asyncio.current_loop.get() is None:
+    if any(t.kind == "asyncio" for t in registry) and _loop_missing():
+        import trio_asyncio  # noqa: PLC0415 - only asyncio tools pay for loading it
+
         async with trio_asyncio.open_loop():
             yield ToolRunner(registry)
     else:
         await trio.lowlevel.checkpoint()
         yield ToolRunner(registry)
+
+
+def _loop_missing() -> bool:
+    """Whether no trio-asyncio loop runs here; imports trio-asyncio only if it was never loaded.
+
+    ``import actors`` does not load trio-asyncio (nor asyncio through it): a program
+    without asyncio tools never pays for it. If it was never imported, no loop can be open.
+    """
+    module = sys.modules.get("trio_asyncio")
+    return module is None or module.current_loop.get() is None
 
 
 async def run_tool_calls(
@@ -139,10 +150,12 @@ async def run_tool_calls(
     """
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit!r}")
-    needs_loop = trio_asyncio.current_loop.get() is None and any(
+    needs_loop = any(
         call.name in registry and registry.get(call.name).kind == "asyncio" for call in calls
-    )
+    ) and _loop_missing()
     if needs_loop:
+        import trio_asyncio  # noqa: PLC0415 - only asyncio tools pay for loading it
+
         async with trio_asyncio.open_loop():
             return await _run_round(
                 calls,
@@ -275,6 +288,8 @@ async def _invoke(
             with hold_virtual_clock():
                 return await trio.to_thread.run_sync(bound, abandon_on_cancel=True)
         if target.kind == "asyncio":
+            import trio_asyncio  # noqa: PLC0415 - only asyncio tools pay for loading it
+
             return await trio_asyncio.aio_as_trio(target.function)(*positional, **keywords)
         result = target.function(*positional, **keywords)
         assert inspect.isawaitable(result)

@@ -20,6 +20,7 @@ __all__ = [
     "LLMRateLimitedError",
     "LLMServerError",
     "LLMTimeoutError",
+    "SchemaRemoteRefError",
     "ScriptExhaustedError",
     "ToolArgumentsError",
     "ToolDefinitionError",
@@ -170,6 +171,25 @@ class ToolDefinitionError(ToolError, TypeError):
     """A Python function cannot be turned into a tool (e.g. an unsupported parameter type)."""
 
     code = "tool.bad_definition"
+
+
+class SchemaRemoteRefError(ToolDefinitionError):
+    """A JSON schema refers to a document outside itself (a remote ``$ref`` or ``$schema``).
+
+    Schemas are validated offline: powertrio never fetches a schema over the network, so
+    a reference to another document is refused when the schema is compiled. Inline the
+    referenced definitions under ``$defs`` instead.
+    """
+
+    code = "tool.schema_remote_ref"
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        """The external document the schema refers to."""
+        super().__init__(
+            f"JSON schema refers to the external document {uri!r}; remote references are "
+            "never fetched: copy the definition under '$defs' and refer to it as '#/$defs/...'"
+        )
 
 
 class ToolInterruptedError(ToolError):

@@ -1,28 +1,17 @@
-"""A small JSON-Schema (draft 2020-12 subset) validator that reports every problem with its path."""
+"""JSON-Schema validation (draft 2020-12, older drafts by ``$schema``) that reports every path."""
 
 from __future__ import annotations
 
-import re
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, NoReturn, final
 
 import attrs
+import jsonschema_rs
 
-from ._jsonschema_keywords import (
-    Check,
-    compile_arrays,
-    compile_combinators,
-    compile_numbers,
-    compile_objects,
-    compile_strings,
-    compile_type,
-    compile_values,
-    is_count,
-    is_number,
-    noop,
-    pointer_part,
-    show,
-)
-from .errors import ToolDefinitionError
+from ._jsonschema_messages import messages, show
+from .errors import SchemaRemoteRefError, ToolDefinitionError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "CompiledSchema",
@@ -32,26 +21,47 @@ __all__ = [
     "validate_json",
 ]
 
-# Keywords that change what validates but that this subset does not implement: refusing
-# them beats silently accepting values the schema author meant to reject.
-_UNSUPPORTED: Final = frozenset(
-    {"$dynamicRef", "$recursiveRef", "unevaluatedProperties", "unevaluatedItems"}
+_Factory = type[jsonschema_rs.Validator]
+
+_DRAFTS: Final[dict[str, _Factory]] = {
+    "https://json-schema.org/draft/2020-12/schema": jsonschema_rs.Draft202012Validator,
+    "https://json-schema.org/draft/2019-09/schema": jsonschema_rs.Draft201909Validator,
+    "http://json-schema.org/draft-07/schema": jsonschema_rs.Draft7Validator,
+    "http://json-schema.org/draft-06/schema": jsonschema_rs.Draft6Validator,
+    "http://json-schema.org/draft-04/schema": jsonschema_rs.Draft4Validator,
+}
+"""The meta-schemas the library carries, by URI (without the empty ``#`` fragment)."""
+
+_DEFAULT_DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
+
+# Keywords whose values are schemas, used only to read the pre-2020 tuple form.
+_ONE_SCHEMA: Final = (
+    "additionalProperties", "propertyNames", "contains", "not", "if", "then", "else",
+    "unevaluatedItems", "unevaluatedProperties", "items",
 )
+_SCHEMA_LISTS: Final = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_MAPS: Final = (
+    "properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
+)
+
+_meta_validators: dict[str, jsonschema_rs.Validator] = {}
 
 
 @final
 @attrs.frozen
 class CompiledSchema:
-    """A schema checked once and turned into closures, ready to validate many values.
+    """A schema checked once and compiled, ready to validate many values.
 
-    Compiling walks the schema a single time, so validating a value costs only the checks
-    that apply to it. Every problem is reported, each with the JSON path of the offending
-    value (``$.items[2].city``), so a model can fix all its mistakes in one retry.
+    Validation is done by jsonschema-rs, a complete implementation of JSON Schema draft
+    2020-12 (and of the older drafts a ``$schema`` names). Every problem is reported,
+    each with the JSON path of the offending value (``$.items[2].city``), so a model can
+    fix all its mistakes in one retry.
     """
 
     schema: object
     """The schema as given (a JSON object or a boolean)."""
-    _check: Check = attrs.field(alias="check", repr=False, eq=False)
+    _validator: jsonschema_rs.Validator = attrs.field(alias="validator", repr=False, eq=False)
+    _resolved: object = attrs.field(alias="resolved", repr=False, eq=False)
 
     def problems(self, value: object) -> tuple[str, ...]:
         """Validate ``value`` and return what is wrong with it.
@@ -61,11 +71,15 @@ class CompiledSchema:
 
         Returns:
             One message per problem, like ``"$.city: expected string, got 42"``; empty when
-            the value is valid.
+            the value is valid. A value JSON cannot hold (bytes, a date, a non-string
+            key) is one problem at ``$``.
         """
-        found: list[str] = []
-        self._check(value, "$", found)
-        return tuple(found)
+        try:
+            if self._validator.is_valid(value):
+                return ()
+            return messages(self._validator.iter_errors(value), self._resolved, value)
+        except ValueError as exc:
+            return (f"$: not a JSON value: {exc}",)
 
     def is_valid(self, value: object) -> bool:
         """Whether ``value`` satisfies the schema.
@@ -76,11 +90,18 @@ class CompiledSchema:
         Returns:
             ``True`` when there is no problem.
         """
-        return not self.problems(value)
+        try:
+            return self._validator.is_valid(value)
+        except ValueError:
+            return False
 
 
 def compile_schema(schema: object) -> CompiledSchema:
     """Check that ``schema`` is well-formed and compile it into a validator.
+
+    Schemas are read as draft 2020-12 unless their ``$schema`` names an older draft. One
+    leniency: a schema without ``$schema`` may use the pre-2020 tuple form (``items`` as an
+    array, with ``additionalItems``), read as ``prefixItems`` and ``items``.
 
     Args:
         schema (object): a JSON Schema: a dict, or ``True``/``False``.
@@ -89,16 +110,18 @@ def compile_schema(schema: object) -> CompiledSchema:
         The compiled validator.
 
     Raises:
+        SchemaRemoteRefError: the schema refers to another document (a ``$ref`` to a URL
+            not defined inside it, or a custom ``$schema`` meta-schema); nothing is ever
+            fetched.
         ToolDefinitionError: the schema is malformed (an unknown ``type`` name, a
             ``properties`` that is not an object, a bad regular expression, a ``$ref``
-            that points nowhere, an unsupported keyword, ...). The message lists every
-            problem with its location in the schema (``#/properties/city/type``).
+            that points nowhere, ...). The message lists every problem with its location
+            in the schema (``#/properties/city/type``).
     """
-    compiler = _Compiler(schema)
-    check = compiler.compile(schema, "#", frozenset())
-    if compiler.problems:
-        raise ToolDefinitionError("malformed JSON schema: " + "; ".join(compiler.problems))
-    return CompiledSchema(schema, check=check)
+    try:
+        return _compile(schema)
+    except _Malformed as exc:
+        raise ToolDefinitionError("malformed JSON schema: " + "; ".join(exc.problems)) from None
 
 
 def schema_problems(schema: object) -> tuple[str, ...]:
@@ -109,11 +132,15 @@ def schema_problems(schema: object) -> tuple[str, ...]:
 
     Returns:
         One message per problem, each starting with its location in the schema; empty
-        when the schema is well-formed.
+        when the schema is well-formed. A reference to another document is a problem.
     """
-    compiler = _Compiler(schema)
-    compiler.compile(schema, "#", frozenset())
-    return tuple(compiler.problems)
+    try:
+        _compile(schema)
+    except SchemaRemoteRefError as exc:
+        return (f"#: {exc.message}",)
+    except _Malformed as exc:
+        return exc.problems
+    return ()
 
 
 def check_schema(schema: object) -> None:
@@ -123,6 +150,7 @@ def check_schema(schema: object) -> None:
         schema (object): a JSON Schema.
 
     Raises:
+        SchemaRemoteRefError: the schema refers to another document.
         ToolDefinitionError: the schema is malformed; the message lists every problem.
     """
     compile_schema(schema)
@@ -141,154 +169,134 @@ def validate_json(schema: object, value: object) -> tuple[str, ...]:
         Every problem with its JSON path; empty when valid.
 
     Raises:
+        SchemaRemoteRefError: the schema refers to another document.
         ToolDefinitionError: the schema itself is malformed.
     """
     return compile_schema(schema).problems(value)
 
 
-class _Compiler:
-    """Turns one schema document into checks, collecting the schema's own problems."""
+class _Malformed(Exception):
+    """A malformed schema; carries the problems so ``schema_problems`` need not parse text."""
 
-    def __init__(self, root: object) -> None:
-        self.root = root
-        self.problems: list[str] = []
-        self.refs: dict[str, Check] = {}
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        super().__init__(problems)
+        self.problems = problems
 
-    # -- helpers, shared with the keyword compilers in _jsonschema_keywords --------------
 
-    def bad(self, where: str, message: str) -> None:
-        self.problems.append(f"{where}: {message}")
+def _malformed(*problems: str) -> NoReturn:
+    raise _Malformed(problems)
 
-    def schema_list(
-        self, value: object, where: str, chain: frozenset[str]
-    ) -> list[Check] | None:
-        if not isinstance(value, list) or not value:
-            self.bad(where, "must be a non-empty array of schemas")
-            return None
-        return [self.compile(item, f"{where}/{i}", chain) for i, item in enumerate(value)]
 
-    def schema_map(self, value: object, where: str) -> dict[str, Check] | None:
-        if not isinstance(value, dict):
-            self.bad(where, f"must be an object mapping names to schemas, got {show(value)}")
-            return None
-        return {
-            str(k): self.compile(v, f"{where}/{pointer_part(str(k))}", frozenset())
-            for k, v in value.items()
-        }
+def _compile(schema: object) -> CompiledSchema:
+    if not isinstance(schema, dict | bool):
+        _malformed(f"#: a schema must be an object or a boolean, got {show(schema)}")
+    draft = _DEFAULT_DRAFT
+    resolved: object = schema
+    if isinstance(schema, dict) and "$schema" in schema:
+        declared = schema["$schema"]
+        if not isinstance(declared, str):
+            _malformed(f"#/$schema: must be a meta-schema URI, got {show(declared)}")
+        draft = declared.removesuffix("#")
+        if draft not in _DRAFTS:
+            raise SchemaRemoteRefError(declared)
+    else:
+        resolved = _read_tuple_form(schema)
+    assert isinstance(resolved, dict | bool)  # the rewrite keeps a schema's kind
+    meta = _meta_validator(draft)
+    problems = messages(meta.iter_errors(resolved), resolved, resolved, pointer=True)
+    if problems:
+        _malformed(*problems)
+    wanted: list[str] = []
+    retrieve = _refuse_retrieval(wanted)
+    try:
+        validator = _DRAFTS[draft](resolved, retriever=retrieve, validate_formats=False)
+    except jsonschema_rs.ValidationError as exc:
+        if wanted:
+            raise SchemaRemoteRefError(wanted[0]) from None
+        _malformed(*_construction_problems(exc, resolved))
+    except ValueError as exc:  # a Python value JSON cannot hold, e.g. a non-string key
+        _malformed(f"#: not a JSON value: {exc}")
+    return CompiledSchema(schema, validator=validator, resolved=resolved)
 
-    def regex(self, value: object, where: str) -> re.Pattern[str] | None:
-        if not isinstance(value, str):
-            self.bad(where, f"must be a regular expression string, got {show(value)}")
-            return None
-        try:
-            return re.compile(value)
-        except re.error as exc:
-            self.bad(where, f"invalid regular expression {value!r}: {exc}")
-            return None
 
-    def count(self, node: dict[str, object], key: str, where: str) -> int | None:
-        if key not in node:
-            return None
-        value = node[key]
-        if not is_count(value):
-            self.bad(f"{where}/{key}", f"must be a non-negative integer, got {show(value)}")
-            return None
-        assert isinstance(value, int)
-        return value
+def _meta_validator(draft: str) -> jsonschema_rs.Validator:
+    if draft not in _meta_validators:
+        _meta_validators[draft] = _DRAFTS[draft]({"$ref": draft})
+    return _meta_validators[draft]
 
-    def number(self, node: dict[str, object], key: str, where: str) -> float | None:
-        if key not in node:
-            return None
-        value = node[key]
-        if not is_number(value):
-            self.bad(f"{where}/{key}", f"must be a number, got {show(value)}")
-            return None
-        assert isinstance(value, int | float)
-        return value
 
-    def _resolve(self, ref: str) -> tuple[bool, object]:
-        pointer = ref[1:]
-        if pointer and not pointer.startswith("/"):
-            return False, None
-        node: object = self.root
-        for raw in pointer.split("/")[1:]:
-            part = raw.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
+def _refuse_retrieval(wanted: list[str]) -> Callable[[str], NoReturn]:
+    """A retriever that records what the schema wanted and fetches nothing."""
+
+    def retrieve(uri: str) -> NoReturn:
+        wanted.append(uri)
+        msg = f"remote schemas are never fetched: {uri}"
+        raise LookupError(msg)
+
+    return retrieve
+
+
+def _construction_problems(error: jsonschema_rs.ValidationError, root: object) -> tuple[str, ...]:
+    """Problems the meta-schema cannot see: references to nowhere, bad regular expressions."""
+    if isinstance(error.kind, jsonschema_rs.ValidationErrorKind.Referencing):
+        reason = error.kind.error.message
+        for where, ref in _references(root, "#"):
+            target = ref.split("#", 1)[-1]
+            if target and f"'{target}'" in reason:
+                return (f"{where}: reference {ref!r} points to nothing in this schema",)
+        return (f"#: {reason}",)
+    return messages([error], root, root, pointer=True)
+
+
+def _references(node: object, where: str) -> list[tuple[str, str]]:
+    """Every ``$ref`` and ``$dynamicRef`` in a schema document, with its location."""
+    found: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            at = f"{where}/{str(key).replace('~', '~0').replace('/', '~1')}"
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                found.append((at, value))
             else:
-                return False, None
-        return True, node
+                found.extend(_references(value, at))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found.extend(_references(value, f"{where}/{i}"))
+    return found
 
-    def _ref(self, ref: object, where: str, chain: frozenset[str]) -> Check:
-        if not isinstance(ref, str):
-            self.bad(where, f"must be a string, got {show(ref)}")
-            return noop
-        if not ref.startswith("#"):
-            self.bad(where, f"only local references ('#/$defs/...') are supported, got {ref!r}")
-            return noop
-        if ref in chain:
-            self.bad(where, f"reference cycle through {ref!r} never reaches a value")
-            return noop
-        if ref in self.refs:
-            return self.refs[ref]
-        cell: list[Check] = []
 
-        def check(value: object, path: str, problems: list[str]) -> None:
-            cell[0](value, path, problems)
+def _read_tuple_form(node: object) -> object:
+    """Rewrite ``items: [...]`` and ``additionalItems`` as 2020-12's ``prefixItems``/``items``.
 
-        self.refs[ref] = check
-        found, target = self._resolve(ref)
-        if not found:
-            self.bad(where, f"reference {ref!r} points to nothing in this schema")
-            cell.append(noop)
+    Only schemas that declare no ``$schema`` are rewritten; a draft-07 schema that says
+    so is validated by the draft-07 rules instead. Returns the node itself when nothing
+    changes, so most schemas are not copied.
+    """
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, object] = {}
+    changed = False
+
+    def sub(value: object) -> object:
+        nonlocal changed
+        new = _read_tuple_form(value)
+        changed = changed or new is not value
+        return new
+
+    convert: Callable[[object], object] = sub
+    for key, value in node.items():
+        if key == "items" and isinstance(value, list) and "prefixItems" not in node:
+            changed = True
+            out["prefixItems"] = [convert(v) for v in value]
+            if "additionalItems" in node:
+                out["items"] = convert(node["additionalItems"])
+        elif key == "additionalItems" and isinstance(node.get("items"), list):
+            continue
+        elif key in _ONE_SCHEMA:
+            out[key] = convert(value)
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [convert(v) for v in value]
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {k: convert(v) for k, v in value.items()}
         else:
-            cell.append(self.compile(target, ref, chain | {ref}))
-        return check
-
-    # -- the walk -----------------------------------------------------------------------
-
-    def compile(self, node: object, where: str, chain: frozenset[str]) -> Check:
-        """Compile one schema node found at ``where``.
-
-        ``chain`` holds the references followed since the walk last moved into a child
-        value; meeting one of them again means a cycle that would never end.
-        """
-        if node is True:
-            return noop
-        if node is False:
-
-            def nothing(value: object, path: str, problems: list[str]) -> None:
-                problems.append(f"{path}: no value is allowed here")
-
-            return nothing
-        if not isinstance(node, dict):
-            self.bad(where, f"a schema must be an object or a boolean, got {show(node)}")
-            return noop
-        for key in sorted(_UNSUPPORTED.intersection(node)):
-            self.bad(f"{where}/{key}", "this keyword is not supported")
-        checks: list[Check] = []
-        if "$ref" in node:
-            checks.append(self._ref(node["$ref"], f"{where}/$ref", chain))
-        for defs_key in ("$defs", "definitions"):
-            if defs_key in node and not isinstance(node[defs_key], dict):
-                self.bad(f"{where}/{defs_key}", "must be an object mapping names to schemas")
-        compile_type(self, node, where, checks)
-        compile_values(self, node, where, checks)
-        compile_numbers(self, node, where, checks)
-        compile_strings(self, node, where, checks)
-        compile_arrays(self, node, where, checks)
-        compile_objects(self, node, where, checks)
-        compile_combinators(self, node, where, chain, checks)
-        if not checks:
-            return noop
-        if len(checks) == 1:
-            return checks[0]
-        frozen = tuple(checks)
-
-        def all_checks(value: object, path: str, problems: list[str]) -> None:
-            for check in frozen:
-                check(value, path, problems)
-
-        return all_checks
+            out[key] = value
+    return out if changed else node

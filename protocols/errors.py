@@ -49,6 +49,7 @@ The tree (code in brackets)::
     │   ├── ToolArgumentsError                    [tool.invalid_args]
     │   ├── ToolTimeoutError                      [tool.timeout]
     │   ├── ToolDefinitionError (TypeError)       [tool.bad_definition]
+    │   │   └── SchemaRemoteRefError              [tool.schema_remote_ref]
     │   └── ToolInterruptedError                  [tool.interrupted]
     ├── BoardError                                [board]
     │   ├── BoardConflictError                    [board.conflict]
@@ -135,6 +136,7 @@ from ._errors_llm import (
     LLMRateLimitedError,
     LLMServerError,
     LLMTimeoutError,
+    SchemaRemoteRefError,
     ScriptExhaustedError,
     ToolArgumentsError,
     ToolDefinitionError,
@@ -208,6 +210,7 @@ __all__ = [
     "ReplayDivergenceError",
     "ReplayError",
     "RuntimeClosedError",
+    "SchemaRemoteRefError",
     "ScriptExhaustedError",
     "SessionBusyError",
     "SessionError",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 
 import attrs
@@ -461,3 +464,36 @@ async def test_lone_surrogate_escapes_in_arguments_stay_invalid_json() -> None:
     assert outcome.content.startswith(
         "invalid arguments for tool 'echo': $: not valid JSON (no low surrogate in string"
     )
+
+
+def test_import_actors_does_not_load_trio_asyncio() -> None:
+    """trio-asyncio loads only when an asyncio tool runs, not on ``import actors``.
+
+    Runs in a fresh interpreter, because this test module has imported trio-asyncio.
+    """
+    code = textwrap.dedent(
+        """
+        import asyncio, sys, trio
+        import actors
+        print("trio_asyncio" in sys.modules)
+
+        @actors.tool(asyncio=True)
+        async def aio_double(x: int) -> int:
+            await asyncio.sleep(0)
+            return 2 * x
+
+        from protocols._llm import ToolCall
+        registry = actors.ToolRegistry.of(aio_double)
+        call = ToolCall(id="a", name="aio_double", arguments='{"x": 21}')
+        (outcome,) = trio.run(
+            lambda: actors.run_tool_calls([call], registry, session_id="s")
+        )
+        print(outcome.content, "trio_asyncio" in sys.modules)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    expected = ["False", "42 True"]  # not loaded by the import, loaded by the asyncio tool
+    assert expected == result.stdout.split("\n")[:2]
+
