@@ -9,7 +9,8 @@ import attrs
 
 from protocols import LLMRequest, LLMResponse, LLMStream, ResponseFormat, decode_record, encode
 from protocols.errors import ConfigError, StreamNotFoundError
-from runtime import CONTINUES, EventStore, NewEvent, RecordedEvent, replay
+from runtime import EventStore, NewEvent, RecordedEvent, replay
+from runtime.lowlevel import CONTINUES
 
 from ._agents import AgentSpec
 from ._budget import Budget, Price

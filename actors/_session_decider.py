@@ -32,7 +32,8 @@ from protocols import (
     validate_json,
 )
 from protocols.errors import OutputInvalidError, PowertrioError
-from runtime import Decision, StepFailed, TimerFired, timer_decision
+from runtime import Decision, StepFailed, TimerFired
+from runtime.lowlevel import timer_decision
 
 from ._budget import cost_of
 from ._session_calls import begin_calls

@@ -29,7 +29,8 @@ from protocols import (
     denied_outcome,
     event_type,
 )
-from runtime import TimerBook, TimerFired, is_timer_event
+from runtime import TimerFired
+from runtime.lowlevel import TimerBook, is_timer_event
 
 from ._agents import Lifecycle
 from ._budget import Budget

@@ -5,3 +5,5 @@ from __future__ import annotations
 from ._util import fixup_module_metadata
 
 __all__ = ["fixup_module_metadata"]
+
+fixup_module_metadata(__name__, globals())

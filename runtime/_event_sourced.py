@@ -43,8 +43,9 @@ def _as_tuple(events: Iterable[object]) -> tuple[object, ...]:
 class Outcome(Protocol):
     """Events to append and a reply: what a helper decides for part of an actor's state.
 
-    :func:`~runtime.timer_decision` returns one (a :class:`~runtime.TimerOutcome`); the
-    actor's ``handle`` turns it into its own decision with :meth:`Decision.from_outcome`.
+    :func:`~runtime.lowlevel.timer_decision` returns one (a
+    :class:`~runtime.lowlevel.TimerOutcome`); the actor's ``handle`` turns it into its own
+    decision with :meth:`Decision.from_outcome`.
     """
 
     @property
@@ -80,7 +81,7 @@ class Decision:
     def from_outcome(cls, outcome: Outcome) -> Decision:
         """The decision that appends ``outcome.events``, then replies ``outcome.reply``.
 
-        For ``handle`` to return what a helper such as :func:`~runtime.timer_decision`
+        For ``handle`` to return what a helper such as :func:`~runtime.lowlevel.timer_decision`
         decided; ``attrs.evolve`` the result to add events or flags of the actor's own.
         """
         return cls(events=outcome.events, reply=outcome.reply)

@@ -1,10 +1,36 @@
-"""The kernel's extension points, for those who build actors kinds or stores on it.
+"""The kernel's extension points, for those who build actor kinds or stores on it.
 
 Everyday code needs none of this: ``runtime`` has the actors, the stores and the timers.
 """
 
 from __future__ import annotations
 
+from protocols.lowlevel import fixup_module_metadata as _fixup
+
+from ._event_sourced import CONTINUES, Outcome
+from ._persist_listener import PersistListener
+from ._timer_book import (
+    TIMER_EVENT_NAMES,
+    TimerBook,
+    TimerOutcome,
+    is_timer_event,
+    register_timer_events,
+    timer_decision,
+)
 from ._virtual_time import hold_virtual_clock
 
-__all__ = ["hold_virtual_clock"]
+__all__ = [
+    "CONTINUES",
+    "Outcome",
+    "PersistListener",
+    "TIMER_EVENT_NAMES",
+    "TimerBook",
+    "TimerOutcome",
+    "hold_virtual_clock",
+    "is_timer_event",
+    "register_timer_events",
+    "timer_decision",
+]
+
+_fixup(__name__, globals())
+del _fixup

@@ -27,16 +27,9 @@ from collections.abc import Sequence
 import orjson
 import trio
 
-from actors import (
-    AgentSpec,
-    AssistantRecorded,
-    RunResult,
-    RunStarted,
-    ask_human,
-    is_provider_valid,
-    spawn_agent,
-    spawn_session,
-)
+from actors import AgentSpec, RunResult, ask_human, spawn_agent, spawn_session
+from actors.events import AssistantRecorded, RunStarted
+from actors.lowlevel import is_provider_valid
 from protocols import (
     LLMRequest,
     LLMResponse,

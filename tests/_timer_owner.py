@@ -7,17 +7,8 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from protocols import EventRegistry
-from runtime import (
-    Decision,
-    EventSourcedActor,
-    RecordedEvent,
-    Request,
-    TimerBook,
-    TimerFired,
-    is_timer_event,
-    register_timer_events,
-    timer_decision,
-)
+from runtime import Decision, EventSourcedActor, RecordedEvent, Request, TimerFired
+from runtime.lowlevel import TimerBook, is_timer_event, register_timer_events, timer_decision
 
 registry = EventRegistry()
 register_timer_events(registry)

@@ -10,17 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from actors import (
-    AgentSpec,
-    Budget,
-    ChildFinished,
-    ChildSpawned,
-    SessionState,
-    ToolFinished,
-    spawn_agent,
-    spawn_session,
-    tool,
-)
+from actors import AgentSpec, Budget, SessionState, spawn_agent, spawn_session, tool
+from actors.events import ChildFinished, ChildSpawned, ToolFinished
 from protocols import (
     LLMRequest,
     LLMResponse,

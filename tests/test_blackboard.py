@@ -20,15 +20,14 @@ from actors import (
     BoardState,
     BoardStatistics,
     Entry,
-    EntryDeleted,
-    EntryPut,
     ToolRegistry,
     board_tools,
     open_board,
-    run_tool_calls,
     spawn_session,
 )
 from actors._board_events import Limits, decide_delete, decide_put, evolve
+from actors.events import EntryDeleted, EntryPut
+from actors.lowlevel import run_tool_calls
 from protocols import (
     JsonValue,
     LLMResponse,

@@ -23,9 +23,15 @@ PUBLIC_MODULES = (
     "protocols",
     "protocols.transports",
     "protocols.errors",
+    "protocols.lowlevel",
     "runtime",
+    "runtime.lowlevel",
     "runtime.testing",
     "actors",
+    "actors.events",
+    "actors.lowlevel",
+    "actors.testing",
+    "actors.cli",
 )
 """Every module users import from; everything else is a private ``_module``."""
 
@@ -235,14 +241,45 @@ def test_all_error_classes_are_exempt_from_final_by_kind() -> None:
 
 
 @pytest.mark.parametrize("module_name", ["protocols", "runtime", "actors"])
-def test_importing_a_package_does_not_load_the_test_kit(module_name: str) -> None:
-    """``import runtime`` (or a package built on it) leaves ``runtime.testing`` unloaded.
+def test_importing_a_package_does_not_load_the_test_kits_or_the_cli(module_name: str) -> None:
+    """``import runtime`` (or a package built on it) leaves the test kits, the CLI and the
+    benchmarks unloaded.
 
-    Runs in a fresh interpreter, because this test session has long imported the kit.
+    Runs in a fresh interpreter, because this test session has long imported the kits.
     """
-    code = f"import sys, {module_name}; print('runtime.testing' in sys.modules)"
+    unwanted = ["runtime.testing", "actors.testing", "actors.cli", "runtime.bench"]
+    code = f"import sys, {module_name}; print([m for m in {unwanted!r} if m in sys.modules])"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    loaded = "False"
+    loaded = "[]"
     assert loaded == result.stdout.strip()
+
+
+PINNED = Path(__file__).parent / "data" / "public_api.txt"
+"""Every public name, one ``module name`` a line: a change to the API is a change here."""
+
+
+def test_the_public_names_are_the_pinned_ones() -> None:
+    """The names each public namespace exports are exactly those listed in the pinned file.
+
+    A name added, moved or removed must be deliberate: update ``tests/data/public_api.txt``
+    in the same change (``python tests/test_exports.py`` prints the current list).
+    """
+    pinned = PINNED.read_text(encoding="utf-8").splitlines()
+    assert _current_api() == pinned
+
+
+def _current_api() -> list[str]:
+    # Submodules are pinned as modules (PUBLIC_MODULES), not as names of their parent,
+    # which a package holds only once something imported them.
+    return [
+        f"{module} {name}"
+        for module in PUBLIC_MODULES
+        for name in public_names(module)
+        if not isinstance(getattr(importlib.import_module(module), name), types.ModuleType)
+    ]
+
+
+if __name__ == "__main__":  # print the current list, to pin it
+    print("\n".join(_current_api()))

@@ -28,7 +28,8 @@ from protocols import (
 )
 from protocols.errors import ConfigError, ReplayDivergenceError, StreamNotFoundError
 from protocols.transports import OpenAITransport, ProviderConfig, RetryPolicy
-from runtime import CONTINUES, open_runtime, open_sqlite_store
+from runtime import open_runtime, open_sqlite_store
+from runtime.lowlevel import CONTINUES
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 
 

@@ -11,15 +11,9 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import (
-    AssistantRecorded,
-    Session,
-    ToolRegistry,
-    is_provider_valid,
-    provider_valid,
-    spawn_session,
-    tool,
-)
+from actors import Session, ToolRegistry, spawn_session, tool
+from actors.events import AssistantRecorded
+from actors.lowlevel import is_provider_valid, provider_valid
 from protocols import (
     AssistantMessage,
     LLMRequest,

@@ -27,7 +27,9 @@ import orjson
 import pytest
 import trio
 
-from actors import (
+from actors import SessionState
+from actors._session_events import evolve, timer_follow_up
+from actors.events import (
     AssistantRecorded,
     ChildFinished,
     ChildSpawned,
@@ -38,10 +40,8 @@ from actors import (
     RunFinished,
     RunStarted,
     SessionCreated,
-    SessionState,
-    is_provider_valid,
 )
-from actors._session_events import evolve, timer_follow_up
+from actors.lowlevel import is_provider_valid
 from protocols import AssistantMessage, ToolCall, ToolResultMessage, UserMessage, decode_record
 from runtime import TimerCancelled, TimerFired, TimerScheduled, open_sqlite_store
 

@@ -6,18 +6,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from actors import (
-    AssistantRecorded,
-    CancelRequested,
-    InputQueued,
-    RunFinished,
-    RunStarted,
-    SessionCreated,
-    SessionState,
-    ToolFinished,
-    ToolStarted,
-    tool,
-)
+from actors import SessionState, tool
 from actors import _session_decider as decider
 from actors._session_events import evolve
 from actors._session_steps import (
@@ -30,6 +19,16 @@ from actors._session_steps import (
     Stamped,
     ToolsDone,
     session_config,
+)
+from actors.events import (
+    AssistantRecorded,
+    CancelRequested,
+    InputQueued,
+    RunFinished,
+    RunStarted,
+    SessionCreated,
+    ToolFinished,
+    ToolStarted,
 )
 from protocols import (
     AssistantMessage,

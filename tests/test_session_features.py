@@ -9,25 +9,19 @@ import trio
 import trio.testing
 
 import actors._transcript
-from actors import (
-    Budget,
+from actors import Budget, HookContext, LLMCallNext, Price, ToolCallNext, spawn_session, tool
+from actors.events import (
     DeltaReceived,
-    HookContext,
     LLMCallFinished,
-    LLMCallNext,
     Observation,
-    Price,
     RoundBegan,
     RunBegan,
     RunEnded,
     ToolCallBegan,
     ToolCallFinished,
-    ToolCallNext,
     UsageUpdated,
-    is_provider_valid,
-    spawn_session,
-    tool,
 )
+from actors.lowlevel import is_provider_valid
 from protocols import (
     LLMRequest,
     LLMResponse,

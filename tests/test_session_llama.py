@@ -16,17 +16,14 @@ import pytest
 import trio
 from _llama import LlamaServer
 
-from actors import (
+from actors import HookContext, LLMCallNext, SessionState, spawn_session
+from actors.events import (
     AssistantRecorded,
     DeltaReceived,
-    HookContext,
-    LLMCallNext,
     Observation,
     RunFinished,
     RunStarted,
     SessionCreated,
-    SessionState,
-    spawn_session,
 )
 from protocols import (
     AssistantMessage,

@@ -9,20 +9,15 @@ import pytest
 import trio
 import trio.testing
 
-from actors import (
+from actors import BusyPolicy, Session, ToolContext, ask_human, spawn_session, tool
+from actors.events import (
     AssistantRecorded,
-    BusyPolicy,
     CancelRequested,
     FollowUpsInjected,
     HumanRequested,
-    Session,
-    ToolContext,
     ToolFinished,
-    ask_human,
-    is_provider_valid,
-    spawn_session,
-    tool,
 )
+from actors.lowlevel import is_provider_valid
 from protocols import (
     AssistantMessage,
     LLMRequest,

@@ -27,20 +27,16 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import (
+from actors import BusyPolicy, Session, SessionState, spawn_session, tool
+from actors._session_events import evolve, timer_follow_up
+from actors.events import (
     AssistantRecorded,
-    BusyPolicy,
     FollowUpReceived,
     FollowUpsInjected,
     RunFinished,
     RunStarted,
-    Session,
-    SessionState,
-    is_provider_valid,
-    spawn_session,
-    tool,
 )
-from actors._session_events import evolve, timer_follow_up
+from actors.lowlevel import is_provider_valid
 from protocols import (
     CancelMode,
     LLMRequest,

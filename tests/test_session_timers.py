@@ -8,7 +8,8 @@ import orjson
 import trio
 import trio.testing
 
-from actors import Observation, RunEnded, spawn_session, wakeup_tools
+from actors import spawn_session, wakeup_tools
+from actors.events import Observation, RunEnded
 from protocols import LLMRequest, LLMResponse, ToolCall, Usage, UserMessage
 from runtime import Clock, TimerFired, open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM, ScriptedLLM

@@ -25,18 +25,13 @@ import trio.testing
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from actors import (
-    AgentSpec,
+from actors import AgentSpec, Budget, ask_human, replay_session, spawn_session, tool
+from actors.events import (
     AssistantRecorded,
-    Budget,
     FollowUpReceived,
     FollowUpsInjected,
     RunStarted,
     SessionCreated,
-    ask_human,
-    replay_session,
-    spawn_session,
-    tool,
 )
 from actors.testing import (
     UNKNOWN_TOOL,

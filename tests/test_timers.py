@@ -34,7 +34,6 @@ from runtime import (
     Postpone,
     ScheduleTimer,
     Supervision,
-    TimerBook,
     TimerCancelled,
     TimerFired,
     TimerScheduled,
@@ -44,8 +43,8 @@ from runtime import (
     Veto,
     open_runtime,
     open_sqlite_store,
-    timer_decision,
 )
+from runtime.lowlevel import TimerBook, timer_decision
 from runtime.testing import InMemoryEventStore
 
 T0 = 1_700_000_000.0

@@ -16,7 +16,8 @@ import trio_asyncio
 from hypothesis import given, settings
 from strategies import tool_calls
 
-from actors import ToolContext, ToolRegistry, open_tool_runner, run_tool_calls, tool
+from actors import ToolContext, ToolRegistry, tool
+from actors.lowlevel import open_tool_runner, run_tool_calls
 from protocols import ToolOutcome, idempotency_key, parse_tool_arguments, validate_json
 from protocols._llm import ToolCall
 from protocols.errors import ToolError, ToolInterruptedError
@@ -474,7 +475,7 @@ def test_import_actors_does_not_load_trio_asyncio() -> None:
     code = textwrap.dedent(
         """
         import asyncio, sys, trio
-        import actors
+        import actors, actors.lowlevel
         print("trio_asyncio" in sys.modules)
 
         @actors.tool(asyncio=True)
@@ -486,7 +487,7 @@ def test_import_actors_does_not_load_trio_asyncio() -> None:
         registry = actors.ToolRegistry.of(aio_double)
         call = ToolCall(id="a", name="aio_double", arguments='{"x": 21}')
         (outcome,) = trio.run(
-            lambda: actors.run_tool_calls([call], registry, session_id="s")
+            lambda: actors.lowlevel.run_tool_calls([call], registry, session_id="s")
         )
         print(outcome.content, "trio_asyncio" in sys.modules)
         """

@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 import trio
 
-from actors import DeltaReceived, RunEnded, spawn_session
+from actors import spawn_session
+from actors.events import DeltaReceived, RunEnded
 from protocols import LLMRequest, TextDelta, UserMessage
 from protocols.transports import OpenAITransport, ProviderConfig, open_http_client
 from runtime import open_runtime, open_sqlite_store

@@ -2,5 +2,10 @@
 
 from __future__ import annotations
 
+from protocols.lowlevel import fixup_module_metadata as _fixup
+
 from ._main import build_parser as build_parser
 from ._main import main as main
+
+_fixup(__name__, globals())
+del _fixup

@@ -112,7 +112,7 @@ class RecordedSetup:
 async def recorded_setup(store: SqliteEventStore, session_id: str) -> RecordedSetup:
     """The setup of ``session_id`` from its first recorded request, so a resumed session
     (``send``, ``reply``) and a replay get the tools and parameters it had."""
-    from actors import AssistantRecorded
+    from actors.events import AssistantRecorded
 
     for record in await read_stream(store, SESSION_PREFIX + session_id):
         if record.type != "session.assistant":
@@ -152,7 +152,7 @@ class SessionSummary:
 
     def apply(self, event: object) -> None:
         """Fold one event in."""
-        from actors import (
+        from actors.events import (
             AssistantRecorded,
             HumanAnswered,
             HumanRequested,
@@ -281,7 +281,7 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
 
 def _entry(record: RecordedEvent, event: object) -> dict[str, object] | None:
     """One line of a transcript, or ``None`` for bookkeeping events."""
-    from actors import (
+    from actors.events import (
         AssistantRecorded,
         CancelRequested,
         ChildFinished,

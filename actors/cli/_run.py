@@ -51,7 +51,8 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.live import Live
 
-    from actors import HumanRequested, Observation, RunResult, Session
+    from actors import RunResult, Session
+    from actors.events import HumanRequested, Observation
     from runtime import SqliteEventStore
 
 __all__ = ["cmd_cancel", "cmd_reply", "cmd_run", "cmd_send"]
@@ -117,7 +118,7 @@ class RunView:
 
     def observe(self, observation: Observation) -> None:
         """Take one observation in."""
-        from actors import DeltaReceived, LLMCallFinished, RunBegan, RunEnded
+        from actors.events import DeltaReceived, LLMCallFinished, RunBegan, RunEnded
 
         self.tree.observe(observation)
         self.dirty = True

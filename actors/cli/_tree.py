@@ -7,14 +7,32 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
+from actors.events import (
+    AssistantRecorded,
+    ChildFinished,
+    ChildSpawned,
+    DeltaReceived,
+    HumanAnswered,
+    HumanRequested,
+    LLMCallFinished,
+    Observation,
+    RoundBegan,
+    RunBegan,
+    RunEnded,
+    RunFinished,
+    RunStarted,
+    ToolCallBegan,
+    ToolCallFinished,
+    ToolFinished,
+    ToolStarted,
+)
+
 from ._common import in_session_tree, shorten
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
     from rich.tree import Tree
-
-    from actors import Observation
 
 __all__ = ["AgentTree", "TreeNode"]
 
@@ -118,16 +136,6 @@ class AgentTree:
 
     def observe(self, observation: Observation) -> None:
         """Take in one live observation of the session's bus (shared by its sub-agents)."""
-        from actors import (  # noqa: PLC0415  # lazy: loaded when the tree is drawn
-            DeltaReceived,
-            LLMCallFinished,
-            RoundBegan,
-            RunBegan,
-            RunEnded,
-            ToolCallBegan,
-            ToolCallFinished,
-        )
-
         if isinstance(observation, RunEnded):
             result = observation.result
             node = self.node(result.session_id)
@@ -159,18 +167,6 @@ class AgentTree:
 
     def apply(self, session_id: str, event: object) -> None:
         """Take in one decoded event of ``session/<session_id>`` from the log."""
-        from actors import (  # noqa: PLC0415  # lazy: loaded when the tree is drawn
-            AssistantRecorded,
-            ChildFinished,
-            ChildSpawned,
-            HumanAnswered,
-            HumanRequested,
-            RunFinished,
-            RunStarted,
-            ToolFinished,
-            ToolStarted,
-        )
-
         node = self.node(session_id)
         if isinstance(event, ChildSpawned):
             child = self.node(event.child_id)

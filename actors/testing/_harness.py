@@ -42,7 +42,6 @@ from ._operations import (
 
 if TYPE_CHECKING:
     from actors import (
-        ActiveRun,
         AgentSpec,
         Board,
         HookContext,
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
         ToolCallNext,
         ToolHook,
     )
+    from actors.events import ActiveRun
     from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome
 
 __all__ = ["DEFAULT_EPOCH", "ObservedState", "RuntimeHarness", "Trace"]

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 import actors
+import actors.events
+import actors.lowlevel
 from protocols import LLMRequest, Usage, decode_record
 from runtime import RecordedEvent, TimerFired, TimerScheduled
 
@@ -150,9 +152,9 @@ def assert_requests_provider_valid(requests: Iterable[LLMRequest]) -> None:
     __tracebackhide__ = True
     for number, request in enumerate(requests):
         messages = tuple(request.messages)
-        if actors.is_provider_valid(messages):
+        if actors.lowlevel.is_provider_valid(messages):
             continue
-        fixed = actors.provider_valid(messages)
+        fixed = actors.lowlevel.provider_valid(messages)
         index = next(
             (i for i, (a, b) in enumerate(zip(messages, fixed, strict=False)) if a != b),
             min(len(messages), len(fixed)),
@@ -251,7 +253,7 @@ def assert_budgets_respected(
         event = decode_record(record)
         state = states.get(record.stream) or actors.SessionState()
         run = state.run
-        if isinstance(event, actors.AssistantRecorded) and run is not None:
+        if isinstance(event, actors.events.AssistantRecorded) and run is not None:
             where = f"{record.stream} run {event.run_id!r} round {event.round}"
             if run.rounds >= run.round_limit:
                 msg = (
@@ -306,14 +308,16 @@ def assert_follow_ups_read_once(records: Iterable[RecordedEvent]) -> None:
     """
     __tracebackhide__ = True
     for stream, events in _session_events(records).items():
-        received = [e.follow_up.id for e in events if isinstance(e, actors.FollowUpReceived)]
+        received = [e.follow_up.id for e in events if isinstance(e, actors.events.FollowUpReceived)]
         notes = {e.timer_id: e.note for e in events if isinstance(e, TimerScheduled)}
         wake_ups = [
             timer_follow_up(e, notes.get(e.timer_id, "")).id
             for e in events
             if isinstance(e, TimerFired)
         ]
-        injected = [i for e in events if isinstance(e, actors.FollowUpsInjected) for i in e.ids]
+        injected = [
+            i for e in events if isinstance(e, actors.events.FollowUpsInjected) for i in e.ids
+        ]
         problems: list[str] = []
         if _repeated(received):
             problems.append(f"received twice: {_repeated(received)}")
@@ -368,8 +372,8 @@ def assert_runs_end_once(records: Iterable[RecordedEvent]) -> None:
     """
     __tracebackhide__ = True
     for stream, events in _session_events(records).items():
-        started = [e.run_id for e in events if isinstance(e, actors.RunStarted)]
-        ended = [e.run_id for e in events if isinstance(e, actors.RunFinished)]
+        started = [e.run_id for e in events if isinstance(e, actors.events.RunStarted)]
+        ended = [e.run_id for e in events if isinstance(e, actors.events.RunFinished)]
         problems: list[str] = []
         if _repeated(started):
             problems.append(f"started twice: {_repeated(started)}")

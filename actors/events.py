@@ -1,0 +1,76 @@
+"""What sessions and boards record in the log, and what observers see while a run is live.
+
+Log readers (``powertrio log``, a fold of your own, a test that checks a stream) decode
+records into the first kind with ``protocols.decode_record``; ``Session.observe()`` and
+observers receive the second kind, which is never recorded.
+"""
+
+from __future__ import annotations
+
+from protocols.lowlevel import fixup_module_metadata as _fixup
+
+from ._board_events import EntryDeleted, EntryPut
+from ._observe import (
+    DeltaReceived,
+    LLMCallFinished,
+    Observation,
+    RoundBegan,
+    RunBegan,
+    RunEnded,
+    ToolCallBegan,
+    ToolCallFinished,
+    UsageUpdated,
+)
+from ._session_events import (
+    ActiveRun,
+    AssistantRecorded,
+    CancelRequested,
+    ChildFinished,
+    ChildSpawned,
+    FollowUpReceived,
+    FollowUpsInjected,
+    HumanAnswered,
+    HumanRequested,
+    InputQueued,
+    OutputRejected,
+    RequestHeader,
+    RunFinished,
+    RunStarted,
+    SessionCreated,
+    ToolFinished,
+    ToolStarted,
+)
+
+__all__ = [
+    "ActiveRun",
+    "AssistantRecorded",
+    "CancelRequested",
+    "ChildFinished",
+    "ChildSpawned",
+    "DeltaReceived",
+    "EntryDeleted",
+    "EntryPut",
+    "FollowUpReceived",
+    "FollowUpsInjected",
+    "HumanAnswered",
+    "HumanRequested",
+    "InputQueued",
+    "LLMCallFinished",
+    "Observation",
+    "OutputRejected",
+    "RequestHeader",
+    "RoundBegan",
+    "RunBegan",
+    "RunEnded",
+    "RunFinished",
+    "RunStarted",
+    "SessionCreated",
+    "ToolCallBegan",
+    "ToolCallFinished",
+    "ToolFinished",
+    "ToolStarted",
+    "UsageUpdated",
+]
+
+_fixup(__name__, globals())
+del _fixup
