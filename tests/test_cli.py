@@ -362,6 +362,29 @@ def test_fork_branches_a_session_that_then_goes_on_by_itself(workdir: Path) -> N
     assert "has events 1 to 13: fork at one of them, not at 99" in again.stderr
 
 
+def _by_id(tree: dict[str, object]) -> dict[str, dict[str, object]]:
+    nodes = {str(tree["session_id"]): tree}
+    for child in tree["children"]:  # type: ignore[attr-defined]
+        nodes.update(_by_id(child))
+    return nodes
+
+
+def test_tree_and_sessions_count_usage_alike_after_a_fork_and_a_send(workdir: Path) -> None:
+    """One fold of usage: a forked tree (whose sub-agents' streams were copied after the
+    parent's ``ChildFinished``) shows each agent's own tokens once, and after a ``send``
+    every node shows the rounds and tokens ``sessions`` shows."""
+    sid = json.loads(cli(workdir, "sessions", "--roots", "--json").stdout)[0]["session_id"]
+    cli_json(workdir, "fork", sid, "--at", "13", "--as", "copy")
+    cli_json(workdir, "send", "copy", "one more thing", "--demo")
+    listed = {s["session_id"]: s for s in cli_json(workdir, "sessions")}  # type: ignore[union-attr]
+    nodes = _by_id(cli_json(workdir, "tree", "copy"))  # type: ignore[arg-type]
+    assert sorted(nodes) == ["copy", "copy.1", "copy.2"]
+    for session_id, node in nodes.items():
+        summary = listed[session_id]
+        expected = (summary["rounds"], summary["usage"]["total_tokens"])  # type: ignore[index]
+        assert (node["rounds"], node["tokens"]) == expected, session_id
+
+
 # -- steering sessions from another process -------------------------------------------------
 
 

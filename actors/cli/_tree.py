@@ -63,9 +63,13 @@ class TreeNode:
     task: str = ""
     status: str = "new"
     rounds: int = 0
-    """LLM calls of the current (or last) run."""
-    tokens: int = 0
-    """Tokens of this agent's own LLM calls (its sub-agents' are on their nodes)."""
+    """LLM calls of all its runs, as ``powertrio sessions`` counts them."""
+    own_tokens: int = 0
+    """Tokens of this agent's own LLM calls, from its own stream or live observations."""
+    reported_tokens: int = 0
+    """Tokens its parent's ``ChildFinished`` reported (for a sub-agent whose stream is gone)."""
+    seen: bool = False
+    """Whether any event of its own stream, or observation of it, was taken in."""
     tools: dict[str, str] = attrs.Factory(dict)
     """Open tool calls: call id → tool name."""
     thinking: bool = False
@@ -73,6 +77,13 @@ class TreeNode:
     said: str = ""
     """The tail of what it last streamed or answered."""
     children: list[str] = attrs.Factory(list)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of its own LLM calls (its sub-agents' are on their nodes): one fold of its
+        own stream, the same as ``powertrio sessions``; what its parent reported only when
+        its stream is gone (an ephemeral sub-agent), so nothing is counted twice."""
+        return self.own_tokens if self.seen else self.reported_tokens
 
     def to_json(self, tree: AgentTree) -> dict[str, object]:
         """The node and its subtree as JSON."""
@@ -140,26 +151,26 @@ class AgentTree:
             result = observation.result
             node = self.node(result.session_id)
             node.status = result.status
-            node.rounds = result.rounds
             node.tools.clear()
             node.thinking = False
             if result.text:
                 node.said = result.text
             return
         node = self.node(observation.session_id)
+        node.seen = True
         if isinstance(observation, RunBegan):
-            node.status, node.rounds, node.said = "running", 0, ""
+            node.status, node.said = "running", ""
             node.tools.clear()
         elif isinstance(observation, RoundBegan):
-            node.status, node.rounds, node.thinking = "running", observation.round, True
-            node.said = ""
+            node.status, node.thinking, node.said = "running", True, ""
         elif isinstance(observation, DeltaReceived):
             text = getattr(observation.delta, "text", None)
             if isinstance(text, str) and getattr(observation.delta, "type", "") == "text":
                 node.said = (node.said + text)[-400:]
         elif isinstance(observation, LLMCallFinished):
             node.thinking = False
-            node.tokens += observation.usage.total_tokens
+            node.rounds += 1
+            node.own_tokens += observation.usage.total_tokens
         elif isinstance(observation, ToolCallBegan):
             node.tools[observation.call_id] = observation.name
         elif isinstance(observation, ToolCallFinished):
@@ -168,17 +179,18 @@ class AgentTree:
     def apply(self, session_id: str, event: object) -> None:
         """Take in one decoded event of ``session/<session_id>`` from the log."""
         node = self.node(session_id)
+        node.seen = True
         if isinstance(event, ChildSpawned):
             child = self.node(event.child_id)
             child.name, child.task = event.agent, event.task
         elif isinstance(event, RunStarted):
-            node.status, node.rounds = "running", 0
+            node.status = "running"
             node.tools.clear()
             if session_id == self.root_id and event.input:
                 node.task = event.input
         elif isinstance(event, AssistantRecorded):
-            node.rounds = event.round
-            node.tokens += event.usage.total_tokens
+            node.rounds += 1
+            node.own_tokens += event.usage.total_tokens
             if event.message.content:
                 node.said = event.message.content
         elif isinstance(event, ToolStarted):
@@ -190,14 +202,13 @@ class AgentTree:
         elif isinstance(event, HumanAnswered):
             node.status = "running"
         elif isinstance(event, RunFinished):
-            node.status, node.rounds = event.status, event.rounds
+            node.status = event.status
             node.tools.clear()
         elif isinstance(event, ChildFinished):
             child = self.node(event.child_id)
             if child.status in ACTIVE or child.status == "new":
                 child.status = event.status  # an ephemeral child's own stream is gone
-            if not child.tokens:
-                child.tokens = event.usage.total_tokens
+            child.reported_tokens = event.usage.total_tokens
 
     def mark_interrupted(self) -> None:
         """Call a run that is open in the log but driven by no process ``interrupted``."""
