@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 import trio
+import trio.testing
 
 from actors import AgentSpec, replay_session, spawn_agent
 from protocols import LLMRequest, LLMResponse, SystemMessage, ToolCall, Usage
@@ -89,4 +90,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    # Virtual time: the "kill" lands at the same point of the run on every machine.
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

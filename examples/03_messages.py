@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import orjson
 import trio
+import trio.testing
 
 from actors import ask_human, spawn_session, wakeup_tools
 from protocols import LLMRequest, LLMResponse, ToolCall, Usage, UserMessage
@@ -78,4 +79,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    # Virtual time: the wake-up and the cancel land at the same points on every machine,
+    # and the waits take no real time.
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
