@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -32,6 +33,8 @@ from protocols.errors import (
 from ._tool_schema import ToolParameter, is_context_annotation, parse_docstring, parse_function
 
 __all__ = ["Tool", "ToolContext", "ToolKind", "ToolRegistry", "tool"]
+
+_log = logging.getLogger("powertrio.tools")
 
 P = ParamSpec("P")
 R_co = TypeVar("R_co", covariant=True)
@@ -321,7 +324,14 @@ def _build_tool(
 def _context_parameter(fn: Callable[..., object]) -> str | None:
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception:  # a hand-written schema needs no other hints to resolve
+    except Exception as exc:  # a hand-written schema needs no other hints to resolve
+        _log.warning(
+            "tool function %s: its type hints do not resolve (%s: %s); a ToolContext "
+            "parameter is recognised by the text of its annotation only",
+            getattr(fn, "__qualname__", repr(fn)),
+            type(exc).__name__,
+            exc,
+        )
         hints = {}
     for param_name, param in inspect.signature(fn).parameters.items():
         annotation = hints.get(param_name, param.annotation)

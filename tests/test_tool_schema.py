@@ -512,3 +512,24 @@ def test_outcome_helpers() -> None:
     assert denied.status == "denied"
     assert denied.content == "tool 't' was not run: the operator said no"
     assert not ToolOutcome(call_id="c", tool_name="t", status="ok", content="x").is_error
+
+
+def test_hints_that_do_not_resolve_are_logged_not_swallowed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hand-written schema needs no type hints, but when they fail to resolve the tool
+    still works and the reason is logged under ``powertrio.tools`` (never dropped)."""
+
+    def lookup(city: NoSuchType, ctx: ToolContext) -> str:  # type: ignore[name-defined]  # noqa: F821
+        """Look a city up."""
+        return str(city)
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    with caplog.at_level("WARNING", logger="powertrio.tools"):
+        made = tool(lookup, parameters=schema)  # type: ignore[call-overload]
+    assert made.context_parameter == "ctx"
+    [record] = caplog.records
+    assert record.name == "powertrio.tools"
+    assert "type hints do not resolve (NameError: name 'NoSuchType' is not defined)" in (
+        record.getMessage()
+    )
