@@ -22,6 +22,7 @@ The tree (code in brackets)::
     │   └── IntensityExceededError                [supervisor.intensity_exceeded]
     ├── StoreError                                [store]
     │   ├── ConcurrencyConflictError              [store.conflict]
+    │   │   └── ImportConflictError               [store.import_conflict]
     │   ├── StoreClosedError                      [store.closed]
     │   ├── CorruptLogError                       [store.corrupt]
     │   ├── ForeignDatabaseError                  [store.foreign]
@@ -135,6 +136,7 @@ from ._errors_log import (
     EventEncodeError,
     ForeignDatabaseError,
     FutureEventVersionError,
+    ImportConflictError,
     ReplayDivergenceError,
     ReplayError,
     StoreClosedError,
@@ -170,6 +172,7 @@ __all__ = [
     "FutureEventVersionError",
     "HookVetoError",
     "HumanRequestNotFoundError",
+    "ImportConflictError",
     "IntensityExceededError",
     "LLMAuthError",
     "LLMBadRequestError",
