@@ -264,7 +264,7 @@ async def test_check_reports_every_problem_and_keeps_checking(tmp_path: Path) ->
         )
         found = {(p.stream, p.version, p.code) for p in report.problems}
         assert found == {
-            ("blob", None, "store.corrupt"),
+            ("blob", 1, "store.corrupt"),  # the audit names the event
             ("unknown", 1, "codec.unknown_type"),
             ("future", 1, "codec.future_version"),
             ("garbled", 2, "codec.decode"),
