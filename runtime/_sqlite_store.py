@@ -183,10 +183,14 @@ class SqliteEventStore:
             if commits != seen:
                 seen = commits
                 try:
-                    await trio.to_thread.run_sync(conn.execute, "PRAGMA wal_checkpoint(PASSIVE)")
+                    await trio.to_thread.run_sync(self._checkpoint_passive, conn)
                 except sqlite3.Error:  # the next round tries again, but never silently
                     self._writer.counters.checkpoint_failures += 1
                     logger.exception("event log %r: the WAL checkpoint failed", self._path)
+
+    def _checkpoint_passive(self, conn: sqlite3.Connection) -> None:
+        with self._writer.checkpoint_lock:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     # --- reading ---------------------------------------------------------------------
 

@@ -280,6 +280,9 @@ class SqliteWriter:
     _cache_valid: bool = False
     _indexed_upto: int = 0
     _wal_check_after: int = 0
+    checkpoint_lock: threading.Lock = attrs.field(factory=threading.Lock)
+    """Held by whoever checkpoints (the background task, or this thread at the bound):
+    two checkpoints at once would make one of them fail busy."""
 
     # --- the Trio side ---------------------------------------------------------------
 
@@ -639,7 +642,8 @@ class SqliteWriter:
         try:
             conn.execute(f"PRAGMA busy_timeout = {_CHECKPOINT_WAIT_MS}")
             try:
-                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                with self.checkpoint_lock:
+                    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             finally:
                 conn.execute("PRAGMA busy_timeout = 10000")
         except sqlite3.Error:
