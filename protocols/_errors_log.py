@@ -16,6 +16,7 @@ __all__ = [
     "EventEncodeError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
+    "ImportConflictError",
     "ReplayDivergenceError",
     "ReplayError",
     "StoreClosedError",
@@ -50,6 +51,31 @@ class ConcurrencyConflictError(StoreError):
         )
 
 
+class ImportConflictError(ConcurrencyConflictError):
+    """An imported event differs from the event the store holds at its stream and version.
+
+    Importing events that are already there is a no-op; this is the real clash: the same
+    (stream, version) with another type, schema version, payload or metadata. Nothing
+    was written.
+    """
+
+    code = "store.import_conflict"
+
+    def __init__(self, stream: str, version: int, field: str, line: int | None = None) -> None:
+        self.stream = stream
+        self.expected = version - 1
+        self.actual = version
+        self.version = version
+        self.field = field
+        self.line = line
+        where = "" if line is None else f" (line {line})"
+        StoreError.__init__(
+            self,
+            f"the imported event {stream!r} version {version}{where} differs from the stored "
+            f"one in its {field}; nothing was written (another log's history for this stream?)",
+        )
+
+
 class StoreClosedError(StoreError):
     """The store is closed."""
 
@@ -60,13 +86,28 @@ class StoreClosedError(StoreError):
 
 
 class CorruptLogError(StoreError):
-    """The log file is damaged; ``path`` names it."""
+    """The log file is damaged; ``path`` names it, ``stream`` and ``version`` the event.
+
+    Raised instead of returning what a damaged row claims: a checksum or content address
+    that does not match, a version gap or duplicate, a mistyped column.
+    """
 
     code = "store.corrupt"
 
-    def __init__(self, path: str, detail: str) -> None:
+    def __init__(
+        self,
+        path: str,
+        detail: str,
+        *,
+        stream: str | None = None,
+        version: int | None = None,
+        kind: str | None = None,
+    ) -> None:
         self.path = path
         self.detail = detail
+        self.stream = stream
+        self.version = version
+        self.kind = kind
         super().__init__(
             f"event log {path!r} is damaged: {detail}; restore it from a backup "
             "(`powertrio export` what still reads) or move it aside"

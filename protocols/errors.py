@@ -22,6 +22,7 @@ The tree (code in brackets)::
     │   └── IntensityExceededError                [supervisor.intensity_exceeded]
     ├── StoreError                                [store]
     │   ├── ConcurrencyConflictError              [store.conflict]
+    │   │   └── ImportConflictError               [store.import_conflict]
     │   ├── StoreClosedError                      [store.closed]
     │   ├── CorruptLogError                       [store.corrupt]
     │   ├── ForeignDatabaseError                  [store.foreign]
@@ -153,6 +154,7 @@ from ._errors_log import (
     EventEncodeError,
     ForeignDatabaseError,
     FutureEventVersionError,
+    ImportConflictError,
     ReplayDivergenceError,
     ReplayError,
     StoreClosedError,
@@ -190,6 +192,7 @@ __all__ = [
     "FutureEventVersionError",
     "HookVetoError",
     "HumanRequestNotFoundError",
+    "ImportConflictError",
     "InputFileNotFoundError",
     "IntensityExceededError",
     "LLMAuthError",

@@ -157,6 +157,16 @@ class EventStoreStatistics:
     """The global position of the newest event (0 when the log is empty)."""
     closed: bool
     """Whether the store is closed."""
+    checkpoint_failures: int = 0
+    """WAL checkpoints that failed with an error (each is also logged, ``powertrio.store``)."""
+    checkpoints_blocked: int = 0
+    """Blocking WAL checkpoints that readers kept from truncating the WAL (tried again)."""
+    wal_checkpoints: int = 0
+    """Blocking checkpoints that truncated a WAL grown past its bound."""
+    sweep_failures: int = 0
+    """Index sweeps that failed (logged; reads still see the unindexed events)."""
+    guard_trips: int = 0
+    """Group commits the database's one-writer guard refused (re-planned, then retried)."""
 
 
 class EventStore(Protocol):

@@ -9,8 +9,10 @@ and reviewed in one place, and the other two modules read as the concurrency the
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sqlite3
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
@@ -26,8 +28,13 @@ from ._event_store import RecordedEvent, StreamInfo
 APPLICATION_ID = 0x50545249
 """``PRAGMA application_id`` of a powertrio event log ("PTRI"): how we recognise our files."""
 
-SCHEMA_VERSION = 1
-"""The storage schema this code writes and reads (``PRAGMA user_version``)."""
+SCHEMA_VERSION = 2
+"""The storage schema this code writes and reads (``PRAGMA user_version``).
+
+Version 2 added a checksum to every event row and the ``heads`` table whose triggers
+refuse a second event at a taken (stream, version); a version-1 file is upgraded when
+opened (see ``_upgrade_from_1``).
+"""
 
 # Why the (stream, version) index lags behind: events are appended in position order, so
 # the events table only grows at its end, but an index keyed by stream puts each new
@@ -53,7 +60,8 @@ CREATE TABLE events (
     data           BLOB,
     blob_id        BLOB,
     metadata       BLOB,
-    recorded_at    REAL    NOT NULL
+    recorded_at    REAL    NOT NULL,
+    checksum       INTEGER
 );
 CREATE TABLE stream_index (
     stream   TEXT    NOT NULL,
@@ -86,17 +94,37 @@ CREATE TABLE blobs (
     data BLOB NOT NULL
 ) WITHOUT ROWID;
 """
-_REQUIRED_TABLES = frozenset({"events", "stream_index", "meta", "streams", "snapshots", "blobs"})
-
-_SELECT = (
-    "SELECT e.stream, e.version, e.position, e.type, e.schema_version, "
-    "coalesce(e.data, b.data), e.metadata, e.recorded_at, e.blob_id "
-    "FROM events e LEFT JOIN blobs b ON b.id = e.blob_id "
+# The one-writer-per-stream guard, checked by SQLite at every insert, whoever inserts: an
+# event must be its stream's head + 1, so a second writer of a (stream, version) and a gap
+# are both refused, and the statement (the whole group) writes nothing. A UNIQUE index on
+# events (stream, version) would say the same, but it is the per-commit index the lagging
+# stream_index exists to avoid (one dirty leaf per stream per commit); ``heads`` has one
+# short row per stream, so a group commit over 256 streams dirties a handful of its pages.
+# (RAISE takes only a literal message: the writer names the stream and version, see
+# SqliteWriter._retry_after_guard.)
+GUARD_MESSAGE = "powertrio: stream version taken"
+_GUARD_STATEMENTS = (
+    "CREATE TABLE heads (stream TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TRIGGER events_guard BEFORE INSERT ON events BEGIN "
+    f"SELECT RAISE(ABORT, '{GUARD_MESSAGE}') WHERE NEW.version IS NOT "
+    "1 + coalesce((SELECT version FROM heads WHERE stream = NEW.stream), 0); END",
+    "CREATE TRIGGER events_head AFTER INSERT ON events BEGIN "
+    "INSERT INTO heads (stream, version) VALUES (NEW.stream, NEW.version) "
+    "ON CONFLICT (stream) DO UPDATE SET version = excluded.version; END",
 )
-READ_INDEXED = (
+_GUARD = "".join(statement + ";\n" for statement in _GUARD_STATEMENTS)
+_REQUIRED_TABLES = frozenset(
+    {"events", "stream_index", "meta", "streams", "snapshots", "blobs", "heads"}
+)
+_REQUIRED_TABLES_V1 = _REQUIRED_TABLES - {"heads"}
+
+_COLUMNS = (
     "SELECT e.stream, e.version, e.position, e.type, e.schema_version, "
-    "coalesce(e.data, b.data), e.metadata, e.recorded_at, e.blob_id "
-    "FROM stream_index i JOIN events e ON e.position = i.position "
+    "coalesce(e.data, b.data), e.metadata, e.recorded_at, e.blob_id, e.checksum "
+)
+_SELECT = _COLUMNS + "FROM events e LEFT JOIN blobs b ON b.id = e.blob_id "
+READ_INDEXED = (
+    _COLUMNS + "FROM stream_index i JOIN events e ON e.position = i.position "
     "LEFT JOIN blobs b ON b.id = e.blob_id "
     "WHERE i.stream = ? AND i.version >= ? ORDER BY i.version LIMIT ?"
 )
@@ -115,11 +143,12 @@ READ_ALL = _SELECT + "WHERE e.position >= ? ORDER BY e.position LIMIT ?"
 # around it) is paid once per statement. Batch sizes vary, so a batch is cut into chunks
 # whose sizes are powers of two: nine statements, prepared once and kept in the connection's
 # statement cache, cover every batch with at most nine executions.
-_EVENT_COLUMNS = 9
-_MAX_INSERT_ROWS = 256  # 2304 parameters, far below SQLite's limit of 32766
+_EVENT_COLUMNS = 10
+_MAX_INSERT_ROWS = 256  # 2560 parameters, far below SQLite's limit of 32766
 _INSERT_EVENTS = {
     rows: "INSERT INTO events (position, stream, version, type, schema_version, data, "
-    "blob_id, metadata, recorded_at) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
+    "blob_id, metadata, recorded_at, checksum) VALUES "
+    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
     for rows in (1 << shift for shift in range(_MAX_INSERT_ROWS.bit_length()))
 }
 # The common group commit is this one statement, run outside any explicit transaction:
@@ -132,11 +161,11 @@ _INSERT_EVENTS = {
 # after): then nothing was written, and the group goes through an explicit transaction.
 INSERT_GROUP = (
     "INSERT INTO events (position, stream, version, type, schema_version, data, blob_id, "
-    "metadata, recorded_at) "
+    "metadata, recorded_at, checksum) "
     "SELECT ?3 + e.key, e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, "
     "substr(?2, e.value ->> 4, e.value ->> 5), NULL, "
     "CASE WHEN e.value ->> 6 IS NOT NULL THEN substr(?2, e.value ->> 6, e.value ->> 7) END, "
-    "?4 FROM json_each(?1) AS e "
+    "?4, e.value ->> 8 FROM json_each(?1) AS e "
     "WHERE (SELECT data_version FROM pragma_data_version()) = ?5"
 )
 GROUP_STATEMENT = sqlite3.sqlite_version_info >= (3, 38, 0)  # the ->> operator
@@ -159,6 +188,7 @@ STREAMS_LISTING = (
     "UNION ALL SELECT 1, stream, max(version), min(recorded_at), max(recorded_at) FROM events "
     "WHERE position > ?3 AND substr(stream, 1, ?1) = ?2 GROUP BY stream ORDER BY 1"
 )
+READ_HEAD_VERSION = "SELECT version FROM heads WHERE stream = ?"
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs (id, data) VALUES (?, ?)"
 _READ_HEAD = "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'events'"
 READ_SNAPSHOT = (
@@ -177,7 +207,8 @@ DELETE_INDEXED_EVENTS = (
 )
 DELETE_TAIL_EVENTS = "DELETE FROM events WHERE position > ? AND stream = ?"
 DELETE_STREAM_ROWS = tuple(
-    f"DELETE FROM {table} WHERE stream = ?" for table in ("stream_index", "streams", "snapshots")
+    f"DELETE FROM {table} WHERE stream = ?"
+    for table in ("stream_index", "streams", "snapshots", "heads")
 )
 DELETE_ORPHAN_BLOBS = (
     "DELETE FROM blobs WHERE id NOT IN (SELECT blob_id FROM events WHERE blob_id IS NOT NULL)"
@@ -262,20 +293,74 @@ def stream_info(conn: sqlite3.Connection, stream: str, upto: int) -> StreamInfo 
     return merge_infos(conn.execute(_STREAM_INFO, (stream, upto)).fetchall()).get(stream)
 
 
+def event_checksum(  # noqa: PLR0917  # positional: the hot path, and an SQL function
+    stream: str, version: int, type_: str, schema_version: int, data: bytes, metadata: bytes | None
+) -> int:
+    """The CRC32 an event row carries: over its stream, version, type, schema version,
+    payload and metadata, so a flipped byte in any of them is seen on read.
+
+    CRC32 (``zlib``) costs well under a microsecond for a typical event; it is a guard
+    against decay and stray writes, not against someone forging rows.
+    """
+    head = f"{stream}\n{version}\n{type_}\n{schema_version}\n"
+    head += "-" if metadata is None else str(len(metadata))
+    crc = zlib.crc32(data, zlib.crc32(head.encode("utf-8", "surrogatepass")))
+    return crc if metadata is None else zlib.crc32(metadata, crc)
+
+
 def row_to_event(path: str, row: Any) -> RecordedEvent:  # an sqlite3 row
-    """Decode a row of ``READ_INDEXED``, ``READ_TAIL`` or ``READ_ALL``.
+    """Decode and verify a row of ``READ_INDEXED``, ``READ_TAIL`` or ``READ_ALL``.
+
+    Nothing a damaged row claims is returned: its columns must have their types, a blob
+    must match its content address and the row its checksum.
 
     Raises:
-        CorruptLogError: the event's payload (or the blob holding it) is missing.
+        CorruptLogError: the event's payload (or the blob holding it) is missing, a
+            column is mistyped, or the checksum or the blob's address does not match.
     """
-    stream, version, position, type_, schema_version, data, metadata, recorded_at, blob = row
+    stream, version, position, type_, schema_version, data, metadata, recorded_at, blob, crc = row
+    if (
+        type(version) is not int
+        or type(schema_version) is not int
+        or type(stream) is not str
+        or type(type_) is not str
+        or not (metadata is None or type(metadata) is bytes)
+        or not (data is None or type(data) is bytes)
+    ):
+        raise CorruptLogError(
+            path,
+            f"the event at position {position} of {stream!r} has a mistyped column "
+            f"(version {version!r}, schema_version {schema_version!r}, payload "
+            f"{type(data).__name__})",
+            stream=str(stream),
+            version=version if type(version) is int else None,
+            kind="mistyped",
+        )
     if data is None:
         detail = (
             f"blob {bytes(blob).hex()} of {stream!r} version {version} is missing"
             if blob is not None
             else f"event {stream!r} version {version} has no payload"
         )
-        raise CorruptLogError(path, detail)
+        raise CorruptLogError(path, detail, stream=stream, version=version, kind="missing")
+    if blob is not None and hashlib.sha256(data).digest() != blob:
+        raise CorruptLogError(
+            path,
+            f"blob {bytes(blob).hex()} of {stream!r} version {version} does not match its "
+            "content address",
+            stream=stream,
+            version=version,
+            kind="blob_hash",
+        )
+    if crc != event_checksum(stream, version, type_, schema_version, data, metadata):
+        detail = "has no checksum" if crc is None else "does not match its checksum"
+        raise CorruptLogError(
+            path,
+            f"event {stream!r} version {version} {detail}",
+            stream=stream,
+            version=version,
+            kind="checksum",
+        )
     return RecordedEvent(
         stream=stream,
         version=version,
@@ -286,6 +371,44 @@ def row_to_event(path: str, row: Any) -> RecordedEvent:  # an sqlite3 row
         metadata=metadata,
         recorded_at=recorded_at,
     )
+
+
+def check_contiguous(
+    path: str,
+    stream: str,
+    *,
+    from_version: int,
+    wanted: int,
+    events: Sequence[RecordedEvent],
+    head: int,
+) -> None:
+    """Check that a stream read holds exactly the versions it should (``head``: the
+    stream's version in ``heads``), so a deleted or duplicated event is never read as a
+    shorter or different history.
+
+    Raises:
+        CorruptLogError: a version is missing or repeated, or the stream ends early.
+    """
+    expected = from_version
+    for event in events:
+        if event.version != expected:
+            kind = "duplicate" if event.version < expected else "gap"
+            detail = (
+                f"{stream!r} version {event.version} is stored twice"
+                if kind == "duplicate"
+                else f"{stream!r} version {expected} is missing (the next stored is "
+                f"{event.version})"
+            )
+            raise CorruptLogError(path, detail, stream=stream, version=expected, kind=kind)
+        expected += 1
+    if (wanted < 0 or len(events) < wanted) and expected <= head:
+        raise CorruptLogError(
+            path,
+            f"{stream!r} versions {expected}..{head} are missing (the stream's head is {head})",
+            stream=stream,
+            version=expected,
+            kind="gap",
+        )
 
 
 def open_database(
@@ -336,6 +459,7 @@ def _prepare(
         conn.executescript(
             "SAVEPOINT init;"
             + _SCHEMA
+            + _GUARD
             + f"PRAGMA application_id = {APPLICATION_ID};"
             + f"PRAGMA user_version = {SCHEMA_VERSION};"
             + "RELEASE init;"
@@ -344,7 +468,8 @@ def _prepare(
         found = conn.execute("PRAGMA user_version").fetchone()[0]
         if found > SCHEMA_VERSION:
             raise StoreSchemaVersionError(path, found, SCHEMA_VERSION)
-        if found < 1 or not tables >= _REQUIRED_TABLES:
+        required = _REQUIRED_TABLES_V1 if found == 1 else _REQUIRED_TABLES
+        if found < 1 or not tables >= required:
             raise CorruptLogError(
                 path, f"storage schema {found} with tables {sorted(tables)} is incomplete"
             )
@@ -353,4 +478,70 @@ def _prepare(
             if problems != ["ok"]:
                 raise CorruptLogError(path, "; ".join(map(str, problems[:5])))
         conn.execute("PRAGMA journal_mode = WAL")
+        if found == 1:
+            _upgrade_from_1(conn)
     conn.execute(f"PRAGMA synchronous = {synchronous}")
+
+
+UPGRADE_CHECKSUMS_KEY = "checksummed_at_upgrade"
+"""``meta`` key: how many event rows got their checksum when a version-1 file was upgraded
+(their content before that moment could not be verified; ``check`` says so)."""
+
+_CHECKSUM_FUNCTION = "powertrio_event_checksum"
+
+
+def _checksum_or_null(  # noqa: PLR0917  # an SQL function's arguments
+    stream: object,
+    version: object,
+    type_: object,
+    schema_version: object,
+    data: object,
+    metadata: object,
+) -> int | None:
+    """``event_checksum`` as an SQL function; NULL for a row too damaged to checksum
+    (a mistyped column or a missing payload), which reads then report."""
+    if not (
+        type(stream) is str
+        and type(version) is int
+        and type(type_) is str
+        and type(schema_version) is int
+        and type(data) is bytes
+        and (metadata is None or type(metadata) is bytes)
+    ):
+        return None
+    return event_checksum(stream, version, type_, schema_version, data, metadata)
+
+
+def _upgrade_from_1(conn: sqlite3.Connection) -> None:
+    """Bring a version-1 log to version 2 in one transaction (all or nothing).
+
+    Adds the checksum column and fills it (one pass over the events, about a second per
+    million rows), and the ``heads`` guard, filled from the events. The checksums bless
+    the rows as they are now: ``meta`` keeps how many got one this way.
+    """
+    conn.create_function(_CHECKSUM_FUNCTION, 6, _checksum_or_null, deterministic=True)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 1:  # not upgraded meanwhile
+            conn.execute("ALTER TABLE events ADD COLUMN checksum INTEGER")
+            for statement in _GUARD_STATEMENTS:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO heads (stream, version) "
+                "SELECT stream, max(version) FROM events GROUP BY stream"
+            )
+            checksummed = conn.execute(
+                f"UPDATE events SET checksum = {_CHECKSUM_FUNCTION}(stream, version, type, "
+                "schema_version, coalesce(data, (SELECT b.data FROM blobs b "
+                "WHERE b.id = events.blob_id)), metadata)"
+            ).rowcount
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?)",
+                (UPGRADE_CHECKSUMS_KEY, checksummed),
+            )
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

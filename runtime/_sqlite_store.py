@@ -9,7 +9,7 @@ SQL live in ``_sqlite_schema``.
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -37,32 +37,37 @@ from ._event_store import (
     check_stream_name,
     effective_limit,
 )
+from ._sqlite_audit import audit_database
 from ._sqlite_schema import (
     DELETE_INDEXED_EVENTS,
     DELETE_ORPHAN_BLOBS,
     DELETE_STREAM_ROWS,
     DELETE_TAIL_EVENTS,
     READ_ALL,
+    READ_HEAD_VERSION,
     READ_INDEXED,
     READ_SNAPSHOT,
     READ_TAIL,
     SAVE_SNAPSHOT,
     STREAMS_LISTING,
     Synchronous,
+    check_contiguous,
     connect,
     indexed_upto,
     map_errors,
     merge_infos,
     open_database,
     row_to_event,
-    stream_info,
 )
 from ._sqlite_writer import SqliteWriter
+from ._store_ops import CheckProblem, CheckReport
 from ._virtual_time import hold_virtual_clock
 
 __all__ = ["SqliteEventStore", "open_sqlite_store"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("powertrio.store")
 
 
 def _slot_setter(name: str) -> Callable[[AppendResult, object], None]:
@@ -187,8 +192,16 @@ class SqliteEventStore:
                 await self._appended.wait()
                 continue
             seen = commits
-            with contextlib.suppress(sqlite3.Error), hold_virtual_clock():
-                await trio.to_thread.run_sync(conn.execute, "PRAGMA wal_checkpoint(PASSIVE)")
+            try:
+                with hold_virtual_clock():
+                    await trio.to_thread.run_sync(self._checkpoint_passive, conn)
+            except sqlite3.Error:  # the next round tries again, but never silently
+                self._writer.counters.checkpoint_failures += 1
+                logger.exception("event log %r: the WAL checkpoint failed", self._path)
+
+    def _checkpoint_passive(self, conn: sqlite3.Connection) -> None:
+        with self._writer.checkpoint_lock:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     # --- reading ---------------------------------------------------------------------
 
@@ -223,9 +236,15 @@ class SqliteEventStore:
     ) -> list[RecordedEvent]:
         """Read a stream from ``from_version`` on; see ``EventStore.read``.
 
+        Every event is verified (its checksum, its blob's address, its columns' types),
+        and so is the run of versions: exactly ``from_version``, ``from_version + 1``, ...
+        up to the limit or the stream's head, so a lost or doubled event is an error,
+        never a shorter or different history.
+
         Raises:
             StoreClosedError: the store is closed.
-            CorruptLogError: the file is damaged.
+            CorruptLogError: the file is damaged; ``stream`` and ``version`` name the
+                event, ``kind`` says how (``checksum``, ``gap``, ``duplicate``, ...).
         """
         check_stream_name(stream)
         check_from("from_version", from_version, limit)
@@ -233,16 +252,26 @@ class SqliteEventStore:
         wanted = effective_limit(limit)
 
         def run(conn: sqlite3.Connection) -> list[RecordedEvent]:
-            conn.execute("BEGIN")  # one snapshot for the indexed part and the tail
+            conn.execute("BEGIN")  # one snapshot for the indexed part, the tail and the head
             try:
                 upto = indexed_upto(conn)
                 rows = conn.execute(READ_INDEXED, (stream, from_version, wanted)).fetchall()
                 rest = -1 if wanted < 0 else wanted - len(rows)
                 if rest:
                     rows += conn.execute(READ_TAIL, (upto, stream, from_version, rest))
+                head = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
             finally:
                 conn.execute("COMMIT")
-            return [row_to_event(path, row) for row in rows]
+            events = [row_to_event(path, row) for row in rows]
+            check_contiguous(
+                path,
+                stream,
+                from_version=from_version,
+                wanted=wanted,
+                events=events,
+                head=0 if head is None else head[0],
+            )
+            return events
 
         return await self._run_read(run)
 
@@ -265,7 +294,7 @@ class SqliteEventStore:
         return await self._run_read(run)
 
     async def stream_version(self, stream: str) -> int:
-        """The stream's version (0 if absent).
+        """The stream's version (0 if absent), as the one-writer guard knows it.
 
         Raises:
             StoreClosedError: the store is closed.
@@ -273,12 +302,8 @@ class SqliteEventStore:
         check_stream_name(stream)
 
         def run(conn: sqlite3.Connection) -> int:
-            conn.execute("BEGIN")
-            try:
-                info = stream_info(conn, stream, indexed_upto(conn))
-            finally:
-                conn.execute("COMMIT")
-            return 0 if info is None else info.version
+            row = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
+            return 0 if row is None else int(row[0])
 
         return await self._run_read(run)
 
@@ -378,8 +403,8 @@ class SqliteEventStore:
         def run(conn: sqlite3.Connection) -> int:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                info = stream_info(conn, stream, indexed_upto(conn))
-                current = 0 if info is None else info.version
+                row = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
+                current = 0 if row is None else int(row[0])
                 if version <= current:
                     conn.execute(SAVE_SNAPSHOT, (stream, version, type, schema_version, data, now))
                 conn.execute("COMMIT")
@@ -480,6 +505,42 @@ class SqliteEventStore:
 
         return await self._run_read(run)
 
+    async def audit(self) -> CheckReport:
+        """Verify every stored event, blob and index entry, not only what reads touch.
+
+        Finds what :meth:`read` refuses (checksums, blob addresses, mistyped columns,
+        version gaps and duplicates), and more: every problem of every stream, index
+        entries that point nowhere, heads that disagree with the events, and this
+        store's own swallowed-no-more failures (checkpoints, index sweeps). One read
+        transaction over the whole file: for ``powertrio check``, not the hot path.
+
+        Returns:
+            CheckReport: the streams and events scanned, each problem (with its stream,
+            version and kind) and notes (e.g. rows that got checksums at an upgrade).
+
+        Raises:
+            StoreClosedError: the store is closed.
+        """
+        path = self._path
+        report = await self._run_read(lambda conn: audit_database(conn, path))
+        counters = self._writer.counters
+        failures = [
+            ("checkpoint_failed", counters.checkpoint_failures, "WAL checkpoints failed"),
+            ("sweep_failed", counters.sweep_failures, "index sweeps failed"),
+        ]
+        extra = tuple(
+            CheckProblem(
+                stream=None,
+                version=None,
+                code="check." + kind,
+                kind=kind,
+                message=f"{count} {what} in this process (see the powertrio.store log)",
+            )
+            for kind, count, what in failures
+            if count
+        )
+        return attrs.evolve(report, problems=report.problems + extra)
+
     # --- lifecycle -------------------------------------------------------------------
 
     def statistics(self) -> EventStoreStatistics:
@@ -494,6 +555,11 @@ class SqliteEventStore:
             pending_appends=self._writer.pending_appends(),
             head_position=self._signal.head,
             closed=self._closing,
+            checkpoint_failures=c.checkpoint_failures,
+            checkpoints_blocked=c.checkpoints_blocked,
+            wal_checkpoints=c.wal_checkpoints,
+            sweep_failures=c.sweep_failures,
+            guard_trips=c.guard_trips,
         )
 
     def _begin_close(self) -> None:
@@ -535,6 +601,7 @@ async def open_sqlite_store(
     clock: Callable[[], float] = time.time,
     checkpoint_interval: float = 0.5,
     index_lag: int = 4096,
+    wal_limit: int = 64 * 1024 * 1024,
 ) -> AsyncIterator[SqliteEventStore]:
     """Open (or create) the event log at ``path`` and run its writer thread.
 
@@ -558,6 +625,9 @@ async def open_sqlite_store(
             the per-stream index (reads scan that tail): once it has no append waiting,
             or, under a steady stream of appends, once four times as many wait; 0 indexes
             in every commit.
+        wal_limit (int): bytes the WAL file may grow to before the writer checkpoints and
+            truncates it between two group commits (0: leave it to the background
+            checkpoints, which under sustained writes never catch up).
 
     Yields:
         SqliteEventStore: the open store.
@@ -572,6 +642,8 @@ async def open_sqlite_store(
         raise ValueError(f"blob_threshold must be >= 0, got {blob_threshold}")
     if index_lag < 0:
         raise ValueError(f"index_lag must be >= 0, got {index_lag}")
+    if wal_limit < 0:
+        raise ValueError(f"wal_limit must be >= 0, got {wal_limit}")
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     if synchronous not in ("FULL", "NORMAL", "OFF"):
@@ -590,6 +662,7 @@ async def open_sqlite_store(
         blob_threshold=blob_threshold,
         max_batch=max_batch,
         index_lag=index_lag,
+        wal_limit=wal_limit,
     )
     store = SqliteEventStore(path=where, clock=clock, writer=writer, signal=signal)
     try:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -26,19 +28,23 @@ from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreEr
 from ._event_store import CommitSignal, NewEvent
 from ._sqlite_schema import (
     GROUP_STATEMENT,
+    GUARD_MESSAGE,
     INSERT_BLOB,
     INSERT_GROUP,
+    READ_HEAD_VERSION,
+    event_checksum,
     indexed_upto,
     insert_events,
     map_errors,
     read_head,
-    stream_info,
     sweep,
 )
 
 __all__ = ["PendingAppend", "SqliteWriter", "WriteJob"]
 
 _Item = TypeVar("_Item")
+
+logger = logging.getLogger("powertrio.store")
 
 # When to sweep the lagging per-stream index (see _sqlite_schema): the writer sweeps in a
 # transaction of its own once ``index_lag`` events are unindexed and no append is waiting.
@@ -50,6 +56,11 @@ _SWEEP_DEFERRAL = 4
 
 # A queue at least this long, met when nothing else is in flight, is split in two groups.
 _SPLIT_QUEUE = 64
+
+# The WAL bound (see SqliteWriter._bound_wal): how long a blocking checkpoint waits for
+# readers to leave the WAL, and how many commits to wait after readers kept it busy.
+_CHECKPOINT_WAIT_MS = 200
+_CHECKPOINT_BACKOFF = 16
 
 
 @final
@@ -160,8 +171,8 @@ class _Plan:
     # For INSERT_GROUP: one tuple per event and the payload bytes they point into.
     group_rows: list[tuple[object, ...]] = attrs.field(factory=list)
     payloads: list[bytes] = attrs.field(factory=lambda: [b"."])
-    # Each written stream's new (version, created_at), for the writer's cache.
-    streams: dict[str, tuple[int, float]] = attrs.field(factory=dict)
+    # Each written stream's new version, for the writer's cache.
+    streams: dict[str, int] = attrs.field(factory=dict)
     accepted: int = 0
     conflicts: list[tuple[PendingAppend, int]] = attrs.field(factory=list)
 
@@ -175,12 +186,17 @@ class _Counters:
     conflicts: int = 0
     failed_appends: int = 0
     commits: int = 0
+    checkpoint_failures: int = 0
+    sweep_failures: int = 0
+    wal_checkpoints: int = 0
+    checkpoints_blocked: int = 0
+    guard_trips: int = 0
 
 
 def _add_row(
     plan: _Plan, event: NewEvent, *, position: int, stream: str, version: int, threshold: int
-) -> float:
-    """Add an event's row for ``insert_events`` (and its blob); returns its time."""
+) -> None:
+    """Add an event's row for ``insert_events`` (and its blob)."""
     stamp = plan.now if event.recorded_at is None else event.recorded_at
     data: bytes | None = event.data
     blob_id: bytes | None = None
@@ -198,8 +214,10 @@ def _add_row(
         blob_id,
         event.metadata,
         stamp,
+        event_checksum(
+            stream, version, event.type, event.schema_version, event.data, event.metadata
+        ),
     )
-    return stamp
 
 
 def _plain(name: str) -> bool:
@@ -235,6 +253,8 @@ class SqliteWriter:
     _blob_threshold: int
     _max_batch: int
     _index_lag: int
+    # Past this many bytes of WAL, the writer truncates it between groups (0: never).
+    _wal_limit: int = 0
     # Shared with the Trio thread, guarded by _mutex: queued appends and maintenance
     # writes, whether the thread sleeps on _work, whether it should stop once drained,
     # and how many appends it has taken but not handed back.
@@ -254,11 +274,15 @@ class SqliteWriter:
     """Set (in the Trio thread) once the thread has answered everything and stopped."""
     counters: _Counters = attrs.field(factory=_Counters)
     # The writer thread's cache of stream versions (see _plan); only that thread uses it.
-    _versions: dict[str, tuple[int, float]] = attrs.field(factory=dict)
+    _versions: dict[str, int] = attrs.field(factory=dict)
     _db_head: int = 0
     _data_version: int = -1
     _cache_valid: bool = False
     _indexed_upto: int = 0
+    _wal_check_after: int = 0
+    checkpoint_lock: threading.Lock = attrs.field(factory=threading.Lock)
+    """Held by whoever checkpoints (the background task, or this thread at the bound):
+    two checkpoints at once would make one of them fail busy."""
 
     # --- the Trio side ---------------------------------------------------------------
 
@@ -357,6 +381,10 @@ class SqliteWriter:
                     self._commit_sync(work, functools.partial(self._hand_back, previous))
                 except BaseException as exc:  # the group fails; the next commit may succeed
                     self._fail(work, exc)
+                if self._wal_limit and self._wal_over_limit():
+                    self._hand_back(decided)  # nobody waits for their answer behind it
+                    decided = []
+                    self._bound_wal()
         finally:
             self._stop(decided)
 
@@ -458,14 +486,37 @@ class SqliteWriter:
         conn = self._conn
         try:
             with map_errors(self._path):
-                if not (
-                    self.group_statement
-                    and self._cache_valid
-                    and self._commit_group(conn, batch, ready_once)
-                ):
-                    self._commit_transaction(conn, batch, ready_once)
+                try:
+                    if not (
+                        self.group_statement
+                        and self._cache_valid
+                        and self._commit_group(conn, batch, ready_once)
+                    ):
+                        self._commit_transaction(conn, batch, ready_once)
+                except sqlite3.IntegrityError as exc:
+                    if GUARD_MESSAGE not in str(exc):
+                        raise
+                    self._retry_after_guard(conn, batch, ready_once)
         finally:
             ready_once()
+
+    def _retry_after_guard(
+        self, conn: sqlite3.Connection, batch: list[PendingAppend], ready: Callable[[], None]
+    ) -> None:
+        """SQLite's one-writer guard refused a version the plan took for free: nothing was
+        written, and the cache was stale (a writer that bypassed this one, or a bug).
+
+        Re-plan from the database in a transaction: an append whose stream has moved on
+        fails as a conflict naming the stream and its version, the others commit.
+        """
+        self.counters.guard_trips += 1
+        logger.warning(
+            "event log %r: the one-writer guard refused a group commit (stale version "
+            "cache); re-planning it from the database",
+            self._path,
+        )
+        self._cache_valid = False
+        self._commit_transaction(conn, [p for p in batch if p.outcome is None], ready)
 
     def _commit_group(
         self, conn: sqlite3.Connection, batch: list[PendingAppend], ready: Callable[[], None]
@@ -562,9 +613,55 @@ class SqliteWriter:
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error:
+            # Not fatal (reads scan the unindexed tail), but never silent.
             self._cache_valid = False
+            self.counters.sweep_failures += 1
+            logger.exception("event log %r: the index sweep failed", self._path)
             return
         self._indexed_upto = indexed
+
+    def _wal_over_limit(self) -> bool:
+        if self.counters.commits < self._wal_check_after:
+            return False
+        try:
+            return os.stat(self._path + "-wal").st_size > self._wal_limit
+        except OSError:
+            return False
+
+    def _bound_wal(self) -> None:
+        """Checkpoint and truncate the WAL, between two groups (writer thread).
+
+        The background PASSIVE checkpoints copy most pages back meanwhile, but under
+        sustained writes they never catch up with the end of the WAL, which then grows
+        without bound. So once it passes ``wal_limit`` the writer, which then holds no
+        transaction, runs a TRUNCATE checkpoint: it waits (briefly) for readers to leave
+        the WAL, copies the rest and empties the file. Readers that stay keep it busy:
+        the writer tries again some commits later, and counts and logs it.
+        """
+        conn = self._conn
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {_CHECKPOINT_WAIT_MS}")
+            try:
+                with self.checkpoint_lock:
+                    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            finally:
+                conn.execute("PRAGMA busy_timeout = 10000")
+        except sqlite3.Error:
+            self.counters.checkpoint_failures += 1
+            self._wal_check_after = self.counters.commits + _CHECKPOINT_BACKOFF
+            logger.exception("event log %r: the WAL checkpoint failed", self._path)
+            return
+        if busy:
+            self.counters.checkpoints_blocked += 1
+            self._wal_check_after = self.counters.commits + _CHECKPOINT_BACKOFF
+            logger.warning(
+                "event log %r: the WAL is past %d bytes but could not be truncated "
+                "(readers or another checkpoint kept it busy); trying again later",
+                self._path,
+                self._wal_limit,
+            )
+        else:
+            self.counters.wal_checkpoints += 1
 
     def _check_cache(self, conn: sqlite3.Connection) -> None:
         """Drop and re-read the cache if another connection committed since it was filled."""
@@ -602,20 +699,20 @@ class SqliteWriter:
         rows = plan.group_rows
         payloads = plan.payloads
         offset = 2  # substr() counts from 1, after the leading byte
+        checksum = event_checksum
         position = plan.head
         accepted = 0
         for pending in batch:
             stream = pending.stream
             if group and not _plain(stream):
                 return None
-            state = written.get(stream) or cache.get(stream)
-            if state is None:
-                info = stream_info(conn, stream, upto)
-                if info is None:
-                    state = (0, now)
-                else:
-                    state = cache[stream] = (info.version, info.created_at)
-            current, created = state
+            current = written.get(stream)
+            if current is None:
+                current = cache.get(stream)
+            if current is None:
+                # The guard's own table, so the plan agrees with what SQLite will accept.
+                row = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
+                current = 0 if row is None else cache.setdefault(stream, row[0])
             if current != pending.expected_version:
                 plan.conflicts.append((pending, current))
                 continue
@@ -625,7 +722,7 @@ class SqliteWriter:
                 position += 1
                 version += 1
                 if not group:
-                    stamp = _add_row(
+                    _add_row(
                         plan,
                         event,
                         position=position,
@@ -633,15 +730,11 @@ class SqliteWriter:
                         version=version,
                         threshold=threshold,
                     )
-                    if version == 1:
-                        created = stamp
                     continue
                 data = event.data
                 meta = event.metadata
                 if event.recorded_at is not None or len(data) > threshold or not _plain(event.type):
                     return None
-                if version == 1:
-                    created = now
                 end = offset + len(data)
                 rows.append(
                     (
@@ -653,6 +746,7 @@ class SqliteWriter:
                         len(data),
                         None if meta is None else end,
                         0 if meta is None else len(meta),
+                        checksum(stream, version, event.type, event.schema_version, data, meta),
                     )
                 )
                 payloads.append(data)
@@ -661,7 +755,7 @@ class SqliteWriter:
                     payloads.append(meta)
                     offset += len(meta)
             if version != current:
-                written[stream] = (version, created)
+                written[stream] = version
             # Tentative until the commit succeeds; a failure replaces outcome None.
             pending.version = version
             pending.last_position = position

@@ -18,6 +18,7 @@ from protocols.errors import (
     CodecError,
     ConcurrencyConflictError,
     CorruptLogError,
+    ImportConflictError,
     InputFileNotFoundError,
     StoreError,
     StreamNotFoundError,
@@ -50,6 +51,8 @@ class TransferResult:
     """Distinct streams written."""
     events: int
     """Events (lines) written."""
+    skipped: int = 0
+    """Events an import found already stored, identical (importing them again is a no-op)."""
 
 
 @final
@@ -65,6 +68,9 @@ class CheckProblem:
     """The error code (``codec.unknown_type``, ``store.corrupt``, ``check.fold``...)."""
     message: str
     """What is wrong, for people."""
+    kind: str = ""
+    """What sort of damage, within ``code``: ``checksum``, ``gap``, ``duplicate``,
+    ``mistyped``, ``blob_hash``, ``index``, ``head``, ``checkpoint_failed``, ``decode``..."""
 
 
 @final
@@ -78,6 +84,9 @@ class CheckReport:
     """Events decoded."""
     problems: tuple[CheckProblem, ...]
     """Everything found wrong, in stream order."""
+    notes: tuple[str, ...] = ()
+    """Facts worth knowing that are not problems (e.g. rows that got their checksums when
+    an older file was upgraded, so their earlier content could not be verified)."""
 
     @property
     def ok(self) -> bool:
@@ -250,23 +259,30 @@ def _parse_line(path: str, number: int, raw: bytes) -> tuple[str, int, NewEvent]
 async def import_jsonl(store: EventStore, source: str | os.PathLike[str]) -> TransferResult:
     """Append the events of a JSON Lines export to a store, keeping bytes and times exactly.
 
-    The whole file is parsed and every stream's starting version is checked against the
-    store before anything is written, so a bad line or a clash writes nothing. Global
-    positions are assigned by the target store (the relative order is kept).
+    The whole file is parsed and every stream is checked against the store before
+    anything is written, so a bad line or a clash writes nothing. Events the store already
+    holds, identical (same stream, version, type, schema version, payload and metadata),
+    are skipped: importing an export into the log it came from, or importing a file
+    twice, is a no-op. Global positions are assigned by the target store (the relative
+    order is kept).
 
     Args:
         store (EventStore): the target store.
         source (str | os.PathLike): a file written by :func:`export_jsonl`.
 
     Returns:
-        TransferResult: how many streams and events were imported.
+        TransferResult: how many streams and events were imported, and how many events
+        were skipped as already there.
 
     Raises:
         InputFileNotFoundError: there is no file at ``source``.
         BadInputFileError: a line is malformed or versions are not contiguous; ``line``
             names it.
-        ConcurrencyConflictError: a stream in the file does not continue the store's
-            stream (e.g. it was already imported); nothing was written.
+        ImportConflictError: an event in the file differs from the stored event at its
+            stream and version (``stream``, ``version``, ``field`` and ``line`` say
+            where); nothing was written.
+        ConcurrencyConflictError: a stream in the file starts beyond the store's stream
+            (a gap); nothing was written.
         StoreError: writing failed part-way (earlier runs of events are kept).
     """
     path = os.fspath(source)
@@ -277,6 +293,7 @@ async def import_jsonl(store: EventStore, source: str | os.PathLike[str]) -> Tra
     runs: list[tuple[str, int, list[NewEvent]]] = []
     expected_next: dict[str, int] = {}
     first_version: dict[str, int] = {}
+    lines: dict[tuple[str, int], tuple[int, NewEvent]] = {}
     for number, raw in enumerate(content.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -287,17 +304,52 @@ async def import_jsonl(store: EventStore, source: str | os.PathLike[str]) -> Tra
             raise BadInputFileError(path, detail, line=number)
         first_version.setdefault(stream, version)
         expected_next[stream] = version + 1
+        lines[stream, version] = (number, event)
         if runs and runs[-1][0] == stream:
             runs[-1][2].append(event)
         else:
             runs.append((stream, version - 1, [event]))
+    present: dict[str, int] = {}
     for stream, first in first_version.items():
         current = await store.stream_version(stream)
-        if current != first - 1:
+        if current < first - 1:
             raise ConcurrencyConflictError(stream, first - 1, current)
+        present[stream] = min(current, expected_next[stream] - 1)
+        if present[stream] >= first:
+            await _compare_stored(store, stream, first, present[stream], lines)
+    skipped = 0
+    imported = 0
+    written: set[str] = set()
     for stream, expected, events in runs:
-        await store.append(stream, events, expected)
-    return TransferResult(streams=len(first_version), events=sum(len(r[2]) for r in runs))
+        # The run holds versions expected + 1 ...; the store already has up to present.
+        drop = max(0, min(len(events), present[stream] - expected))
+        skipped += drop
+        if drop < len(events):
+            await store.append(stream, events[drop:], expected + drop)
+            imported += len(events) - drop
+            written.add(stream)
+    return TransferResult(streams=len(written), events=imported, skipped=skipped)
+
+
+async def _compare_stored(
+    store: EventStore,
+    stream: str,
+    first: int,
+    last: int,
+    lines: dict[tuple[str, int], tuple[int, NewEvent]],
+) -> None:
+    """Check that the stored events ``first..last`` of ``stream`` equal the file's."""
+    version = first
+    while version <= last:
+        page = await store.read(stream, version, limit=min(_PAGE, last - version + 1))
+        if not page:
+            raise ImportConflictError(stream, version, "presence", lines[stream, version][0])
+        for stored in page:
+            number, event = lines[stream, stored.version]
+            for field in ("type", "schema_version", "data", "metadata"):
+                if getattr(stored, field) != getattr(event, field):
+                    raise ImportConflictError(stream, stored.version, field, number)
+            version = stored.version + 1
 
 
 async def apply_retention(
@@ -340,8 +392,10 @@ async def apply_retention(
     return doomed
 
 
-def _problem(stream: str | None, version: int | None, code: str, message: str) -> CheckProblem:
-    return CheckProblem(stream=stream, version=version, code=code, message=message)
+def _problem(
+    stream: str | None, version: int | None, code: str, message: str, kind: str
+) -> CheckProblem:
+    return CheckProblem(stream=stream, version=version, code=code, message=message, kind=kind)
 
 
 async def check_store(
@@ -379,16 +433,21 @@ async def check_store(
     if integrity is not None:
         try:
             for line in await integrity():
-                problems.append(_problem(None, None, CorruptLogError.code, str(line)))
+                problems.append(_problem(None, None, CorruptLogError.code, str(line), "sqlite"))
         except StoreError as exc:
-            problems.append(_problem(None, None, exc.code, str(exc)))
+            problems.append(_problem(None, None, exc.code, str(exc), "sqlite"))
+    notes = await _audit(store, prefix, problems)
+    damaged = {p.stream for p in problems}
     streams = await store.streams(prefix)
     decoded = 0
     for info in streams:
         try:
             events = await _stream_events(store, info.stream)
         except StoreError as exc:
-            problems.append(_problem(info.stream, None, exc.code, str(exc)))
+            if info.stream not in damaged:  # else the audit has named the damage already
+                version = getattr(exc, "version", None)
+                kind = getattr(exc, "kind", None) or "read"
+                problems.append(_problem(info.stream, version, exc.code, str(exc), kind))
             continue
         state: S | None = None if initial is None else initial(info.stream)
         folding = evolve is not None
@@ -398,7 +457,9 @@ async def check_store(
             try:
                 event = codec.decode_record(record)
             except CodecError as exc:
-                problems.append(_problem(info.stream, record.version, exc.code, str(exc)))
+                problems.append(
+                    _problem(info.stream, record.version, exc.code, str(exc), "decode")
+                )
                 folding = False
                 continue
             decoded += 1
@@ -413,6 +474,7 @@ async def check_store(
                             "check.fold",
                             f"evolve raised {exc.__class__.__name__}: {exc} on {record.type!r} "
                             f"at {info.stream!r} version {record.version}",
+                            "fold",
                         )
                     )
                     folding = False
@@ -421,7 +483,26 @@ async def check_store(
                     at_snapshot.append(state)
         if snapshot is not None and folding:
             problems.extend(_check_snapshot(codec, snapshot, at_snapshot))
-    return CheckReport(streams=len(streams), events=decoded, problems=tuple(problems))
+    return CheckReport(
+        streams=len(streams), events=decoded, problems=tuple(problems), notes=notes
+    )
+
+
+async def _audit(store: EventStore, prefix: str, problems: list[CheckProblem]) -> tuple[str, ...]:
+    """Add the problems of the store's own audit (a store that can verify every row has
+    ``audit()``); returns its notes."""
+    audit = getattr(store, "audit", None)
+    if audit is None:
+        return ()
+    try:
+        audited: CheckReport = await audit()
+    except StoreError as exc:
+        problems.append(_problem(None, None, exc.code, str(exc), "audit"))
+        return ()
+    problems.extend(
+        p for p in audited.problems if p.stream is None or p.stream.startswith(prefix)
+    )
+    return audited.notes
 
 
 def _check_snapshot(
@@ -435,7 +516,7 @@ def _check_snapshot(
             snapshot.type, snapshot.schema_version, snapshot.data, stream=stream
         )
     except CodecError as exc:
-        return (_problem(stream, snapshot.version, exc.code, f"snapshot: {exc}"),)
+        return (_problem(stream, snapshot.version, exc.code, f"snapshot: {exc}", "snapshot"),)
     if folded != [cached]:
         return (
             _problem(
@@ -444,6 +525,7 @@ def _check_snapshot(
                 "check.snapshot_mismatch",
                 f"the snapshot of {stream!r} at version {snapshot.version} differs from the "
                 "fold of the log; delete it (snapshots are only a cache)",
+                "snapshot",
             ),
         )
     return ()

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from runtime._sqlite_schema import event_checksum
+
 SCRIPT = Path(sys.executable).parent / "powertrio"
 """The installed console script (``pip install -e .`` puts it beside the interpreter)."""
 
@@ -287,9 +289,17 @@ def test_check_on_a_damaged_file_names_the_problem_and_fails(workdir: Path) -> N
 
 
 def test_check_on_an_undecodable_event_names_the_stream_and_version(workdir: Path) -> None:
-    """An event whose payload is not what its type says: ``codec.*``, with stream and version."""
+    """An event whose payload is not what its type says: ``codec.*``, with stream and version.
+
+    The row is rewritten with a matching checksum (as a buggy writer would), so what is
+    left to find is the codec error.
+    """
     with sqlite3.connect(workdir / "powertrio.sqlite") as db:
-        db.execute("UPDATE events SET data = X'7B7D' WHERE position = 3")  # {} for an answer
+        db.create_function("checksum", 6, event_checksum)
+        db.execute(  # {} for an answer
+            "UPDATE events SET data = X'7B7D', checksum = checksum(stream, version, type, "
+            "schema_version, X'7B7D', metadata) WHERE position = 3"
+        )
     done = cli(workdir, "check", "--json")
     assert done.returncode == 1
     [problem] = json.loads(done.stdout)["problems"]
@@ -300,10 +310,25 @@ def test_export_then_import_into_a_new_log(workdir: Path) -> None:
     """``export`` writes JSON Lines that ``import`` appends to another log, which checks."""
     exported = cli_json(workdir, "export", "all.jsonl")
     imported = cli_json(workdir, "--db", "copy.sqlite", "import", "all.jsonl")
-    assert exported == imported | {"file": "all.jsonl"}
+    assert exported | {"skipped": 0} == imported | {"file": "all.jsonl"}
     assert cli_json(workdir, "--db", "copy.sqlite", "check")["ok"]  # type: ignore[index]
-    again = cli(workdir, "--db", "copy.sqlite", "import", "all.jsonl")
-    assert again.returncode == 1 and "store.conflict" in again.stderr
+    again = cli_json(workdir, "--db", "copy.sqlite", "import", "all.jsonl")
+    assert isinstance(exported, dict)
+    assert {"streams": 0, "events": 0, "skipped": exported["events"]} == {
+        key: again[key]  # type: ignore[index]
+        for key in ("streams", "events", "skipped")
+    }
+
+
+def test_export_then_import_into_the_same_log_is_a_no_op(workdir: Path) -> None:
+    """The README's ``powertrio export out.jsonl ; powertrio import out.jsonl``: nothing to
+    import, nothing written, exit 0."""
+    exported = cli_json(workdir, "export", "out.jsonl")
+    assert isinstance(exported, dict)
+    done = cli(workdir, "import", "out.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert "imported 0 events of 0 streams" in done.stdout
+    assert f"({exported['events']:,} already there, skipped)" in done.stdout
 
 
 def test_timers_lists_none_when_nothing_is_scheduled(
@@ -335,7 +360,12 @@ def test_replay_of_a_tampered_log_reports_the_divergence(workdir: Path) -> None:
     with sqlite3.connect(workdir / "powertrio.sqlite") as db:
         [(data,)] = db.execute("SELECT data FROM events WHERE position = 2").fetchall()
         changed = bytes(data).replace(TASK.encode(), b"plan a party")
-        db.execute("UPDATE events SET data = ? WHERE position = 2", (changed,))
+        db.create_function("checksum", 6, event_checksum)  # a deliberate, consistent edit
+        db.execute(
+            "UPDATE events SET data = ?1, checksum = checksum(stream, version, type, "
+            "schema_version, ?1, metadata) WHERE position = 2",
+            (changed,),
+        )
     sid = json.loads(cli(workdir, "sessions", "--roots", "--json").stdout)[0]["session_id"]
     done = cli(workdir, "replay", sid)
     assert done.returncode == 1

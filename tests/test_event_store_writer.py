@@ -15,6 +15,7 @@ import trio.testing
 
 from protocols.errors import ConcurrencyConflictError, StoreClosedError
 from runtime import AppendResult, NewEvent, SqliteEventStore, _sqlite_store, open_sqlite_store
+from runtime._sqlite_schema import event_checksum
 from runtime._sqlite_writer import _SPLIT_QUEUE, PendingAppend, SqliteWriter
 
 Outcome = AppendResult | ConcurrencyConflictError
@@ -395,7 +396,8 @@ async def test_a_commit_from_elsewhere_after_the_plan_writes_nothing(
             try:
                 other.execute(
                     "INSERT INTO events (position, stream, version, type, schema_version, "
-                    "data, recorded_at) VALUES (2, 'a', 2, 'other', 1, x'00', 0)"
+                    "data, recorded_at, checksum) VALUES (2, 'a', 2, 'other', 1, x'00', 0, ?)",
+                    (event_checksum("a", 2, "other", 1, b"\x00", None),),
                 )
             finally:
                 other.close()
@@ -443,7 +445,8 @@ async def test_a_group_waiting_for_the_write_lock_sees_what_its_holder_committed
             holder.execute("BEGIN IMMEDIATE")
             holder.execute(
                 "INSERT INTO events (position, stream, version, type, schema_version, "
-                "data, recorded_at) VALUES (2, 'a', 2, 'other', 1, x'00', 0)"
+                "data, recorded_at, checksum) VALUES (2, 'a', 2, 'other', 1, x'00', 0, ?)",
+                (event_checksum("a", 2, "other", 1, b"\x00", None),),
             )
             async with trio.open_nursery() as nursery:
 

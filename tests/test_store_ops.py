@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import attrs
@@ -14,12 +14,14 @@ from protocols import EventRegistry
 from protocols.errors import (
     BadInputFileError,
     ConcurrencyConflictError,
+    ImportConflictError,
     InputFileNotFoundError,
     StreamNotFoundError,
 )
 from runtime import (
     EventStore,
     NewEvent,
+    TransferResult,
     apply_retention,
     check_store,
     export_jsonl,
@@ -216,7 +218,8 @@ async def test_import_of_a_missing_file_names_it(tmp_path: Path) -> None:
 
 
 async def test_import_into_a_store_that_has_the_stream_conflicts(tmp_path: Path) -> None:
-    """Importing twice raises ConcurrencyConflictError before writing anything."""
+    """A stream whose stored history differs from the file's raises a conflict before
+    writing anything."""
     store = InMemoryEventStore()
     await _fill(store)
     await export_jsonl(store, tmp_path / "all.jsonl")
@@ -226,6 +229,63 @@ async def test_import_into_a_store_that_has_the_stream_conflicts(tmp_path: Path)
         await import_jsonl(target, tmp_path / "all.jsonl")
     assert (info.value.stream, info.value.expected, info.value.actual) == ("board/1", 0, 1)
     assert [i.stream for i in await target.streams()] == ["board/1"]
+
+
+@asynccontextmanager
+async def _memory(_path: Path) -> AsyncIterator[EventStore]:
+    yield InMemoryEventStore()
+
+
+@pytest.mark.parametrize("opener", [_sqlite, _memory], ids=["sqlite", "memory"])
+async def test_importing_events_already_there_is_a_no_op(
+    tmp_path: Path, opener: Callable[[Path], AbstractAsyncContextManager[EventStore]]
+) -> None:
+    """``export out.jsonl ; import out.jsonl`` into the same log writes nothing and counts
+    every event as skipped; a store holding the first events of a stream gets the rest."""
+    async with opener(tmp_path / "a.db") as store:
+        await _fill(store)
+        await export_jsonl(store, tmp_path / "out.jsonl")
+        before = await store.read_all()
+        again = await import_jsonl(store, tmp_path / "out.jsonl")
+        assert TransferResult(streams=0, events=0, skipped=8) == again
+        assert _strip(before) == _strip(await store.read_all())  # type: ignore[arg-type]
+    async with opener(tmp_path / "b.db") as partial:
+        await partial.append("session/a", [_added(1), _added(2)], 0)
+        rest = await import_jsonl(partial, tmp_path / "out.jsonl")
+        assert TransferResult(streams=4, events=6, skipped=2) == rest
+        after = await partial.read_all()
+        # The two events appended here keep their own times; everything else is the file's.
+        assert [e[:-1] for e in _strip(before)] == [e[:-1] for e in _strip(after)]  # type: ignore[arg-type]
+        assert _strip(before)[2:] == _strip(after)[2:]  # type: ignore[arg-type]
+
+
+async def test_a_real_import_conflict_names_the_stream_and_version_that_differ(
+    tmp_path: Path,
+) -> None:
+    """Same stream and version, other content: ``store.import_conflict`` naming the stream,
+    the version, what differs and the line; nothing is written."""
+    async with _sqlite(tmp_path / "a.db") as store:
+        await _fill(store)
+        await export_jsonl(store, tmp_path / "out.jsonl")
+    async with _sqlite(tmp_path / "b.db") as target:
+        await target.append("session/a", [_added(1), _added(7)], 0)
+        with pytest.raises(ImportConflictError) as info:
+            await import_jsonl(target, tmp_path / "out.jsonl")
+        error = info.value
+        assert (
+            error.code,
+            error.stream,
+            error.version,
+            error.field,
+            error.line,
+        ) == ("store.import_conflict", "session/a", 2, "data", 2)
+        assert isinstance(error, ConcurrencyConflictError)
+        assert (
+            "the imported event 'session/a' version 2 (line 2) differs from the stored one "
+            "in its data; nothing was written"
+        ) in str(error)
+        assert [i.stream for i in await target.streams()] == ["session/a"]
+        assert await target.stream_version("session/a") == 2
 
 
 async def test_retention_by_age_predicate_and_prefix(tmp_path: Path) -> None:
@@ -279,7 +339,7 @@ async def test_check_reports_every_problem_and_keeps_checking(tmp_path: Path) ->
         )
         found = {(p.stream, p.version, p.code) for p in report.problems}
         assert found == {
-            ("blob", None, "store.corrupt"),
+            ("blob", 1, "store.corrupt"),  # the audit names the event
             ("unknown", 1, "codec.unknown_type"),
             ("future", 1, "codec.future_version"),
             ("garbled", 2, "codec.decode"),

@@ -72,29 +72,40 @@ async def cmd_check(ctx: CliContext, args: argparse.Namespace) -> int:
                 "streams": report.streams,
                 "events": report.events,
                 "problems": [
-                    {"stream": p.stream, "version": p.version, "code": p.code, "message": p.message}
+                    {
+                        "stream": p.stream,
+                        "version": p.version,
+                        "code": p.code,
+                        "kind": p.kind,
+                        "message": p.message,
+                    }
                     for p in report.problems
                 ],
+                "notes": list(report.notes),
             }
         )
         return 0 if report.ok else 1
+    from rich.markup import escape
+
+    for note in report.notes:
+        ctx.out.print(f"[yellow]note:[/] {escape(note)}")
     if report.ok:
         ctx.out.print(
             f"[green]✔[/] {ctx.db}: {report.streams} streams, {report.events:,} events, "
-            "all decode and fold"
+            "all verified, all decode and fold"
         )
         return 0
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"✖ {ctx.db}: {len(report.problems)} problem(s)", title_justify="left")
-    for column in ("stream", "version", "code", "problem"):
+    for column in ("stream", "version", "code", "kind", "problem"):
         table.add_column(column, overflow="fold")
     for p in report.problems:
         table.add_row(
             p.stream or "(file)",
             "" if p.version is None else str(p.version),
             p.code,
+            p.kind,
             escape(p.message),
         )
     ctx.out.print(table)
@@ -168,10 +179,19 @@ async def cmd_import(ctx: CliContext, args: argparse.Namespace) -> int:
         async with open_log(ctx, create=True) as store:
             result = await import_jsonl(store, args.file)
     if ctx.json:
-        ctx.emit({"file": args.file, "streams": result.streams, "events": result.events})
+        ctx.emit(
+            {
+                "file": args.file,
+                "streams": result.streams,
+                "events": result.events,
+                "skipped": result.skipped,
+            }
+        )
     else:
+        already = f" ({result.skipped:,} already there, skipped)" if result.skipped else ""
         ctx.out.print(
-            f"imported {result.events:,} events of {result.streams} streams into {ctx.db}"
+            f"imported {result.events:,} events of {result.streams} streams into "
+            f"{ctx.db}{already}"
         )
     return 0
 
