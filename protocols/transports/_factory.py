@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
+from typing import TypeVar, overload
 
 import httpx
 
@@ -11,7 +13,9 @@ from ._config import ProviderConfig
 from ._openai import OpenAITransport
 from ._retry import AttemptObserver
 
-__all__ = ["transport_from_config", "transport_from_env"]
+__all__ = ["provider_configured", "transport_from_config", "transport_from_env"]
+
+L = TypeVar("L")
 
 
 def transport_from_config(
@@ -37,18 +41,67 @@ def transport_from_config(
     return cls(config, client=client, on_attempt=on_attempt, rand=rand)
 
 
+_PROVIDER_VARIABLES = (
+    "POWERTRIO_PROVIDER",
+    "POWERTRIO_API_KEY",
+    "POWERTRIO_BASE_URL",
+    "POWERTRIO_MODEL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+)
+
+
+def provider_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment names a provider at all (any of its variables is set)."""
+    env = os.environ if environ is None else environ
+    return any(env.get(name) for name in _PROVIDER_VARIABLES)
+
+
+@overload
 def transport_from_env(
     environ: Mapping[str, str] | None = None,
     *,
     client: httpx.AsyncClient | None = None,
     on_attempt: AttemptObserver | None = None,
-) -> OpenAITransport | AnthropicTransport:
+) -> OpenAITransport | AnthropicTransport: ...
+
+
+@overload
+def transport_from_env(
+    environ: Mapping[str, str] | None = None,
+    *,
+    client: httpx.AsyncClient | None = None,
+    on_attempt: AttemptObserver | None = None,
+    offline: L,
+) -> OpenAITransport | AnthropicTransport | L: ...
+
+
+def transport_from_env(
+    environ: Mapping[str, str] | None = None,
+    *,
+    client: httpx.AsyncClient | None = None,
+    on_attempt: AttemptObserver | None = None,
+    offline: object = None,
+) -> object:
     """The transport the environment describes (see :meth:`ProviderConfig.from_env`).
+
+    Args:
+        environ (Mapping[str, str] | None): the variables; ``os.environ`` when None.
+        client (httpx.AsyncClient | None): a shared client, or None for the transport to
+            own one.
+        on_attempt (AttemptObserver | None): told about every attempt.
+        offline (LLM | None): what to use when the environment names no provider at all
+            (none of ``POWERTRIO_*``, ``OPENAI_*``, ``ANTHROPIC_*`` is set), so a script
+            runs on a machine with no provider; a half-configured environment still
+            raises, naming the missing variable.
 
     Raises:
         MissingSettingError: a required variable is missing; ``variable`` names it.
         ConfigError: ``POWERTRIO_PROVIDER`` is not a known provider.
     """
+    if offline is not None and not provider_configured(environ):
+        return offline
     return transport_from_config(
         ProviderConfig.from_env(environ), client=client, on_attempt=on_attempt
     )
