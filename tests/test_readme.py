@@ -42,8 +42,8 @@ def _commands() -> list[str]:
     found: list[str] = []
     for line in block.splitlines():
         code = line.split("#", 1)[0]
-        for command in code.split(";"):
-            command = command.strip()
+        for piece in code.split(";"):
+            command = piece.strip()
             if command and not PLACEHOLDER.search(command):
                 found.append(command)
     return found
