@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, cast
 
 from protocols.errors import (
     CorruptLogError,
@@ -184,8 +184,8 @@ def map_errors(server: str, *, committing: bool = False) -> Iterator[None]:
     except psycopg.OperationalError as exc:
         # A failed connect never had a connection; everything else lost one.
         lost = isinstance(exc, pg_errors.AdminShutdown) or "connection" not in str(exc).lower()
-        reason = "lost" if lost or committing else "connect"
-        if isinstance(exc, psycopg.errors.ConnectionTimeout):
+        reason: Literal["connect", "lost"] = "lost" if lost or committing else "connect"
+        if isinstance(exc, pg_errors.ConnectionTimeout):
             reason = "connect"
         raise StoreUnavailableError(
             server, reason, _first_line(exc), outcome_unknown=committing
@@ -270,23 +270,27 @@ def row_to_event(where: str, row: Sequence[object]) -> RecordedEvent:
     Raises:
         CorruptLogError: the payload (or the blob holding it) is missing or altered.
     """
-    stream, version, position, type_, schema_version, data, metadata, recorded_at, blob = row
+    # The columns' types are fixed by _DDL; psycopg types its rows as tuples of Any.
+    stream = cast(str, row[0])
+    version = cast(int, row[1])
+    data = cast("bytes | None", row[5])
+    blob = cast("bytes | None", row[8])
     if blob is not None:
         if data is None:
-            detail = f"blob {bytes(blob).hex()} of {stream!r} version {version} is missing"  # type: ignore[arg-type]  # bytea
+            detail = f"blob {blob.hex()} of {stream!r} version {version} is missing"
             raise CorruptLogError(where, detail)
-        if hashlib.sha256(data).digest() != blob:  # type: ignore[arg-type]  # bytea
-            detail = f"blob {bytes(blob).hex()} of {stream!r} version {version} is altered"  # type: ignore[arg-type]  # bytea
+        if hashlib.sha256(data).digest() != blob:
+            detail = f"blob {blob.hex()} of {stream!r} version {version} is altered"
             raise CorruptLogError(where, detail)
     elif data is None:
         raise CorruptLogError(where, f"event {stream!r} version {version} has no payload")
     return RecordedEvent(
-        stream=stream,  # type: ignore[arg-type]  # the columns' types are fixed by _DDL
-        version=version,  # type: ignore[arg-type]
-        position=position,  # type: ignore[arg-type]
-        type=type_,  # type: ignore[arg-type]
-        schema_version=schema_version,  # type: ignore[arg-type]
-        data=data,  # type: ignore[arg-type]
-        metadata=metadata,  # type: ignore[arg-type]
-        recorded_at=recorded_at,  # type: ignore[arg-type]
+        stream=stream,
+        version=version,
+        position=cast(int, row[2]),
+        type=cast(str, row[3]),
+        schema_version=cast(int, row[4]),
+        data=data,
+        metadata=cast("bytes | None", row[6]),
+        recorded_at=cast(float, row[7]),
     )

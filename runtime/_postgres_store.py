@@ -66,6 +66,49 @@ __all__ = ["PostgresEventStore", "open_postgres_store"]
 T = TypeVar("T")
 
 
+@attrs.define(eq=False)
+class _ReaderPool:
+    """Idle read connections (autocommit), shared by worker threads; broken ones are dropped."""
+
+    _dsn: str
+    _schema: str
+    _server: str
+    _connect_timeout: float
+    _idle: list[psycopg.Connection] = attrs.field(factory=list)
+    _guard: threading.Lock = attrs.field(factory=threading.Lock)
+    _closed: bool = False
+
+    def take(self) -> psycopg.Connection:
+        """An idle connection, or a new one (worker thread).
+
+        Raises:
+            StoreUnavailableError: the server cannot be reached.
+        """
+        with self._guard:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = connect(
+                self._dsn, self._schema, server=self._server, connect_timeout=self._connect_timeout
+            )
+        return conn
+
+    def give_back(self, conn: psycopg.Connection) -> None:
+        """Keep a healthy connection for the next read; close it otherwise."""
+        with self._guard:
+            if not (self._closed or conn.broken or conn.closed):
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Close every idle connection; ones in use close when given back."""
+        with self._guard:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
 @final
 @attrs.define(eq=False, repr=False)
 class PostgresEventStore:
@@ -87,10 +130,8 @@ class PostgresEventStore:
     _signal: CommitSignal
     _poll_interval: float
     _reader_limit: trio.CapacityLimiter
-    _readers: list[psycopg.Connection] = attrs.field(factory=list)
-    _readers_guard: threading.Lock = attrs.field(factory=threading.Lock)
+    _readers: _ReaderPool
     _closing: bool = False
-    _closed: bool = False
 
     def __repr__(self) -> str:
         return f"<PostgresEventStore {self._server} schema {self._schema!r}>"
@@ -221,21 +262,12 @@ class PostgresEventStore:
                 return await trio.to_thread.run_sync(self._read_sync, fn)
 
     def _read_sync(self, fn: Callable[[psycopg.Connection], T]) -> T:
-        with self._readers_guard:
-            conn = self._readers.pop() if self._readers else None
-        if conn is None:
-            conn = connect(
-                self._dsn, self._schema, server=self._server, connect_timeout=self._connect_timeout
-            )
+        conn = self._readers.take()
         try:
             with map_errors(self._server):
                 return fn(conn)
         finally:
-            with self._readers_guard:
-                if self._closed or conn.broken or conn.closed:
-                    conn.close()
-                else:
-                    self._readers.append(conn)
+            self._readers.give_back(conn)
 
     async def read(
         self, stream: str, from_version: int = 1, *, limit: int | None = None
@@ -379,13 +411,9 @@ class PostgresEventStore:
 
     def _finish_close(self) -> None:
         self._closing = True
-        self._closed = True
         self._writer.join()
         self._signal.close()
-        with self._readers_guard:
-            readers, self._readers = self._readers, []
-        for conn in readers:
-            conn.close()
+        self._readers.close()
 
     async def aclose(self) -> None:
         """Stop taking appends and reads; wait until the writer committed what was queued.
@@ -489,6 +517,7 @@ async def open_postgres_store(
         signal=signal,
         poll_interval=poll_interval,
         reader_limit=trio.CapacityLimiter(readers),
+        readers=_ReaderPool(dsn=dsn, schema=schema, server=server, connect_timeout=connect_timeout),
     )
     try:
         writer.start()

@@ -10,11 +10,11 @@ from __future__ import annotations
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from .._memory_store import InMemoryEventStore as InMemoryEventStore
-from ._faults import FaultyEventStore as FaultyEventStore
-from ._faults import InjectedFault as InjectedFault
 from .._postgres_server import PostgresServer as PostgresServer
 from .._postgres_server import postgres_missing as postgres_missing
 from .._postgres_server import running_postgres as running_postgres
+from ._faults import FaultyEventStore as FaultyEventStore
+from ._faults import InjectedFault as InjectedFault
 from ._llm import FunctionLLM as FunctionLLM
 from ._llm import ScriptedLLM as ScriptedLLM
 from ._llm import ScriptItem as ScriptItem
