@@ -279,3 +279,22 @@ async def test_store_repr_and_schema(postgres_server: PostgresServer, schema: st
             f"<PostgresEventStore {postgres_server.host}:{postgres_server.port}/"
             f"{postgres_server.database} schema {schema!r}>"
         )
+
+
+def test_cluster_bench_reports_both_rates(postgres_server: PostgresServer) -> None:
+    """``python -m runtime.bench cluster --quick`` prints the store's and raw psycopg's rates."""
+    import argparse
+
+    from runtime.bench._cluster import run
+
+    figures = run(argparse.Namespace(quick=True, json=True))
+    assert {
+        "writers",
+        "store_appends_per_s",
+        "raw_inserts_per_s",
+        "store_appends_per_commit",
+        "append_ratio",
+    } == set(figures)
+    assert figures["writers"] == 64
+    assert float(figures["store_appends_per_s"]) > 0
+    assert float(figures["raw_inserts_per_s"]) > 0
