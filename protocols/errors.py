@@ -29,7 +29,8 @@ The tree (code in brackets)::
     │   ├── StoreSchemaVersionError               [store.schema_version]
     │   ├── StreamNotFoundError (LookupError)     [store.stream_not_found]
     │   ├── StoreNotFoundError (LookupError)      [store.not_found]
-    │   └── StoreLockedError                      [store.locked]
+    │   ├── StoreLockedError                      [store.locked]
+    │   └── StoreUnavailableError                 [store.unavailable]
     ├── CodecError                                [codec]
     │   ├── UnknownEventTypeError                 [codec.unknown_type]
     │   ├── FutureEventVersionError               [codec.future_version]
@@ -163,6 +164,7 @@ from ._errors_log import (
     StreamNotFoundError,
     UnknownEventTypeError,
 )
+from ._errors_server import StoreUnavailableError
 from ._util import fixup_module_metadata as _fixup
 
 __all__ = [
@@ -222,6 +224,7 @@ __all__ = [
     "StoreLockedError",
     "StoreNotFoundError",
     "StoreSchemaVersionError",
+    "StoreUnavailableError",
     "StreamNotFoundError",
     "SupervisorError",
     "TimerArgumentError",

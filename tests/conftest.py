@@ -7,10 +7,12 @@ from collections.abc import Iterator
 from importlib.metadata import entry_points
 
 import _llama
+import _postgres
 import pytest
 from hypothesis import settings
 
 from actors.cli._local_llm import local_llm_missing, open_local_llm_server
+from runtime.testing import PostgresServer
 
 # POWERTRIO_LONG_PROPERTIES=1: the long run of the property tests, 10,000 examples each
 # (the properties of actors.testing.property_settings and those without their own count).
@@ -35,3 +37,12 @@ def llama_server() -> Iterator[_llama.LlamaServer]:
         pytest.skip(reason)
     with open_local_llm_server() as url:
         yield _llama.LlamaServer(url)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server on a free loopback port, for the whole session.
+
+    Skipped (with the reason) when PostgreSQL or psycopg is missing; a failure in CI.
+    """
+    yield from _postgres.serve_postgres()

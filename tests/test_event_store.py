@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
+import _postgres
 import pytest
 import trio
 import trio.testing
@@ -89,10 +90,19 @@ BACKENDS: dict[str, BackendFactory] = {
 
 
 @pytest.mark.parametrize("check", sorted(EVENT_STORE_CHECKS))
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
-async def test_conformance(backend: str, check: str, tmp_path: Path) -> None:
-    """Each backend passes each conformance check (reported one by one)."""
-    await EVENT_STORE_CHECKS[check](BACKENDS[backend](tmp_path))
+@pytest.mark.parametrize("backend", [*sorted(BACKENDS), "postgres"])
+async def test_conformance(
+    backend: str, check: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Each backend passes each conformance check (reported one by one).
+
+    PostgreSQL runs on the session's server, each store in a fresh schema.
+    """
+    if backend == "postgres":
+        make = _postgres.postgres_backend(request.getfixturevalue("postgres_server"))
+    else:
+        make = BACKENDS[backend](tmp_path)
+    await EVENT_STORE_CHECKS[check](make)
 
 
 async def test_check_event_store_runs_every_check(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+import _postgres
 import pytest
 import trio
 from hypothesis import settings
@@ -25,7 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from protocols.errors import ConcurrencyConflictError
 from runtime import EventStore, NewEvent, open_sqlite_store
-from runtime.testing import InMemoryEventStore
+from runtime.testing import InMemoryEventStore, PostgresServer
 
 T = TypeVar("T")
 
@@ -216,8 +217,27 @@ class SqliteStoreMachine(EventStoreMachine):
         )
 
 
+class PostgresStoreMachine(EventStoreMachine):
+    """The PostgreSQL store against the model, each example in a fresh schema."""
+
+    server: PostgresServer | None = None  # set by the fixture below
+
+    def make_store(self) -> AbstractAsyncContextManager[EventStore]:
+        assert self.server is not None
+        return _postgres.postgres_backend(self.server)()
+
+
 STATEFUL = settings(max_examples=40, stateful_step_count=25, deadline=None)
 TestMemoryStore = MemoryStoreMachine.TestCase
 TestMemoryStore.settings = STATEFUL
 TestSqliteStore = SqliteStoreMachine.TestCase
 TestSqliteStore.settings = STATEFUL
+TestPostgresStore = PostgresStoreMachine.TestCase
+TestPostgresStore.settings = STATEFUL
+
+
+@pytest.fixture(autouse=True)
+def _postgres_for_the_machine(request: pytest.FixtureRequest) -> None:
+    """Hand the session's server to the PostgreSQL machine (rules cannot take fixtures)."""
+    if request.cls is TestPostgresStore:
+        PostgresStoreMachine.server = request.getfixturevalue("postgres_server")

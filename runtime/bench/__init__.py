@@ -1,8 +1,9 @@
 """Kernel benchmarks: each figure is printed beside a physical-limit baseline of the same run.
 
-Run ``python -m runtime.bench SUITE [--json]`` with ``SUITE`` one of ``actors`` and ``log``
-(the agent suites live in ``actors.bench``). Suites live in private modules named
-``_<suite>.py`` exposing ``run(args) -> dict[str, float | int | str]``.
+Run ``python -m runtime.bench SUITE [--json]`` with ``SUITE`` one of ``actors``, ``cluster``
+(the PostgreSQL store) and ``log`` (the agent suites live in ``actors.bench``). Suites
+live in private modules named ``_<suite>.py`` exposing
+``run(args) -> dict[str, float | int | str]``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ._main import rss_bytes as rss_bytes
 
 SUITES: dict[str, str] = {
     "actors": "runtime.bench._actors",
+    "cluster": "runtime.bench._cluster",
     "log": "runtime.bench._log",
 }
 """Suite name -> the module whose ``run(args)`` measures it."""

@@ -1,5 +1,5 @@
 """The kernel's test doubles: scripted and function LLMs, in-memory and faulty event stores,
-and the event-store conformance suite.
+the event-store conformance suite, and a throwaway PostgreSQL server.
 
 ``import runtime`` does not load this module. The agent test kit (a deterministic
 harness, Hypothesis strategies, invariants, the pytest plugin) is ``actors.testing``.
@@ -10,6 +10,9 @@ from __future__ import annotations
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from .._memory_store import InMemoryEventStore as InMemoryEventStore
+from .._postgres_server import PostgresServer as PostgresServer
+from .._postgres_server import postgres_missing as postgres_missing
+from .._postgres_server import running_postgres as running_postgres
 from ._faults import FaultyEventStore as FaultyEventStore
 from ._faults import InjectedFault as InjectedFault
 from ._llm import FunctionLLM as FunctionLLM

@@ -1,0 +1,452 @@
+"""The PostgreSQL store's writer thread: group commit of queued appends, and maintenance writes.
+
+One thread owns the write connection and commits everything queued so far in one
+transaction, so concurrent appenders share one commit (one WAL flush) while each awaits
+its own acknowledgement. The thread touches Trio only through the run's token, as the
+SQLite writer does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar, final
+
+import attrs
+import trio
+
+from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreError
+
+from ._event_store import CommitSignal, NewEvent
+from ._postgres_schema import (
+    INSERT_BLOBS,
+    INSERT_EVENTS,
+    STREAM_VERSIONS,
+    connect,
+    lock_key,
+    map_errors,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PendingAppend", "PostgresWriter", "WriteJob"]
+
+_Item = TypeVar("_Item")
+
+# How often a group is retried when another writer (another node, a stray client) took a
+# version between our read and our insert; the primary key refused it, nothing was written.
+_RETRIES = 3
+
+
+@final
+class PendingAppend:
+    """One queued append, waiting for its group commit (a plain slotted class: hot path)."""
+
+    __slots__ = (
+        "events",
+        "expected_version",
+        "first_position",
+        "last_position",
+        "mutex",
+        "outcome",
+        "queue",
+        "stream",
+        "task",
+        "version",
+    )
+
+    def __init__(
+        self,
+        stream: str,
+        events: tuple[NewEvent, ...],
+        expected_version: int,
+        queue: list[PendingAppend],
+        mutex: threading.Lock,
+    ) -> None:
+        self.stream = stream
+        self.events = events
+        self.expected_version = expected_version
+        self.queue = queue
+        self.mutex = mutex
+        self.task = trio.lowlevel.current_task()
+        # An error, or None: once the caller is resumed, None means committed.
+        self.outcome: BaseException | None = None
+        self.version = 0
+        self.first_position = 0
+        self.last_position = 0
+
+    def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
+        """Cancellation: give up if still queued, else wait for the commit in flight."""
+        with self.mutex:
+            try:
+                self.queue.remove(self)
+            except ValueError:
+                return trio.lowlevel.Abort.FAILED
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
+@final
+class WriteJob:
+    """A maintenance write (snapshot, deletion) queued for the writer thread."""
+
+    __slots__ = ("error", "fn", "mutex", "queue", "result", "task")
+
+    def __init__(
+        self,
+        fn: Callable[[psycopg.Connection], object],
+        queue: list[WriteJob],
+        mutex: threading.Lock,
+    ) -> None:
+        self.fn = fn
+        self.queue = queue
+        self.mutex = mutex
+        self.task = trio.lowlevel.current_task()
+        self.result: object = None
+        self.error: BaseException | None = None
+
+    def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
+        """Cancellation: give up if not started, else wait for it (like ``to_thread``)."""
+        with self.mutex:
+            try:
+                self.queue.remove(self)
+            except ValueError:
+                return trio.lowlevel.Abort.FAILED
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
+@attrs.define(eq=False)
+class _Counters:
+    """The writer's running totals (written by its thread, read by ``statistics()``)."""
+
+    appends: int = 0
+    events_appended: int = 0
+    conflicts: int = 0
+    failed_appends: int = 0
+    commits: int = 0
+
+
+@attrs.define(eq=False)
+class _Plan:
+    """The columns of one group's insert, in position order, and who conflicted."""
+
+    accepted: list[PendingAppend] = attrs.field(factory=list)
+    conflicts: list[tuple[PendingAppend, int]] = attrs.field(factory=list)
+    columns: tuple[list[object], ...] = attrs.field(factory=lambda: tuple([] for _ in range(8)))
+    blob_ids: list[bytes] = attrs.field(factory=list)
+    blob_data: list[bytes] = attrs.field(factory=list)
+
+
+class _Retry(Exception):  # control flow inside the writer, never raised out
+    """Another writer took a version between our read and our insert: plan again."""
+
+
+@final
+@attrs.define(eq=False, repr=False)
+class PostgresWriter:
+    """The writer thread of one ``PostgresEventStore`` and the state it shares with Trio."""
+
+    _dsn: str
+    _schema: str
+    _server: str
+    _connect_timeout: float
+    _token: trio.lowlevel.TrioToken
+    _signal: CommitSignal
+    _clock: Callable[[], float]
+    _blob_threshold: int
+    _max_batch: int
+    _head: int
+    _conn: psycopg.Connection | None = None
+    _lock_key: int = attrs.field(
+        default=attrs.Factory(lambda self: lock_key(self._schema), takes_self=True)
+    )
+    _mutex: threading.Lock = attrs.field(factory=threading.Lock)
+    _work: threading.Condition = attrs.field(
+        default=attrs.Factory(lambda self: threading.Condition(self._mutex), takes_self=True)
+    )
+    _queue: list[PendingAppend] = attrs.field(factory=list)
+    _jobs: list[WriteJob] = attrs.field(factory=list)
+    _idle: bool = False
+    _stopping: bool = False
+    _in_flight: int = 0
+    thread: threading.Thread | None = None
+    drained: trio.Event = attrs.field(factory=trio.Event)
+    """Set (in the Trio thread) once the thread has answered everything and stopped."""
+    counters: _Counters = attrs.field(factory=_Counters)
+
+    # --- the Trio side ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the writer thread (once, from Trio)."""
+        thread = threading.Thread(
+            target=self._main, name=f"powertrio-pg-writer {self._server}", daemon=True
+        )
+        thread.start()
+        self.thread = thread
+
+    def enqueue_append(
+        self, stream: str, events: tuple[NewEvent, ...], expected_version: int
+    ) -> PendingAppend | None:
+        """Queue an append for the next group; ``None`` if the thread has stopped."""
+        pending = PendingAppend(stream, events, expected_version, self._queue, self._mutex)
+        return pending if self._enqueue(self._queue, pending) else None
+
+    def enqueue_job(self, fn: Callable[[psycopg.Connection], object]) -> WriteJob | None:
+        """Queue a maintenance write between commits; ``None`` if the thread has stopped."""
+        job = WriteJob(fn, self._jobs, self._mutex)
+        return job if self._enqueue(self._jobs, job) else None
+
+    def _enqueue(self, queue: list[_Item], item: _Item) -> bool:
+        with self._mutex:
+            if self._stopping:
+                return False
+            queue.append(item)
+            if self._idle:
+                self._idle = False
+                self._work.notify()
+        return True
+
+    def pending_appends(self) -> int:
+        """Appends queued or taken but not yet handed back."""
+        with self._mutex:
+            return len(self._queue) + self._in_flight
+
+    def request_stop(self) -> None:
+        """Ask the thread to commit what is queued, then stop (``drained`` tells when)."""
+        with self._mutex:
+            self._stopping = True
+            self._work.notify()
+
+    def join(self) -> None:
+        """Wait for the thread to end and close its connection."""
+        if self.thread is not None:
+            self.thread.join()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # --- the writer thread -----------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            while (work := self._take_work()) is not None:
+                if isinstance(work, WriteJob):
+                    self._run_job(work)
+                    self._call_soon(trio.lowlevel.reschedule, work.task)
+                    continue
+                head = self._commit(work)
+                self._call_soon(self._deliver, work, head)
+        finally:
+            self._stop()
+
+    def _take_work(self) -> list[PendingAppend] | WriteJob | None:
+        with self._mutex:
+            while True:
+                if self._queue:
+                    batch = self._queue[: self._max_batch]
+                    del self._queue[: self._max_batch]
+                    self._in_flight += len(batch)
+                    return batch
+                if self._jobs:
+                    return self._jobs.pop(0)
+                if self._stopping:
+                    return None
+                self._idle = True
+                self._work.wait()
+                self._idle = False
+
+    def _stop(self) -> None:
+        """Refuse new work, fail whatever is left (only after an unexpected error)."""
+        with self._mutex:
+            self._stopping = True
+            left = self._queue[:]
+            jobs = self._jobs[:]
+            self._queue.clear()
+            self._jobs.clear()
+            self._in_flight += len(left)
+        for pending in left:
+            pending.outcome = StoreClosedError("the event store's writer stopped")
+            self.counters.failed_appends += 1
+        if left:
+            self._call_soon(self._deliver, left, 0)
+        for job in jobs:
+            job.error = StoreClosedError("the event store's writer stopped")
+            self._call_soon(trio.lowlevel.reschedule, job.task)
+        self._call_soon(self.drained.set)
+
+    def _call_soon(self, fn: Callable[..., object], *args: object) -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(fn, *args)
+
+    def _deliver(self, decided: list[PendingAppend], head: int) -> None:
+        """Resume the callers of a decided group (Trio thread; must not raise)."""
+        with self._mutex:
+            self._in_flight -= len(decided)
+        for pending in decided:
+            trio.lowlevel.reschedule(pending.task)
+        self._signal.advance(head)
+
+    def _connection(self) -> psycopg.Connection:
+        """The write connection, reconnecting after a loss.
+
+        Raises:
+            StoreUnavailableError: the server cannot be reached.
+        """
+        conn = self._conn
+        if conn is not None and (conn.broken or conn.closed):
+            conn.close()
+            conn = self._conn = None
+        if conn is None:
+            conn = self._conn = connect(
+                self._dsn, self._schema, server=self._server, connect_timeout=self._connect_timeout
+            )
+        return conn
+
+    def _run_job(self, job: WriteJob) -> None:
+        try:
+            conn = self._connection()
+            with map_errors(self._server):
+                job.result = job.fn(conn)
+        except BaseException as exc:  # handed to the waiting task
+            job.error = exc
+
+    def _commit(self, batch: list[PendingAppend]) -> int:
+        """Commit one group, all or nothing per append; returns the head it reached."""
+        try:
+            conn = self._connection()
+            for attempt in range(_RETRIES + 1):
+                try:
+                    plan, head = self._commit_once(conn, batch)
+                    break
+                except _Retry:
+                    if attempt == _RETRIES:
+                        raise StoreError(
+                            f"event store {self._server}: other writers kept taking the "
+                            "versions this group read; nothing was written"
+                        ) from None
+        except BaseException as exc:  # the group fails; the next commit may succeed
+            error = (
+                exc
+                if isinstance(exc, StoreError)
+                else StoreError(
+                    f"event store {self._server}: the commit failed ({exc!r}); nothing was written"
+                )
+            )
+            if error is not exc:
+                error.__cause__ = exc
+            for pending in batch:
+                pending.outcome = error
+            self.counters.failed_appends += len(batch)
+            return 0
+        for pending, current in plan.conflicts:
+            pending.outcome = ConcurrencyConflictError(
+                pending.stream, pending.expected_version, current
+            )
+        counters = self.counters
+        counters.conflicts += len(plan.conflicts)
+        counters.appends += len(plan.accepted)
+        counters.events_appended += len(plan.columns[0])
+        counters.commits += 1
+        return head
+
+    def _plan(self, batch: list[PendingAppend], versions: dict[str, int]) -> _Plan:
+        """Check expected versions against ``versions`` and lay out the rows to insert."""
+        now = self._clock()
+        threshold = self._blob_threshold
+        plan = _Plan()
+        streams, numbers, types, schemas, datas, blob_ids, metas, stamps = plan.columns
+        for pending in batch:
+            stream = pending.stream
+            current = versions.get(stream, 0)
+            if current != pending.expected_version:
+                plan.conflicts.append((pending, current))
+                continue
+            for event in pending.events:
+                current += 1
+                data: bytes | None = event.data
+                blob_id: bytes | None = None
+                if len(event.data) > threshold:
+                    blob_id = hashlib.sha256(event.data).digest()
+                    plan.blob_ids.append(blob_id)
+                    plan.blob_data.append(event.data)
+                    data = None
+                streams.append(stream)
+                numbers.append(current)
+                types.append(event.type)
+                schemas.append(event.schema_version)
+                datas.append(data)
+                blob_ids.append(blob_id)
+                metas.append(event.metadata)
+                stamps.append(now if event.recorded_at is None else event.recorded_at)
+            versions[stream] = current
+            pending.version = current
+            plan.accepted.append(pending)
+        return plan
+
+    def _commit_once(
+        self, conn: psycopg.Connection, batch: list[PendingAppend]
+    ) -> tuple[_Plan, int]:
+        """One try at committing the group in one transaction.
+
+        Positions are taken under a session advisory lock held only around the insert,
+        which also gives the transaction its id (its first write): positions are thus
+        handed out in transaction-id order, which is what makes ``READ_ALL`` gap-safe.
+
+        Raises:
+            _Retry: the primary key refused a version another writer took meanwhile.
+        """
+        from psycopg import errors as pg_errors  # noqa: PLC0415  # the optional extra
+
+        server = self._server
+        names = list(dict.fromkeys(pending.stream for pending in batch))
+        locked = False
+        with map_errors(server):
+            conn.execute("BEGIN")
+            try:
+                rows = conn.execute(STREAM_VERSIONS, (names,)).fetchall()
+                plan = self._plan(batch, {name: version or 0 for name, version in rows})
+                positions: list[int] = []
+                if plan.columns[0]:
+                    conn.execute("SELECT pg_advisory_lock(%s)", (self._lock_key,))
+                    locked = True
+                    cursor = conn.execute(INSERT_EVENTS, plan.columns, binary=True)
+                    positions = [row[0] for row in cursor.fetchall()]
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
+                    locked = False
+                    if plan.blob_ids:
+                        conn.execute(INSERT_BLOBS, (plan.blob_ids, plan.blob_data), binary=True)
+            except BaseException as exc:
+                self._abandon(conn, locked=locked)
+                if isinstance(exc, pg_errors.UniqueViolation):
+                    raise _Retry from exc
+                raise
+        with map_errors(server, committing=True):
+            conn.execute("COMMIT")
+        index = 0
+        for pending in plan.accepted:
+            count = len(pending.events)
+            if count:
+                pending.first_position = positions[index]
+                pending.last_position = positions[index + count - 1]
+                index += count
+        if positions:
+            self._head = max(self._head, positions[-1])
+        # An empty append reports the head: first = head + 1, last = head.
+        for pending in plan.accepted:
+            if not pending.events:
+                pending.first_position = self._head + 1
+                pending.last_position = self._head
+        return plan, self._head
+
+    def _abandon(self, conn: psycopg.Connection, *, locked: bool) -> None:
+        """Roll back after a failure, releasing the position lock if we held it."""
+        import psycopg  # noqa: PLC0415  # the optional extra
+
+        if conn.broken or conn.closed:
+            return  # the server ends the transaction and the session's locks
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
+            if locked:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
