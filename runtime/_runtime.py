@@ -16,6 +16,7 @@ from protocols.errors import (
     PowertrioError,
     RuntimeClosedError,
 )
+from protocols.lowlevel import unwrap_single_error
 
 from ._actor import Actor, ActorContext
 from ._cell import _Cell
@@ -388,7 +389,7 @@ async def open_runtime(
         "",
     )
     runtime._root = root
-    try:
+    with unwrap_single_error():  # one error comes out bare; several stay a group
         async with trio.open_nursery() as nursery:
             root.incarnation = 1
             root.running = True
@@ -402,18 +403,3 @@ async def open_runtime(
                     await runtime.aclose()
                 finally:
                     timers.close()
-    except BaseExceptionGroup as group:
-        errors = [e for e in _leaves(group) if not isinstance(e, trio.Cancelled)]
-        if len(errors) != 1:
-            raise
-        # One real error (an escalation, or the body's own): raise it bare, keeping its cause.
-        error = errors[0]
-        raise error from error.__cause__
-
-
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield exc
