@@ -258,10 +258,15 @@ class SessionActor(EventSourcedActor[SessionState]):
         name = f"{spec.name}.{spawned.child_id.rsplit('.', 1)[-1]}"
         try:
             if spec.lifecycle == "detached":
-                ref = await runtime.spawn(lambda: SessionActor(config), id=config.session_id)
+                ref = await runtime.spawn(
+                    lambda: SessionActor(config), id=config.session_id, on_give_up="stop"
+                )
             else:
                 ref = await self.context.spawn(
-                    lambda: SessionActor(config), id=config.session_id, name=name
+                    lambda: SessionActor(config),
+                    id=config.session_id,
+                    name=name,
+                    on_give_up="stop",
                 )
         except ActorExistsError:
             ref = runtime.lookup(config.session_id)

@@ -46,6 +46,11 @@ async def spawn_session(
 ) -> Session:
     """Start a session actor under the runtime's root supervisor (or resume it from the log).
 
+    A session fails alone: when its log does not decode or it keeps crashing, the
+    supervisor stops it for good and its calls raise
+    :class:`~protocols.errors.ActorFailedError` whose ``cause_code`` names the error
+    (``codec.decode``, ``store.corrupt``, ...); the runtime and other sessions go on.
+
     Args:
         runtime (Runtime): the runtime; its event store holds the session's stream.
         llm (LLM): the model (a provider transport, or ``ScriptedLLM`` in tests).
@@ -79,6 +84,7 @@ async def spawn_session(
         ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
         ConfigError: ``budget`` limits cost and ``prices`` is empty.
         ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
+        RuntimeClosedError: the runtime is closing (or its root supervisor gave up).
     """
     config = session_config(
         session_id=session_id or runtime.ids.new("ses"),
@@ -101,7 +107,10 @@ async def spawn_session(
         temperature=temperature,
         tool_concurrency=tool_concurrency,
     )
-    ref = await runtime.spawn(lambda: SessionActor(config), id=config.session_id, name=name)
+    # One session's bad log or crash loop stops that session alone, never its neighbours.
+    ref = await runtime.spawn(
+        lambda: SessionActor(config), id=config.session_id, name=name, on_give_up="stop"
+    )
     return Session._create(ref, runtime, config)
 
 

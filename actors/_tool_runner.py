@@ -29,6 +29,7 @@ from protocols.errors import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
+from protocols.lowlevel import unwrap_single_error
 from runtime.lowlevel import hold_virtual_clock
 
 from ._tools import _CONVERTER, Tool, ToolContext, ToolRegistry
@@ -90,8 +91,9 @@ async def open_tool_runner(registry: ToolRegistry) -> AsyncIterator[ToolRunner]:
     if any(t.kind == "asyncio" for t in registry) and _loop_missing():
         import trio_asyncio  # noqa: PLC0415 - only asyncio tools pay for loading it
 
-        async with trio_asyncio.open_loop():
-            yield ToolRunner(registry)
+        with unwrap_single_error():  # the loop's nursery would wrap the block's error
+            async with trio_asyncio.open_loop():
+                yield ToolRunner(registry)
     else:
         await trio.lowlevel.checkpoint()
         yield ToolRunner(registry)

@@ -12,6 +12,7 @@ __all__ = [
     "ActorCrashedError",
     "ActorError",
     "ActorExistsError",
+    "ActorFailedError",
     "ActorNotFoundError",
     "ActorStoppedError",
     "AskTimeoutError",
@@ -45,6 +46,31 @@ class ActorStoppedError(ActorError):
         super().__init__(
             message or f"actor {actor_id!r} is stopped and accepts no more messages"
         )
+
+
+class ActorFailedError(ActorStoppedError):
+    """The actor stopped for good because of an error a restart cannot fix.
+
+    Its supervisor gave up on it alone: the actor's own data does not load (a
+    :class:`~protocols.errors.CodecError` or a
+    :class:`~protocols.errors.CorruptLogError` while it folds its log), or it
+    crashed faster than its restart policy allows. Its siblings and the runtime keep
+    running. The error it failed with is the ``__cause__``; ``cause_code`` is that error's
+    code (``None`` for an exception that is not a powertrio error).
+    """
+
+    code = "actor.failed"
+
+    def __init__(self, actor_id: str, cause: BaseException) -> None:
+        self.cause_code: str | None = cause.code if isinstance(cause, PowertrioError) else None
+        self.cause_type = type(cause).__name__
+        label = self.cause_code or self.cause_type
+        super().__init__(
+            actor_id,
+            f"actor {actor_id!r} failed for good and will not be restarted "
+            f"[{label}]: {cause}",
+        )
+        self.__cause__ = cause
 
 
 class ActorNotFoundError(ActorError, LookupError):

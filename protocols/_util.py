@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import attrs
+import trio
 
 
 def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> None:
@@ -37,3 +40,48 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
             obj.__module__ = module_name
         except (AttributeError, TypeError):  # builtins and slotted callables refuse
             continue
+
+
+@contextmanager
+def unwrap_single_error() -> Iterator[None]:
+    """Let one error out of a block that runs a nursery bare, as users of Trio libraries expect.
+
+    A nursery wraps whatever escapes it in an ``ExceptionGroup``, even a single error raised
+    by the body of a context manager built on one. Inside this block a group whose only real
+    error (cancellations aside) is one exception re-raises that exception, with its own
+    traceback, cause and context; a group of several concurrent failures stays a group.
+    Peeling stops at the first level with more than one error, so a group the body raised
+    itself comes out as it was raised.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        error = _sole_error(group)
+        if error is None:
+            raise
+        # Raising inside the handler would make the group the error's context: keep its own.
+        context, suppress = error.__context__, error.__suppress_context__
+        try:
+            raise error
+        finally:
+            error.__context__ = context
+            error.__suppress_context__ = suppress
+            del error, context
+
+
+def _sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """What ``group`` wraps once nursery wrappers of a single error are peeled off."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        real = [e for e in found.exceptions if _is_real(e)]
+        if len(real) != 1:
+            return None if found is group else found
+        found = real[0]
+    return found
+
+
+def _is_real(exc: BaseException) -> bool:
+    """Not a cancellation (nor a group holding only cancellations)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_is_real(e) for e in exc.exceptions)
+    return not isinstance(exc, trio.Cancelled)

@@ -12,6 +12,7 @@ The tree (code in brackets)::
     │   └── AgentSpecError                        [config.agent_spec]
     ├── ActorError                                [actor]
     │   ├── ActorStoppedError                     [actor.stopped]
+    │   │   └── ActorFailedError                  [actor.failed]
     │   ├── ActorNotFoundError (LookupError)      [actor.not_found]
     │   ├── ActorExistsError (ValueError)         [actor.exists]
     │   ├── ActorCrashedError                     [actor.crashed]
@@ -116,6 +117,7 @@ from ._errors_kernel import (
     ActorCrashedError,
     ActorError,
     ActorExistsError,
+    ActorFailedError,
     ActorNotFoundError,
     ActorStoppedError,
     AskTimeoutError,
@@ -171,6 +173,7 @@ __all__ = [
     "ActorCrashedError",
     "ActorError",
     "ActorExistsError",
+    "ActorFailedError",
     "ActorNotFoundError",
     "ActorStoppedError",
     "AgentSpecError",

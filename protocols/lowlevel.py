@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ._util import fixup_module_metadata
+from ._util import fixup_module_metadata, unwrap_single_error
 
-__all__ = ["fixup_module_metadata"]
+__all__ = ["fixup_module_metadata", "unwrap_single_error"]
 
 fixup_module_metadata(__name__, globals())

@@ -50,6 +50,7 @@ from ._supervision import ActorStarted as ActorStarted
 from ._supervision import ActorStopped as ActorStopped
 from ._supervision import Backoff as Backoff
 from ._supervision import ChildSpec as ChildSpec
+from ._supervision import GiveUpPolicy as GiveUpPolicy
 from ._supervision import LifecycleEvent as LifecycleEvent
 from ._supervision import RestartIntensity as RestartIntensity
 from ._supervision import RestartType as RestartType

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar, final
 
 from ._mailbox import DEFAULT_CAPACITY
 from ._ref import ActorRef, MsgT, Reply
-from ._supervision import ChildSpec, RestartType, Supervision
+from ._supervision import ChildSpec, GiveUpPolicy, RestartType, Supervision
 
 if TYPE_CHECKING:
     from ._cell import _Cell
@@ -127,6 +127,7 @@ class ActorContext(Generic[MsgT]):
         name: str | None = None,
         id: str | None = None,
         restart: RestartType = "permanent",
+        on_give_up: GiveUpPolicy = "escalate",
         shutdown_timeout: float = 5.0,
         mailbox_capacity: int = DEFAULT_CAPACITY,
         overflow: OverflowPolicy = "reject",
@@ -140,6 +141,8 @@ class ActorContext(Generic[MsgT]):
         Raises:
             ActorExistsError: an actor with this ``id`` or a sibling with this ``name``
                 is running.
+            ActorStoppedError: this actor is stopping or has stopped (for the root:
+                :class:`~protocols.errors.RuntimeClosedError`, the runtime is closing).
             ValueError, TypeError: an option is invalid (the message names it).
         """
         spec = ChildSpec(
@@ -147,6 +150,7 @@ class ActorContext(Generic[MsgT]):
             name=name,
             id=id,
             restart=restart,
+            on_give_up=on_give_up,
             shutdown_timeout=shutdown_timeout,
             mailbox_capacity=mailbox_capacity,
             overflow=overflow,

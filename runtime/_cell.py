@@ -15,8 +15,13 @@ import trio
 
 from protocols.errors import (
     ActorCrashedError,
+    ActorFailedError,
     ActorStoppedError,
+    CodecError,
+    CorruptLogError,
     IntensityExceededError,
+    PowertrioError,
+    RuntimeClosedError,
 )
 
 from ._mailbox import _Mailbox
@@ -66,6 +71,22 @@ def _first_error(exc: BaseException) -> Exception | None:
     return None
 
 
+def _restart_cannot_fix(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is about the actor's data, not its run.
+
+    A log that does not decode or a damaged store decodes the same way after a restart:
+    restarting only loops, and escalating restarts the same fold one level higher.
+    """
+    seen: BaseException | None = error
+    for _ in range(8):  # a cause chain is short; a cycle must not hang the supervisor
+        if seen is None:
+            return False
+        if isinstance(seen, CodecError | CorruptLogError):
+            return True
+        seen = seen.__cause__
+    return False
+
+
 class _Cell:
     """One actor's identity, mailbox and lifecycle (see the module docstring)."""
 
@@ -77,8 +98,10 @@ class _Cell:
         "_scope",
         "actor",
         "current_reply",
+        "failure",
         "id",
         "incarnation",
+        "intensity",
         "mailbox",
         "name",
         "parent",
@@ -119,6 +142,10 @@ class _Cell:
         self.restart_token: object | None = None
         self.started_at = 0.0
         self.current_reply: Reply[object] | None = None
+        self.failure: Exception | None = None
+        """The error the actor failed with for good (``None`` while it runs or stopped)."""
+        self.intensity: RestartIntensity | None = None
+        """This child's own restart window (``on_give_up="stop"``)."""
         self._children: _Children | None = None
         self._deferred: set[Reply[object]] | None = None
         self._exit_event: trio.Event | None = None
@@ -155,6 +182,12 @@ class _Cell:
         self.stop_requested = True
         self.mailbox.interrupt()
 
+    def stopped_error(self) -> ActorStoppedError:
+        """What a send to this actor raises once it has stopped for good."""
+        if self.failure is not None:
+            return ActorFailedError(self.id, self.failure)
+        return ActorStoppedError(self.id)
+
     def kill(self) -> None:
         if self._scope is not None:
             self._scope.cancel()
@@ -180,12 +213,15 @@ class _Cell:
             self._end_incarnation(ActorStoppedError(self.id))
             self.terminate("killed")
             raise
-        self._end_incarnation(
-            ActorCrashedError(self.id, "deferred") if error is not None else None
-        )
+        crashed: ActorCrashedError | None = None
+        if error is not None:
+            crashed = ActorCrashedError(self.id, "deferred")
+            crashed.__cause__ = error
+        self._end_incarnation(crashed)
         parent = self.parent
         if parent is None:
             if error is not None:
+                runtime._closed = True  # the root gave up: nothing new may start
                 raise error
             return
         if not parent.mailbox.closed:
@@ -271,17 +307,24 @@ class _Cell:
 
     # -- the end ---------------------------------------------------------------------
 
-    def terminate(self, reason: StopReason) -> None:
-        """Stop for good: close the mailbox, fail pending asks, leave the registry."""
+    def terminate(self, reason: StopReason, error: Exception | None = None) -> None:
+        """Stop for good: close the mailbox, fail pending asks, leave the registry.
+
+        With ``reason="failed"``, ``error`` is kept: every later send raises
+        :class:`ActorFailedError` with it as the cause.
+        """
         if self.mailbox.closed:
             return
+        if reason == "failed":
+            self.failure = error
         for _message, reply in self.mailbox.close():
             if reply is not None:
-                reply.fail(ActorStoppedError(self.id))
+                reply.fail(self.stopped_error())
         parent = self.parent
         if parent is not None and parent._children is not None:
             parent._children.cells.pop(self.id, None)
-        self.runtime._deregister(self, reason)
+        code = error.code if isinstance(error, PowertrioError) else None
+        self.runtime._deregister(self, reason, code)
 
 
 class _Children:
@@ -297,7 +340,13 @@ class _Children:
         self._intensity = RestartIntensity(supervision.max_restarts, supervision.within)
 
     async def start(self, spec: ChildSpec) -> _Cell:
-        runtime = self.owner.runtime
+        owner = self.owner
+        if self.closing or not owner.running or owner.mailbox.closed:
+            # The parent is going away (for the root: it gave up or the runtime closes).
+            if owner.parent is None:
+                raise RuntimeClosedError()
+            raise owner.stopped_error()
+        runtime = owner.runtime
         actor_id = spec.id if spec.id is not None else runtime.ids.new("a")
         name = spec.name if spec.name is not None else actor_id
         cell = _Cell(runtime, self.owner, spec, actor_id, name)
@@ -322,12 +371,22 @@ class _Children:
         runtime = cell.runtime
         if error is not None:
             runtime._publish_crashed(cell, error)
+            if _restart_cannot_fix(error):
+                self._give_up_on(cell, error)
+                return
         restart = cell.spec.restart
         if restart == "temporary" or (restart == "transient" and error is None):
-            cell.terminate("crashed" if error is not None else "normal")
+            cell.terminate("crashed" if error is not None else "normal", error)
             return
         now = trio.current_time()
-        if self._intensity.record(now):
+        if cell.spec.on_give_up == "stop":
+            if cell.intensity is None:
+                supervision = self.supervision
+                cell.intensity = RestartIntensity(supervision.max_restarts, supervision.within)
+            if cell.intensity.record(now):
+                self._give_up_on(cell, error)
+                return
+        elif self._intensity.record(now):
             await self.stop_all()
             supervision = self.supervision
             runtime._publish(
@@ -365,6 +424,19 @@ class _Children:
             )
         runtime._restarts += len(group)
         self.owner.nursery.start_soon(self._restart_later, group, delay, token)
+
+    def _give_up_on(self, cell: _Cell, error: Exception | None) -> None:
+        """Stop ``cell`` alone for good; its siblings and this supervisor go on."""
+        if error is None:  # a permanent child that keeps stopping by itself
+            cell.terminate("normal")
+            return
+        logger.error(
+            "actor %s failed for good and will not be restarted: %s: %s",
+            cell.path,
+            type(error).__name__,
+            error,
+        )
+        cell.terminate("failed", error)
 
     def _restart_group(self, cell: _Cell) -> list[_Cell]:
         strategy = self.supervision.strategy

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar, cast, final, overload
 
 import trio
@@ -16,7 +18,7 @@ from trio.lowlevel import (
     wait_task_rescheduled,
 )
 
-from protocols.errors import AskTimeoutError
+from protocols.errors import ActorStoppedError, AskTimeoutError
 
 if TYPE_CHECKING:
     from ._cell import _Cell
@@ -147,12 +149,13 @@ class ActorRef(Generic[MsgT]):
             ActorStoppedError: the actor has stopped for good.
         """
         mailbox = self._cell.mailbox
-        if isinstance(message, PriorityMessage):
-            await checkpoint_if_cancelled()
-            mailbox.put_system((message, None))
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        else:
-            await mailbox.put((message, None))
+        with self._stopped_errors():
+            if isinstance(message, PriorityMessage):
+                await checkpoint_if_cancelled()
+                mailbox.put_system((message, None))
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            else:
+                await mailbox.put((message, None))
 
     def tell_nowait(self, message: MsgT) -> None:
         """Send ``message`` without waiting; a full mailbox applies its overflow policy.
@@ -162,10 +165,11 @@ class ActorRef(Generic[MsgT]):
             MailboxFullError: the mailbox is full and its overflow policy is ``reject``.
         """
         mailbox = self._cell.mailbox
-        if isinstance(message, PriorityMessage):
-            mailbox.put_system((message, None))
-        else:
-            mailbox.put_nowait((message, None))
+        with self._stopped_errors():
+            if isinstance(message, PriorityMessage):
+                mailbox.put_system((message, None))
+            else:
+                mailbox.put_nowait((message, None))
 
     def tell_from_thread(self, message: MsgT) -> None:
         """Send ``message`` from a thread that is not running Trio.
@@ -199,7 +203,9 @@ class ActorRef(Generic[MsgT]):
 
         Raises:
             AskTimeoutError: no reply within ``timeout``.
-            ActorStoppedError: the actor stopped for good before replying.
+            ActorStoppedError: the actor stopped for good before replying;
+                :class:`~protocols.errors.ActorFailedError` (the error as its cause) when
+                its supervisor gave up on it.
             ActorCrashedError: the actor crashed while handling this message.
             ValueError: ``timeout`` is negative or NaN.
         """
@@ -219,14 +225,26 @@ class ActorRef(Generic[MsgT]):
     async def _enqueue(self, message: object, reply: Reply[object]) -> None:
         mailbox = self._cell.mailbox
         item = (message, reply)
-        if isinstance(message, PriorityMessage):
-            await checkpoint_if_cancelled()
-            mailbox.put_system(item)
-        elif mailbox.has_room():
-            await checkpoint_if_cancelled()
-            mailbox.put_unchecked(item)
-        else:
-            await mailbox.put(item)
+        with self._stopped_errors():
+            if isinstance(message, PriorityMessage):
+                await checkpoint_if_cancelled()
+                mailbox.put_system(item)
+            elif mailbox.has_room():
+                await checkpoint_if_cancelled()
+                mailbox.put_unchecked(item)
+            else:
+                await mailbox.put(item)
+
+    @contextmanager
+    def _stopped_errors(self) -> Iterator[None]:
+        """A closed mailbox says "stopped"; an actor that failed says why (its cause)."""
+        try:
+            yield
+        except ActorStoppedError:
+            error = self._cell.stopped_error()
+            if type(error) is ActorStoppedError:
+                raise
+            raise error from error.__cause__
 
     def statistics(self) -> MailboxStatistics:
         """A snapshot of the actor's mailbox."""

@@ -16,6 +16,7 @@ from protocols.errors import (
     PowertrioError,
     RuntimeClosedError,
 )
+from protocols.lowlevel import unwrap_single_error
 
 from ._actor import Actor, ActorContext
 from ._cell import _Cell
@@ -30,6 +31,7 @@ from ._supervision import (
     ActorStarted,
     ActorStopped,
     ChildSpec,
+    GiveUpPolicy,
     LifecycleEvent,
     RestartType,
     StopReason,
@@ -147,6 +149,7 @@ class Runtime:
         name: str | None = None,
         id: str | None = None,
         restart: RestartType = "permanent",
+        on_give_up: GiveUpPolicy = "escalate",
         shutdown_timeout: float = 5.0,
         mailbox_capacity: int = DEFAULT_CAPACITY,
         overflow: OverflowPolicy = "reject",
@@ -159,6 +162,8 @@ class Runtime:
             id (str | None): stable id unique in this runtime; generated when ``None``.
             restart: ``permanent`` (always restarted), ``transient`` (only after a crash)
                 or ``temporary`` (never).
+            on_give_up: what the actor's crash loop stops: ``escalate``, the root and with
+                it the runtime (OTP); ``stop``, only this actor (see :class:`ChildSpec`).
             shutdown_timeout (float): seconds an orderly stop may take before cancelling.
             mailbox_capacity (int): bound of the mailbox's user lane.
             overflow: what a non-waiting send does when the mailbox is full.
@@ -176,6 +181,7 @@ class Runtime:
             name=name,
             id=id,
             restart=restart,
+            on_give_up=on_give_up,
             shutdown_timeout=shutdown_timeout,
             mailbox_capacity=mailbox_capacity,
             overflow=overflow,
@@ -304,13 +310,19 @@ class Runtime:
         self._by_id[cell.id] = cell
         self._by_path[cell.path] = cell
 
-    def _deregister(self, cell: _Cell, reason: StopReason) -> None:
+    def _deregister(self, cell: _Cell, reason: StopReason, error_code: str | None = None) -> None:
         if self._by_id.get(cell.id) is cell:
             del self._by_id[cell.id]
             del self._by_path[cell.path]
         if self._subscribers:
             self._publish(
-                ActorStopped(actor_id=cell.id, path=cell.path, reason=reason, at=self.clock.now())
+                ActorStopped(
+                    actor_id=cell.id,
+                    path=cell.path,
+                    reason=reason,
+                    at=self.clock.now(),
+                    error_code=error_code,
+                )
             )
 
     def statistics(self) -> RuntimeStatistics:
@@ -332,7 +344,10 @@ class Runtime:
             root.request_stop()
             await root.wait_exited()
         else:
-            await trio.lowlevel.checkpoint()
+            # Not a cancel point: when the root has failed, ``open_runtime``'s nursery is
+            # cancelled, and a Cancelled raised here would replace (and so lose) the error
+            # the block is leaving with.
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
 
 @asynccontextmanager
@@ -374,7 +389,7 @@ async def open_runtime(
         "",
     )
     runtime._root = root
-    try:
+    with unwrap_single_error():  # one error comes out bare; several stay a group
         async with trio.open_nursery() as nursery:
             root.incarnation = 1
             root.running = True
@@ -388,18 +403,3 @@ async def open_runtime(
                     await runtime.aclose()
                 finally:
                     timers.close()
-    except BaseExceptionGroup as group:
-        errors = [e for e in _leaves(group) if not isinstance(e, trio.Cancelled)]
-        if len(errors) != 1:
-            raise
-        # One real error (an escalation, or the body's own): raise it bare, keeping its cause.
-        error = errors[0]
-        raise error from error.__cause__
-
-
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield exc

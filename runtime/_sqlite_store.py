@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from protocols.errors import StoreClosedError
+from protocols.lowlevel import unwrap_single_error
 
 from ._event_store import (
     AppendResult,
@@ -667,14 +668,15 @@ async def open_sqlite_store(
     store = SqliteEventStore(path=where, clock=clock, writer=writer, signal=signal)
     try:
         writer.start()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(store._checkpointer, checkpoint_interval)
-            try:
-                yield store
-            finally:
-                store._begin_close()
-                with trio.CancelScope(shield=True):
-                    # Bounded by committing what is queued: nothing is left half-done.
-                    await writer.drained.wait()
+        with unwrap_single_error():  # an error from the block comes out bare, not in a group
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store._checkpointer, checkpoint_interval)
+                try:
+                    yield store
+                finally:
+                    store._begin_close()
+                    with trio.CancelScope(shield=True):
+                        # Bounded by committing what is queued: nothing is left half-done.
+                        await writer.drained.wait()
     finally:
         store._finish_close()

@@ -21,8 +21,12 @@ Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
 RestartType = Literal["permanent", "transient", "temporary"]
 """When a child is restarted: always; only after a crash; never."""
 
+GiveUpPolicy = Literal["escalate", "stop"]
+"""What a child's crash loop brings down: its supervisor (OTP), or only the child itself."""
+
 _STRATEGIES = ("one_for_one", "one_for_all", "rest_for_one")
 _RESTART_TYPES = ("permanent", "transient", "temporary")
+_GIVE_UP_POLICIES = ("escalate", "stop")
 
 
 def _non_negative(name: str) -> Callable[[object, object, float], None]:
@@ -126,6 +130,18 @@ class ChildSpec:
         default="permanent", validator=_one_of("restart", _RESTART_TYPES)
     )
     """When to restart the child."""
+    on_give_up: GiveUpPolicy = attrs.field(
+        default="escalate", validator=_one_of("on_give_up", _GIVE_UP_POLICIES)
+    )
+    """What happens when the child crashes faster than the supervisor's intensity allows.
+
+    ``escalate`` (OTP): its crashes count against the supervisor, which stops all its
+    children and fails, escalating to its own parent. ``stop`` (Akka's restart with a
+    limit): the child's crashes are counted apart, against the same limits, and when they
+    exceed them only this child stops for good, failed with its last error
+    (:class:`~protocols.errors.ActorFailedError`); its supervisor and siblings go on. Use
+    ``stop`` for children that each serve one independent party, such as agent sessions.
+    """
     shutdown_timeout: float = attrs.field(
         default=5.0, validator=_non_negative("shutdown_timeout")
     )
@@ -170,7 +186,10 @@ class RestartIntensity:
 
 # --- lifecycle events ----------------------------------------------------------------
 
-StopReason = Literal["normal", "shutdown", "killed", "crashed"]
+StopReason = Literal["normal", "shutdown", "killed", "crashed", "failed"]
+"""Why an actor stopped for good: it stopped itself; it was stopped; it ignored a stop and
+was cancelled; it crashed and is not restarted (``temporary``); its supervisor gave up on
+it alone (an error a restart cannot fix, or a crash loop under ``on_give_up="stop"``)."""
 
 
 @final
@@ -222,6 +241,8 @@ class ActorStopped:
     path: str
     reason: StopReason
     at: float
+    error_code: str | None = None
+    """For ``crashed`` and ``failed``: the ``code`` of the powertrio error it ended with."""
 
 
 @final

@@ -11,7 +11,12 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocols.errors import ActorStoppedError, IntensityExceededError
+from protocols.errors import (
+    ActorFailedError,
+    ActorStoppedError,
+    EventDecodeError,
+    IntensityExceededError,
+)
 from runtime import (
     Actor,
     ActorCrashed,
@@ -502,3 +507,119 @@ async def test_ten_thousand_actors_escalate_when_crashes_exceed_intensity(
     # Orderly: the survivors were stopped, newest first.
     stops = [name for what, name in journal.entries if what == "stop"]
     assert stops[:3] == ["w9999", "w9998", "w9997"]
+
+
+# -- faults stay where they happen -------------------------------------------------------
+
+
+class Undecodable(Actor[object]):
+    """Fails at every start the way an actor whose log does not decode does."""
+
+    starts = 0
+
+    async def on_start(self) -> None:
+        Undecodable.starts += 1
+        raise EventDecodeError("thing.happened", "payload is not JSON", "actor/x", 2)
+
+
+class CrashLoop(Actor[object]):
+    """Crashes at every start for a reason a restart might fix."""
+
+    async def on_start(self) -> None:
+        raise RuntimeError("flaky")
+
+
+async def test_a_data_error_is_not_restarted_and_does_not_escalate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A crash caused by undecodable data stops that child at once, failed with the error,
+    even under the default ``escalate`` policy: restarting it, or its supervisor, would fold
+    the same bytes again. The sibling keeps running."""
+    journal = Journal()
+    Undecodable.starts = 0
+    async with open_runtime(seed=3, supervision=Supervision(max_restarts=0)) as runtime:
+        with runtime.subscribe() as events:
+            sibling = await runtime.spawn(lambda: Child(journal, "s"), id="s")
+            bad = await runtime.spawn(Undecodable, id="x")
+            await settle()
+            seen = drain(events)
+        assert Undecodable.starts == 1
+        assert not bad.alive
+        with pytest.raises(ActorFailedError) as failed:
+            await bad.ask("anything")
+        assert (
+            failed.value.actor_id,
+            failed.value.cause_code,
+            failed.value.cause_type,
+        ) == ("x", "codec.decode", "EventDecodeError")
+        assert isinstance(failed.value.__cause__, EventDecodeError)
+        with pytest.raises(ActorFailedError):
+            await bad.tell("anything")
+        with pytest.raises(ActorFailedError):
+            bad.tell_nowait("anything")
+        assert await sibling.ask("who") == 1
+        assert [
+            (e.actor_id, e.reason, e.error_code) for e in seen if isinstance(e, ActorStopped)
+        ] == [("x", "failed", "codec.decode")]
+        assert not any(isinstance(e, ActorRestarting | SupervisorEscalated) for e in seen)
+
+
+async def test_a_stop_child_crash_loop_stops_only_that_child(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``on_give_up="stop"``: the child's crashes are counted apart; past the limit only it
+    stops, failed with its last error, and the supervisor never escalates."""
+    journal = Journal()
+    supervision = Supervision(max_restarts=2, within=10, backoff=NO_DELAY)
+    async with open_runtime(seed=3, supervision=supervision) as runtime:
+        with runtime.subscribe() as events:
+            sibling = await runtime.spawn(lambda: Child(journal, "s"), id="s")
+            await runtime.spawn(CrashLoop, id="loop", on_give_up="stop")
+            await settle()
+            # The sibling's own crashes still count against the root, apart from the loop's.
+            await sibling.tell("crash")
+            await settle()
+            seen = drain(events)
+        restarts = [e.actor_id for e in seen if isinstance(e, ActorRestarting)]
+        assert restarts == ["loop", "loop", "s"]
+        stopped = [(e.actor_id, e.reason) for e in seen if isinstance(e, ActorStopped)]
+        assert stopped == [("loop", "failed")]
+        assert await sibling.ask("who") == 2
+
+
+def test_child_spec_rejects_an_unknown_give_up_policy() -> None:
+    """``on_give_up`` is checked like the other options, naming itself."""
+    with pytest.raises(ValueError, match="on_give_up must be one of escalate, stop"):
+        ChildSpec(factory=CrashLoop, on_give_up="ignore")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cause", ["crash_loop", "data_error"])
+async def test_a_storm_of_a_thousand_failing_children_leaves_the_sibling_subtree_running(
+    autojump_clock: trio.testing.MockClock, cause: str
+) -> None:
+    """1,000 children of one supervisor crash at every start (a crash loop under ``stop``,
+    or a data error under the default policy): each stops alone, the storm's supervisor
+    and the sibling subtree keep running, and the root never escalates."""
+    journal = Journal()
+    quick = Supervision(max_restarts=3, within=10, backoff=NO_DELAY)
+    if cause == "crash_loop":
+        specs = [
+            ChildSpec(factory=CrashLoop, id=f"c{i}", on_give_up="stop") for i in range(1000)
+        ]
+    else:
+        specs = [ChildSpec(factory=Undecodable, id=f"c{i}") for i in range(1000)]
+    async with open_runtime(seed=9, supervision=quick) as runtime:
+        with runtime.subscribe(buffer=100_000) as events:
+            calm = await runtime.spawn(
+                lambda: Supervisor([child(journal, "w")], quick), id="calm"
+            )
+            storm = await runtime.spawn(lambda: Supervisor(specs, quick), id="storm")
+            await settle()
+            seen = drain(events)
+        assert storm.alive and calm.alive
+        assert await runtime.lookup("w").ask("who") == 1
+        assert journal.starts["w"] == 1
+        failed = [e for e in seen if isinstance(e, ActorStopped) and e.reason == "failed"]
+        assert len(failed) == 1000
+        assert not any(isinstance(e, SupervisorEscalated) for e in seen)
+        assert runtime.statistics().actors == 3  # calm, its worker and storm: all 1,000 left

@@ -149,6 +149,9 @@ class SessionSummary:
     updated_at: float = 0.0
     waiting_for: list[str] = attrs.Factory(list)
     """Open human requests."""
+    error: str | None = None
+    """The code of the first event this code cannot decode: the session cannot be folded,
+    so its status is ``failed`` (a runtime would stop it with that error)."""
 
     def apply(self, event: object) -> None:
         """Fold one event in."""
@@ -186,6 +189,7 @@ class SessionSummary:
             "parent_id": self.parent_id,
             "depth": self.depth,
             "status": self.status,
+            "error": self.error,
             "runs": self.runs,
             "rounds": self.rounds,
             "usage": {
@@ -216,12 +220,18 @@ async def summaries(store: SqliteEventStore) -> list[SessionSummary]:
                 summary = found[sid] = SessionSummary(sid, created_at=record.recorded_at)
             summary.events += 1
             summary.updated_at = record.recorded_at
-            event = decode_or_none(record)
-            if event is not None:
-                summary.apply(event)
+            try:
+                event = decode_record(record)
+            except CodecError as exc:
+                summary.error = summary.error or exc.code
+                continue
+            summary.apply(event)
         if len(page) < _PAGE:
             break
         position = page[-1].position + 1
+    for summary in found.values():
+        if summary.error is not None:
+            summary.status = "failed"
 
     def tree_order(summary: SessionSummary) -> tuple[float, str, tuple[int, ...]]:
         # Sub-agents follow their root in spawn order (``root.2`` before ``root.10``),
@@ -248,6 +258,7 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
     if ctx.json:
         ctx.emit([s.to_json() for s in listed])
         return 0
+    from rich.markup import escape
     from rich.table import Table
 
     if not listed:
@@ -264,7 +275,7 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
     for s in listed:
         table.add_row(
             s.session_id,
-            s.status.replace("_", " "),
+            escape(s.status.replace("_", " ") + (f" [{s.error}]" if s.error else "")),
             str(s.runs),
             str(s.rounds),
             f"{s.prompt_tokens + s.completion_tokens:,}",
