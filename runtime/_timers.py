@@ -18,13 +18,15 @@ import trio
 from protocols import default_registry
 from protocols.errors import (
     ActorStoppedError,
+    CodecError,
+    CorruptLogError,
     TimerArgumentError,
     TimerNotFoundError,
     TimerOwnerUnavailableError,
 )
 
 from ._clock import Clock, IdSource
-from ._event_store import EventStore
+from ._event_store import EventStore, RecordedEvent
 from ._ref import ActorRef
 from ._timer_book import (
     TIMER_EVENT_CLASSES,
@@ -406,16 +408,52 @@ class TimerService:
 
     async def _rebuild(self) -> None:
         store = self._store
-        decode = default_registry.decode_record
         position = 1
         while True:
-            page = await store.read_all(position, limit=_PAGE)
-            for record in page:
-                if record.type in TIMER_EVENT_NAMES:  # decode nothing else
-                    self._apply(record.stream, decode(record))
+            try:
+                page = await store.read_all(position, limit=_PAGE)
+            except CorruptLogError:
+                # One damaged event must not keep the runtime from opening (its stream's
+                # owner fails alone when it folds): step past it one event at a time.
+                position = await self._past_damage(position)
+                continue
+            self._index(page)
             if len(page) < _PAGE:
                 return
             position = page[-1].position + 1
+
+    async def _past_damage(self, position: int) -> int:
+        """Index the events from ``position`` one by one up to the first damaged one, and
+        return the position after it (the end of the log if none is damaged)."""
+        head = await self._store.head_position()
+        while position <= head:
+            try:
+                page = await self._store.read_all(position, limit=1)
+            except CorruptLogError as exc:
+                logger.warning(
+                    "timers: skipped a damaged event of %r version %s while re-arming: %s",
+                    exc.stream,
+                    exc.version,
+                    exc.detail,
+                )
+                return position + 1
+            if not page:
+                break
+            self._index(page)
+            position = page[-1].position + 1
+        return head + 1
+
+    def _index(self, page: Sequence[RecordedEvent]) -> None:
+        decode = default_registry.decode_record
+        for record in page:
+            if record.type not in TIMER_EVENT_NAMES:  # decode nothing else
+                continue
+            try:
+                event = decode(record)
+            except CodecError as exc:  # the owner fails alone with this error when it folds
+                logger.warning("timers: skipped an undecodable timer event: %s", exc)
+                continue
+            self._apply(record.stream, event)
 
     def _apply(self, stream: str, event: object) -> None:
         """Fold one timer event into the index, exactly as the owner folds it."""

@@ -25,6 +25,7 @@ from runtime import (
     open_runtime,
     open_sqlite_store,
 )
+from runtime._sqlite_schema import event_checksum
 from runtime.testing import InMemoryEventStore, ScriptedLLM
 
 
@@ -40,7 +41,6 @@ def flip_a_byte(data: bytes) -> bytes:
     return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
 
 
-# Each kind of damage: the SQL that does it to one event row, and the code it must surface.
 DAMAGE = {
     "bad_json": ("UPDATE events SET data = ? WHERE position = ?", b"{not json", "codec.decode"),
     "wrong_shape": ("UPDATE events SET data = ? WHERE position = ?", b"[1, 2]", "codec.decode"),
@@ -65,7 +65,13 @@ DAMAGE = {
         "codec.future_version",
     ),
     "flipped_byte": ("UPDATE events SET data = ? WHERE position = ?", flip_a_byte, "codec.decode"),
+    # The same byte flipped by decay, with the row's checksum left as it was.
+    "decayed_byte": ("UPDATE events SET data = ? WHERE position = ?", flip_a_byte, "store.corrupt"),
 }
+"""Each kind of damage: the SQL that does it to one event row, and the code it must surface.
+
+All but ``decayed_byte`` rewrite the row's checksum to match (as a buggy writer would), so
+what is left to find is the codec error; ``decayed_byte`` is caught by the checksum."""
 
 
 async def record_two_sessions(path: Path) -> None:
@@ -84,6 +90,13 @@ def damage(path: Path, kind: str) -> None:
             "SELECT position, data FROM events WHERE stream = 'session/bad' AND version = 2"
         ).fetchone()
         db.execute(sql, (value(data) if callable(value) else value, position))
+        if kind != "decayed_byte":
+            db.create_function("checksum", 6, event_checksum)
+            db.execute(
+                "UPDATE events SET checksum = checksum(stream, version, type, schema_version, "
+                "data, metadata) WHERE position = ?",
+                (position,),
+            )
     db.close()
 
 
@@ -216,9 +229,14 @@ async def test_a_restarted_session_resumes_after_the_log_is_repaired(tmp_path: P
         bad = await spawn_session(runtime, llm=ScriptedLLM([]), session_id="bad")
         with pytest.raises(ActorFailedError):
             await bad.send("again")
-    with sqlite3.connect(path) as db:
+    with sqlite3.connect(path) as db:  # the repair: the original type, its checksum again
+        db.create_function("checksum", 6, event_checksum)
         db.execute(
             "UPDATE events SET type = ? WHERE stream = 'session/bad' AND version = 2", (original,)
+        )
+        db.execute(
+            "UPDATE events SET checksum = checksum(stream, version, type, schema_version, "
+            "data, metadata) WHERE stream = 'session/bad' AND version = 2"
         )
     db.close()
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=6) as runtime:
