@@ -6,7 +6,7 @@ import inspect
 import threading
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Generic, Literal, ParamSpec, TypeVar, final, overload
+from typing import TYPE_CHECKING, Generic, Literal, ParamSpec, TypeVar, final, overload
 
 import attrs
 import cattrs
@@ -30,6 +30,9 @@ from protocols.errors import (
 )
 
 from ._tool_schema import ToolParameter, is_context_annotation, parse_docstring, parse_function
+
+if TYPE_CHECKING:
+    from runtime import Runtime
 
 __all__ = ["Tool", "ToolContext", "ToolKind", "ToolRegistry", "tool"]
 
@@ -63,6 +66,10 @@ class ToolContext:
     """The session (caller identity) on whose behalf the tool runs; stamped by the runtime."""
     idempotency_key: str
     """Stable across replays and crash resumes; pass it to APIs that dedupe requests."""
+    runtime: Runtime | None = attrs.field(default=None, kw_only=True)
+    """The runtime the calling session runs in (``None`` when a tool is called outside
+    one, as in a unit test). Built-in tools find their board or timers through it, so they
+    are plain values an :class:`AgentSpec` can hold, made before any runtime exists."""
     _cancelled: threading.Event = attrs.field(factory=threading.Event, init=False)
 
     @property
