@@ -350,9 +350,7 @@ class _BoardActor(EventSourcedActor[BoardState]):
             watches.deliver(change)
             self._deliver_to_sessions(durable, change)
 
-    def _deliver_to_sessions(
-        self, durable: Mapping[str, WatchAdded], change: BoardChanged
-    ) -> None:
+    def _deliver_to_sessions(self, durable: Mapping[str, WatchAdded], change: BoardChanged) -> None:
         """Tell each session with a matching durable watch, if it runs in this runtime.
 
         The watcher is looked up by id at each change: a session spawned again (after a
@@ -772,10 +770,7 @@ async def open_board(
         RuntimeClosedError: the runtime is closing.
     """
     if not isinstance(board_id, str) or BOARD_ID_PATTERN.fullmatch(board_id) is None:
-        msg = (
-            f"board_id must be 1 to 128 characters from A-Z a-z 0-9 and _ - . :, "
-            f"got {board_id!r}"
-        )
+        msg = f"board_id must be 1 to 128 characters from A-Z a-z 0-9 and _ - . :, got {board_id!r}"
         raise ConfigError(msg)
     entries = _check_limit("max_entries", max_entries)
     entry_bytes = _check_limit("max_entry_bytes", max_entry_bytes)

@@ -229,7 +229,9 @@ def evolve(state: BoardState, event: object) -> BoardState:
             version=version,
         )
     if isinstance(event, WatchAdded):
-        return attrs.evolve(state, watches={**state.watches, event.watch_id: event}, version=version)
+        return attrs.evolve(
+            state, watches={**state.watches, event.watch_id: event}, version=version
+        )
     if isinstance(event, WatchRemoved):
         watches = {k: v for k, v in state.watches.items() if k != event.watch_id}
         return attrs.evolve(state, watches=watches, version=version)

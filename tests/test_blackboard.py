@@ -317,9 +317,7 @@ async def test_values_that_are_not_plain_json_are_refused(value: object, detail:
         ({"author": None}, "author must be a non-empty str, got None"),
     ],
 )
-async def test_bad_write_options_raise_value_error(
-    kwargs: dict[str, object], message: str
-) -> None:
+async def test_bad_write_options_raise_value_error(kwargs: dict[str, object], message: str) -> None:
     """Misused options fail in the caller before anything reaches the board."""
     async with open_runtime(seed=1) as runtime:
         board = await open_board(runtime, "b")
@@ -942,9 +940,7 @@ class Model:
     def version(self, key: str) -> int:
         return self.live[key][1] if key in self.live else 0
 
-    def put(
-        self, key: str, value: JsonValue, expected: int | None, author: str
-    ) -> str | int:
+    def put(self, key: str, value: JsonValue, expected: int | None, author: str) -> str | int:
         """The new version, or the code of the error the board must raise."""
         import orjson
 
