@@ -6,7 +6,7 @@ import inspect
 import threading
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Generic, Literal, ParamSpec, TypeVar, final, overload
+from typing import Generic, Literal, ParamSpec, TypeVar, final, overload
 
 import attrs
 import cattrs
@@ -28,11 +28,9 @@ from protocols.errors import (
     ToolInterruptedError,
     ToolNotFoundError,
 )
+from runtime import Runtime  # at run time: the metadata fix-up resolves hints
 
 from ._tool_schema import ToolParameter, is_context_annotation, parse_docstring, parse_function
-
-if TYPE_CHECKING:
-    from runtime import Runtime
 
 __all__ = ["Tool", "ToolContext", "ToolKind", "ToolRegistry", "tool"]
 
