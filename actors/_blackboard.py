@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, final
 
@@ -33,6 +33,8 @@ from ._board_events import (
     EntryDeleted,
     EntryPut,
     Limits,
+    WatchAdded,
+    WatchRemoved,
     decide_delete,
     decide_put,
     detached,
@@ -196,6 +198,19 @@ class _AddWatch(Request[str]):
     watch: _Watch
 
 
+@attrs.frozen(kw_only=True)
+class _AddSessionWatch(Request[str]):
+    watch_id: str
+    watcher: str
+    keys: tuple[str, ...] | None
+    prefix: str
+
+
+@attrs.frozen
+class _RemoveSessionWatch(Request[bool]):
+    watch_id: str
+
+
 @attrs.frozen
 class _GetState(Request[BoardState]):
     pass
@@ -210,10 +225,13 @@ class _Describe(Request[_BoardInfo]):
 class _BoardActor(EventSourcedActor[BoardState]):
     """One board: the only writer of the stream ``board/<id>``."""
 
-    def __init__(self, board_id: str, limits: Limits, watches: _WatchTable) -> None:
+    def __init__(
+        self, board_id: str, limits: Limits, watches: _WatchTable, runtime: Runtime
+    ) -> None:
         self._board_id = board_id
         self._limits = limits
         self._watches = watches
+        self._runtime = runtime
 
     def stream_name(self) -> str:
         return f"board/{self._board_id}"
@@ -275,6 +293,25 @@ class _BoardActor(EventSourcedActor[BoardState]):
                     state.entries[key] for key in sorted(state.entries) if key.startswith(prefix)
                 )
             )
+        if isinstance(message, _AddSessionWatch):
+            for existing in state.watches.values():
+                if (existing.watcher, existing.keys, existing.prefix) == (
+                    message.watcher,
+                    message.keys,
+                    message.prefix,
+                ):
+                    return Decision(reply=existing.watch_id)  # each change arrives once
+            added = WatchAdded(
+                watch_id=message.watch_id,
+                watcher=message.watcher,
+                keys=message.keys,
+                prefix=message.prefix,
+            )
+            return Decision(events=[added], reply=added.watch_id)
+        if isinstance(message, _RemoveSessionWatch):
+            if message.watch_id not in state.watches:
+                return Decision(reply=False)
+            return Decision(events=[WatchRemoved(watch_id=message.watch_id)], reply=True)
         if isinstance(message, _GetState):
             return Decision(reply=state)
         if isinstance(message, _Describe):
@@ -290,7 +327,8 @@ class _BoardActor(EventSourcedActor[BoardState]):
 
     def after_persist(self, events: Sequence[object]) -> None:
         watches = self._watches
-        if not watches.watches:
+        durable = self.state.watches
+        if not watches.watches and not durable:
             return
         first = self.version - len(events) + 1
         for offset, event in enumerate(events):
@@ -300,17 +338,42 @@ class _BoardActor(EventSourcedActor[BoardState]):
                 value, deleted = None, True
             else:
                 continue
-            watches.deliver(
-                BoardChanged(
-                    board_id=self._board_id,
-                    key=event.key,
-                    version=event.version,
-                    value=value,
-                    deleted=deleted,
-                    author=event.author,
-                    board_version=first + offset,
-                )
+            change = BoardChanged(
+                board_id=self._board_id,
+                key=event.key,
+                version=event.version,
+                value=value,
+                deleted=deleted,
+                author=event.author,
+                board_version=first + offset,
             )
+            watches.deliver(change)
+            self._deliver_to_sessions(durable, change)
+
+    def _deliver_to_sessions(self, durable: Mapping[str, WatchAdded], change: BoardChanged) -> None:
+        """Tell each session with a matching durable watch, if it runs in this runtime.
+
+        The watcher is looked up by id at each change: a session spawned again (after a
+        crash, in a new process) gets the changes of its recorded watch with no re-watch.
+        A session not running now misses the change; it reads the board when it starts.
+        """
+        for watch in tuple(durable.values()):
+            if not watch.matches(change.key):
+                continue
+            try:
+                ref = self._runtime.lookup(watch.watcher)
+                ref.tell_nowait(attrs.evolve(change, value=detached(change.value)))
+            except (ActorNotFoundError, ActorStoppedError):
+                continue  # not running now: the watch waits in the log for its session
+            except MailboxFullError:
+                logger.warning(
+                    "board %r could not tell %s of %s v%d (watch %s): its mailbox is full",
+                    self._board_id,
+                    watch.watcher,
+                    change.key,
+                    change.version,
+                    watch.watch_id,
+                )
 
 
 # -- the public face ------------------------------------------------------------------
@@ -353,11 +416,13 @@ class Board:
     default is ``"python"``); agents write through :func:`board_tools`, which stamp
     ``session:<id>`` from the runtime, never from the model's arguments.
 
-    Watches (:meth:`watch`, :meth:`watch_actor`) live in memory, not in the log: they
-    survive a crash and restart of the board actor, but not the end of the runtime. A
-    watcher re-watches when it starts (and reads what it needs first); this keeps watches
-    out of the board's history, which holds only what was written, and a watch names a
-    live actor or channel that a new runtime would not have anyway.
+    Two kinds of watches. A session's watch (:meth:`watch_session`, which the
+    ``board_watch`` tool uses) is recorded in the board's log as a :class:`WatchAdded`
+    event naming the session by id: it outlives every restart of the board, the session
+    and the process, and needs no re-watching. Python watches (:meth:`watch`,
+    :meth:`watch_actor`) name a live channel or ref, which a new runtime would not have:
+    they live in memory, survive a crash and restart of the board actor, but not the end
+    of the runtime.
     """
 
     __slots__ = ("_id", "_info", "_ref", "_runtime")
@@ -517,7 +582,7 @@ class Board:
         return BoardStatistics(
             entries=len(state.entries),
             version=state.version,
-            watches=len(watches.watches),
+            watches=len(watches.watches) + len(state.watches),
             watches_dropped=watches.dropped,
         )
 
@@ -603,6 +668,60 @@ class Board:
         watch = _Watch(self._runtime.ids.new("watch"), chosen, start, ref)
         return await self._ref.ask(_AddWatch(watch))
 
+    async def watch_session(
+        self,
+        session_id: str,
+        *,
+        keys: Iterable[str] | None = None,
+        prefix: str | None = None,
+    ) -> str:
+        """Record that a session watches keys: each change then reaches it as a message.
+
+        Unlike :meth:`watch_actor`, the watch is an event in the board's log
+        (:class:`WatchAdded`), so it is re-established from the log after any restart: of
+        the board, of the session, of the process. Whenever a change matches, the board
+        tells the session's actor if it is running in the runtime then (a session not
+        running misses the change; it reads the board when it starts). Watching the same
+        keys or prefix twice gives the same watch.
+
+        Args:
+            session_id (str): the watching session (its actor id).
+            keys (Iterable[str] | None): watch exactly these keys.
+            prefix (str | None): watch every key starting with it (``""``: every key).
+
+        Returns:
+            str: the watch id, for :meth:`unwatch_session`.
+
+        Raises:
+            BoardBadKeyError: a key or the prefix breaks the key rules.
+            ValueError: both ``keys`` and ``prefix``, empty ``keys``, or an empty
+                ``session_id``.
+            TypeError: ``keys`` is a str (wrap it in a list).
+            ActorCrashedError: the append failed (the board restarts from its log).
+        """
+        if not isinstance(session_id, str) or not session_id:
+            msg = f"session_id must be a non-empty str, got {session_id!r}"
+            raise ValueError(msg)
+        chosen, start = _watch_filter(keys, prefix)
+        message = _AddSessionWatch(
+            watch_id=self._runtime.ids.new("watch"),
+            watcher=session_id,
+            keys=None if chosen is None else tuple(sorted(chosen)),
+            prefix=start,
+        )
+        return await self._ref.ask(message)
+
+    async def unwatch_session(self, watch_id: str) -> bool:
+        """End a session's watch (:meth:`watch_session`), recording it in the log.
+
+        Returns:
+            bool: whether the watch existed (``False``: nothing was written).
+
+        Raises:
+            ActorCrashedError: the append failed (the board restarts from its log).
+        """
+        return await self._ref.ask(_RemoveSessionWatch(watch_id))
+
     def unwatch(self, watch_id: str) -> bool:
         """End a watch made by :meth:`watch_actor`; no change is delivered to it afterwards.
 
@@ -651,10 +770,7 @@ async def open_board(
         RuntimeClosedError: the runtime is closing.
     """
     if not isinstance(board_id, str) or BOARD_ID_PATTERN.fullmatch(board_id) is None:
-        msg = (
-            f"board_id must be 1 to 128 characters from A-Z a-z 0-9 and _ - . :, "
-            f"got {board_id!r}"
-        )
+        msg = f"board_id must be 1 to 128 characters from A-Z a-z 0-9 and _ - . :, got {board_id!r}"
         raise ConfigError(msg)
     entries = _check_limit("max_entries", max_entries)
     entry_bytes = _check_limit("max_entry_bytes", max_entry_bytes)
@@ -669,7 +785,7 @@ async def open_board(
         table = _WatchTable()
 
         def factory() -> _BoardActor:
-            return _BoardActor(board_id, limits, table)
+            return _BoardActor(board_id, limits, table, runtime)
 
         try:
             ref = await runtime.spawn(factory, id=actor_id)

@@ -27,6 +27,8 @@ __all__ = [
     "Entry",
     "EntryDeleted",
     "EntryPut",
+    "WatchAdded",
+    "WatchRemoved",
     "evolve",
 ]
 
@@ -109,6 +111,8 @@ class BoardState:
     """The last version of each deleted key, so writing it again continues from there."""
     version: int = 0
     """The board's stream version folded into this state."""
+    watches: Mapping[str, WatchAdded] = attrs.field(factory=dict)
+    """The durable watches by id (:meth:`Board.watch_session`), as their log recorded them."""
 
     def version_of(self, key: str) -> int:
         """The key's current version; 0 when it does not exist (never written or deleted)."""
@@ -126,7 +130,8 @@ class BoardStatistics:
     version: int
     """The board's stream version."""
     watches: int
-    """Watches registered now (Python channels and actors)."""
+    """Watches registered now (Python channels and actors, and the durable watches of
+    sessions)."""
     watches_dropped: int
     """Watches dropped because their watcher could not keep up."""
 
@@ -164,6 +169,41 @@ class EntryDeleted:
     """The writer's identity, stamped by the runtime."""
 
 
+@final
+@event_type("board.watch_added")
+@attrs.frozen(kw_only=True)
+class WatchAdded:
+    """A session watches keys of the board; recorded, so the watch outlives any restart.
+
+    The watcher is named by its session id, not by a live ref: whenever a change matches,
+    the board finds the session's actor in the runtime running then, so a watch made in
+    one process wakes the same session in the next one.
+    """
+
+    watch_id: str
+    """The watch's id (what the ``board_watch`` tool returned)."""
+    watcher: str
+    """The watching session's id (its actor id)."""
+    keys: tuple[str, ...] | None = None
+    """The keys watched, sorted; ``None``: every key starting with :attr:`prefix`."""
+    prefix: str = ""
+    """With ``keys`` ``None``: the prefix watched (``""``: every key)."""
+
+    def matches(self, key: str) -> bool:
+        """Whether a change of ``key`` is for this watch."""
+        return key in self.keys if self.keys is not None else key.startswith(self.prefix)
+
+
+@final
+@event_type("board.watch_removed")
+@attrs.frozen(kw_only=True)
+class WatchRemoved:
+    """A durable watch ended (:meth:`Board.unwatch_session`)."""
+
+    watch_id: str
+    """The watch that ended."""
+
+
 def evolve(state: BoardState, event: object) -> BoardState:
     """Apply one board event (pure and total: every stored event is one stream version)."""
     version = state.version + 1
@@ -179,12 +219,22 @@ def evolve(state: BoardState, event: object) -> BoardState:
         deleted = state.deleted
         if event.key in deleted:
             deleted = {k: v for k, v in deleted.items() if k != event.key}
-        return BoardState(entries=entries, deleted=deleted, version=version)
+        return attrs.evolve(state, entries=entries, deleted=deleted, version=version)
     if isinstance(event, EntryDeleted):
         entries = {k: v for k, v in state.entries.items() if k != event.key}
-        return BoardState(
-            entries=entries, deleted={**state.deleted, event.key: event.version}, version=version
+        return attrs.evolve(
+            state,
+            entries=entries,
+            deleted={**state.deleted, event.key: event.version},
+            version=version,
         )
+    if isinstance(event, WatchAdded):
+        return attrs.evolve(
+            state, watches={**state.watches, event.watch_id: event}, version=version
+        )
+    if isinstance(event, WatchRemoved):
+        watches = {k: v for k, v in state.watches.items() if k != event.watch_id}
+        return attrs.evolve(state, watches=watches, version=version)
     return attrs.evolve(state, version=version)  # a later event kind this code does not fold
 
 

@@ -6,8 +6,8 @@ from typing import Final
 
 from protocols import JsonObject, JsonValue
 
-from ._blackboard import Board
-from ._board_events import KEY_MAX_LENGTH, KEY_PATTERN, Entry
+from ._blackboard import Board, open_board
+from ._board_events import BOARD_ID_PATTERN, KEY_MAX_LENGTH, KEY_PATTERN, Entry
 from ._tools import Tool, ToolContext, tool
 
 __all__ = ["board_tools"]
@@ -49,6 +49,33 @@ def _author(context: ToolContext) -> str:
     return f"session:{context.session_id}"
 
 
+class _BoardOf:
+    """The board a tool works on: a handle, or an id opened in the caller's runtime."""
+
+    def __init__(self, board: Board | str) -> None:
+        if isinstance(board, Board):
+            self.id = board.id
+            self._board: Board | None = board
+            return
+        if not isinstance(board, str) or BOARD_ID_PATTERN.fullmatch(board) is None:
+            msg = (
+                "board_tools takes a Board or a board id (1 to 128 characters from "
+                f"A-Z a-z 0-9 and _ - . :), got {board!r}"
+            )
+            raise ValueError(msg)
+        self.id = board
+        self._board = None
+
+    async def get(self, context: ToolContext) -> Board:
+        if self._board is not None:
+            return self._board
+        if context.runtime is None:
+            msg = f"board {self.id!r}: the tool was called outside a runtime"
+            raise RuntimeError(msg)
+        # Found (or started) in the runtime of the call: a new runtime, a new board actor.
+        return await open_board(context.runtime, self.id)
+
+
 def _entry(entry: Entry, *, with_value: bool = True) -> JsonObject:
     found: JsonObject = {"key": entry.key, "version": entry.version, "author": entry.author}
     if with_value:
@@ -57,7 +84,7 @@ def _entry(entry: Entry, *, with_value: bool = True) -> JsonObject:
 
 
 def board_tools(
-    board: Board,
+    board: Board | str,
     *,
     read: bool = True,
     write: bool = True,
@@ -69,15 +96,22 @@ def board_tools(
     ``read`` gives ``<prefix>_read`` (one key, its value and version) and ``<prefix>_list``
     (keys under a prefix); ``write`` gives ``<prefix>_write`` (with an optional expected
     version: compare-and-set) and ``<prefix>_delete``; ``watch`` gives ``<prefix>_watch``,
-    which subscribes the calling session's actor: each change then arrives at the session
-    as a :class:`BoardChanged` message. A board error (a conflict, a full board, a bad
+    which records a watch for the calling session in the board's log
+    (:meth:`Board.watch_session`): each change then arrives at the session as a
+    :class:`BoardChanged` message, across restarts of the board, the session and the
+    process. A board error (a conflict, a full board, a bad
     key...) reaches the model as the tool's error, with its code and message.
 
     Every write is stamped ``session:<id>`` with the session id from the
     :class:`ToolContext`: the model cannot choose the author.
 
+    Give the board's id rather than a handle to make the tools before any runtime runs
+    (in a module-level :class:`AgentSpec`): each call then finds the board in the runtime
+    of the calling session (opening it there if needed), so the same tools serve a live
+    run, a restart in a new process, :func:`replay_session` and the test kit's harness.
+
     Args:
-        board (Board): the board, from :func:`open_board`.
+        board (Board | str): the board (from :func:`open_board`), or its id.
         read (bool): offer the read and list tools.
         write (bool): offer the write and delete tools.
         watch (bool): offer the watch tool.
@@ -90,21 +124,23 @@ def board_tools(
     Raises:
         ValueError: every tool is switched off.
         ToolDefinitionError: ``name_prefix`` makes an invalid tool name.
+        ValueError: ``board`` is not a valid board id.
     """
     if not (read or write or watch):
         msg = "board_tools: read, write and watch are all False; switch at least one on"
         raise ValueError(msg)
+    target = _BoardOf(board)
     tools: list[Tool[..., object]] = []
     if read:
-        tools += [_read_tool(board, name_prefix), _list_tool(board, name_prefix)]
+        tools += [_read_tool(target, name_prefix), _list_tool(target, name_prefix)]
     if write:
-        tools += [_write_tool(board, name_prefix), _delete_tool(board, name_prefix)]
+        tools += [_write_tool(target, name_prefix), _delete_tool(target, name_prefix)]
     if watch:
-        tools.append(_watch_tool(board, name_prefix))
+        tools.append(_watch_tool(target, name_prefix))
     return tuple(tools)
 
 
-def _read_tool(board: Board, prefix: str) -> Tool[..., object]:
+def _read_tool(board: _BoardOf, prefix: str) -> Tool[..., object]:
     @tool(
         name=f"{prefix}_read",
         description=(
@@ -113,8 +149,8 @@ def _read_tool(board: Board, prefix: str) -> Tool[..., object]:
         ),
         parameters=_object({"key": _KEY}, "key"),
     )
-    async def read(key: str) -> JsonObject:
-        entry = await board.get(key)
+    async def read(key: str, context: ToolContext) -> JsonObject:
+        entry = await (await board.get(context)).get(key)
         if entry is None:
             return {"key": key, "exists": False, "version": 0}
         return {"exists": True, **_entry(entry)}
@@ -122,7 +158,7 @@ def _read_tool(board: Board, prefix: str) -> Tool[..., object]:
     return read
 
 
-def _list_tool(board: Board, prefix: str) -> Tool[..., object]:
+def _list_tool(board: _BoardOf, prefix: str) -> Tool[..., object]:
     @tool(
         name=f"{prefix}_list",
         description=(
@@ -139,15 +175,17 @@ def _list_tool(board: Board, prefix: str) -> Tool[..., object]:
             }
         ),
     )
-    async def list_keys(prefix: str = "", include_values: bool = False) -> JsonObject:
-        entries = await board.list(prefix)
+    async def list_keys(
+        context: ToolContext, prefix: str = "", include_values: bool = False
+    ) -> JsonObject:
+        entries = await (await board.get(context)).list(prefix)
         found: list[JsonValue] = [_entry(e, with_value=include_values) for e in entries]
         return {"prefix": prefix, "count": len(found), "entries": found}
 
     return list_keys
 
 
-def _write_tool(board: Board, prefix: str) -> Tool[..., object]:
+def _write_tool(board: _BoardOf, prefix: str) -> Tool[..., object]:
     @tool(
         name=f"{prefix}_write",
         description=(
@@ -168,7 +206,7 @@ def _write_tool(board: Board, prefix: str) -> Tool[..., object]:
     async def write(
         key: str, value: JsonValue, context: ToolContext, expected_version: int | None = None
     ) -> JsonObject:
-        entry = await board.put(
+        entry = await (await board.get(context)).put(
             key, value, expected_version=expected_version, author=_author(context)
         )
         return {"key": entry.key, "version": entry.version, "written": True}
@@ -176,7 +214,7 @@ def _write_tool(board: Board, prefix: str) -> Tool[..., object]:
     return write
 
 
-def _delete_tool(board: Board, prefix: str) -> Tool[..., object]:
+def _delete_tool(board: _BoardOf, prefix: str) -> Tool[..., object]:
     @tool(
         name=f"{prefix}_delete",
         description=(
@@ -188,7 +226,7 @@ def _delete_tool(board: Board, prefix: str) -> Tool[..., object]:
     async def delete(
         key: str, context: ToolContext, expected_version: int | None = None
     ) -> JsonObject:
-        deleted = await board.delete(
+        deleted = await (await board.get(context)).delete(
             key, expected_version=expected_version, author=_author(context)
         )
         return {"key": key, "deleted": deleted}
@@ -196,7 +234,7 @@ def _delete_tool(board: Board, prefix: str) -> Tool[..., object]:
     return delete
 
 
-def _watch_tool(board: Board, prefix: str) -> Tool[..., object]:
+def _watch_tool(board: _BoardOf, prefix: str) -> Tool[..., object]:
     @tool(
         name=f"{prefix}_watch",
         description=(
@@ -213,9 +251,9 @@ def _watch_tool(board: Board, prefix: str) -> Tool[..., object]:
     async def watch(
         context: ToolContext, keys: list[str] | None = None, prefix: str | None = None
     ) -> JsonObject:
-        # The watcher is the calling session's actor, found by the runtime's registry.
-        session = board.runtime.lookup(context.session_id)
-        watch_id = await board.watch_actor(session, keys=keys, prefix=prefix)
+        # Recorded in the board's log with the caller's session id, so it outlives restarts.
+        found = await board.get(context)
+        watch_id = await found.watch_session(context.session_id, keys=keys, prefix=prefix)
         watching: JsonObject = (
             {"keys": list[JsonValue](sorted(set(keys)))}
             if keys is not None

@@ -8,15 +8,22 @@ from typing import final
 import attrs
 
 from protocols import LLMRequest, LLMResponse, LLMStream, ResponseFormat, decode_record, encode
-from protocols.errors import ConfigError, StreamNotFoundError
+from protocols.errors import ConfigError, StreamNotFoundError, ToolNotFoundError
 from runtime import EventStore, NewEvent, RecordedEvent, replay
 from runtime.lowlevel import CONTINUES
 
 from ._agents import AgentSpec
 from ._budget import Budget, Price
 from ._session import SessionActor
-from ._session_events import ChildFinished, ChildSpawned, SessionCreated, SessionState
-from ._session_steps import SessionConfig, child_config, session_config
+from ._session_events import (
+    AssistantRecorded,
+    ChildFinished,
+    ChildSpawned,
+    RequestHeader,
+    SessionCreated,
+    SessionState,
+)
+from ._session_steps import CallLLM, SessionConfig, child_config, session_config
 from ._tools import ToolRegistry
 
 
@@ -52,9 +59,13 @@ class SessionReplay:
         return self.checked + sum(child.total_checked for child in self.children)
 
 
+_SPEC_FIELDS = ("tools", "system_prompt", "model", "agents", "response_format", "budget")
+
+
 async def replay_session(
     store: EventStore,
     session_id: str,
+    spec: AgentSpec | None = None,
     *,
     tools: Iterable[object] | ToolRegistry = (),
     system_prompt: str | None = None,
@@ -67,19 +78,35 @@ async def replay_session(
     prices: Mapping[str, Price] | None = None,
     max_depth: int = 3,
     max_children: int = 8,
+    recorded_tools: bool = False,
 ) -> SessionReplay:
     """Replay a session (and its tree) with the code as configured here, at fold speed.
 
-    Give the same arguments the session was spawned with (``spawn_session``'s); what you
-    change is what replay checks. Each recorded model answer must have been asked for by
-    an identical request (model, messages, tools, parameters); sub-agents are replayed
-    with their specs from ``agents``.
+    Give what the session was started with: the :class:`AgentSpec` of
+    :func:`spawn_agent` (``replay_session(store, id, APP)``), or ``spawn_session``'s
+    arguments. What you changed is what replay checks: each recorded model answer must
+    have been asked for by an identical request (model, messages, tools, parameters);
+    sub-agents are replayed with their specs from the tree.
+
+    No tool runs in a replay: every result comes from the log. Tools need only be
+    described, so the built-ins can be given as they are in an app's spec
+    (``board_tools("team")``, ``wakeup_tools()``: no board or runtime has to run). With
+    ``recorded_tools=True`` the tool set recorded with each request stands in for the
+    code's (for a log whose tools this code does not have, as ``powertrio replay`` does):
+    the prompt, the model parameters and the conversation (every call, in order) are
+    still checked, the tools' descriptions and schemas are not; sub-agents whose spec is
+    unknown are replayed with their recorded prompt.
 
     Args:
         store (EventStore): the log.
         session_id (str): the session to replay.
+        spec (AgentSpec | None): the agent as the app spawned it with
+            :func:`spawn_agent`; then leave out ``tools``, ``system_prompt``, ``model``,
+            ``agents``, ``response_format`` and ``budget`` (the spec has them).
         system_prompt (str | None): the code's system prompt; ``None`` takes the one
             recorded when the session was created.
+        recorded_tools (bool): take the tools recorded with each request instead of
+            checking the code's.
         tools, model, agents, max_tokens, temperature, response_format, budget, prices,
             max_depth, max_children: as for ``spawn_session``.
 
@@ -90,20 +117,45 @@ async def replay_session(
         ReplayDivergenceError: the code asks for something else than the log holds; the
             message names the stream, the event version and the differences.
         StreamNotFoundError: no such session in the log.
+        ConfigError: ``spec`` and one of the arguments it replaces are both given, or the
+            spec names a tool instead of giving it.
     """
     stream = f"session/{session_id}"
+    max_rounds = 10
+    if spec is not None:
+        given = [
+            name
+            for name, value in zip(
+                _SPEC_FIELDS,
+                (tools, system_prompt, model, agents, response_format, budget),
+                strict=True,
+            )
+            if value is not None and value != ()
+        ]
+        if given:
+            msg = f"replay_session: give spec or {', '.join(given)}, not both (the spec has them)"
+            raise ConfigError(msg)
+        named = [t for t in spec.tools or () if isinstance(t, str)]
+        if named:
+            msg = (
+                f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level "
+                "agent has no parent to take them from: give Tool objects"
+            )
+            raise ConfigError(msg)
+        tools, system_prompt, model = spec.own_tools(), spec.system_prompt, spec.model
+        agents, response_format, budget = spec.agents, spec.response_format, spec.budget
+        max_rounds = spec.max_rounds
     if system_prompt is None:
-        first = await store.read(stream, 1, limit=1)
-        if not first:
+        created = await _created(store, session_id)
+        if created is None:
             raise StreamNotFoundError(stream)
-        created = decode_record(first[0])
-        assert isinstance(created, SessionCreated)
         system_prompt = created.system_prompt
     config = session_config(
         session_id=session_id,
         llm=_NoModel(),
         tools=tools,
         system_prompt=system_prompt,
+        max_rounds=max_rounds,
         model=model,
         agents=agents,
         max_tokens=max_tokens,
@@ -114,22 +166,94 @@ async def replay_session(
         max_depth=max_depth,
         max_children=max_children,
     )
-    return await _replay_tree(store, config)
+    return await _replay_tree(store, config, recorded_tools=recorded_tools)
 
 
-async def _replay_tree(store: EventStore, config: SessionConfig) -> SessionReplay:
+async def _created(store: EventStore, session_id: str) -> SessionCreated | None:
+    first = await store.read(f"session/{session_id}", 1, limit=1)
+    if not first:
+        return None
+    created = decode_record(first[0])
+    assert isinstance(created, SessionCreated)
+    return created
+
+
+async def _first_header(store: EventStore, session_id: str) -> RequestHeader | None:
+    for record in await store.read(f"session/{session_id}"):
+        if record.type != "session.assistant":
+            continue
+        event = decode_record(record)
+        if isinstance(event, AssistantRecorded) and event.request_header is not None:
+            return event.request_header
+    return None
+
+
+@final
+class _RecordedTools:
+    """A session's decider whose requests are checked with the recorded tool set.
+
+    Everything but the check is the session's own; the check compares the recorded
+    request header with the code's, the tool names and schemas taken as recorded.
+    """
+
+    def __init__(self, actor: SessionActor) -> None:
+        self._actor = actor
+
+    def initial_state(self) -> SessionState:
+        return self._actor.initial_state()
+
+    def evolve(self, state: SessionState, event: object) -> SessionState:
+        return self._actor.evolve(state, event)
+
+    def next_step(self, state: SessionState) -> object | None:
+        return self._actor.next_step(state)
+
+    def answers_effect(self, event: object) -> bool:
+        return self._actor.answers_effect(event)
+
+    def step_settled(self, step: object, state: SessionState, event: object) -> bool:
+        return self._actor.step_settled(step, state, event)
+
+    def replay_check(self, step: object | None, event: object) -> str | None:
+        problem = self._actor.replay_check(step, event)
+        if problem is None or not isinstance(step, CallLLM):
+            return problem
+        assert isinstance(event, AssistantRecorded)
+        recorded = event.request_header
+        if recorded is None:
+            return None  # an answer cut short by a cancel records no header: nothing to compare
+        replayed = attrs.evolve(
+            step.header, tools=recorded.tools, tools_digest=recorded.tools_digest
+        )
+        return "\n".join(recorded.differences(replayed)) or None
+
+
+async def _replay_tree(
+    store: EventStore, config: SessionConfig, *, recorded_tools: bool = False
+) -> SessionReplay:
     actor = SessionActor(config)
-    result = await replay(store, actor.stream_name(), actor)
+    decider = _RecordedTools(actor) if recorded_tools else actor
+    result = await replay(store, actor.stream_name(), decider)
     state = result.state
+    depth = state.depth
     children = []
     for spawned in state.children:
-        spec = config.agents.get(spawned.agent)
-        if spec is None:
-            continue  # spawned from Python with a spec this configuration does not know
-        child = child_config(config, spec, spawned.child_id, config.tools, state.depth + 1)
         if not await store.stream_version(f"session/{spawned.child_id}"):
             continue  # an ephemeral child, deleted after it completed
-        children.append(await _replay_tree(store, child))
+        spec = config.agents.get(spawned.agent)
+        if spec is None and not recorded_tools:
+            continue  # spawned from Python with a spec this configuration does not know
+        child: SessionConfig | None = None
+        if spec is not None:
+            try:
+                child = child_config(config, spec, spawned.child_id, config.tools, depth + 1)
+            except ToolNotFoundError:
+                if not recorded_tools:
+                    raise
+        if child is None:  # known by its log only: its recorded prompt and model
+            spec = await _recorded_spec(store, spawned)
+            child = child_config(config, spec, spawned.child_id, config.tools, depth + 1)
+        children.append(await _replay_tree(store, child, recorded_tools=recorded_tools))
     return SessionReplay(
         session_id=config.session_id,
         state=state,
@@ -139,9 +263,20 @@ async def _replay_tree(store: EventStore, config: SessionConfig) -> SessionRepla
     )
 
 
-async def fork_session(
-    store: EventStore, session_id: str, *, at_version: int, new_id: str
-) -> str:
+async def _recorded_spec(store: EventStore, spawned: ChildSpawned) -> AgentSpec:
+    """The spec of a sub-agent as its log has it: its prompt and model, no tools."""
+    created = await _created(store, spawned.child_id)
+    header = await _first_header(store, spawned.child_id)
+    return AgentSpec(
+        name=spawned.agent,
+        system_prompt=created.system_prompt if created is not None else "",
+        tools=(),
+        model=header.model if header is not None else None,
+        max_rounds=created.max_rounds if created is not None else 10,
+    )
+
+
+async def fork_session(store: EventStore, session_id: str, *, at_version: int, new_id: str) -> str:
     """Start a new session whose history is ``session_id``'s up to ``at_version``.
 
     Nothing is asked of a model: the fork's stream is a copy of the original's events

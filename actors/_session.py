@@ -203,6 +203,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                 idempotency_keys={c.call_id: c.idempotency_key for c in step.calls},
                 approved=run.approved if run is not None else (),
                 wrap=wrap,
+                runtime=self.context.runtime,
             )
             outcomes.update((o.call_id, o) for o in done)
 

@@ -7,7 +7,7 @@ import inspect
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import attrs
 import orjson
@@ -33,6 +33,9 @@ from protocols.lowlevel import unwrap_single_error
 from runtime.lowlevel import hold_virtual_clock
 
 from ._tools import _CONVERTER, Tool, ToolContext, ToolRegistry
+
+if TYPE_CHECKING:
+    from runtime import Runtime
 
 __all__ = ["CallWrapper", "ToolRunner", "open_tool_runner", "run_tool_calls"]
 
@@ -119,6 +122,7 @@ async def run_tool_calls(
     idempotency_keys: Mapping[str, str] | None = None,
     cancel_scope: trio.CancelScope | None = None,
     wrap: CallWrapper | None = None,
+    runtime: Runtime | None = None,
 ) -> list[ToolOutcome]:
     """Run one round of tool calls concurrently and return one outcome per call, in order.
 
@@ -143,6 +147,7 @@ async def run_tool_calls(
             interrupt the round.
         wrap (CallWrapper | None): middleware around each call (the session's tool
             hooks); what it raises propagates, unlike the tools' own errors.
+        runtime (Runtime | None): the caller's runtime, given to each :class:`ToolContext`.
 
     Returns:
         One :class:`ToolOutcome` per call, in the order of ``calls``.
@@ -168,6 +173,7 @@ async def run_tool_calls(
                 idempotency_keys=idempotency_keys,
                 cancel_scope=cancel_scope,
                 wrap=wrap,
+                runtime=runtime,
             )
     return await _run_round(
         calls,
@@ -178,6 +184,7 @@ async def run_tool_calls(
         idempotency_keys=idempotency_keys,
         cancel_scope=cancel_scope,
         wrap=wrap,
+        runtime=runtime,
     )
 
 
@@ -191,6 +198,7 @@ async def _run_round(
     idempotency_keys: Mapping[str, str] | None,
     cancel_scope: trio.CancelScope | None,
     wrap: CallWrapper | None,
+    runtime: Runtime | None,
 ) -> list[ToolOutcome]:
     outcomes: list[ToolOutcome | None] = [None] * len(calls)
     limiter = trio.CapacityLimiter(limit)
@@ -198,7 +206,7 @@ async def _run_round(
 
     async def run(call: ToolCall) -> ToolOutcome:
         key = keys.get(call.id) or idempotency_key(session_id, call.id)
-        context = ToolContext(call.id, call.name, session_id, key)
+        context = ToolContext(call.id, call.name, session_id, key, runtime=runtime)
         return await _run_call(call, registry, context, limiter, approved)
 
     async def one(index: int, call: ToolCall) -> None:

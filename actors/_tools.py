@@ -29,6 +29,7 @@ from protocols.errors import (
     ToolInterruptedError,
     ToolNotFoundError,
 )
+from runtime import Runtime  # at run time: the metadata fix-up resolves hints
 
 from ._tool_schema import ToolParameter, is_context_annotation, parse_docstring, parse_function
 
@@ -66,6 +67,10 @@ class ToolContext:
     """The session (caller identity) on whose behalf the tool runs; stamped by the runtime."""
     idempotency_key: str
     """Stable across replays and crash resumes; pass it to APIs that dedupe requests."""
+    runtime: Runtime | None = attrs.field(default=None, kw_only=True)
+    """The runtime the calling session runs in (``None`` when a tool is called outside
+    one, as in a unit test). Built-in tools find their board or timers through it, so they
+    are plain values an :class:`AgentSpec` can hold, made before any runtime exists."""
     _cancelled: threading.Event = attrs.field(factory=threading.Event, init=False)
 
     @property

@@ -21,17 +21,32 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
 
 
-def wakeup_tools(runtime: Runtime) -> tuple[Tool[..., object], Tool[..., object]]:
-    """The ``schedule_wakeup`` and ``current_time`` tools, bound to ``runtime``.
+def wakeup_tools(
+    runtime: Runtime | None = None,
+) -> tuple[Tool[..., object], Tool[..., object]]:
+    """The ``schedule_wakeup`` and ``current_time`` tools.
 
-    Give them to a session (``spawn_session(tools=[*wakeup_tools(runtime), ...])``). The
-    owner of every timer is the calling session, taken from the tool context, never from
-    the model's arguments.
+    Give them to a session (``spawn_session(tools=[*wakeup_tools(), ...])``) or put them
+    in an :class:`AgentSpec`. The owner of every timer is the calling session, taken from
+    the tool context, never from the model's arguments.
+
+    Args:
+        runtime (Runtime | None): the runtime whose timers and clock the tools use;
+            ``None`` (the usual choice): the runtime of each call, from its
+            :class:`ToolContext`, so the tools can be made before any runtime runs and
+            serve every runtime (a restart, a replay, the test kit's harness).
     """
+
+    def runtime_of(context: ToolContext) -> Runtime:
+        found = runtime if runtime is not None else context.runtime
+        if found is None:
+            msg = f"{context.tool_name}: the tool was called outside a runtime"
+            raise RuntimeError(msg)
+        return found
 
     def own_ref(context: ToolContext) -> ActorRef[object]:
         try:
-            return runtime.lookup(context.session_id)
+            return runtime_of(context).lookup(context.session_id)
         except ActorNotFoundError:
             msg = f"session {context.session_id!r} is not running in this runtime"
             raise RuntimeError(msg) from None
@@ -72,8 +87,9 @@ def wakeup_tools(runtime: Runtime) -> tuple[Tool[..., object], Tool[..., object]
         restart, and even if you were idle.
         """
         owner = own_ref(context)
+        timers_service = runtime_of(context).timers
         if action == "list":
-            timers = await runtime.timers.list_timers(owner)
+            timers = await timers_service.list_timers(owner)
             return [
                 {"timer_id": t.timer_id, "due": _iso(t.due_at), "note": t.note, "every": t.every}
                 for t in timers
@@ -83,7 +99,7 @@ def wakeup_tools(runtime: Runtime) -> tuple[Tool[..., object], Tool[..., object]
             if not isinstance(timer_id, str):
                 msg = "cancel needs timer_id (list shows the ids)"
                 raise ValueError(msg)
-            await runtime.timers.cancel_timer(timer_id, reason=f"cancelled by {context.session_id}")
+            await timers_service.cancel_timer(timer_id, reason=f"cancelled by {context.session_id}")
             return f"cancelled {timer_id}"
         delay, at = arguments.get("delay_seconds"), arguments.get("at")
         if (delay is None) == (at is None):
@@ -95,20 +111,20 @@ def wakeup_tools(runtime: Runtime) -> tuple[Tool[..., object], Tool[..., object]
             due = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
         note = arguments.get("note", "")
         every = arguments.get("every_seconds")
-        timer_id = await runtime.timers.schedule(
+        timer_id = await timers_service.schedule(
             owner,
             at=due,
             delay=float(delay) if isinstance(delay, int | float) else None,
             note=str(note),
             every=float(every) if isinstance(every, int | float) else None,
         )
-        pending = {t.timer_id: t for t in await runtime.timers.list_timers(owner)}
+        pending = {t.timer_id: t for t in await timers_service.list_timers(owner)}
         due_at = pending[timer_id].due_at if timer_id in pending else due
         return {"timer_id": timer_id, "due": _iso(due_at) if due_at is not None else None}
 
     @tool
-    async def current_time() -> str:  # async: the clock follows Trio's, read in Trio
+    async def current_time(context: ToolContext) -> str:  # async: the clock follows Trio's
         """The current date and time (UTC, ISO 8601)."""
-        return _iso(runtime.clock.now())
+        return _iso(runtime_of(context).clock.now())
 
     return schedule_wakeup, current_time

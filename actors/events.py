@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
-from ._board_events import EntryDeleted, EntryPut
+from ._board_events import EntryDeleted, EntryPut, WatchAdded, WatchRemoved
 from ._observe import (
     DeltaReceived,
     LLMCallFinished,
@@ -70,6 +70,8 @@ __all__ = [
     "ToolFinished",
     "ToolStarted",
     "UsageUpdated",
+    "WatchAdded",
+    "WatchRemoved",
 ]
 
 _fixup(__name__, globals())

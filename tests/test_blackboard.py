@@ -20,6 +20,8 @@ from actors import (
     BoardState,
     BoardStatistics,
     Entry,
+    Session,
+    SessionState,
     ToolRegistry,
     board_tools,
     open_board,
@@ -315,9 +317,7 @@ async def test_values_that_are_not_plain_json_are_refused(value: object, detail:
         ({"author": None}, "author must be a non-empty str, got None"),
     ],
 )
-async def test_bad_write_options_raise_value_error(
-    kwargs: dict[str, object], message: str
-) -> None:
+async def test_bad_write_options_raise_value_error(kwargs: dict[str, object], message: str) -> None:
     """Misused options fail in the caller before anything reaches the board."""
     async with open_runtime(seed=1) as runtime:
         board = await open_board(runtime, "b")
@@ -805,9 +805,12 @@ async def test_the_watch_tool_subscribes_the_calling_session() -> None:
         await board.put("elsewhere", 3)
         await agent.ask(Ping())
         assert [m.key for m in seen if isinstance(m, BoardChanged)] == ["plan", "notes/x"]
-        (unknown,) = await run_calls(board, "ses-404", call("3", "board_watch", "{}"))
-        assert (unknown.status, unknown.error_code) == ("error", "actor.not_found")
-        assert unknown.content == "ActorNotFoundError: no actor is registered as 'ses-404'"
+        # A watch names its session by id, in the log: one not running now is told of
+        # the changes once it runs (after a restart, in another process).
+        (later,) = await run_calls(board, "ses-404", call("3", "board_watch", "{}"))
+        assert later.status == "ok"
+        watchers = {w.watcher for w in (await board.state()).watches.values()}
+        assert watchers == {"ses-1", "ses-404"}
 
 
 async def test_a_session_can_watch_through_its_tool() -> None:
@@ -937,9 +940,7 @@ class Model:
     def version(self, key: str) -> int:
         return self.live[key][1] if key in self.live else 0
 
-    def put(
-        self, key: str, value: JsonValue, expected: int | None, author: str
-    ) -> str | int:
+    def put(self, key: str, value: JsonValue, expected: int | None, author: str) -> str | int:
         """The new version, or the code of the error the board must raise."""
         import orjson
 
@@ -1087,3 +1088,60 @@ def test_the_board_actor_agrees_with_a_dict_and_restarts_to_the_fold(
         assert await fold_log(store, "p") == live
 
     trio.run(scenario)
+
+
+async def _wait_for_results(session: Session, count: int) -> SessionState:
+    with trio.fail_after(10):
+        while True:
+            state = await session.state()
+            if state.run is None and len(state.results) >= count:
+                return state
+            await trio.sleep(0.01)
+
+
+async def test_a_watch_the_model_made_wakes_its_session_after_a_restart(tmp_path: Path) -> None:
+    """The log is the authority for watches: the model's ``board_watch`` is a board event,
+    so after the runtime ends and a new one opens the same SQLite file, a write by another
+    party wakes the watching session with no re-watch from Python (either start order)."""
+    path = tmp_path / "log.sqlite"
+    watching = ScriptedLLM(
+        [
+            LLMResponse(tool_calls=[call("c1", "board_watch", '{"prefix": "plan/"}')]),
+            LLMResponse(content="watching"),
+        ]
+    )
+    async with open_sqlite_store(path) as store, open_runtime(store=store) as runtime:
+        board = await open_board(runtime, "team")
+        session = await spawn_session(
+            runtime, llm=watching, tools=board_tools(board, watch=True), session_id="planner"
+        )
+        assert (await session.send("watch the plans")).status == "completed"
+    for restart, board_first in enumerate((True, False)):
+        woken = ScriptedLLM([LLMResponse(content=f"seen the plan, restart {restart}")])
+        async with open_sqlite_store(path) as store, open_runtime(store=store) as runtime:
+            if board_first:
+                board = await open_board(runtime, "team")
+            session = await spawn_session(
+                runtime, llm=woken, tools=board_tools("team", watch=True), session_id="planner"
+            )
+            if not board_first:
+                board = await open_board(runtime, "team")
+            await board.put(f"plan/{restart}", "ship it", author="alice")
+            state = await _wait_for_results(session, 2 + restart)
+            assert (await board.statistics()).watches == 1
+        woken.assert_complete()
+        assert list(state.results.values())[-1].text == f"seen the plan, restart {restart}"
+        assert f"plan/{restart}" in str(woken.requests[0].messages[-1])
+
+
+async def test_a_session_watch_is_recorded_and_ended_in_the_log() -> None:
+    """watch_session writes WatchAdded (once per filter), unwatch_session WatchRemoved."""
+    async with open_runtime(seed=1) as runtime:
+        board = await open_board(runtime, "b")
+        watch_id = await board.watch_session("ses-1", keys=["b", "a"])
+        assert await board.watch_session("ses-1", keys=["a", "b"]) == watch_id
+        assert await board.unwatch_session(watch_id) is True
+        assert await board.unwatch_session(watch_id) is False
+        kinds = [r.type for r in await runtime.store.read("board/b")]
+        assert kinds == ["board.watch_added", "board.watch_removed"]
+        assert (await board.state()).watches == {}

@@ -107,6 +107,10 @@ class RecordedSetup:
     """``ask_human`` was among its tools (a person was at the terminal)."""
     max_tokens: int | None = None
     """The ``max_tokens`` its requests asked for."""
+    model: str | None = None
+    """The model name its requests asked for."""
+    temperature: float | None = None
+    """The temperature its requests asked for."""
 
 
 async def recorded_setup(store: SqliteEventStore, session_id: str) -> RecordedSetup:
@@ -123,7 +127,11 @@ async def recorded_setup(store: SqliteEventStore, session_id: str) -> RecordedSe
         )
         if header is not None:
             return RecordedSetup(
-                recorded=True, ask_human="ask_human" in header.tools, max_tokens=header.max_tokens
+                recorded=True,
+                ask_human="ask_human" in header.tools,
+                max_tokens=header.max_tokens,
+                model=header.model,
+                temperature=header.temperature,
             )
     return RecordedSetup(recorded=False)
 

@@ -11,11 +11,10 @@ import argparse
 from typing import TYPE_CHECKING
 
 from protocols.errors import ConfigError
-from runtime import Clock, IdSource, open_runtime
+from runtime import Clock, IdSource
 
 from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, resolve_session
 from ._inspect import recorded_setup
-from ._model import cli_tools
 
 if TYPE_CHECKING:
     from rich.tree import Tree
@@ -51,23 +50,28 @@ def _replay_tree(replayed: SessionReplay, branch: Tree | None = None) -> Tree:
 async def cmd_replay(ctx: CliContext, args: argparse.Namespace) -> int:
     """``powertrio replay ID``: re-run a session tree's decisions from its log, no model.
 
-    Every recorded model answer must have been asked for by the request this code builds
-    now (same prompt, tools, parameters, conversation); the first difference is a
-    ``replay.divergence`` error naming the stream, the version and the diff (exit 1).
-    Sessions started by ``powertrio run`` replay with the CLI's tools; a session an
-    application started with other tools replays from Python (``actors.replay_session``).
+    Any tree replays, whatever tools its application gave it: no tool runs in a replay,
+    and the tool set recorded with each request stands in for the application's code,
+    which the CLI does not have. What the CLI does have is checked: every recorded model
+    answer must have been asked for by the request the session's decision code builds now
+    (the recorded prompt, the model parameters, the conversation with every call in
+    order); the first difference is a ``replay.divergence`` error naming the stream, the
+    version and the diff (exit 1). To check an application's own tools and prompts too,
+    replay from Python with its spec (``actors.replay_session(store, id, SPEC)``).
     """
     from actors import replay_session
 
     async with open_log(ctx) as store:
         session_id = await resolve_session(store, args.session)
         setup = await recorded_setup(store, session_id)
-        # The tools are only described to the model, never run: a scratch runtime holds them.
-        async with open_runtime() as scratch:
-            tools, helper = await cli_tools(scratch, interactive=setup.ask_human)
-            replayed = await replay_session(
-                store, session_id, tools=tools, agents=[helper], max_tokens=setup.max_tokens
-            )
+        replayed = await replay_session(
+            store,
+            session_id,
+            recorded_tools=True,
+            model=setup.model,
+            max_tokens=setup.max_tokens,
+            temperature=setup.temperature,
+        )
     if ctx.json:
         ctx.emit({"ok": True, "total_checked": replayed.total_checked} | _replay_json(replayed))
         return 0

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from protocols import LLMRequest, LLMResponse, LLMStream
+from protocols import LLM, LLMRequest, LLMResponse, LLMStream
 from runtime.testing import FunctionLLM, ScriptItem
 
 if TYPE_CHECKING:
@@ -52,7 +52,8 @@ class DeterministicLLM:
     model that does not, so that a run which crashed and resumed can be compared with
     one that did not. This one gives each new request (by fingerprint) the next item of
     the script, and a request it has seen before the answer it gave then. After the
-    script it answers ``then``, a final answer, so every run ends.
+    script it asks ``model`` (an app's own model logic, such as a ``FunctionLLM``) if one
+    is given, else answers ``then``, a final answer, so every run ends.
 
     Each call waits ``latency`` seconds of Trio time first (virtual under ``MockClock``),
     so operations can happen while a call is in flight. Every call is recorded in
@@ -74,6 +75,8 @@ class DeterministicLLM:
         latency (float): seconds each call takes on the Trio clock.
         store (EventStore | None): the log whose head position each call records.
         chunk_size (int): characters per streamed fragment.
+        model (LLM | None): answers each new request after the script (its answers are
+            remembered like the script's); ``then`` is not used when it is given.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class DeterministicLLM:
         latency: float = 0.0,
         store: EventStore | None = None,
         chunk_size: int = 16,
+        model: LLM | None = None,
     ) -> None:
         if latency < 0:
             msg = f"latency must be >= 0 seconds, got {latency!r}"
@@ -92,6 +96,7 @@ class DeterministicLLM:
         self._then = then
         self._latency = latency
         self._store = store
+        self._model = model
         self._answers: dict[str, ScriptItem] = {}
         self._inner = FunctionLLM(self._answer, chunk_size=chunk_size)
         self.calls: list[LLMCall] = []
@@ -117,6 +122,12 @@ class DeterministicLLM:
         if not repeated:
             if self._script:
                 self._answers[fingerprint] = self._script.popleft()
+            elif self._model is not None:
+                try:
+                    answer: ScriptItem = await self._model.complete(request)
+                except Exception as exc:  # the model's error is its answer, as a script's
+                    answer = exc
+                self._answers[fingerprint] = answer
             elif self._then is not None:
                 self._answers[fingerprint] = self._then
             else:

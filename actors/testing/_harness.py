@@ -54,7 +54,7 @@ if TYPE_CHECKING:
         ToolHook,
     )
     from actors.events import ActiveRun
-    from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome
+    from protocols import LLM, LLMRequest, LLMResponse, ToolCall, ToolOutcome
 
 __all__ = ["DEFAULT_EPOCH", "ObservedState", "RuntimeHarness", "Trace"]
 
@@ -234,9 +234,20 @@ class RuntimeHarness:
         )
         assert_invariants(trace)
 
+    The agent is the app's own: its :class:`AgentSpec` tree, its tools (built-ins too:
+    ``board_tools("team")``, ``wakeup_tools()`` and the ``spawn_agent`` tool of its
+    ``agents`` find the harness's board and runtime through each call's context), and its
+    model function (``llm=FunctionLLM(model)``, or the spec's ``llm``), which answers
+    every request the scripted ``conversation`` leaves.
+
     Args:
         agent (AgentSpec | None): the agent under test; its ``tools`` must be ``Tool``
             objects. ``None``: a plain agent with no tools.
+        llm (LLM | None): the app's model (a ``FunctionLLM`` over its model function);
+            it answers each new request after the conversation's script. ``None``: the
+            spec's ``llm`` if it has one, else the script then ``"done"``.
+        approve (bool): approve the tool calls that need a human's approval (the
+            default denies them).
         seed (int): seeds the runtime's ids and randomness and Trio's scheduler.
         llm_latency (float): virtual seconds each model call takes, so operations land
             while calls are in flight.
@@ -264,6 +275,8 @@ class RuntimeHarness:
         self,
         agent: AgentSpec | None = None,
         *,
+        llm: LLM | None = None,
+        approve: bool = False,
         seed: int = 0,
         llm_latency: float = 1.0,
         tool_delays: Mapping[str, float] | None = None,
@@ -293,6 +306,8 @@ class RuntimeHarness:
                 msg = f"{label} must be >= 0 seconds, got {value!r}"
                 raise ValueError(msg)
         self._agent: AgentSpec = agent
+        self._llm = llm if llm is not None else agent.llm
+        self._approve = approve
         self._seed = seed
         self._llm_latency = llm_latency
         self._tool_delays = delays
@@ -362,7 +377,9 @@ class RuntimeHarness:
         store = FaultyEventStore(inner)
         if crash_at is not None:
             store.crash_at(f"session/{self._session_id}", crash_at)
-        llm = DeterministicLLM(conversation, latency=self._llm_latency, store=inner)
+        llm = DeterministicLLM(
+            conversation, latency=self._llm_latency, store=inner, model=self._llm
+        )
         ops = tuple(operations)
         with _quiet_injected_crashes():
             return await self._play(clock, inner, store, llm, ops)
@@ -376,7 +393,7 @@ class RuntimeHarness:
         ops: tuple[Operation, ...],
     ) -> Trace:
         agent = self._agent
-        driver = _Driver(store, self._human_answer)
+        driver = _Driver(store, self._human_answer, approve=self._approve)
         segments: list[list[tuple[int, Operation]]] = [[]]
         for index, operation in enumerate(ops):
             if isinstance(operation, RestartRuntime):
@@ -427,15 +444,7 @@ class RuntimeHarness:
         replay_error: Exception | None = None
         try:
             replay = await actors.replay_session(
-                inner,
-                self._session_id,
-                tools=agent.own_tools(),
-                system_prompt=agent.system_prompt,
-                model=agent.model,
-                agents=agent.agents,
-                budget=agent.budget,
-                response_format=agent.response_format,
-                prices=self._prices,
+                inner, self._session_id, agent, prices=self._prices
             )
             replayed = replay.state
         except Exception as exc:  # reported by assert_replay_matches
@@ -485,9 +494,10 @@ class _Driver:
     """Applies operations to the session and settles it; one per harness run, across the
     runtimes a :class:`RestartRuntime` opens."""
 
-    def __init__(self, store: FaultyEventStore, human_answer: str) -> None:
+    def __init__(self, store: FaultyEventStore, human_answer: str, *, approve: bool) -> None:
         self.store = store
         self.human_answer = human_answer
+        self.approve = approve
         self.nursery: trio.Nursery | None = None
         self.outcomes: list[str] = []
         self.results: dict[int, RunResult] = {}
@@ -600,6 +610,8 @@ class _Driver:
             with contextlib.suppress(PowertrioError, ValueError):  # answered meanwhile
                 if request.kind == "question":
                     await self.session.reply(request.request_id, self.human_answer, by="harness")
+                elif self.approve:
+                    await self.session.approve(request.request_id, by="harness")
                 else:
                     await self.session.deny(request.request_id, self.human_answer, by="harness")
 
