@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from typing import final
 
@@ -63,11 +64,14 @@ from ._session_steps import (
     SessionConfig,
     Stamped,
     ToolsDone,
+    Urgent,
     WaitRun,
     child_config,
     run_tools,
 )
 from ._tool_runner import run_tool_calls
+
+logger = logging.getLogger("powertrio.session")
 
 
 @final
@@ -130,10 +134,22 @@ class SessionActor(EventSourcedActor[SessionState]):
     # -- effects ---------------------------------------------------------------------
 
     async def execute(self, step: object) -> object:
-        if isinstance(step, CallLLM):
-            return await self._call_llm(step)
-        assert isinstance(step, RunTools)
-        return await self._run_tool_round(step)
+        try:
+            if isinstance(step, CallLLM):
+                return await self._call_llm(step)
+            assert isinstance(step, RunTools)
+            return await self._run_tool_round(step)
+        except Exception as exc:
+            # The run fails with the error's code (RunResult.error_code); the traceback, which
+            # the log does not keep, goes to the people running the process.
+            logger.exception(
+                "session %s: %s of run %s raised %s",
+                self._session_id,
+                "the model call" if isinstance(step, CallLLM) else "the tool round",
+                getattr(step, "run_id", "?"),
+                type(exc).__name__,
+            )
+            raise
 
     async def _call_llm(self, step: CallLLM) -> object:
         if step.deadline is not None and self.context.runtime.clock.now() >= step.deadline:
@@ -226,10 +242,15 @@ class SessionActor(EventSourcedActor[SessionState]):
     async def _run_child(self, spawned: ChildSpawned) -> tuple[ToolOutcome, ChildFinished]:
         """Run (or, after a crash, reattach to) a child and wait for its answer."""
         child = await self.spawn_child(self._config.agents[spawned.agent], spawned)
+        run_id = f"{spawned.child_id}:task"
         try:
-            result = await child._submit(
-                spawned.task, run_id=f"{spawned.child_id}:task", budget=spawned.budget
-            )
+            await child._start(spawned.task, run_id=run_id, budget=spawned.budget)
+            cancel = self.state.run.cancel if self.state.run is not None else None
+            if cancel is not None and cancel.mode == "immediate":
+                # The parent's run is being cancelled: so is the child's, and its end (with
+                # its usage) is recorded before the parent's run ends.
+                await child.cancel(cancel.reason, by=f"session:{self.id}")
+            result = await child.wait(run_id)
         except trio.Cancelled:
             with trio.move_on_after(5) as cleanup:
                 cleanup.shield = True
@@ -291,6 +312,8 @@ class SessionActor(EventSourcedActor[SessionState]):
     # -- answering the callers -------------------------------------------------------
 
     async def receive(self, message: object) -> object:
+        if isinstance(message, Urgent):
+            message = message.message
         if isinstance(message, WaitRun):
             result = self.state.results.get(message.run_id) or self._parked(message.run_id)
             if result is not None or not self._is_pending(message.run_id):
@@ -330,6 +353,8 @@ class SessionActor(EventSourcedActor[SessionState]):
             rounds=run.rounds,
             usage=run.usage,
             human_requests=run.human,
+            truncated=run.finish_reason == "length",
+            unknown_tool_results=run.unknown_results,
         )
 
     def _is_pending(self, run_id: str) -> bool:
@@ -391,7 +416,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                 continue
             with contextlib.suppress(ActorNotFoundError):
                 self.context.runtime.lookup(child_id).tell_nowait(
-                    Cancel(reason=cancel.reason, mode="after_turn", by=f"session:{self.id}")
+                    Urgent(Cancel(reason=cancel.reason, mode="after_turn", by=f"session:{self.id}"))
                 )
 
     def _observation(self, event: object) -> Observation | None:
