@@ -20,7 +20,7 @@ from protocols import (
     denied_outcome,
 )
 from protocols.errors import ActorExistsError, ActorNotFoundError, HookVetoError
-from runtime import Decision, EventSourcedActor, Reply
+from runtime import Decision, EventSourcedActor, Reply, StepFailed
 
 from . import _session_decider as decider
 from ._agents import SPAWN_AGENT, AgentSpec
@@ -45,6 +45,7 @@ from ._session_events import (
     CancelRequested,
     ChildFinished,
     ChildSpawned,
+    InputQueued,
     RunFinished,
     RunResult,
     RunStarted,
@@ -117,7 +118,22 @@ class SessionActor(EventSourcedActor[SessionState]):
         return decider.recovered(self._config, state)
 
     def handle(self, state: SessionState, message: object) -> Decision:
+        if isinstance(message, StepFailed):
+            self._log_failure(message)
         return decider.handle(self._config, state, message)
+
+    def _log_failure(self, failed: StepFailed) -> None:
+        """The run fails with the error's code (``RunResult.error_code``); the traceback,
+        which the log does not keep, goes to the people running the process."""
+        step = failed.step
+        logger.error(
+            "session %s: %s of run %s raised %s",
+            self._session_id,
+            "the model call" if isinstance(step, CallLLM) else "the tool round",
+            getattr(step, "run_id", "?"),
+            type(failed.error).__name__,
+            exc_info=failed.error,
+        )
 
     def next_step(self, state: SessionState) -> object | None:
         return decider.next_step(self._config, state)
@@ -134,22 +150,10 @@ class SessionActor(EventSourcedActor[SessionState]):
     # -- effects ---------------------------------------------------------------------
 
     async def execute(self, step: object) -> object:
-        try:
-            if isinstance(step, CallLLM):
-                return await self._call_llm(step)
-            assert isinstance(step, RunTools)
-            return await self._run_tool_round(step)
-        except Exception as exc:
-            # The run fails with the error's code (RunResult.error_code); the traceback, which
-            # the log does not keep, goes to the people running the process.
-            logger.exception(
-                "session %s: %s of run %s raised %s",
-                self._session_id,
-                "the model call" if isinstance(step, CallLLM) else "the tool round",
-                getattr(step, "run_id", "?"),
-                type(exc).__name__,
-            )
-            raise
+        if isinstance(step, CallLLM):
+            return await self._call_llm(step)
+        assert isinstance(step, RunTools)
+        return await self._run_tool_round(step)
 
     async def _call_llm(self, step: CallLLM) -> object:
         if step.deadline is not None and self.context.runtime.clock.now() >= step.deadline:
@@ -374,6 +378,16 @@ class SessionActor(EventSourcedActor[SessionState]):
                 self._retire_child(event)
             elif isinstance(event, CancelRequested):
                 self._cancel_children(event)
+            elif isinstance(event, InputQueued) and self.state.waiting_for:
+                waiting = ", ".join(r.request_id for r in self.state.waiting_for)
+                logger.warning(
+                    "session %s: run %s is queued behind run %s, which waits for a human "
+                    "(requests %s): answer them (Session.reply/approve/deny) for it to start",
+                    self._session_id,
+                    event.run.run_id,
+                    self.state.run.started.run_id if self.state.run is not None else "?",
+                    waiting,
+                )
         run = self.state.run
         if run is not None and run.parked:
             parked = self._parked(run.started.run_id)

@@ -440,6 +440,7 @@ class SessionState:
     """The conversation as the model sees it, kept provider-valid as it grows."""
     run: ActiveRun | None = None
     queued: tuple[RunStarted, ...] = ()
+    """Runs sent while another was active, in the order they will start."""
     inbox: tuple[FollowUp, ...] = ()
     """Follow-ups received and not yet injected."""
     seen_follow_ups: Mapping[str, str] = attrs.field(factory=dict)
@@ -458,6 +459,14 @@ class SessionState:
     def transcript(self) -> tuple[Message, ...]:
         """User, assistant and tool messages, in order (the system prompt is separate)."""
         return self.history.messages
+
+    @property
+    def waiting_for(self) -> tuple[HumanRequested, ...]:
+        """What the session waits for: the open human requests of its active run, if that
+        run cannot go on without an answer. Input sent meanwhile waits behind it, in
+        :attr:`queued` (a ``send`` of it waits too: answer these first)."""
+        run = self.run
+        return run.human if run is not None and run.parked else ()
 
 
 def timer_follow_up(fired: TimerFired, note: str) -> FollowUp:
