@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from typing import final
 
@@ -19,7 +20,7 @@ from protocols import (
     denied_outcome,
 )
 from protocols.errors import ActorExistsError, ActorNotFoundError, HookVetoError
-from runtime import Decision, EventSourcedActor, Reply
+from runtime import Decision, EventSourcedActor, Reply, StepFailed
 
 from . import _session_decider as decider
 from ._agents import SPAWN_AGENT, AgentSpec
@@ -44,6 +45,7 @@ from ._session_events import (
     CancelRequested,
     ChildFinished,
     ChildSpawned,
+    InputQueued,
     RunFinished,
     RunResult,
     RunStarted,
@@ -63,11 +65,14 @@ from ._session_steps import (
     SessionConfig,
     Stamped,
     ToolsDone,
+    Urgent,
     WaitRun,
     child_config,
     run_tools,
 )
 from ._tool_runner import run_tool_calls
+
+logger = logging.getLogger("powertrio.session")
 
 
 @final
@@ -113,7 +118,22 @@ class SessionActor(EventSourcedActor[SessionState]):
         return decider.recovered(self._config, state)
 
     def handle(self, state: SessionState, message: object) -> Decision:
+        if isinstance(message, StepFailed):
+            self._log_failure(message)
         return decider.handle(self._config, state, message)
+
+    def _log_failure(self, failed: StepFailed) -> None:
+        """The run fails with the error's code (``RunResult.error_code``); the traceback,
+        which the log does not keep, goes to the people running the process."""
+        step = failed.step
+        logger.error(
+            "session %s: %s of run %s raised %s",
+            self._session_id,
+            "the model call" if isinstance(step, CallLLM) else "the tool round",
+            getattr(step, "run_id", "?"),
+            type(failed.error).__name__,
+            exc_info=failed.error,
+        )
 
     def next_step(self, state: SessionState) -> object | None:
         return decider.next_step(self._config, state)
@@ -227,10 +247,15 @@ class SessionActor(EventSourcedActor[SessionState]):
     async def _run_child(self, spawned: ChildSpawned) -> tuple[ToolOutcome, ChildFinished]:
         """Run (or, after a crash, reattach to) a child and wait for its answer."""
         child = await self.spawn_child(self._config.agents[spawned.agent], spawned)
+        run_id = f"{spawned.child_id}:task"
         try:
-            result = await child._submit(
-                spawned.task, run_id=f"{spawned.child_id}:task", budget=spawned.budget
-            )
+            await child._start(spawned.task, run_id=run_id, budget=spawned.budget)
+            cancel = self.state.run.cancel if self.state.run is not None else None
+            if cancel is not None and cancel.mode == "immediate":
+                # The parent's run is being cancelled: so is the child's, and its end (with
+                # its usage) is recorded before the parent's run ends.
+                await child.cancel(cancel.reason, by=f"session:{self.id}")
+            result = await child.wait(run_id)
         except trio.Cancelled:
             with trio.move_on_after(5) as cleanup:
                 cleanup.shield = True
@@ -297,6 +322,8 @@ class SessionActor(EventSourcedActor[SessionState]):
     # -- answering the callers -------------------------------------------------------
 
     async def receive(self, message: object) -> object:
+        if isinstance(message, Urgent):
+            message = message.message
         if isinstance(message, WaitRun):
             result = self.state.results.get(message.run_id) or self._parked(message.run_id)
             if result is not None or not self._is_pending(message.run_id):
@@ -336,6 +363,8 @@ class SessionActor(EventSourcedActor[SessionState]):
             rounds=run.rounds,
             usage=run.usage,
             human_requests=run.human,
+            truncated=run.finish_reason == "length",
+            unknown_tool_results=run.unknown_results,
         )
 
     def _is_pending(self, run_id: str) -> bool:
@@ -355,6 +384,16 @@ class SessionActor(EventSourcedActor[SessionState]):
                 self._retire_child(event)
             elif isinstance(event, CancelRequested):
                 self._cancel_children(event)
+            elif isinstance(event, InputQueued) and self.state.waiting_for:
+                waiting = ", ".join(r.request_id for r in self.state.waiting_for)
+                logger.warning(
+                    "session %s: run %s is queued behind run %s, which waits for a human "
+                    "(requests %s): answer them (Session.reply/approve/deny) for it to start",
+                    self._session_id,
+                    event.run.run_id,
+                    self.state.run.started.run_id if self.state.run is not None else "?",
+                    waiting,
+                )
         run = self.state.run
         if run is not None and run.parked:
             parked = self._parked(run.started.run_id)
@@ -397,7 +436,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                 continue
             with contextlib.suppress(ActorNotFoundError):
                 self.context.runtime.lookup(child_id).tell_nowait(
-                    Cancel(reason=cancel.reason, mode="after_turn", by=f"session:{self.id}")
+                    Urgent(Cancel(reason=cancel.reason, mode="after_turn", by=f"session:{self.id}"))
                 )
 
     def _observation(self, event: object) -> Observation | None:

@@ -185,7 +185,7 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
             )
             for call in run.open_calls
         ]
-        failed = _finish(run, "failed", error=_describe(message.error))
+        failed = _failed(run, message.error)
         return Decision(events=[*closing, failed])
     if isinstance(message, GetState):
         return Decision(reply=state)
@@ -302,12 +302,29 @@ def _handle_cancel(
                 request_fingerprint=stamped.fingerprint,
             )
         )
+    # A running child is cancelled too and its run's end recorded (ChildFinished, its usage
+    # rolled up) before this run ends: its spawn call stays open until then.
+    children = _running_children(state, run)
     events.extend(
         ToolFinished(run_id=run_id, outcome=interrupted_outcome(call.call_id, call.name))
         for call in run.open_calls
+        if call.call_id not in children
     )
-    events.append(_cancelled(run, requested))
+    if not children:
+        events.append(_cancelled(run, requested))
     return Decision(events=events, reply=True, cancel_step=True)
+
+
+def _running_children(state: SessionState, run: ActiveRun) -> dict[str, str]:
+    """The open spawn calls of ``run`` whose child has not finished: call id -> child id."""
+    open_ids = {call.call_id for call in run.open_calls}
+    return {
+        c.call_id: c.child_id
+        for c in state.children
+        if c.call_id in open_ids
+        and c.child_id in run.children
+        and c.child_id not in state.child_status
+    }
 
 
 def _handle_reply(state: SessionState, reply: HumanReply) -> Decision:
@@ -349,7 +366,8 @@ def next_step(config: SessionConfig, state: SessionState) -> object | None:
             return Decision(events=[_inbox_run(config, state, f"fu-{first.id}", 0.0)])
         return None
     run_id = run.started.run_id
-    if run.pending_calls:
+    stopping = run.cancel is not None and run.cancel.mode == "immediate"
+    if run.pending_calls and not stopping:
         return Decision(events=begin_calls(config, state, run))
     if run.open_calls:
         return RunTools(run_id, run.rounds, run.open_calls)
@@ -362,7 +380,7 @@ def next_step(config: SessionConfig, state: SessionState) -> object | None:
             events=[FollowUpsInjected(run_id=run_id, ids=tuple(f.id for f in state.inbox))]
         )
     if not state.transcript:
-        return Decision(events=[_finish(run, "failed", error="ValueError: the run has no input")])
+        return Decision(events=[_failed(run, ValueError("the run has no input"))])
     last = state.transcript[-1]
     if run.rounds and isinstance(last, AssistantMessage) and not last.tool_calls:
         return Decision(events=[_answered(run, last.content)])
@@ -389,7 +407,7 @@ def _answered(run: ActiveRun, text: str) -> RunFinished | OutputRejected:
         return _finish(run, "completed", output=output)
     if not run.repaired:
         return OutputRejected(run_id=run.started.run_id, problems=problems)
-    return _finish(run, "failed", error=_describe(OutputInvalidError(problems)))
+    return _failed(run, OutputInvalidError(problems))
 
 
 def _request(
@@ -460,7 +478,12 @@ def step_settled(step: object, state: SessionState, event: object) -> bool:
 
 
 def _finish(
-    run: ActiveRun, status: RunStatus, *, error: str | None = None, output: JsonValue = None
+    run: ActiveRun,
+    status: RunStatus,
+    *,
+    error: str | None = None,
+    output: JsonValue = None,
+    error_code: str | None = None,
 ) -> RunFinished:
     return RunFinished(
         run_id=run.started.run_id,
@@ -470,7 +493,13 @@ def _finish(
         usage=run.usage,
         error=error,
         output=output,
+        error_code=error_code,
     )
+
+
+def _failed(run: ActiveRun, error: BaseException) -> RunFinished:
+    code, message = _error_parts(error)
+    return _finish(run, "failed", error=f"{code}: {message}", error_code=code)
 
 
 def _cancelled(run: ActiveRun, cancel: CancelRequested) -> RunFinished:
@@ -504,8 +533,9 @@ def _parse_output(
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.DOTALL)
 
 
-def _describe(error: BaseException) -> str:
+def _error_parts(error: BaseException) -> tuple[str, str]:
+    """The stable code of ``error`` (its class name for a foreign one) and its message."""
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]  # a hook's error raised inside the tool round's nursery
     code = error.code if isinstance(error, PowertrioError) else type(error).__name__
-    return f"{code}: {error}"
+    return code, str(error)

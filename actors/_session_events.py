@@ -341,6 +341,9 @@ class RunFinished:
     """For ``failed``: the error code and message; for ``budget_exceeded``: which limit."""
     output: JsonValue | None = None
     """The parsed answer, when the run had a response format and completed."""
+    error_code: str | None = None
+    """For ``failed``: the stable code of the error (its class name for an exception that
+    is not powertrio's, e.g. ``IndexError``). ``None`` in logs written before it existed."""
 
 
 @final
@@ -366,6 +369,20 @@ class RunResult:
     human_requests: tuple[HumanRequested, ...] = ()
     """For ``waiting_for_human``: what the run waits for; answer each with
     ``Session.reply`` (or ``approve``/``deny``), in any order."""
+    truncated: bool = False
+    """The model's last answer was cut off by the token limit (finish reason ``length``):
+    a ``completed`` run may then hold half an answer. Raise ``max_tokens``."""
+    unknown_tool_results: tuple[str, ...] = ()
+    """Ids of tool calls whose result is unknown: they were running when the process
+    stopped and crash recovery closed them as ``aborted`` (their side effects may or may
+    not have happened). The run may still complete; check these calls by hand."""
+    error_code: str | None = None
+    """For ``failed``: the stable code of what failed (``llm.server``,
+    ``session.output_invalid``..., or the class name of an exception raised by a model
+    function, a tool runner or a hook, e.g. ``IndexError``); ``None`` otherwise."""
+    error_message: str | None = None
+    """For ``failed``: the error's message (``error`` is ``"code: message"``); ``None``
+    otherwise."""
 
 
 @final
@@ -396,6 +413,10 @@ class ActiveRun:
     """Ids of tool calls a human approved (they may run)."""
     children: tuple[str, ...] = ()
     """Ids of the sub-agents this run spawned."""
+    finish_reason: str = ""
+    """Why the model's last answer ended (``length``: cut off by the token limit)."""
+    unknown_results: tuple[str, ...] = ()
+    """Ids of tool calls closed as ``aborted`` by crash recovery (their result unknown)."""
 
     @property
     def parked(self) -> bool:
@@ -419,6 +440,7 @@ class SessionState:
     """The conversation as the model sees it, kept provider-valid as it grows."""
     run: ActiveRun | None = None
     queued: tuple[RunStarted, ...] = ()
+    """Runs sent while another was active, in the order they will start."""
     inbox: tuple[FollowUp, ...] = ()
     """Follow-ups received and not yet injected."""
     seen_follow_ups: Mapping[str, str] = attrs.field(factory=dict)
@@ -437,6 +459,14 @@ class SessionState:
     def transcript(self) -> tuple[Message, ...]:
         """User, assistant and tool messages, in order (the system prompt is separate)."""
         return self.history.messages
+
+    @property
+    def waiting_for(self) -> tuple[HumanRequested, ...]:
+        """What the session waits for: the open human requests of its active run, if that
+        run cannot go on without an answer. Input sent meanwhile waits behind it, in
+        :attr:`queued` (a ``send`` of it waits too: answer these first)."""
+        run = self.run
+        return run.human if run is not None and run.parked else ()
 
 
 def timer_follow_up(fired: TimerFired, note: str) -> FollowUp:
@@ -469,6 +499,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
                 text=event.message.content or run.text,
                 pending_calls=calls,
                 usage_by_model=by_model,
+                finish_reason=event.finish_reason,
             ),
             usage=state.usage + event.usage,
         )
@@ -491,10 +522,13 @@ def evolve(state: SessionState, event: object) -> SessionState:
         reply = ToolResultMessage(
             tool_call_id=outcome.call_id, content=outcome.content, is_error=outcome.is_error
         )
+        unknown = run.unknown_results
+        if outcome.status == "aborted":
+            unknown = (*unknown, outcome.call_id)
         return attrs.evolve(
             state,
             history=state.history.append(reply),
-            run=attrs.evolve(run, open_calls=open_calls),
+            run=attrs.evolve(run, open_calls=open_calls, unknown_results=unknown),
         )
     if isinstance(event, RunStarted):
         history = state.history
@@ -544,17 +578,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
     if isinstance(event, InputQueued):
         return attrs.evolve(state, queued=(*state.queued, event.run))
     if isinstance(event, RunFinished):
-        result = RunResult(
-            session_id=state.session_id,
-            run_id=event.run_id,
-            status=event.status,
-            text=event.text,
-            rounds=event.rounds,
-            usage=event.usage,
-            error=event.error,
-            output=event.output,
-        )
-        return attrs.evolve(state, run=None, results={**state.results, event.run_id: result})
+        return _finished(state, event)
     if isinstance(event, SessionCreated):
         return attrs.evolve(
             state,
@@ -580,6 +604,31 @@ def evolve(state: SessionState, event: object) -> SessionState:
             child_status={**state.child_status, event.child_id: event.status},
         )
     return state  # events of later schema additions that this code does not fold
+
+
+def _finished(state: SessionState, event: RunFinished) -> SessionState:
+    run = state.run
+    code, message = event.error_code, None
+    if event.status == "failed" and event.error is not None:
+        if code is None and ": " in event.error:  # a log from before error_code
+            code = event.error.split(": ", 1)[0]
+        prefix = f"{code}: "
+        message = event.error[len(prefix) :] if event.error.startswith(prefix) else event.error
+    result = RunResult(
+        session_id=state.session_id,
+        run_id=event.run_id,
+        status=event.status,
+        text=event.text,
+        rounds=event.rounds,
+        usage=event.usage,
+        error=event.error,
+        output=event.output,
+        truncated=run is not None and run.finish_reason == "length",
+        unknown_tool_results=run.unknown_results if run is not None else (),
+        error_code=code,
+        error_message=message,
+    )
+    return attrs.evolve(state, run=None, results={**state.results, event.run_id: result})
 
 
 def _timer(state: SessionState, event: object) -> SessionState:

@@ -37,6 +37,7 @@ from ._session_steps import (
     PythonSpawn,
     Send,
     SessionConfig,
+    Urgent,
     WaitRun,
     check_limits,
 )
@@ -100,12 +101,21 @@ class Session:
         response_format: ResponseFormat | None = None,
         budget: Budget | None = None,
         if_busy: BusyPolicy | None = None,
+        id: str | None = None,
     ) -> RunResult:
         """Run the agent on ``input`` and return how the run ended.
 
         If a run is active, ``if_busy`` (default: the session's ``on_busy``, itself
         ``queue`` by default) decides. Each override applies to this run only; ``None``
         keeps the session's default.
+
+        Give an ``id`` to make the send safe to retry: it becomes the run's id, and the
+        session records one run per id, forever. A send repeated with an id the session
+        knows (after the caller crashed, was cancelled or restarted, whether or not the
+        first send got through) starts nothing: it waits for that run and returns its
+        result, running or finished; its input and overrides are ignored. So the pattern
+        that survives ``kill -9`` anywhere is ``await session.send(text, id="...")`` with
+        an id fixed by the caller.
 
         Args:
             input (str): the user's message.
@@ -118,6 +128,9 @@ class Session:
                 ``session.output_invalid`` and the raw text in ``RunResult.text``.
             budget (Budget | None): token, cost and wall-time limits for this run.
             if_busy (BusyPolicy | None): ``queue``, ``reject`` or ``interrupt``.
+            id (str | None): the run's id, unique in the session; a new one if ``None``.
+                Pick ids that cannot clash with the ones the session makes itself (they
+                start with ``run_``, ``fu-`` or ``tm-``, or hold a ``:``).
 
         Returns:
             RunResult: status, final text, structured output, rounds and usage of this run.
@@ -129,9 +142,12 @@ class Session:
             ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
             ConfigError: ``budget`` limits cost but the session has no prices.
             SessionBusyError: a run is active and the policy is ``reject``.
-            ValueError: ``max_rounds`` is below 1, or ``input`` is empty.
+            ValueError: ``max_rounds`` is below 1, or ``input`` or ``id`` is empty.
             ActorStoppedError: the session actor stopped for good.
         """
+        if id is not None and not id:
+            msg = "id must not be empty: leave it None for a new run id"
+            raise ValueError(msg)
         if max_rounds is not None and max_rounds < 1:
             msg = f"max_rounds must be >= 1, got {max_rounds}"
             raise ValueError(msg)
@@ -144,7 +160,7 @@ class Session:
                 raise ToolNotFoundError(name, tuple(sorted(self._tool_names)))
         check_limits(response_format, budget, self._prices)
         send = Send(
-            run_id=self._runtime.ids.new("run"),
+            run_id=id or self._runtime.ids.new("run"),
             input=input,
             max_rounds=max_rounds,
             tools=subset,
@@ -162,6 +178,11 @@ class Session:
     async def _submit(self, input: str, *, run_id: str, budget: Budget | None) -> RunResult:
         """A send with a run id chosen by the caller (idempotent: a parent's retry after a
         crash finds the run already recorded and waits for it)."""
+        await self._start(input, run_id=run_id, budget=budget)
+        return await self.wait(run_id)
+
+    async def _start(self, input: str, *, run_id: str, budget: Budget | None) -> None:
+        """Record (or queue) the run ``run_id`` unless it is already known; do not wait."""
         send = Send(
             run_id=run_id,
             input=input,
@@ -174,7 +195,6 @@ class Session:
             if_busy="queue",
         )
         await self._ask(send)
-        return await self.wait(run_id)
 
     async def spawn(self, spec: AgentSpec, task: str) -> RunResult:
         """Run a sub-agent of this session on ``task`` and return its result.
@@ -247,7 +267,7 @@ class Session:
         Returns:
             bool: ``False`` when no run was active.
         """
-        return bool(await self._ask(Cancel(reason=reason, mode=mode, by=by)))
+        return bool(await self._ask(Urgent(Cancel(reason=reason, mode=mode, by=by))))
 
     async def reply(self, request_id: str, answer: str, *, by: str = "human") -> RunResult:
         """Answer a question the run asked (``ask_human``) and wait for the run's next result.
@@ -269,7 +289,7 @@ class Session:
         )
 
     async def _reply(self, reply: HumanReply) -> RunResult:
-        outcome = await self._ask(reply)
+        outcome = await self._ask(Urgent(reply))
         if isinstance(outcome, NoRequest):
             raise HumanRequestNotFoundError(self.id, outcome.request_id, outcome.open)
         if isinstance(outcome, BadReply):

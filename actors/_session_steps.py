@@ -11,6 +11,7 @@ from protocols import (
     LLM,
     Cancel,
     FollowUp,
+    HumanReply,
     LLMRequest,
     LLMResponse,
     ResponseFormat,
@@ -18,7 +19,7 @@ from protocols import (
     check_schema,
 )
 from protocols.errors import ConfigError, ToolNotFoundError
-from runtime import Request
+from runtime import PriorityMessage, Request
 
 from ._agents import AgentSpec, child_tools, index_agents, spawn_agent_tool
 from ._budget import Budget, Price
@@ -67,6 +68,18 @@ class Send(Request[str]):
     budget: Budget | None
     started_at: float
     if_busy: BusyPolicy | None
+
+
+@attrs.frozen
+class Urgent(PriorityMessage):
+    """A control message for the session, on its mailbox's priority lane.
+
+    Cancels and human replies steer the run: they overtake queued input (follow-ups,
+    sends) and never wait for room in a full user lane. The session unwraps ``message``
+    and handles it as if it had come alone.
+    """
+
+    message: Cancel | HumanReply
 
 
 @attrs.frozen(kw_only=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -36,6 +37,8 @@ from ._tools import _CONVERTER, Tool, ToolContext, ToolRegistry
 
 if TYPE_CHECKING:
     from runtime import Runtime
+
+logger = logging.getLogger("powertrio.session")
 
 __all__ = ["CallWrapper", "ToolRunner", "open_tool_runner", "run_tool_calls"]
 
@@ -270,6 +273,15 @@ async def _run_call(
             try:
                 value = await _invoke(target, positional, keywords, context)
             except Exception as exc:
+                # The model reads the error; the traceback is for the people running it.
+                logger.warning(
+                    "session %s: the tool %s (call %s) raised %s",
+                    context.session_id,
+                    call.name,
+                    call.id,
+                    type(exc).__name__,
+                    exc_info=exc,
+                )
                 error = exc if isinstance(exc, PowertrioError) else ToolError(str(exc))
                 return _outcome(call, "error", error, f"{type(exc).__name__}: {exc}")
     if scope.cancelled_caught:

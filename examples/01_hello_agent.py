@@ -49,22 +49,27 @@ def scripted_model() -> ScriptedLLM:
 async def main(log_path: Path) -> None:
     async with open_sqlite_store(log_path) as store, open_runtime(store=store) as runtime:
         session = await spawn_session(
-            runtime, llm=scripted_model(), tools=[add], system_prompt="You do arithmetic."
+            runtime,
+            llm=scripted_model(),
+            tools=[add],
+            system_prompt="You do arithmetic.",
+            session_id="hello",
         )
-        result = await session.send("What is 19 + 23?")
+        # An id for the send makes it safe to run again after a crash: one run per id.
+        result = await session.send("What is 19 + 23?", id="sum-1")
         print(f"[{result.status}] {result.text}")
         print(f"rounds={result.rounds} tokens={result.usage.total_tokens}")
-        session_id = session.id
 
-    # A new runtime on the same file folds the log: the conversation is all there,
-    # and no model call is repeated.
+    # A new runtime on the same file folds the log: the conversation is all there. The
+    # same send again (as after a kill -9) finds run sum-1 and calls no model (this
+    # scripted model has no answers left to give).
     async with open_sqlite_store(log_path) as store, open_runtime(store=store) as runtime:
-        resumed = await spawn_session(
-            runtime, llm=ScriptedLLM(), tools=[add], session_id=session_id
-        )
+        resumed = await spawn_session(runtime, llm=ScriptedLLM(), tools=[add], session_id="hello")
+        again = await resumed.send("What is 19 + 23?", id="sum-1")
         state = await resumed.state()
-        print(f"resumed {session_id}: {len(state.transcript)} messages in the transcript")
-        print(f"events in the log: {await store.stream_version('session/' + session_id)}")
+        print(f"sent again: [{again.status}] {again.text} (run {again.run_id}, no model call)")
+        print(f"resumed hello: {len(state.transcript)} messages in the transcript")
+        print(f"events in the log: {await store.stream_version('session/hello')}")
 
 
 if __name__ == "__main__":

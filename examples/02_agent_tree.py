@@ -61,17 +61,19 @@ async def first_process(path: Path) -> None:
     async with open_sqlite_store(path) as store, open_runtime(store=store) as runtime:
         root = await spawn_agent(runtime, RESEARCHER, llm=FunctionLLM(model), session_id="study")
         with trio.move_on_after(0.1):  # "kill -9" while the analysts think
-            await root.send("Should we build it?")
+            await root.send("Should we build it?", id="study-1")
     print(f"process 1 stopped after {len(calls)} model calls")
 
 
 async def second_process(path: Path) -> None:
     async with open_sqlite_store(path) as store, open_runtime(store=store) as runtime:
         root = await spawn_agent(runtime, RESEARCHER, llm=FunctionLLM(model), session_id="study")
+        # The same send as process 1, with the same id: the run is in the log, so this
+        # starts nothing new; it waits for the resumed run (restart-safe at any point).
+        result = await root.send("Should we build it?", id="study-1")
         state = await root.state()
-        assert state.run is not None, "the run was recorded as active"
-        result = await root.wait(state.run.started.run_id)
     print(f"[{result.status}] {result.text}")
+    print(f"runs in the log: {len(state.results)}")
     print(f"tree usage: {result.usage.total_tokens} tokens over {len(calls)} model calls")
 
 

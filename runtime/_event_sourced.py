@@ -73,7 +73,8 @@ class Decision:
     reply: object = None
     """The answer to an ``ask`` (ignored for a ``tell``)."""
     cancel_step: bool = False
-    """Cancel the effect in flight (its result is discarded) before asking ``next_step``."""
+    """Cancel the effect in flight (its result is discarded) once the events are appended,
+    before asking ``next_step``; if the append fails, the effect is left running."""
     stop: bool = False
     """Stop the actor after appending (an orderly stop)."""
 
@@ -246,10 +247,13 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self._step_scope = None
             message = message.result
         decision = self.handle(self.state, message)
+        if decision.events:
+            await self.persist(decision.events)
+        # Log first: the step is cancelled only once the events that say so are durable
+        # (an append that fails crashes the actor with the step's fate still undecided).
         if decision.cancel_step:
             self._cancel_step()
         if decision.events:
-            await self.persist(decision.events)
             self.after_persist(decision.events)
         if decision.stop:
             self._cancel_step()

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from actors import AgentSpec, Budget, SessionState, spawn_agent, spawn_session, tool
-from actors.events import ChildFinished, ChildSpawned, ToolFinished
+from actors.events import ChildFinished, ChildSpawned, RunFinished, ToolFinished
 from protocols import (
     LLMRequest,
     LLMResponse,
@@ -280,10 +280,17 @@ async def test_cancelling_the_root_cancels_the_whole_tree() -> None:
         assert await root.cancel("stop everything")
         await trio.testing.wait_all_tasks_blocked()
         assert model.workers_in_flight == 0
-        for child_id in ("r.1", "r.2"):
-            child = await runtime.lookup(child_id).ask(_state_request())
-            (outcome,) = child.results.values()
+        for child_id in ("r.1", "r.2"):  # retired once their ends are recorded: read the log
+            records = await runtime.store.read(f"session/{child_id}")
+            (outcome,) = [e for e in map(decode_record, records) if isinstance(e, RunFinished)]
             assert outcome.status == "cancelled"
+        # Each child's end is in the parent's log too (its usage rolled up into the run).
+        records = await runtime.store.read("session/r")
+        finished = [e for e in map(decode_record, records) if isinstance(e, ChildFinished)]
+        assert sorted((f.child_id, f.status) for f in finished) == [
+            ("r.1", "cancelled"),
+            ("r.2", "cancelled"),
+        ]
         gate.set()
     assert results[0].status == "cancelled"
 

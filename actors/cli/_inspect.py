@@ -160,6 +160,8 @@ class SessionSummary:
     error: str | None = None
     """The code of the first event this code cannot decode: the session cannot be folded,
     so its status is ``failed`` (a runtime would stop it with that error)."""
+    queued: list[str] = attrs.Factory(list)
+    """Runs sent while another was active, waiting to start (behind a human request, maybe)."""
 
     def apply(self, event: object) -> None:
         """Fold one event in."""
@@ -167,6 +169,7 @@ class SessionSummary:
             AssistantRecorded,
             HumanAnswered,
             HumanRequested,
+            InputQueued,
             RunFinished,
             RunStarted,
             SessionCreated,
@@ -174,8 +177,11 @@ class SessionSummary:
 
         if isinstance(event, SessionCreated):
             self.parent_id, self.depth = event.parent_id, event.depth
+        elif isinstance(event, InputQueued):
+            self.queued.append(event.run.run_id)
         elif isinstance(event, RunStarted):
             self.status, self.runs = "running", self.runs + 1
+            self.queued = [r for r in self.queued if r != event.run_id]
         elif isinstance(event, AssistantRecorded):
             self.rounds += 1
             self.prompt_tokens += event.usage.prompt_tokens
@@ -207,6 +213,7 @@ class SessionSummary:
             },
             "events": self.events,
             "waiting_for": self.waiting_for,
+            "queued": self.queued,
             "created_at": fmt_iso(self.created_at),
             "updated_at": fmt_iso(self.updated_at),
         }
@@ -281,9 +288,14 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
         )
     now = time.time()
     for s in listed:
+        status = s.status.replace("_", " ") + (f" [{s.error}]" if s.error else "")
+        if s.waiting_for:
+            status += f" ({', '.join(s.waiting_for)})"
+        if s.queued:
+            status += f" · {len(s.queued)} queued"
         table.add_row(
             s.session_id,
-            escape(s.status.replace("_", " ") + (f" [{s.error}]" if s.error else "")),
+            escape(status),
             str(s.runs),
             str(s.rounds),
             f"{s.prompt_tokens + s.completion_tokens:,}",
@@ -445,6 +457,7 @@ def _print_entry(ctx: CliContext, entry: dict[str, object]) -> None:
                 style="green" if entry["status"] == "completed" else "yellow",
             )
         )
+        _print_run_warnings(ctx, entry)
 
 
 async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -453,17 +466,66 @@ async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
     async with open_log(ctx) as store:
         session_id = await resolve_session(store, args.session)
         records = await read_stream(store, SESSION_PREFIX + session_id)
-    entries = [
-        entry
-        for record in records
-        if (event := decode_or_none(record)) is not None and (entry := _entry(record, event))
-    ]
+    from actors._session_events import SessionState, evolve
+
+    state = SessionState()
+    entries: list[dict[str, object]] = []
+    for record in records:
+        event = decode_or_none(record)
+        if event is None:
+            continue
+        state = evolve(state, event)
+        entry = _entry(record, event)
+        if entry is not None and entry["kind"] == "run_finished":
+            result = state.results[str(entry["run_id"])]
+            entry["error_code"] = result.error_code
+            entry["truncated"] = result.truncated
+            entry["unknown_tool_results"] = list(result.unknown_tool_results)
+        if entry is not None:
+            entries.append(entry)
+    waiting = {
+        "human_requests": [
+            {"request_id": r.request_id, "kind": r.kind, "prompt": r.prompt}
+            for r in state.waiting_for
+        ],
+        "queued": [{"run_id": q.run_id, "text": q.input} for q in state.queued],
+    }
     if ctx.json:
-        ctx.emit({"session_id": session_id, "entries": entries})
+        ctx.emit({"session_id": session_id, "entries": entries, "waiting": waiting})
         return 0
     for entry in entries:
         _print_entry(ctx, entry)
+    _print_waiting(ctx, session_id, waiting)
     return 0
+
+
+def _print_run_warnings(ctx: CliContext, entry: dict[str, object]) -> None:
+    """A line for each thing a run's status does not say (see ``RunResult``)."""
+    from rich.markup import escape
+
+    if entry.get("truncated"):
+        ctx.out.print("[yellow]warning: the last answer was cut off by the token limit[/]")
+    unknown = entry.get("unknown_tool_results")
+    if isinstance(unknown, list) and unknown:
+        listed = escape(", ".join(map(str, unknown)))
+        ctx.out.print(f"[yellow]warning: tool results unknown (the process stopped): {listed}[/]")
+
+
+def _print_waiting(
+    ctx: CliContext, session_id: str, waiting: dict[str, list[dict[str, str]]]
+) -> None:
+    """What the session waits for, and the input waiting behind it."""
+    from rich.markup import escape
+
+    for request in waiting["human_requests"]:
+        ctx.out.print(
+            f"[bold blue]waiting for a human ({request['kind']}):[/] {escape(request['prompt'])}"
+            f'\n  answer with: powertrio reply {session_id} {request["request_id"]} "..."'
+        )
+    for queued in waiting["queued"]:
+        ctx.out.print(
+            f"[yellow]queued: run {queued['run_id']}[/]: {escape(shorten(queued['text'], 100))}"
+        )
 
 
 # -- tree ----------------------------------------------------------------------------------

@@ -100,7 +100,7 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
         type=_positive,
         default=None,
         metavar="N",
-        help="the most tokens per model answer (default: the provider's; 256 offline)",
+        help="the most tokens per model answer (default: the provider's; 1024 offline)",
     )
 
 
@@ -152,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     send = add("send", "send a follow-up to a session and wait for the run")
     send.add_argument("session", metavar="ID")
     send.add_argument("text")
+    send.add_argument(
+        "--id",
+        default=None,
+        metavar="X",
+        help="send it as run X, exactly once: run again with the same X after a crash and "
+        "it waits for (or shows) that run instead of starting a second",
+    )
     _model_options(send)
 
     cancel = add("cancel", "cancel the open run of a session no process is driving")

@@ -41,8 +41,9 @@ __all__ = [
 DEMO_DELAY = 0.6
 """Seconds each demo answer takes by default (``POWERTRIO_DEMO_DELAY`` overrides it)."""
 
-LOCAL_MAX_TOKENS = 256
-"""The most tokens per answer of the small local model (it rambles otherwise)."""
+LOCAL_MAX_TOKENS = 1024
+"""The most tokens per answer of the small local model (it rambles otherwise); an answer
+cut off there is reported as truncated (``RunResult.truncated``)."""
 
 NO_PROVIDER = """no LLM provider is configured ({variable} is not set).
 Set these environment variables:

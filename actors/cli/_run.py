@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from actors.events import HumanRequested, Observation
     from runtime import SqliteEventStore
 
-__all__ = ["cmd_cancel", "cmd_reply", "cmd_run", "cmd_send"]
+__all__ = ["cmd_cancel", "cmd_reply", "cmd_run", "cmd_send", "result_warnings"]
 
 SETTLE_SECONDS = 3.0
 """How long a finished run waits for its sub-agents to record their own ends."""
@@ -327,6 +327,9 @@ def result_json(
             "total_tokens": usage.total_tokens,
         },
         "error": result.error,
+        "error_code": result.error_code,
+        "truncated": result.truncated,
+        "unknown_tool_results": list(result.unknown_tool_results),
         "human_requests": [
             {"request_id": r.request_id, "kind": r.kind, "prompt": r.prompt}
             for r in result.human_requests
@@ -334,6 +337,22 @@ def result_json(
         "model": None if choice is None else choice.label,
         "tree": tree.to_json(),
     }
+
+
+def result_warnings(result: RunResult) -> list[str]:
+    """What a person must know of a run beyond its status: one line each."""
+    lines: list[str] = []
+    if result.truncated:
+        lines.append(
+            "the last answer was cut off by the token limit (finish reason length): "
+            "raise --max-tokens"
+        )
+    if result.unknown_tool_results:
+        lines.append(
+            "tool results unknown (the process stopped while they ran): "
+            + ", ".join(result.unknown_tool_results)
+        )
+    return lines
 
 
 def report(
@@ -357,6 +376,8 @@ def report(
     )
     if result.error:
         out.print(f"[red]{escape(result.error)}[/]")
+    for line in result_warnings(result):
+        out.print(f"[yellow]warning:[/] {escape(line)}")
     for request in result.human_requests:
         out.print(
             f"[blue]waiting for a human:[/] {escape(request.prompt)}\n"
@@ -461,10 +482,16 @@ async def _resumed(
 
 async def cmd_send(ctx: CliContext, args: argparse.Namespace) -> int:
     """``powertrio send ID "text"``: a follow-up; it starts a run on an idle session, or joins
-    the open run of an interrupted one; waits for that run."""
+    the open run of an interrupted one; waits for that run.
+
+    With ``--id X`` the text is its own run ``X`` (queued behind an open run), recorded at
+    most once: the same command run again, after a crash or not, waits for that run or
+    shows how it ended."""
     _require_text(args.text, "the text", example='powertrio send ID "one more thing"')
 
     async def start(session: Session, runtime: Runtime) -> RunResult:
+        if args.id is not None:  # a run of its own, once per id (Session.send's retry)
+            return await session.send(args.text, id=args.id)
         before = await session.state()
         follow_up_id = runtime.ids.new("fu")
         await session.follow_up(args.text, id=follow_up_id)
