@@ -41,6 +41,7 @@ from ._board_events import (
     evolve,
     key_problem,
 )
+from ._board_watches import Watch, WatchTable, watch_filter
 
 __all__ = ["Board", "open_board"]
 
@@ -50,122 +51,10 @@ DEFAULT_WATCH_BUFFER: Final = 1000
 """How many undelivered changes a Python watch buffers before it is dropped."""
 
 
-# -- watches --------------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class _Watch:
-    id: str
-    keys: frozenset[str] | None
-    prefix: str
-    target: ActorRef[object] | trio.MemorySendChannel[BoardChanged]
-    overflowed: bool = False
-
-    def matches(self, key: str) -> bool:
-        return key in self.keys if self.keys is not None else key.startswith(self.prefix)
-
-    def same_as(self, other: _Watch) -> bool:
-        mine, theirs = self.target, other.target
-        return (
-            isinstance(mine, ActorRef)
-            and isinstance(theirs, ActorRef)
-            and mine.id == theirs.id
-            and (self.keys, self.prefix) == (other.keys, other.prefix)
-        )
-
-
-@attrs.define(eq=False)
-class _WatchTable:
-    """The watches of one board, shared by every incarnation of its actor.
-
-    Watches are live refs and channels, so they are not events: they survive a restart of
-    the board actor (a crash) but not the end of the runtime. See :class:`Board`.
-    """
-
-    watches: dict[str, _Watch] = attrs.Factory(dict)
-    dropped: int = 0
-
-    def add(self, watch: _Watch) -> str:
-        for existing in self.watches.values():
-            if existing.same_as(watch):
-                return existing.id  # an agent that watches twice gets each change once
-        self.watches[watch.id] = watch
-        return watch.id
-
-    def remove(self, watch_id: str) -> bool:
-        return self.watches.pop(watch_id, None) is not None
-
-    def deliver(self, change: BoardChanged) -> None:
-        """Hand ``change`` to every matching watcher without waiting for any of them.
-
-        Each watcher gets its own copy of the value, so none can change another's (or the
-        board's).
-        """
-        shared = change
-        for watch in tuple(self.watches.values()):
-            if not watch.matches(change.key):
-                continue
-            change = attrs.evolve(shared, value=detached(shared.value))
-            target = watch.target
-            if isinstance(target, ActorRef):
-                try:
-                    target.tell_nowait(change)
-                except ActorStoppedError:
-                    self.remove(watch.id)  # the watcher is gone for good
-                except MailboxFullError:
-                    logger.warning(
-                        "board %r dropped the watch %s of %s: its mailbox is full",
-                        change.board_id,
-                        watch.id,
-                        target.path,
-                    )
-                    self.remove(watch.id)
-                    self.dropped += 1
-                continue
-            try:
-                target.send_nowait(change)
-            except trio.WouldBlock:
-                watch.overflowed = True
-                target.close()  # the watcher drains what it has, then learns of the loss
-                self.remove(watch.id)
-                self.dropped += 1
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self.remove(watch.id)
-
-
-def _watch_filter(
-    keys: Iterable[str] | None, prefix: str | None
-) -> tuple[frozenset[str] | None, str]:
-    if keys is not None and prefix is not None:
-        msg = "watch keys or a prefix, not both"
-        raise ValueError(msg)
-    if keys is None:
-        prefix = prefix or ""
-        bad = key_problem(prefix, prefix=True)
-        if bad is not None:
-            raise bad
-        return None, prefix
-    if isinstance(keys, str):
-        msg = f"keys must be an iterable of keys, not the str {keys!r}; wrap it: keys=[{keys!r}]"
-        raise TypeError(msg)
-    chosen = frozenset(keys)
-    if not chosen:
-        msg = "keys is empty: pass at least one key, or a prefix"
-        raise ValueError(msg)
-    for key in sorted(chosen, key=repr):
-        bad = key_problem(key)
-        if bad is not None:
-            raise bad
-    return chosen, ""
-
-
-# -- the actor ------------------------------------------------------------------------
-
-
 @attrs.frozen
 class _BoardInfo:
     limits: Limits
-    watches: _WatchTable
+    watches: WatchTable
 
 
 @attrs.frozen(kw_only=True)
@@ -195,7 +84,7 @@ class _List(Request["tuple[Entry, ...] | BoardError"]):
 
 @attrs.frozen
 class _AddWatch(Request[str]):
-    watch: _Watch
+    watch: Watch
 
 
 @attrs.frozen(kw_only=True)
@@ -226,7 +115,7 @@ class _BoardActor(EventSourcedActor[BoardState]):
     """One board: the only writer of the stream ``board/<id>``."""
 
     def __init__(
-        self, board_id: str, limits: Limits, watches: _WatchTable, runtime: Runtime
+        self, board_id: str, limits: Limits, watches: WatchTable, runtime: Runtime
     ) -> None:
         self._board_id = board_id
         self._limits = limits
@@ -622,12 +511,12 @@ class Board:
             ValueError: both ``keys`` and ``prefix``, empty ``keys``, or ``buffer`` < 1.
             TypeError: ``keys`` is a str (wrap it in a list).
         """
-        chosen, start = _watch_filter(keys, prefix)
+        chosen, start = watch_filter(keys, prefix)
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             msg = f"buffer must be an int >= 1, got {buffer!r}"
             raise ValueError(msg)
         send, receive = trio.open_memory_channel[BoardChanged](buffer)
-        watch = _Watch(self._runtime.ids.new("watch"), chosen, start, send)
+        watch = Watch(self._runtime.ids.new("watch"), chosen, start, send)
         try:
             await self._ref.ask(_AddWatch(watch))
             with receive:
@@ -664,8 +553,8 @@ class Board:
             ValueError: both ``keys`` and ``prefix``, or empty ``keys``.
             TypeError: ``keys`` is a str (wrap it in a list).
         """
-        chosen, start = _watch_filter(keys, prefix)
-        watch = _Watch(self._runtime.ids.new("watch"), chosen, start, ref)
+        chosen, start = watch_filter(keys, prefix)
+        watch = Watch(self._runtime.ids.new("watch"), chosen, start, ref)
         return await self._ref.ask(_AddWatch(watch))
 
     async def watch_session(
@@ -702,7 +591,7 @@ class Board:
         if not isinstance(session_id, str) or not session_id:
             msg = f"session_id must be a non-empty str, got {session_id!r}"
             raise ValueError(msg)
-        chosen, start = _watch_filter(keys, prefix)
+        chosen, start = watch_filter(keys, prefix)
         message = _AddSessionWatch(
             watch_id=self._runtime.ids.new("watch"),
             watcher=session_id,
@@ -782,7 +671,7 @@ async def open_board(
             entries if entries is not None else DEFAULT_MAX_ENTRIES,
             entry_bytes if entry_bytes is not None else DEFAULT_MAX_ENTRY_BYTES,
         )
-        table = _WatchTable()
+        table = WatchTable()
 
         def factory() -> _BoardActor:
             return _BoardActor(board_id, limits, table, runtime)
