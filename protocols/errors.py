@@ -50,7 +50,9 @@ The tree (code in brackets)::
     │   ├── ToolTimeoutError                      [tool.timeout]
     │   ├── ToolDefinitionError (TypeError)       [tool.bad_definition]
     │   │   └── SchemaRemoteRefError              [tool.schema_remote_ref]
-    │   └── ToolInterruptedError                  [tool.interrupted]
+    │   ├── ToolInterruptedError                  [tool.interrupted]
+    │   ├── McpServerError                        [tool.mcp_server]
+    │   └── McpToolError                          [tool.mcp_error]
     ├── BoardError                                [board]
     │   ├── BoardConflictError                    [board.conflict]
     │   ├── BoardEntryTooLargeError (ValueError)  [board.entry_too_large]
@@ -70,6 +72,9 @@ The tree (code in brackets)::
     │   └── TimerOwnerUnavailableError            [timer.owner_unavailable]
     ├── ReplayError                               [replay]
     │   └── ReplayDivergenceError                 [replay.divergence]
+    ├── WorkflowError                             [workflow]
+    │   ├── WorkflowFailedError                   [workflow.failed]
+    │   └── WorkflowCancelledError                [workflow.cancelled]
     └── FileAccessError                           [io]
         ├── InputFileNotFoundError (LookupError)  [io.not_found]
         ├── OutputFileError                       [io.write_failed]
@@ -101,6 +106,13 @@ from ._errors_base import (
     ConfigError,
     MissingSettingError,
     PowertrioError,
+)
+from ._errors_compose import (
+    McpServerError,
+    McpToolError,
+    WorkflowCancelledError,
+    WorkflowError,
+    WorkflowFailedError,
 )
 from ._errors_files import (
     BadInputFileError,
@@ -202,6 +214,8 @@ __all__ = [
     "LLMServerError",
     "LLMTimeoutError",
     "MailboxFullError",
+    "McpServerError",
+    "McpToolError",
     "MissingSettingError",
     "NoOpenRunError",
     "OutputFileError",
@@ -232,6 +246,9 @@ __all__ = [
     "ToolNotFoundError",
     "ToolTimeoutError",
     "UnknownEventTypeError",
+    "WorkflowCancelledError",
+    "WorkflowError",
+    "WorkflowFailedError",
     "all_error_classes",
 ]
 
