@@ -236,7 +236,7 @@ class WorkflowActor(EventSourcedActor[WorkflowState]):
         self.definition: WorkflowFunction[object, object] = definition  # type: ignore[assignment]  # erased: the input was recorded as JSON
         self.llm = llm
         self.sessions: dict[str, Session] = {}
-        self._waiters: dict[str, Reply[object]] = {}
+        self._waiters: dict[str, tuple[StepKind, str, Reply[object]]] = {}
         self._signal_waiters: dict[str, list[str]] = {}
         self._result_waiters: list[Reply[object]] = []
         self._diverged: ReplayDivergenceError | None = None
@@ -346,7 +346,7 @@ class WorkflowActor(EventSourcedActor[WorkflowState]):
                 index=message.index, kind="signal", name=message.name, result=payload
             )
             return Decision(events=[step], reply=payload)
-        self._waiters[message.index] = self.context.defer_reply()
+        self._waiters[message.index] = ("signal", message.name, self.context.defer_reply())
         self._signal_waiters.setdefault(message.name, []).append(message.index)
         return Decision()
 
@@ -356,7 +356,7 @@ class WorkflowActor(EventSourcedActor[WorkflowState]):
     def _sleep(self, state: WorkflowState, message: _Sleep) -> Decision:
         if message.index in state.steps:
             return Decision()
-        self._waiters[message.index] = self.context.defer_reply()
+        self._waiters[message.index] = ("sleep", message.name, self.context.defer_reply())
         timer_id = self._timer_id(message.index)
         if state.timers.get(timer_id) is not None or timer_id in state.timers.finished:
             return Decision()
@@ -396,8 +396,21 @@ class WorkflowActor(EventSourcedActor[WorkflowState]):
         for event in events:
             if isinstance(event, StepCompleted):
                 waiter = self._waiters.pop(event.index, None)
-                if waiter is not None:
-                    waiter.send(event.result)
+                if waiter is None:
+                    continue
+                kind, name, reply = waiter
+                if (kind, name) == (event.kind, event.name):
+                    reply.send(event.result)
+                else:  # e.g. a timer of an older version of the code fired here
+                    reply.fail(
+                        ReplayDivergenceError(
+                            self.stream_name(),
+                            self.state.step_versions.get(event.index, 0),
+                            "workflow.step_completed",
+                            f"step {event.index}: the log has {event.kind} {event.name!r}, "
+                            f"the code asks for {kind} {name!r}",
+                        )
+                    )
             elif isinstance(event, WorkflowFinished):
                 for result_waiter in self._result_waiters:
                     result_waiter.send(event)
