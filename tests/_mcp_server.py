@@ -43,7 +43,9 @@ def readme() -> EmbeddedResource:
     """An embedded text resource."""
     return EmbeddedResource(
         type="resource",
-        resource=TextResourceContents(uri="file:///README.md", mime_type="text/markdown", text="# hi"),
+        resource=TextResourceContents(
+            uri="file:///README.md", mime_type="text/markdown", text="# hi"
+        ),
     )
 
 

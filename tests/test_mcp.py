@@ -10,11 +10,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-import trio
 
 pytest.importorskip("mcp")
 
-from mcp.types import (  # noqa: E402
+from mcp.types import (
     CallToolResult,
     EmbeddedResource,
     ImageContent,
@@ -23,15 +22,17 @@ from mcp.types import (  # noqa: E402
     TextResourceContents,
 )
 
-from actors import McpServer, ToolRegistry, mcp_http, mcp_stdio, mcp_tools, spawn_session  # noqa: E402
-from actors._mcp import render_result  # noqa: E402
-from actors.events import ToolFinished  # noqa: E402
-from actors.lowlevel import run_tool_calls  # noqa: E402
-from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome, decode_record  # noqa: E402
-from protocols.errors import ConfigError, McpServerError, McpToolError  # noqa: E402
-from runtime import Backoff, open_runtime  # noqa: E402
-from runtime.testing import InMemoryEventStore  # noqa: E402
-from runtime.testing import FunctionLLM  # noqa: E402
+from actors import McpServer, ToolRegistry, mcp_http, mcp_stdio, mcp_tools, spawn_session
+from actors._mcp import render_result
+from actors.events import ToolFinished
+from actors.lowlevel import run_tool_calls
+from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome, decode_record
+from protocols.errors import ConfigError, McpServerError, McpToolError
+from runtime import Backoff, open_runtime
+from runtime.testing import (
+    FunctionLLM,
+    InMemoryEventStore,
+)
 
 SERVER = str(Path(__file__).with_name("_mcp_server.py"))
 FAST = Backoff(initial=0.01, factor=2.0, maximum=0.2, jitter=0.0)
@@ -56,11 +57,11 @@ async def test_stdio_server_tools_are_listed_with_their_schemas() -> None:
     async with open_runtime() as runtime:
         tools = await mcp_tools(runtime, stdio_server())
         by_name = {t.name: t for t in tools}
-        assert ["add", "die", "picture", "pid", "readme", "refuse", "shout"] == sorted(by_name)
+        assert sorted(by_name) == ["add", "die", "picture", "pid", "readme", "refuse", "shout"]
         add = by_name["add"]
-        assert "Add two integers." == add.spec.description
+        assert add.spec.description == "Add two integers."
         assert {"a", "b"} == set(add.spec.parameters["properties"])  # type: ignore[arg-type]
-        assert () == add.validator.problems({"a": 1, "b": 2})
+        assert add.validator.problems({"a": 1, "b": 2}) == ()
         assert add.validator.problems({"a": "x", "b": 2}) != ()
 
 
@@ -69,9 +70,9 @@ async def test_a_text_result_is_recorded_as_its_text() -> None:
     async with open_runtime() as runtime:
         tools = await mcp_tools(runtime, stdio_server())
         outcome = await run_one(tools, call("add", {"a": 19, "b": 23}))
-        assert ("ok", "42") == (outcome.status, outcome.content)
+        assert (outcome.status, outcome.content) == ("ok", "42")
         outcome = await run_one(tools, call("shout", {"text": "hi"}))
-        assert ("ok", "HI") == (outcome.status, outcome.content)
+        assert (outcome.status, outcome.content) == ("ok", "HI")
 
 
 async def test_an_image_is_recorded_as_a_small_json_description() -> None:
@@ -80,11 +81,11 @@ async def test_an_image_is_recorded_as_a_small_json_description() -> None:
         tools = await mcp_tools(runtime, stdio_server())
         outcome = await run_one(tools, call("picture"))
         [block] = orjson.loads(outcome.content)
-        assert "ok" == outcome.status
-        assert {"type": "image", "mime_type": "image/png", "bytes": 12} == {
+        assert outcome.status == "ok"
+        assert {
             k: block[k] for k in ("type", "mime_type", "bytes")
-        }
-        assert 16 == len(block["sha256"])
+        } == {"type": "image", "mime_type": "image/png", "bytes": 12}
+        assert len(block["sha256"]) == 16
 
 
 async def test_an_embedded_resource_is_recorded_with_its_uri_and_text() -> None:
@@ -108,7 +109,7 @@ async def test_a_tool_error_reported_by_the_server_reaches_the_model() -> None:
     async with open_runtime() as runtime:
         tools = await mcp_tools(runtime, stdio_server())
         outcome = await run_one(tools, call("refuse", {"reason": "no way"}))
-        assert ("error", "tool.mcp_error") == (outcome.status, outcome.error_code)
+        assert (outcome.status, outcome.error_code) == ("error", "tool.mcp_error")
         assert "refuse" in outcome.content
 
 
@@ -117,7 +118,7 @@ async def test_bad_arguments_are_rejected_locally_by_the_servers_schema() -> Non
     async with open_runtime() as runtime:
         tools = await mcp_tools(runtime, stdio_server())
         outcome = await run_one(tools, call("add", {"a": "x"}))
-        assert ("invalid_arguments", "tool.invalid_args") == (outcome.status, outcome.error_code)
+        assert (outcome.status, outcome.error_code) == ("invalid_arguments", "tool.invalid_args")
 
 
 async def test_a_server_that_dies_mid_call_is_restarted_and_the_next_call_works() -> None:
@@ -126,10 +127,10 @@ async def test_a_server_that_dies_mid_call_is_restarted_and_the_next_call_works(
         tools = await mcp_tools(runtime, stdio_server())
         first_pid = (await run_one(tools, call("pid"))).content
         died = await run_one(tools, call("die"))
-        assert ("error", "tool.mcp_server") == (died.status, died.error_code)
+        assert (died.status, died.error_code) == ("error", "tool.mcp_server")
         assert "McpServerError" in died.content
         after = await run_one(tools, call("add", {"a": 1, "b": 2}))
-        assert ("ok", "3") == (after.status, after.content)
+        assert (after.status, after.content) == ("ok", "3")
         second_pid = (await run_one(tools, call("pid"))).content
         assert first_pid != second_pid
 
@@ -139,8 +140,8 @@ async def test_crash_policy_is_abort_by_default_and_can_be_set_per_tool() -> Non
     async with open_runtime() as runtime:
         tools = await mcp_tools(runtime, stdio_server(crash_policies={"pid": "retry"}))
         policies = {t.name: t.spec.crash_policy for t in tools}
-        assert "abort" == policies["add"]
-        assert "retry" == policies["pid"]
+        assert policies["add"] == "abort"
+        assert policies["pid"] == "retry"
 
 
 async def test_prefix_and_include_select_and_rename_tools() -> None:
@@ -148,10 +149,10 @@ async def test_prefix_and_include_select_and_rename_tools() -> None:
     async with open_runtime() as runtime:
         server = stdio_server(name="calc", prefix="calc_", include=["add"], timeout=5.0)
         tools = await mcp_tools(runtime, server)
-        assert ["calc_add"] == [t.name for t in tools]
-        assert 5.0 == tools[0].spec.timeout
+        assert [t.name for t in tools] == ["calc_add"]
+        assert tools[0].spec.timeout == 5.0
         outcome = await run_one(tools, call("calc_add", {"a": 2, "b": 2}))
-        assert "4" == outcome.content
+        assert outcome.content == "4"
 
 
 async def test_a_session_takes_an_mcp_server_in_its_tools_and_logs_the_results() -> None:
@@ -167,12 +168,12 @@ async def test_a_session_takes_an_mcp_server_in_its_tools_and_logs_the_results()
         llm = FunctionLLM(answer)
         session = await spawn_session(runtime, llm=llm, tools=[stdio_server(name="sums")])
         result = await session.send("add 40 and 2")
-        assert ("completed", "the sum is 42") == (result.status, result.text)
+        assert (result.status, result.text) == ("completed", "the sum is 42")
         offered = {t.name for t in llm.requests[0].tools}
         assert "add" in offered
     records = await store.read(f"session/{session.id}", 1)
     finished = [e for e in map(decode_record, records) if isinstance(e, ToolFinished)]
-    assert ["42"] == [e.outcome.content for e in finished]
+    assert [e.outcome.content for e in finished] == ["42"]
 
 
 async def test_a_dying_server_never_crashes_the_session() -> None:
@@ -191,9 +192,9 @@ async def test_a_dying_server_never_crashes_the_session() -> None:
     async with open_runtime() as runtime:
         session = await spawn_session(runtime, llm=FunctionLLM(answer), tools=[stdio_server()])
         result = await session.send("go")
-    assert "completed" == result.status
+    assert result.status == "completed"
     assert "McpServerError" in seen[0]
-    assert "2" == seen[1]
+    assert seen[1] == "2"
 
 
 @pytest.fixture
@@ -230,9 +231,9 @@ async def test_streamable_http_server_tools_work(http_url: str) -> None:
         tools = await mcp_tools(runtime, mcp_http(http_url, backoff=FAST))
         assert "add" in {t.name for t in tools}
         outcome = await run_one(tools, call("add", {"a": 3, "b": 4}))
-        assert ("ok", "7") == (outcome.status, outcome.content)
+        assert (outcome.status, outcome.content) == ("ok", "7")
         picture = await run_one(tools, call("picture"))
-        assert "image" == orjson.loads(picture.content)[0]["type"]
+        assert orjson.loads(picture.content)[0]["type"] == "image"
 
 
 async def test_an_unreachable_server_fails_with_a_typed_error() -> None:
@@ -244,7 +245,7 @@ async def test_an_unreachable_server_fails_with_a_typed_error() -> None:
     async with open_runtime() as runtime:
         with pytest.raises(McpServerError) as info:
             await mcp_tools(runtime, server)
-    assert ("broken", "tool.mcp_server") == (info.value.server, info.value.code)
+    assert (info.value.server, info.value.code) == ("broken", "tool.mcp_server")
 
 
 @pytest.mark.parametrize(
@@ -265,14 +266,14 @@ def test_bad_server_options_fail_with_config_error(build: object) -> None:
 
 def test_default_names_come_from_the_script_or_the_host() -> None:
     """``mcp_stdio(python, [x/tools.py])`` is ``tools``; an HTTP server is its host-port."""
-    assert "tools" == mcp_stdio("python", ["x/tools.py"]).name
-    assert "127.0.0.1-8000" == mcp_http("http://127.0.0.1:8000/mcp").name
+    assert mcp_stdio("python", ["x/tools.py"]).name == "tools"
+    assert mcp_http("http://127.0.0.1:8000/mcp").name == "127.0.0.1-8000"
 
 
 def test_render_result_joins_text_and_describes_everything_else() -> None:
     """The pure rendering: text joined; blobs, links and resources as JSON descriptions."""
     text = CallToolResult(content=[TextContent(text="a"), TextContent(text="b")])
-    assert "a\nb" == render_result("s", "t", text)
+    assert render_result("s", "t", text) == "a\nb"
     mixed = CallToolResult(
         content=[
             TextContent(text="see"),
@@ -284,10 +285,10 @@ def test_render_result_joins_text_and_describes_everything_else() -> None:
         ]
     )
     blocks = orjson.loads(render_result("s", "t", mixed))
-    assert ["text", "image", "resource_link", "resource"] == [b["type"] for b in blocks]
-    assert 3 == blocks[1]["bytes"]
+    assert [b["type"] for b in blocks] == ["text", "image", "resource_link", "resource"]
+    assert blocks[1]["bytes"] == 3
     structured = CallToolResult(content=[], structured_content={"n": 1})
-    assert '{"n":1}' == render_result("s", "t", structured)
+    assert render_result("s", "t", structured) == '{"n":1}'
     failed = CallToolResult(content=[TextContent(text="nope")], is_error=True)
     with pytest.raises(McpToolError, match="nope"):
         render_result("s", "t", failed)
@@ -306,7 +307,7 @@ async def test_replay_of_a_session_needs_no_server() -> None:
     async with open_runtime(store=store) as runtime:
         tools = await mcp_tools(runtime, stdio_server(name="replayed"))
         session = await spawn_session(runtime, llm=FunctionLLM(answer), tools=tools)
-        assert "completed" == (await session.send("go")).status
+        assert (await session.send("go")).status == "completed"
     # The runtime is closed: the server process is gone.
     replay = await replay_session(store, session.id, tools=tools)
     assert replay is not None

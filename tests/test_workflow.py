@@ -67,7 +67,9 @@ def _reset() -> None:
 
 async def run_pipeline(store: object, workflow_id: str = "wf1") -> object:
     async with open_runtime(store=store) as runtime:  # type: ignore[arg-type]
-        handle = await start_workflow(runtime, pipeline, "t", workflow_id=workflow_id, llm=echo_llm())
+        handle = await start_workflow(
+            runtime, pipeline, "t", workflow_id=workflow_id, llm=echo_llm()
+        )
         await handle.signal("approve", {"by": "ann"})
         return await handle.result()
 
@@ -86,26 +88,26 @@ async def test_a_workflow_records_each_step_and_returns_its_result(
 ) -> None:
     """Every step is a StepCompleted event; the function's result is WorkflowFinished."""
     store = InMemoryEventStore()
-    assert EXPECTED == await run_pipeline(store)
+    assert await run_pipeline(store) == EXPECTED
     records = await store.read("workflow/wf1", 1)
     events = [decode_record(r) for r in records]
     assert isinstance(events[0], WorkflowStarted)
     assert isinstance(events[-1], WorkflowFinished)
     kinds = {e.index: e.kind for e in events if isinstance(e, StepCompleted)}
-    assert {
+    assert kinds == {
         "0": "call", "1": "parallel", "1.0.0": "call", "1.1.0": "call", "2": "sleep",
         "3": "for_each", "3.0.0": "call", "3.1.0": "call", "3.2.0": "call",
         "4": "agent", "5": "signal",
-    } == kinds
-    assert all(1 == n for n in EXECUTED.values())
+    }
+    assert all(n == 1 for n in EXECUTED.values())
 
 
 async def test_a_finished_workflow_resumed_on_the_same_store_runs_nothing_again() -> None:
     """A new runtime on the same log returns the recorded result; no step runs again."""
     store = InMemoryEventStore()
-    assert EXPECTED == await run_pipeline(store)
+    assert await run_pipeline(store) == EXPECTED
     executed = dict(EXECUTED)
-    assert EXPECTED == await run_pipeline(store)
+    assert await run_pipeline(store) == EXPECTED
     assert executed == dict(EXECUTED)
 
 
@@ -124,9 +126,9 @@ async def test_a_workflow_stopped_mid_sleep_resumes_from_its_timer(
     async with open_runtime(store=store) as runtime:
         handle = await start_workflow(runtime, pipeline, "t", workflow_id="w2", llm=echo_llm())
         await handle.signal("approve", {"by": "ann"})
-        assert EXPECTED == await handle.result()
-    assert {"t-a": 1, "p0": 1, "p1": 1} == {k: EXECUTED[k] for k in before}
-    assert all(1 == n for n in EXECUTED.values())
+        assert await handle.result() == EXPECTED
+    assert {k: EXECUTED[k] for k in before} == {"t-a": 1, "p0": 1, "p1": 1}
+    assert all(n == 1 for n in EXECUTED.values())
 
 
 @workflow(name="shape")
@@ -154,10 +156,10 @@ async def test_a_different_step_sequence_on_resume_is_a_divergence(
         handle = await start_workflow(runtime, shape_v2, workflow_id="d1")
         with pytest.raises(ReplayDivergenceError) as info:
             await handle.result()
-    assert "replay.divergence" == info.value.code
+    assert info.value.code == "replay.divergence"
     assert "step 1" in info.value.difference
     assert "sleep" in info.value.difference
-    assert "workflow/d1" == info.value.stream
+    assert info.value.stream == "workflow/d1"
 
 
 @workflow
@@ -203,7 +205,7 @@ async def test_for_each_runs_at_most_limit_branches_at_once() -> None:
 
     async with open_runtime() as runtime:
         assert [i * i for i in range(8)] == await run_workflow(runtime, squares, 8)
-    assert 3 == peak
+    assert peak == 3
 
 
 async def test_signals_sent_before_and_after_the_wait_are_consumed_in_order() -> None:
@@ -220,7 +222,7 @@ async def test_signals_sent_before_and_after_the_wait_are_consumed_in_order() ->
         await handle.signal("go", 1)
         await trio.sleep(0.01)
         await handle.signal("go", 2)
-        assert [1, 2] == await handle.result()
+        assert await handle.result() == [1, 2]
 
 
 async def test_a_failing_function_is_recorded_and_not_run_again() -> None:
@@ -237,8 +239,8 @@ async def test_a_failing_function_is_recorded_and_not_run_again() -> None:
             handle = await start_workflow(runtime, boom, workflow_id="f1")
             with pytest.raises(WorkflowFailedError, match="ValueError: no luck") as info:
                 await handle.result()
-    assert "workflow.failed" == info.value.code
-    assert 1 == EXECUTED["before"]
+    assert info.value.code == "workflow.failed"
+    assert EXECUTED["before"] == 1
 
 
 async def test_a_step_result_that_is_not_json_fails_the_workflow() -> None:
@@ -288,7 +290,7 @@ async def test_the_agent_session_id_is_derived_from_the_workflow_and_step() -> N
         return result.session_id
 
     async with open_runtime() as runtime:
-        assert "w.0" == await run_workflow(runtime, ask, workflow_id="w", llm=echo_llm())
+        assert await run_workflow(runtime, ask, workflow_id="w", llm=echo_llm()) == "w.0"
 
 
 async def test_an_agent_run_in_flight_is_reattached_after_a_workflow_crash() -> None:
@@ -309,9 +311,9 @@ async def test_an_agent_run_in_flight_is_reattached_after_a_workflow_crash() -> 
     store.crash_at("workflow/r1", 2)  # the StepCompleted of the agent run
     async with open_runtime(store=store) as runtime:
         result = await run_workflow(runtime, one_agent, workflow_id="r1", llm=FunctionLLM(model))
-    assert "answer" == result
-    assert 1 == asked
-    assert 1 == len(store.faults)
+    assert result == "answer"
+    assert asked == 1
+    assert len(store.faults) == 1
 
 
 def test_workflow_needs_an_async_function() -> None:
@@ -395,5 +397,5 @@ def test_a_workflow_killed_at_any_event_ends_as_if_never_killed(data: st.DataObj
         e.result for e in events[: k - 1] if isinstance(e, StepCompleted) and e.kind == "call"
     }
     assert {"s0", "g0", "g1"} == set(EXECUTED)
-    assert all(1 == EXECUTED[label] for label in durable)
+    assert all(EXECUTED[label] == 1 for label in durable)
     assert all(EXECUTED[label] <= 2 for label in EXECUTED)
