@@ -1,4 +1,5 @@
-"""The agents: sessions, agent specs, built-in tools, the blackboard, replay and fork.
+"""The agents: sessions, agent specs, built-in tools, MCP tool servers, the blackboard,
+durable workflows, replay and fork.
 
 The events sessions and boards record, and what observers see live, are in
 ``actors.events``; the tool runner and the transcript's pairing transform in
@@ -22,6 +23,11 @@ from ._board_events import Entry as Entry
 from ._board_tools import board_tools as board_tools
 from ._budget import Budget as Budget
 from ._budget import Price as Price
+from ._mcp import McpServer as McpServer
+from ._mcp import McpTransport as McpTransport
+from ._mcp import mcp_http as mcp_http
+from ._mcp import mcp_stdio as mcp_stdio
+from ._mcp import mcp_tools as mcp_tools
 from ._observe import HookContext as HookContext
 from ._observe import LLMCallNext as LLMCallNext
 from ._observe import LLMHook as LLMHook
@@ -47,6 +53,12 @@ from ._tools import ToolKind as ToolKind
 from ._tools import ToolRegistry as ToolRegistry
 from ._tools import tool as tool
 from ._wakeup_tools import wakeup_tools as wakeup_tools
+from ._workflow import Workflow as Workflow
+from ._workflow import WorkflowContext as WorkflowContext
+from ._workflow import WorkflowFunction as WorkflowFunction
+from ._workflow import run_workflow as run_workflow
+from ._workflow import start_workflow as start_workflow
+from ._workflow import workflow as workflow
 
 _fixup(__name__, globals())
 del _fixup

@@ -10,6 +10,7 @@ from protocols.errors import ConfigError
 
 from ._agents import AgentSpec
 from ._budget import Budget, Price
+from ._mcp import expand_tool_sources
 from ._observe import LLMHook, Observer, ToolHook
 from ._session import SessionActor
 from ._session_handle import Session
@@ -54,7 +55,8 @@ async def spawn_session(
     Args:
         runtime (Runtime): the runtime; its event store holds the session's stream.
         llm (LLM): the model (a provider transport, or ``ScriptedLLM`` in tests).
-        tools: ``Tool`` objects or a ``ToolRegistry``.
+        tools: ``Tool`` objects, MCP servers (``mcp_stdio``/``mcp_http``, connected and
+            listed here), or a ``ToolRegistry``.
         system_prompt (str): the default system prompt.
         max_rounds (int): the default round limit of a run.
         model (str | None): the model name to ask for.
@@ -86,6 +88,7 @@ async def spawn_session(
         ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
         RuntimeClosedError: the runtime is closing (or its root supervisor gave up).
     """
+    tools = await expand_tool_sources(runtime, tools)
     config = session_config(
         session_id=session_id or runtime.ids.new("ses"),
         llm=llm,

@@ -1,4 +1,4 @@
-"""What sessions and boards record in the log, and what observers see while a run is live.
+"""What sessions, boards and workflows record in the log, and what observers see live.
 
 Log readers (``powertrio log``, a fold of your own, a test that checks a stream) decode
 records into the first kind with ``protocols.decode_record``; ``Session.observe()`` and
@@ -40,6 +40,16 @@ from ._session_events import (
     ToolFinished,
     ToolStarted,
 )
+from ._workflow_events import (
+    SignalReceived,
+    StepCompleted,
+    StepKind,
+    WorkflowCancelRequested,
+    WorkflowFinished,
+    WorkflowStarted,
+    WorkflowState,
+    WorkflowStatus,
+)
 
 __all__ = [
     "ActiveRun",
@@ -65,6 +75,9 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "SessionCreated",
+    "SignalReceived",
+    "StepCompleted",
+    "StepKind",
     "ToolCallBegan",
     "ToolCallFinished",
     "ToolFinished",
@@ -72,6 +85,11 @@ __all__ = [
     "UsageUpdated",
     "WatchAdded",
     "WatchRemoved",
+    "WorkflowCancelRequested",
+    "WorkflowFinished",
+    "WorkflowStarted",
+    "WorkflowState",
+    "WorkflowStatus",
 ]
 
 _fixup(__name__, globals())

@@ -53,7 +53,9 @@ The tree (code in brackets)::
     │   ├── ToolTimeoutError                      [tool.timeout]
     │   ├── ToolDefinitionError (TypeError)       [tool.bad_definition]
     │   │   └── SchemaRemoteRefError              [tool.schema_remote_ref]
-    │   └── ToolInterruptedError                  [tool.interrupted]
+    │   ├── ToolInterruptedError                  [tool.interrupted]
+    │   ├── McpServerError                        [tool.mcp_server]
+    │   └── McpToolError                          [tool.mcp_error]
     ├── BoardError                                [board]
     │   ├── BoardConflictError                    [board.conflict]
     │   ├── BoardEntryTooLargeError (ValueError)  [board.entry_too_large]
@@ -73,6 +75,9 @@ The tree (code in brackets)::
     │   └── TimerOwnerUnavailableError            [timer.owner_unavailable]
     ├── ReplayError                               [replay]
     │   └── ReplayDivergenceError                 [replay.divergence]
+    ├── WorkflowError                             [workflow]
+    │   ├── WorkflowFailedError                   [workflow.failed]
+    │   └── WorkflowCancelledError                [workflow.cancelled]
     └── FileAccessError                           [io]
         ├── InputFileNotFoundError (LookupError)  [io.not_found]
         ├── OutputFileError                       [io.write_failed]
@@ -104,6 +109,13 @@ from ._errors_base import (
     ConfigError,
     MissingSettingError,
     PowertrioError,
+)
+from ._errors_compose import (
+    McpServerError,
+    McpToolError,
+    WorkflowCancelledError,
+    WorkflowError,
+    WorkflowFailedError,
 )
 from ._errors_files import (
     BadInputFileError,
@@ -210,6 +222,8 @@ __all__ = [
     "LLMServerError",
     "LLMTimeoutError",
     "MailboxFullError",
+    "McpServerError",
+    "McpToolError",
     "MissingSettingError",
     "NoOpenRunError",
     "OutputFileError",
@@ -241,6 +255,9 @@ __all__ = [
     "ToolNotFoundError",
     "ToolTimeoutError",
     "UnknownEventTypeError",
+    "WorkflowCancelledError",
+    "WorkflowError",
+    "WorkflowFailedError",
     "all_error_classes",
 ]
 

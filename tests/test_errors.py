@@ -47,6 +47,7 @@ BRANCH_PREFIX = {
     "BoardError": "board",
     "TimerError": "timer",
     "FileAccessError": "io",
+    "WorkflowError": "workflow",
 }
 """Each sub-root of the tree and the first segment every code in its branch starts with."""
 
