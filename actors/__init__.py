@@ -53,12 +53,12 @@ from ._tools import ToolKind as ToolKind
 from ._tools import ToolRegistry as ToolRegistry
 from ._tools import tool as tool
 from ._wakeup_tools import wakeup_tools as wakeup_tools
-from ._workflow import Workflow as Workflow
 from ._workflow import WorkflowContext as WorkflowContext
 from ._workflow import WorkflowFunction as WorkflowFunction
-from ._workflow import run_workflow as run_workflow
-from ._workflow import start_workflow as start_workflow
 from ._workflow import workflow as workflow
+from ._workflow_handle import Workflow as Workflow
+from ._workflow_handle import run_workflow as run_workflow
+from ._workflow_handle import start_workflow as start_workflow
 
 _fixup(__name__, globals())
 del _fixup

@@ -29,12 +29,9 @@ import trio
 
 from protocols import JsonValue, make_converter
 from protocols.errors import (
-    ActorCrashedError,
     ActorExistsError,
     ConfigError,
     ReplayDivergenceError,
-    WorkflowCancelledError,
-    WorkflowFailedError,
 )
 from runtime import Decision, EventSourcedActor, Reply, TimerFired, TimerScheduled
 from runtime.lowlevel import timer_decision
@@ -60,11 +57,15 @@ if TYPE_CHECKING:
     from ._session_handle import Session
 
 __all__ = [
-    "Workflow",
+    "Cancel",
+    "GetState",
+    "Signal",
+    "Start",
+    "WaitResult",
+    "WorkflowActor",
     "WorkflowContext",
     "WorkflowFunction",
-    "run_workflow",
-    "start_workflow",
+    "to_json",
     "workflow",
 ]
 
@@ -147,62 +148,62 @@ def to_json(value: object) -> JsonValue:
 
 
 @attrs.frozen
-class _Start:
+class Start:
     workflow: str
     input: JsonValue
 
 
 @attrs.frozen
-class _Record:
+class Record:
     step: StepCompleted
 
 
 @attrs.frozen
-class _Sleep:
+class Sleep:
     index: str
     name: str
     due_at: float
 
 
 @attrs.frozen
-class _WaitSignal:
+class WaitSignal:
     index: str
     name: str
 
 
 @attrs.frozen
-class _Signal:
+class Signal:
     name: str
     payload: JsonValue
 
 
 @attrs.frozen
-class _Cancel:
+class Cancel:
     reason: str
 
 
 @attrs.frozen
-class _Finished:
+class Finished:
     event: WorkflowFinished
 
 
 @attrs.frozen
-class _Diverged:
+class Diverged:
     error: ReplayDivergenceError
 
 
 @attrs.frozen
-class _WaitResult:
+class WaitResult:
     pass
 
 
 @attrs.frozen
-class _GetState:
+class GetState:
     pass
 
 
 @attrs.frozen
-class _RunFunction:
+class RunFunction:
     pass
 
 
@@ -253,10 +254,10 @@ class WorkflowActor(EventSourcedActor[WorkflowState]):
     def next_step(self, state: WorkflowState) -> object | None:
         if state.started is None or state.finished is not None or self._diverged is not None:
             return None
-        return _RunFunction()
+        return RunFunction()
 
     async def execute(self, step: object) -> object:
-        assert isinstance(step, _RunFunction)
+        assert isinstance(step, RunFunction)
         started = self.state.started
         assert started is not None
         context = WorkflowContext._create(self)
@@ -268,46 +269,46 @@ class WorkflowActor(EventSourcedActor[WorkflowState]):
         except Exception as exc:
             diverged = _find_divergence(exc)
             if diverged is not None:
-                return _Diverged(diverged)
+                return Diverged(diverged)
             error = _leaf(exc)
-            return _Finished(
+            return Finished(
                 WorkflowFinished(status="failed", error=f"{type(error).__name__}: {error}")
             )
-        return _Finished(WorkflowFinished(status="completed", result=result))
+        return Finished(WorkflowFinished(status="completed", result=result))
 
     def handle(self, state: WorkflowState, message: object) -> Decision:
-        if isinstance(message, _Start):
+        if isinstance(message, Start):
             if state.started is not None:
                 return Decision()
             started = WorkflowStarted(workflow=message.workflow, input=message.input)
             return Decision(events=[started])
-        if isinstance(message, _Record):
+        if isinstance(message, Record):
             if message.step.index in state.steps or state.finished is not None:
                 return Decision()
             return Decision(events=[message.step])
-        if isinstance(message, _Finished):
+        if isinstance(message, Finished):
             if state.finished is not None:
                 return Decision()
             return Decision(events=[message.event])
-        if isinstance(message, _Diverged):
+        if isinstance(message, Diverged):
             self._diverged = message.error
             for waiter in self._result_waiters:
                 waiter.send(message.error)
             self._result_waiters.clear()
             return Decision()
-        if isinstance(message, _WaitResult):
+        if isinstance(message, WaitResult):
             return self._wait_result(state)
-        if isinstance(message, _GetState):
+        if isinstance(message, GetState):
             return Decision(reply=state)
-        if isinstance(message, _Signal):
+        if isinstance(message, Signal):
             return self._signal(state, message)
-        if isinstance(message, _WaitSignal):
+        if isinstance(message, WaitSignal):
             return self._wait_signal(state, message)
-        if isinstance(message, _Sleep):
+        if isinstance(message, Sleep):
             return self._sleep(state, message)
         if isinstance(message, TimerFired):
             return self._timer_fired(state, message)
-        if isinstance(message, _Cancel):
+        if isinstance(message, Cancel):
             return self._cancel(state, message)
         outcome = timer_decision(state.timers, message)
         if outcome is not None:
@@ -323,7 +324,7 @@ class WorkflowActor(EventSourcedActor[WorkflowState]):
         self._result_waiters.append(self.context.defer_reply())
         return Decision()
 
-    def _signal(self, state: WorkflowState, message: _Signal) -> Decision:
+    def _signal(self, state: WorkflowState, message: Signal) -> Decision:
         events: list[object] = [SignalReceived(name=message.name, payload=message.payload)]
         waiting = self._signal_waiters.get(message.name, [])
         if waiting and not state.pending_signal(message.name)[0]:
@@ -336,7 +337,7 @@ class WorkflowActor(EventSourcedActor[WorkflowState]):
                 )
         return Decision(events=events)
 
-    def _wait_signal(self, state: WorkflowState, message: _WaitSignal) -> Decision:
+    def _wait_signal(self, state: WorkflowState, message: WaitSignal) -> Decision:
         done = state.steps.get(message.index)
         if done is not None:
             return Decision(reply=done.result)
@@ -353,7 +354,7 @@ class WorkflowActor(EventSourcedActor[WorkflowState]):
     def _timer_id(self, index: str) -> str:
         return f"workflow/{self.workflow_id}/sleep/{index}"
 
-    def _sleep(self, state: WorkflowState, message: _Sleep) -> Decision:
+    def _sleep(self, state: WorkflowState, message: Sleep) -> Decision:
         if message.index in state.steps:
             return Decision()
         self._waiters[message.index] = ("sleep", message.name, self.context.defer_reply())
@@ -376,7 +377,7 @@ class WorkflowActor(EventSourcedActor[WorkflowState]):
             events.append(StepCompleted(index=index, kind="sleep", name=name))
         return Decision(events=events)
 
-    def _cancel(self, state: WorkflowState, message: _Cancel) -> Decision:
+    def _cancel(self, state: WorkflowState, message: Cancel) -> Decision:
         if state.finished is not None:
             return Decision(reply=False)
         sessions = list(self.sessions.values())
@@ -517,7 +518,7 @@ class WorkflowContext:
 
     async def _record(self, index: str, kind: StepKind, name: str, result: JsonValue) -> None:
         step = StepCompleted(index=index, kind=kind, name=name, result=result)
-        await self._ask(_Record(step))
+        await self._ask(Record(step))
 
     async def _ask(self, message: object) -> object:
         ref: ActorRef[object] = self._actor.context.ref
@@ -677,7 +678,7 @@ class WorkflowContext:
             await trio.lowlevel.checkpoint()
             return
         due_at = self.runtime.clock.now() + seconds
-        await self._ask(_Sleep(index, name, due_at))
+        await self._ask(Sleep(index, name, due_at))
 
     async def wait_for(self, signal: str) -> JsonValue:
         """Wait for the next signal called ``signal`` (see :meth:`Workflow.signal`).
@@ -693,138 +694,8 @@ class WorkflowContext:
         if recorded is not None:
             await trio.lowlevel.checkpoint()
             return recorded.result
-        payload = await self._ask(_WaitSignal(index, signal))
+        payload = await self._ask(WaitSignal(index, signal))
         return payload  # type: ignore[return-value]  # the actor replies with the JSON payload
 
 
 # --- the handle ---------------------------------------------------------------------------
-
-
-@final
-class Workflow:
-    """A handle on a running (or finished) workflow: its result, signals, cancel.
-
-    Made by :func:`start_workflow`. Its methods survive crashes of the workflow actor:
-    they ask again once the supervisor has restarted it from the log.
-    """
-
-    __slots__ = ("_ref", "_runtime")
-    _ref: ActorRef[object]
-    _runtime: Runtime
-
-    def __init__(self) -> None:
-        msg = "Workflow is made by start_workflow()"
-        raise TypeError(msg)
-
-    @classmethod
-    def _create(cls, ref: ActorRef[object], runtime: Runtime) -> Workflow:
-        self = object.__new__(cls)
-        self._ref = ref
-        self._runtime = runtime
-        return self
-
-    @property
-    def id(self) -> str:
-        """The workflow id (its stream is ``workflow/<id>``)."""
-        return self._ref.id
-
-    async def _ask(self, message: object) -> object:
-        while True:
-            try:
-                return await self._ref.ask(message)
-            except ActorCrashedError:
-                continue  # restarted from the log
-
-    async def result(self) -> JsonValue:
-        """Wait for the workflow to end and return what its function returned.
-
-        Raises:
-            WorkflowFailedError: the function raised (the error is in the log).
-            WorkflowCancelledError: the workflow was cancelled.
-            ReplayDivergenceError: the function asked for other steps than the log holds.
-        """
-        outcome = await self._ask(_WaitResult())
-        if isinstance(outcome, ReplayDivergenceError):
-            raise outcome
-        assert isinstance(outcome, WorkflowFinished)
-        if outcome.status == "failed":
-            raise WorkflowFailedError(self.id, outcome.error)
-        if outcome.status == "cancelled":
-            raise WorkflowCancelledError(self.id, outcome.error)
-        return outcome.result
-
-    async def signal(self, name: str, payload: JsonValue = None) -> None:
-        """Send the workflow a signal; it is recorded at once, and a ``wait_for(name)``
-        (now or later) receives ``payload``.
-
-        Raises:
-            TypeError: ``payload`` is not JSON.
-        """
-        await self._ask(_Signal(name, to_json(payload)))
-
-    async def cancel(self, reason: str = "") -> bool:
-        """Cancel the workflow and the agent runs it is waiting for.
-
-        Returns:
-            ``False`` when the workflow had already ended.
-        """
-        return bool(await self._ask(_Cancel(reason)))
-
-    async def state(self) -> WorkflowState:
-        """The folded state: its steps, signals and how it ended."""
-        state = await self._ask(_GetState())
-        assert isinstance(state, WorkflowState)
-        return state
-
-
-async def start_workflow(
-    runtime: Runtime,
-    definition: WorkflowFunction[I, O],
-    input: I | None = None,
-    *,
-    workflow_id: str | None = None,
-    llm: LLM | None = None,
-) -> Workflow:
-    """Start a workflow, or resume it from its stream when ``workflow_id`` has one.
-
-    Args:
-        runtime (Runtime): the runtime; its store holds ``workflow/<id>``.
-        definition (WorkflowFunction): a function decorated with :func:`workflow`.
-        input: the function's second argument; recorded as JSON (ignored on a resume).
-        workflow_id (str | None): resume this workflow; a new id when ``None``.
-        llm (LLM | None): the model of agent specs that have none.
-
-    Returns:
-        The handle.
-
-    Raises:
-        TypeError: ``definition`` is not a workflow, or ``input`` is not JSON.
-    """
-    given: object = definition
-    if not isinstance(given, WorkflowFunction):
-        msg = f"{given!r} is not a workflow: decorate the function with @workflow"
-        raise TypeError(msg)
-    encoded = to_json(input)
-    wf_id = workflow_id or runtime.ids.new("wf")
-    try:
-        ref: ActorRef[object] = await runtime.spawn(
-            lambda: WorkflowActor(wf_id, definition, llm), id=wf_id
-        )
-    except ActorExistsError:
-        ref = runtime.lookup(wf_id)
-    handle = Workflow._create(ref, runtime)
-    await handle._ask(_Start(definition.name, encoded))
-    return handle
-
-
-async def run_workflow(
-    runtime: Runtime,
-    definition: WorkflowFunction[I, O],
-    input: I | None = None,
-    *,
-    workflow_id: str | None = None,
-    llm: LLM | None = None,
-) -> JsonValue:
-    """:func:`start_workflow`, then wait for its result (see :meth:`Workflow.result`)."""
-    handle = await start_workflow(runtime, definition, input, workflow_id=workflow_id, llm=llm)
-    return await handle.result()
