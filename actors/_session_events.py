@@ -39,7 +39,16 @@ from ._transcript import ValidTranscript
 RunStatus = Literal[
     "completed", "hit_round_limit", "budget_exceeded", "cancelled", "waiting_for_human", "failed"
 ]
-"""How a run ended."""
+"""How a run ended (``RunResult.status``).
+
+``completed``: the model gave its final answer (check ``RunResult.truncated`` and
+``unknown_tool_results`` too); ``hit_round_limit``: it was still calling tools after
+``max_rounds`` model calls; ``budget_exceeded``: a token, cost or time budget ran out before
+the next model call; ``cancelled``: a cancel ended it (open tool calls were closed as
+interrupted); ``waiting_for_human``: it stopped for a question or an approval (answer with
+``Session.reply``, ``approve`` or ``deny``); ``failed``: an error ended it
+(``RunResult.error_code`` and ``error_message`` say which).
+"""
 
 
 @final
