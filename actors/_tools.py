@@ -226,8 +226,13 @@ def tool(
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Turn a function into a :class:`Tool`; use it bare (``@tool``) or with options.
 
-    The schema comes from the signature (see ``actors._tool_schema``), the description
-    from the docstring's first paragraph and the parameter descriptions from its
+    The JSON Schema of the parameters comes from the signature's annotations: ``str``,
+    ``int``, ``float``, ``bool``, ``None``, ``Any``, ``Literal[...]``, enums, attrs
+    classes (nested), ``X | None`` and other unions, ``list``/``Sequence``/``set``/
+    ``frozenset``/``tuple`` of X, ``dict``/``Mapping`` of ``str`` to X, and
+    ``Annotated[X, "a description"]``; a parameter annotated
+    :class:`ToolContext` receives the call's context and is not shown to the model. The
+    description comes from the docstring's first paragraph, and each parameter's from its
     ``Args:`` section. A ``def`` runs in a worker thread, an ``async def`` natively in
     Trio, and an ``async def`` marked ``asyncio=True`` through trio-asyncio.
 
@@ -246,8 +251,8 @@ def tool(
         The tool, or a decorator that builds it.
 
     Raises:
-        ToolDefinitionError: see :func:`_build_tool` (bad name, schema, annotation,
-            timeout, or ``asyncio=True`` on a plain function).
+        ToolDefinitionError: a bad name, schema, annotation or timeout, or
+            ``asyncio=True`` on a plain function; the message names the parameter.
     """
 
     def build(fn: Callable[P, R]) -> Tool[P, R]:
