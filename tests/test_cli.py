@@ -23,8 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
+from actors import AgentSpec, WorkflowContext, run_workflow, workflow
+from protocols import LLMRequest, LLMResponse, Usage
+from runtime import open_runtime, open_sqlite_store
 from runtime._sqlite_schema import event_checksum
+from runtime.testing import FunctionLLM
 
 SCRIPT = Path(sys.executable).parent / "powertrio"
 """The installed console script (``pip install -e .`` puts it beside the interpreter)."""
@@ -262,6 +267,86 @@ def test_log_follow_sees_what_another_process_appends(workdir: Path) -> None:
         "session.run_finished",
         "session.run_finished",
     ]
+
+
+# -- workflows ---------------------------------------------------------------------------------
+
+
+def shout(text: str) -> str:
+    return text.upper()
+
+
+@workflow
+async def review(wf: WorkflowContext, topic: str) -> object:
+    outline = await wf.step(shout, topic)
+    answer = await wf.run(AgentSpec(name="writer", system_prompt="write"), f"about {outline}")
+    return {"outline": outline, "draft": answer.text}
+
+
+@pytest.fixture(scope="module")
+def with_workflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory whose log holds one completed workflow: a call step, then an agent step."""
+    where = tmp_path_factory.mktemp("workflow")
+
+    def answer(request: LLMRequest) -> LLMResponse:
+        usage = Usage(prompt_tokens=7, completion_tokens=3)
+        return LLMResponse(content=f"draft {request.messages[-1].text}", usage=usage)
+
+    async def main() -> None:
+        async with (
+            open_sqlite_store(where / "powertrio.sqlite") as store,
+            open_runtime(store=store) as runtime,
+        ):
+            await run_workflow(
+                runtime, review, "rivers", workflow_id="review-7", llm=FunctionLLM(answer)
+            )
+
+    trio.run(main)
+    return where
+
+
+def test_sessions_lists_a_workflow_with_its_kind_and_status(with_workflow: Path) -> None:
+    """``sessions``: the workflow is a row of kind ``workflow``; its agent is a session."""
+    listed = cli_json(with_workflow, "sessions")
+    assert isinstance(listed, list)
+    sessions = [s for s in listed if s["kind"] == "session"]
+    workflows = [s for s in listed if s["kind"] == "workflow"]
+    assert [s["session_id"] for s in sessions] == ["review-7.1"]
+    rows = [(w["workflow_id"], w["workflow"], w["status"], w["steps"]) for w in workflows]
+    assert rows == [("review-7", "review", "completed", 2)]
+    table = cli(with_workflow, "sessions").stdout
+    assert "review-7 " in table and "workflow review" in table and "completed" in table
+
+
+def test_log_and_show_take_a_workflow_id_prefix(with_workflow: Path) -> None:
+    """``log`` prints the workflow's events; ``show`` its steps and status."""
+    done = cli(with_workflow, "log", "review", "--json")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {"workflow/review-7"} == {e["stream"] for e in events}
+    assert events[0]["type"] == "workflow.started" and events[-1]["type"] == "workflow.finished"
+    assert "workflow.step_completed" in cli(with_workflow, "log", "workflow/review-7").stdout
+    shown = cli_json(with_workflow, "show", "rev")
+    assert isinstance(shown, dict)
+    head = (shown["kind"], shown["workflow_id"], shown["status"])
+    assert head == ("workflow", "review-7", "completed")
+    steps = [(s["index"], s["kind"], s["name"]) for s in shown["steps"]]
+    assert steps == [("0", "call", "shout"), ("1", "agent", "writer")]
+    assert shown["steps"][0]["result"] == "RIVERS"
+    text = cli(with_workflow, "show", "review-7").stdout
+    assert "workflow review-7" in text and "shout" in text and "workflow completed" in text
+
+
+def test_tree_of_a_workflow_has_its_agent_steps_below(with_workflow: Path) -> None:
+    """``tree``: the workflow is the root, the agent step's session its child."""
+    tree = cli_json(with_workflow, "tree", "review-7")
+    assert isinstance(tree, dict)
+    root = (tree["kind"], tree["session_id"], tree["status"])
+    assert root == ("workflow", "review-7", "completed")
+    children = [(c["session_id"], c["status"], c["rounds"], c["tokens"]) for c in tree["children"]]
+    assert children == [("review-7.1", "completed", 1, 10)]
+    text = cli(with_workflow, "tree", "workflow/review-7").stdout
+    assert "workflow review" in text and "writer review-7.1" in text and "rounds 1" in text
 
 
 def test_check_passes_on_a_good_log(finished: tuple[Path, dict[str, object]]) -> None:

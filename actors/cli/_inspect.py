@@ -27,7 +27,6 @@ from ._common import (
     fmt_time,
     in_session_tree,
     open_log,
-    resolve_session,
     session_id_of,
     shorten,
 )
@@ -199,6 +198,7 @@ class SessionSummary:
     def to_json(self) -> dict[str, object]:
         """The summary as JSON."""
         return {
+            "kind": "session",
             "session_id": self.session_id,
             "parent_id": self.parent_id,
             "depth": self.depth,
@@ -260,10 +260,14 @@ async def summaries(store: SqliteEventStore) -> list[SessionSummary]:
 
 
 async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
-    """``powertrio sessions``: every session with its status, age, usage and parent."""
+    """``powertrio sessions``: every session with its status, age, usage and parent, and
+    every workflow with its status and steps done."""
+    from ._workflows import workflow_summaries
+
     load_actors()
     async with open_log(ctx) as store:
         listed = await summaries(store)
+        workflows = await workflow_summaries(store)
     live = db_in_use(ctx.db)
     for summary in listed:
         if summary.status == "running" and not live:
@@ -271,19 +275,22 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
     if args.roots:
         listed = [s for s in listed if s.parent_id is None]
     if ctx.json:
-        ctx.emit([s.to_json() for s in listed])
+        ctx.emit([s.to_json() for s in listed] + [w.to_json() for w in workflows])
         return 0
     from rich.markup import escape
     from rich.table import Table
 
-    if not listed:
+    if not listed and not workflows:
         ctx.err.print(f'no sessions in {str(ctx.db)!r} yet: start one with `powertrio run "task"`')
         return 0
     table = Table(title=f"sessions in {ctx.db}", title_justify="left")
-    for column in ("id", "status", "runs", "rounds", "tokens", "age", "updated", "parent"):
+    columns = ("id", "kind", "status", "runs", "steps", "rounds", "tokens", "age", "updated")
+    for column in (*columns, "parent"):
+        if column == "steps" and not workflows:
+            continue
         table.add_column(
             column,
-            justify="right" if column in {"runs", "rounds", "tokens"} else "left",
+            justify="right" if column in {"runs", "steps", "rounds", "tokens"} else "left",
             no_wrap=column in {"id", "parent"},
         )
     now = time.time()
@@ -295,13 +302,29 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
             status += f" · {len(s.queued)} queued"
         table.add_row(
             s.session_id,
+            "session",
             escape(status),
             str(s.runs),
+            *([""] if workflows else []),
             str(s.rounds),
             f"{s.prompt_tokens + s.completion_tokens:,}",
             fmt_age(now - s.created_at),
             fmt_age(now - s.updated_at) + " ago",
             s.parent_id or "",
+        )
+    for w in workflows:
+        status = w.status + (f" [{shorten(w.error, 40)}]" if w.error else "")
+        table.add_row(
+            w.workflow_id,
+            f"workflow {w.name}".strip(),
+            escape(status),
+            "",
+            str(w.steps),
+            "",
+            "",
+            fmt_age(now - w.created_at),
+            fmt_age(now - w.updated_at) + " ago",
+            "",
         )
     ctx.out.print(table)
     return 0
@@ -461,11 +484,21 @@ def _print_entry(ctx: CliContext, entry: dict[str, object]) -> None:
 
 
 async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
-    """``powertrio show ID``: the session's transcript, run by run."""
+    """``powertrio show ID``: the session's transcript, run by run; a workflow's steps."""
+    from ._workflows import WORKFLOW_PREFIX, print_workflow, resolve_target, workflow_json
+
     load_actors()
     async with open_log(ctx) as store:
-        session_id = await resolve_session(store, args.session)
-        records = await read_stream(store, SESSION_PREFIX + session_id)
+        kind, session_id = await resolve_target(store, args.session)
+        prefix = WORKFLOW_PREFIX if kind == "workflow" else SESSION_PREFIX
+        records = await read_stream(store, prefix + session_id)
+    if kind == "workflow":
+        shown = workflow_json(session_id, records)
+        if ctx.json:
+            ctx.emit(shown)
+        else:
+            print_workflow(ctx, shown)
+        return 0
     from actors._session_events import SessionState, evolve
 
     state = SessionState()
@@ -532,13 +565,20 @@ def _print_waiting(
 
 
 async def cmd_tree(ctx: CliContext, args: argparse.Namespace) -> int:
-    """``powertrio tree ID``: the session's agent tree from its ``ChildSpawned`` links."""
+    """``powertrio tree ID``: the session's agent tree from its ``ChildSpawned`` links; a
+    workflow's agent steps (and their sub-agents) under it."""
+    from ._workflows import build_workflow_tree, resolve_target
+
     load_actors()
     async with open_log(ctx) as store:
-        session_id = await resolve_session(store, args.session)
-        tree = await build_tree(store, session_id, live=db_in_use(ctx.db))
+        kind, session_id = await resolve_target(store, args.session)
+        live = db_in_use(ctx.db)
+        if kind == "workflow":
+            tree = await build_workflow_tree(store, session_id, live=live)
+        else:
+            tree = await build_tree(store, session_id, live=live)
     if ctx.json:
-        ctx.emit(tree.to_json())
+        ctx.emit({"kind": kind, **tree.to_json()})
         return 0
     ctx.out.print(tree.render())
     ctx.out.print(f"[dim]{len(tree.nodes)} agents · {tree.total_tokens:,} tokens in all[/]")
@@ -579,14 +619,38 @@ def _print_record(ctx: CliContext, record: RecordedEvent, *, with_stream: bool) 
 
 
 async def cmd_log(ctx: CliContext, args: argparse.Namespace) -> int:
-    """``powertrio log ID [--tree] [--follow]``: the session's events (JSON Lines with --json)."""
+    """``powertrio log ID [--tree] [--follow]``: the events of a session or a workflow (JSON
+    Lines with --json); ``--tree`` adds its sub-agents' (a workflow's: its agent steps')."""
+    from ._workflows import WORKFLOW_PREFIX, resolve_target
+
     async with open_log(ctx) as store:
-        session_id = await resolve_session(store, args.session)
+        kind, session_id = await resolve_target(store, args.session)
         head = await store.head_position()
-        if args.tree:
-            records = await read_tree(store, session_id)
+        if kind == "workflow":
+            own = WORKFLOW_PREFIX + session_id
+
+            def wanted(stream: str) -> bool:
+                sid = session_id_of(stream)
+                below = sid is not None and sid.startswith(session_id + ".")
+                return stream == own or (args.tree and below)
+
+            records = await read_stream(store, own)
+            if args.tree:
+                for info in await store.streams(SESSION_PREFIX + session_id + "."):
+                    records.extend(await read_stream(store, info.stream))
+                records.sort(key=lambda r: r.position)
         else:
-            records = await read_stream(store, SESSION_PREFIX + session_id)
+
+            def wanted(stream: str) -> bool:
+                sid = session_id_of(stream)
+                if sid is None:
+                    return False
+                return sid == session_id or (args.tree and in_session_tree(session_id, sid))
+
+            if args.tree:
+                records = await read_tree(store, session_id)
+            else:
+                records = await read_stream(store, SESSION_PREFIX + session_id)
         for record in records:
             if record.position <= head:
                 _print_record(ctx, record, with_stream=args.tree)
@@ -598,10 +662,7 @@ async def cmd_log(ctx: CliContext, args: argparse.Namespace) -> int:
         while True:
             page = await store.read_all(position, limit=_PAGE)
             for record in page:
-                sid = session_id_of(record.stream)
-                if sid is None:
-                    continue
-                if sid == session_id or (args.tree and in_session_tree(session_id, sid)):
+                if wanted(record.stream):
                     _print_record(ctx, record, with_stream=args.tree)
             if page:
                 position = page[-1].position + 1

@@ -136,13 +136,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _model_options(run)
 
-    add("sessions", "list sessions: status, age, usage, parent").add_argument(
+    add("sessions", "list sessions (status, age, usage, parent) and workflows").add_argument(
         "--roots", action="store_true", help="only top-level sessions (no sub-agents)"
     )
-    add("show", "a session's transcript").add_argument("session", metavar="ID")
-    add("tree", "a session's agent tree").add_argument("session", metavar="ID")
+    add("show", "a session's transcript, or a workflow's steps").add_argument(
+        "session", metavar="ID"
+    )
+    add("tree", "a session's agent tree, or a workflow's agent steps").add_argument(
+        "session", metavar="ID"
+    )
 
-    log = add("log", "a session's events (JSON Lines with --json)")
+    log = add("log", "a session's or a workflow's events (JSON Lines with --json)")
     log.add_argument("session", metavar="ID")
     log.add_argument("--tree", action="store_true", help="with its sub-agents' events")
     log.add_argument(

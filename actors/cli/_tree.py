@@ -112,6 +112,9 @@ class AgentTree:
     root_id: str
     root_name: str = "agent"
     nodes: dict[str, TreeNode] = attrs.Factory(dict)
+    parents: dict[str, str] = attrs.Factory(dict)
+    """Parents that the ids do not say: a workflow's agent steps (``wf.3.1.0``) hang on
+    the workflow ``wf``. Set before the node is first made."""
 
     def __attrs_post_init__(self) -> None:
         self.node(self.root_id)
@@ -121,8 +124,8 @@ class AgentTree:
         found = self.nodes.get(session_id)
         if found is not None:
             return found
-        parent_id: str | None = None
-        if session_id != self.root_id and "." in session_id:
+        parent_id: str | None = self.parents.get(session_id)
+        if parent_id is None and session_id != self.root_id and "." in session_id:
             parent_id = session_id.rsplit(".", 1)[0]
         name = self.root_name if session_id == self.root_id else "agent"
         node = TreeNode(session_id=session_id, parent_id=parent_id, name=name)
