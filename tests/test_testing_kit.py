@@ -83,7 +83,15 @@ from protocols.errors import (
     ScriptExhaustedError,
     StoreError,
 )
-from runtime import Backoff, EventStore, NewEvent, TimerFired, TimerScheduled, open_runtime
+from runtime import (
+    Backoff,
+    EventStore,
+    NewEvent,
+    TimerFired,
+    TimerScheduled,
+    open_runtime,
+    open_sqlite_store,
+)
 from runtime.testing import FaultyEventStore, InMemoryEventStore, ScriptedLLM, check_event_store
 
 # -- the agent under test ----------------------------------------------------------------
@@ -134,6 +142,16 @@ def harness_agent() -> AgentSpec:
 
 
 HARNESS = RuntimeHarness(CALCULATOR, observe_states=True)
+SQLITE_HARNESS = RuntimeHarness(CALCULATOR, observe_states=True, store="sqlite")
+
+
+def check_operations(harness: RuntimeHarness, conversation: object, ops: object) -> None:
+    """Run the operations and check every invariant of the trace."""
+    trace = harness.run(conversation, ops)  # type: ignore[arg-type]
+    for status in sorted({result.status for result in trace.state.results.values()}):
+        event(f"a run {status}")
+    event(f"faults fired: {len(trace.faults)}")
+    assert_invariants(trace)
 
 
 @property_settings(examples=500)
@@ -145,11 +163,30 @@ def test_operations_on_a_session_keep_every_invariant(
     included: replay equals the live state, every reported state is a fold of the log,
     every request is provider-valid, no recorded answer is asked again, budgets hold to
     within one call, follow-ups and firings are read once, runs end once."""
-    trace = HARNESS.run(conversation, ops)  # type: ignore[arg-type]
-    for status in sorted({result.status for result in trace.state.results.values()}):
-        event(f"a run {status}")
-    event(f"faults fired: {len(trace.faults)}")
-    assert_invariants(trace)
+    check_operations(HARNESS, conversation, ops)
+
+
+@property_settings(max_examples=50)
+@given(conversation=conversations(CALCULATOR, max_rounds=4), ops=operations())
+def test_operations_on_sqlite_keep_every_invariant(
+    conversation: tuple[object, ...], ops: tuple[object, ...]
+) -> None:
+    """The same property with the log in an SQLite file (fewer examples: real I/O)."""
+    check_operations(SQLITE_HARNESS, conversation, ops)
+
+
+@property_settings(max_examples=15)
+@given(conversation=conversations(CALCULATOR, max_rounds=3), ops=operations(max_size=6))
+def test_a_run_on_sqlite_is_reproducible(
+    conversation: tuple[object, ...], ops: tuple[object, ...]
+) -> None:
+    """Two plays of the same operations on SQLite give the same trace, record for record."""
+    first = SQLITE_HARNESS.run(conversation, ops)  # type: ignore[arg-type]
+    second = SQLITE_HARNESS.run(conversation, ops)  # type: ignore[arg-type]
+    assert first.records == second.records
+    assert first.outcomes == second.outcomes
+    assert first.faults == second.faults
+    assert trio.run(first.store.read_all) == list(first.records)  # the copy is the log
 
 
 WORKER = AgentSpec(name="worker", description="adds numbers", tools=[add], max_rounds=2)
@@ -473,6 +510,25 @@ async def test_the_faulty_store_fails_the_chosen_append_once() -> None:
     assert await store.stream_version("a") == 4
     with pytest.raises(ValueError, match="event must be >= 1"):
         store.crash_at("a", 0)
+
+
+async def test_the_faulty_store_fails_an_append_to_sqlite_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Over an SQLite store the fault is raised before the append: nothing is written."""
+    event = NewEvent(type="t", schema_version=1, data=b"{}")
+    async with open_sqlite_store(tmp_path / "events.db") as sqlite:
+        store = FaultyEventStore(sqlite)
+        await store.append("a", [event], 0)
+        store.crash_at("a", 2)
+        with pytest.raises(StoreError, match=r"injected fault \(crash_at\).*nothing was written"):
+            await store.append("a", [event], 1)
+        assert await sqlite.stream_version("a") == 1
+        assert await sqlite.head_position() == 1
+        assert store.statistics().failed_appends == 1
+        await store.append("a", [event], 1)
+        assert [(f.stream, f.first_event) for f in store.faults] == [("a", 2)]
+        assert [r.version for r in await sqlite.read("a")] == [1, 2]
 
 
 async def test_the_deterministic_llm_answers_a_repeated_request_alike() -> None:

@@ -7,8 +7,10 @@ import functools
 import importlib
 import logging
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, final
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, final
 
 import attrs
 import trio
@@ -22,7 +24,17 @@ from protocols.errors import (
     TimerNotFoundError,
     TimerOwnerUnavailableError,
 )
-from runtime import Backoff, Clock, RecordedEvent, Runtime, Supervision, open_runtime
+from runtime import (
+    Backoff,
+    Clock,
+    EventStore,
+    NewEvent,
+    RecordedEvent,
+    Runtime,
+    Supervision,
+    open_runtime,
+    open_sqlite_store,
+)
 from runtime.testing import FaultyEventStore, InjectedFault, InMemoryEventStore, ScriptItem
 
 from ._deterministic_llm import CALLER, DeterministicLLM, LLMCall
@@ -106,7 +118,8 @@ class Trace:
     faults: tuple[InjectedFault, ...]
     """The injected faults that fired."""
     store: InMemoryEventStore
-    """The log itself, for further checks (``replay_session`` with changed code...)."""
+    """The log itself, for further checks (``replay_session`` with changed code...); a
+    copy in memory, event for event, when the run was on SQLite."""
     prices: Mapping[str, Price] = attrs.field(factory=dict)
     """The prices the session ran with (for cost budgets)."""
     observed: tuple[ObservedState, ...] = ()
@@ -205,10 +218,12 @@ class RuntimeHarness:
     """Runs an agent through a script and operations, deterministically, with faults.
 
     Each :meth:`run` is one ``trio.run`` under ``MockClock(autojump_threshold=0)``: a
-    fresh in-memory log, a runtime seeded with ``seed`` (ids, jitter) whose clock starts
-    at :data:`DEFAULT_EPOCH`, Trio's scheduler seeded too, and the agent as a session
-    whose model is a :class:`DeterministicLLM` over the script. Days of timers run in
-    milliseconds, and the same inputs give the same log, event for event.
+    fresh log (in memory, or with ``store="sqlite"`` an SQLite file in a temporary
+    directory, copied into memory for the :class:`Trace` at the end), a runtime seeded
+    with ``seed`` (ids, jitter) whose clock starts at :data:`DEFAULT_EPOCH`, Trio's
+    scheduler seeded too, and the agent as a session whose model is a
+    :class:`DeterministicLLM` over the script. Days of timers run in milliseconds, and
+    the same inputs give the same log, event for event.
 
     The operations run in order (see :func:`operations`); a :class:`RestartRuntime`
     closes the runtime and opens the next one on the same log, clock and model. Then
@@ -265,10 +280,14 @@ class RuntimeHarness:
             crash; the default restarts at once, up to 1000 times a second.
         observe_states (bool): after each operation, ask the session for its state and
             keep it in :attr:`Trace.observed`, for :func:`assert_states_are_folds`.
+        store ("memory" | "sqlite"): where the log lives: an ``InMemoryEventStore``, or
+            an SQLite file (``open_sqlite_store``) in a fresh temporary directory that every
+            runtime of the run shares, so the properties also hold on the real store.
 
     Raises:
         ConfigError: the agent names a tool instead of giving it.
-        ValueError: a delay, the latency or ``max_virtual_seconds`` is negative.
+        ValueError: a delay, the latency or ``max_virtual_seconds`` is negative, or
+            ``store`` is neither ``"memory"`` nor ``"sqlite"``.
     """
 
     def __init__(
@@ -287,6 +306,7 @@ class RuntimeHarness:
         max_virtual_seconds: float = 7 * 86_400.0,
         supervision: Supervision | None = None,
         observe_states: bool = False,
+        store: Literal["memory", "sqlite"] = "memory",
     ) -> None:
         if agent is None:
             agent = actors.AgentSpec(name="agent")
@@ -305,6 +325,10 @@ class RuntimeHarness:
             if not value >= 0:
                 msg = f"{label} must be >= 0 seconds, got {value!r}"
                 raise ValueError(msg)
+        if store not in ("memory", "sqlite"):
+            msg = f"store must be 'memory' or 'sqlite', got {store!r}"
+            raise ValueError(msg)
+        self._store = store
         self._agent: AgentSpec = agent
         self._llm = llm if llm is not None else agent.llm
         self._approve = approve
@@ -322,7 +346,8 @@ class RuntimeHarness:
         )
 
     def __repr__(self) -> str:
-        return f"RuntimeHarness(agent={self._agent.name!r}, seed={self._seed})"
+        store = "" if self._store == "memory" else f", store={self._store!r}"
+        return f"RuntimeHarness(agent={self._agent.name!r}, seed={self._seed}{store})"
 
     @property
     def agent(self) -> AgentSpec:
@@ -373,21 +398,40 @@ class RuntimeHarness:
             AssertionError: the agent did not settle within ``max_virtual_seconds``.
         """
         clock = Clock(DEFAULT_EPOCH)
-        inner = InMemoryEventStore(clock.now)
-        store = FaultyEventStore(inner)
-        if crash_at is not None:
-            store.crash_at(f"session/{self._session_id}", crash_at)
-        llm = DeterministicLLM(
-            conversation, latency=self._llm_latency, store=inner, model=self._llm
-        )
         ops = tuple(operations)
-        with _quiet_injected_crashes():
-            return await self._play(clock, inner, store, llm, ops)
+        async with self._open_log(clock) as inner:
+            store = FaultyEventStore(inner)
+            if crash_at is not None:
+                store.crash_at(f"session/{self._session_id}", crash_at)
+            llm = DeterministicLLM(
+                conversation, latency=self._llm_latency, store=inner, model=self._llm
+            )
+            with _quiet_injected_crashes():
+                return await self._play(clock, inner, store, llm, ops)
+
+    @contextlib.asynccontextmanager
+    async def _open_log(self, clock: Clock) -> AsyncIterator[EventStore]:
+        """The log of one play: in memory, or an SQLite file in a fresh directory."""
+        if self._store == "memory":
+            yield InMemoryEventStore(clock.now)
+            return
+        # The store stamps events in its writer thread, where ``clock.now`` (Trio's time)
+        # cannot be read: the same time, read from the run's clock object instead.
+        start, origin = clock.now(), trio.current_time()
+        source = trio.lowlevel.current_clock()
+
+        def now() -> float:
+            return start + (source.current_time() - origin)
+
+        with tempfile.TemporaryDirectory(prefix="powertrio-harness-") as directory:
+            path = Path(directory) / "events.db"
+            async with open_sqlite_store(path, synchronous="OFF", clock=now) as log:
+                yield log
 
     async def _play(
         self,
         clock: Clock,
-        inner: InMemoryEventStore,
+        inner: EventStore,
         store: FaultyEventStore,
         llm: DeterministicLLM,
         ops: tuple[Operation, ...],
@@ -449,6 +493,8 @@ class RuntimeHarness:
             replayed = replay.state
         except Exception as exc:  # reported by assert_replay_matches
             replay_error = exc
+        records = tuple(await inner.read_all())
+        log = inner if isinstance(inner, InMemoryEventStore) else await _copy_log(inner, clock)
         return Trace(
             agent=agent,
             session_id=self._session_id,
@@ -459,9 +505,9 @@ class RuntimeHarness:
             replayed=replayed,
             replay_error=replay_error,
             calls=tuple(llm.calls),
-            records=tuple(await inner.read_all()),
+            records=records,
             faults=tuple(store.faults),
-            store=inner,
+            store=log,
             prices=dict(self._prices),
             observed=tuple(driver.observed),
         )
@@ -484,6 +530,56 @@ class RuntimeHarness:
             session_id=self._session_id,
         )
         return session
+
+
+_GAP_STREAM = "harness/gap"
+
+
+async def _copy_log(source: EventStore, clock: Clock) -> InMemoryEventStore:
+    """An in-memory copy of ``source``: the same events at the same versions and
+    positions, with the same payloads, metadata and ``recorded_at``, and its snapshots.
+
+    The positions of deleted streams are skipped over with events of a scratch stream,
+    deleted at the end, so that every event keeps its position.
+    """
+    copy = InMemoryEventStore(clock.now)
+    head = 0
+    for record in await source.read_all():
+        gap = record.position - head - 1
+        if gap > 0:
+            await _skip(copy, gap)
+        event = NewEvent(
+            type=record.type,
+            schema_version=record.schema_version,
+            data=record.data,
+            metadata=record.metadata,
+            recorded_at=record.recorded_at,
+        )
+        result = await copy.append(record.stream, [event], record.version - 1)
+        assert result.last_position == record.position, (result, record)
+        head = record.position
+    end = await source.head_position()
+    if end > head:
+        await _skip(copy, end - head)
+    await copy.delete_streams([_GAP_STREAM])
+    for info in await source.streams():
+        snapshot = await source.load_snapshot(info.stream)
+        if snapshot is not None:
+            await copy.save_snapshot(
+                snapshot.stream,
+                snapshot.version,
+                type=snapshot.type,
+                schema_version=snapshot.schema_version,
+                data=snapshot.data,
+            )
+    return copy
+
+
+async def _skip(copy: InMemoryEventStore, count: int) -> None:
+    """Use up ``count`` positions of ``copy`` with events of the scratch stream."""
+    filler = NewEvent(type="harness.gap", schema_version=1, data=b"{}")
+    version = await copy.stream_version(_GAP_STREAM)
+    await copy.append(_GAP_STREAM, [filler] * count, version)
 
 
 def _describe_error(error: PowertrioError) -> str:

@@ -11,12 +11,14 @@ from protocols.errors import StoreError
 
 from .._event_store import (
     AppendResult,
+    EventStore,
     EventStoreStatistics,
     NewEvent,
     RecordedEvent,
     Snapshot,
     StreamInfo,
     Subscription,
+    check_append_args,
 )
 from .._memory_store import InMemoryEventStore
 
@@ -47,13 +49,14 @@ class _CrashAt:
 @final
 @attrs.define(eq=False, repr=False)
 class FaultyEventStore:
-    """An :class:`InMemoryEventStore` whose appends fail where you say.
+    """An event store whose appends fail where you say, over any ``EventStore``.
 
     An event-sourced actor whose append fails crashes; its supervisor restarts it and it
     folds its log again. So failing the append that would write a stream's k-th event is
     how a test crashes an actor *at its k-th event*, at a point chosen by a property
     (``crash_at``), rather than by a timing-dependent kill. Nothing of a failed append is
-    written, as with a failed disk write.
+    written, as with a failed disk write: the fault is raised before the append reaches
+    :attr:`inner`, so it works the same over the in-memory store and over SQLite.
 
     Every other method goes to :attr:`inner` unchanged, so the store passes
     ``check_event_store``. Each fault fires once and is recorded in :attr:`faults`.
@@ -67,15 +70,17 @@ class FaultyEventStore:
         assert [f.first_event for f in store.faults] == [5]  # or [] if it never got there
 
     Args:
-        inner (InMemoryEventStore): the store that holds the events.
+        inner (EventStore): the store that holds the events; by default a fresh
+            :class:`InMemoryEventStore`.
     """
 
-    inner: InMemoryEventStore = attrs.field(factory=InMemoryEventStore)
+    inner: EventStore = attrs.field(factory=InMemoryEventStore)
     """The store that holds the events; read it directly to bypass the faults."""
     faults: list[InjectedFault] = attrs.field(init=False, factory=list)
     """The faults that fired, in order."""
     _crashes: list[_CrashAt] = attrs.field(init=False, factory=list)
     _next: list[str | None] = attrs.field(init=False, factory=list)
+    _failed: int = attrs.field(init=False, default=0)
 
     def __repr__(self) -> str:
         return f"<FaultyEventStore faults={len(self.faults)} inner={self.inner!r}>"
@@ -102,7 +107,7 @@ class FaultyEventStore:
         """Fail the next append to ``stream`` (to any stream when ``None``), once.
 
         With a stream, this crashes that actor at its next event, whenever it comes;
-        without, it is :meth:`InMemoryEventStore.fail_next_commit`: whoever writes next.
+        without, whoever writes next fails (as ``InMemoryEventStore.fail_next_commit``).
         """
         self._next.append(stream)
 
@@ -132,30 +137,31 @@ class FaultyEventStore:
 
         Raises:
             StoreError: an injected fault; nothing was written.
-            ConcurrencyConflictError, StoreClosedError, TypeError, ValueError: as
-                ``InMemoryEventStore.append``.
+            ConcurrencyConflictError, StoreClosedError, TypeError, ValueError: as the
+                inner store's ``append``.
         """
         batch = list(events)
         if not self.armed:
             return await self.inner.append(stream, batch, expected_version)
+        check_append_args(stream, batch, expected_version)
         current = await self.inner.stream_version(stream)
         reason = self._fault_for(stream, batch, current) if current == expected_version else None
-        if reason is not None:
-            self.faults.append(
-                InjectedFault(
-                    stream=stream,
-                    first_event=current + 1,
-                    event_types=tuple(e.type for e in batch),
-                    reason=reason,
-                )
+        if reason is None:
+            return await self.inner.append(stream, batch, expected_version)
+        self.faults.append(
+            InjectedFault(
+                stream=stream,
+                first_event=current + 1,
+                event_types=tuple(e.type for e in batch),
+                reason=reason,
             )
-            self.inner.fail_next_commit(
-                StoreError(
-                    f"injected fault ({reason}): the append of {stream!r} from version "
-                    f"{current + 1} failed; nothing was written"
-                )
-            )
-        return await self.inner.append(stream, batch, expected_version)
+        )
+        self._failed += 1
+        msg = (
+            f"injected fault ({reason}): the append of {stream!r} from version "
+            f"{current + 1} failed; nothing was written"
+        )
+        raise StoreError(msg)
 
     async def read(
         self, stream: str, from_version: int = 1, *, limit: int | None = None
@@ -202,12 +208,9 @@ class FaultyEventStore:
         return self.inner.subscribe(from_position, prefix=prefix)
 
     def statistics(self) -> EventStoreStatistics:
-        """The inner store's counters (a failed append counts in ``failed_appends``)."""
-        return self.inner.statistics()
-
-    def close(self) -> None:
-        """Close the inner store."""
-        self.inner.close()
+        """The inner store's counters, with the injected faults in ``failed_appends``."""
+        stats = self.inner.statistics()
+        return attrs.evolve(stats, failed_appends=stats.failed_appends + self._failed)
 
     async def aclose(self) -> None:
         """Close the inner store."""
