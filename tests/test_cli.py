@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from actors import AgentSpec, WorkflowContext, run_workflow, workflow
+from actors import AgentSpec, WorkflowContext, run_workflow, start_workflow, workflow
 from protocols import LLMRequest, LLMResponse, Usage
 from runtime import open_runtime, open_sqlite_store
 from runtime._sqlite_schema import event_checksum
@@ -281,6 +281,43 @@ async def review(wf: WorkflowContext, topic: str) -> object:
     outline = await wf.step(shout, topic)
     answer = await wf.run(AgentSpec(name="writer", system_prompt="write"), f"about {outline}")
     return {"outline": outline, "draft": answer.text}
+
+
+@workflow
+async def gate(wf: WorkflowContext, topic: str) -> object:
+    approval = await wf.wait_for("approve")
+    return {"topic": topic, "approval": approval}
+
+
+def test_signal_from_the_command_line_reaches_a_waiting_workflow(tmp_path: Path) -> None:
+    """``powertrio signal ID NAME PAYLOAD`` records the signal in a parked workflow's log;
+    resumed, the workflow reads it; a finished workflow or bad JSON is a typed error."""
+
+    log = tmp_path / "powertrio.sqlite"
+
+    async def park() -> None:
+        async with open_sqlite_store(log) as store, open_runtime(store=store) as runtime:
+            await start_workflow(runtime, gate, "launch", workflow_id="gate-1")
+            await trio.sleep(0.5)  # parked on wait_for: the process goes away
+
+    async def resume() -> object:
+        async with open_sqlite_store(log) as store, open_runtime(store=store) as runtime:
+            handle = await start_workflow(runtime, gate, "launch", workflow_id="gate-1")
+            return await handle.result()
+
+    trio.run(park)
+    bad = cli(tmp_path, "signal", "gate", "approve", "{not json")
+    assert bad.returncode == 2 and "error [config.invalid]: the payload must be JSON" in (
+        bad.stderr
+    )
+    sent = cli_json(tmp_path, "signal", "gate", "approve", '{"by": "ann"}')
+    assert sent == {"workflow_id": "gate-1", "signal": "approve", "version": sent["version"]}  # type: ignore[index]
+    assert trio.run(resume) == {"topic": "launch", "approval": {"by": "ann"}}
+    late = cli(tmp_path, "signal", "gate-1", "approve")
+    assert late.returncode == 2
+    assert "workflow 'gate-1' has finished (completed); a signal would never be read" in (
+        late.stderr
+    )
 
 
 @pytest.fixture(scope="module")

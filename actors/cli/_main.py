@@ -45,6 +45,7 @@ _COMMANDS: dict[str, tuple[str, str, bool]] = {
     "send": ("._run", "cmd_send", True),
     "reply": ("._run", "cmd_reply", True),
     "cancel": ("._run", "cmd_cancel", True),
+    "signal": ("._workflows", "cmd_signal", True),
     "sessions": ("._inspect", "cmd_sessions", True),
     "show": ("._inspect", "cmd_show", True),
     "tree": ("._inspect", "cmd_tree", True),
@@ -174,6 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
     reply.add_argument("request", metavar="REQUEST")
     reply.add_argument("answer")
     _model_options(reply)
+
+    signal = add(
+        "signal",
+        "send a workflow a signal (its wait_for(NAME) gets PAYLOAD)",
+        "The signal is recorded in the workflow's log; the workflow reads it when it next "
+        "runs. PAYLOAD is JSON (default null).",
+    )
+    signal.add_argument("workflow", metavar="ID", help="a workflow id, a prefix, or workflow/ID")
+    signal.add_argument("name", metavar="NAME")
+    signal.add_argument("payload", metavar="PAYLOAD", nargs="?", default=None)
 
     add("timers", "pending durable timers, by due time")
 

@@ -8,13 +8,23 @@ A workflow is an event-sourced actor on ``workflow/<id>``; each agent step runs 
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING, Literal, final
 
 import attrs
 
 from protocols.errors import ConfigError, StreamNotFoundError
 
-from ._common import SESSION_PREFIX, CliContext, fmt_iso, resolve_session, session_id_of, shorten
+from ._common import (
+    SESSION_PREFIX,
+    CliContext,
+    db_lock,
+    fmt_iso,
+    open_log,
+    resolve_session,
+    session_id_of,
+    shorten,
+)
 from ._tree import AgentTree
 
 if TYPE_CHECKING:
@@ -292,3 +302,52 @@ async def build_workflow_tree(
     root.status = state.status
     root.task = _short(state.started.input, 200) if state.started is not None else ""
     return tree
+
+
+async def cmd_signal(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio signal ID NAME [PAYLOAD]``: send a workflow a signal from outside.
+
+    The signal is appended to the workflow's stream, as ``Workflow.signal`` records it, so
+    the workflow gets it whenever it runs next (now, if a process is driving it: its next
+    append sees the new version, and it folds the signal in after a restart). ``PAYLOAD``
+    is JSON (default ``null``).
+
+    Raises:
+        ConfigError: ``PAYLOAD`` is not JSON, or the workflow has finished.
+        StreamNotFoundError: no workflow matches ``ID``.
+    """
+    import orjson
+
+    from actors._workflow_events import SignalReceived
+    from protocols import default_registry
+    from runtime import NewEvent
+
+    from ._inspect import read_stream
+
+    try:
+        payload = orjson.loads(args.payload) if args.payload is not None else None
+    except orjson.JSONDecodeError as exc:
+        msg = f"the payload must be JSON, e.g. '{{\"by\": \"ann\"}}' or '\"yes\"': {exc}"
+        raise ConfigError(msg) from None
+    with db_lock(ctx.db, "signal"):
+        async with open_log(ctx) as store:
+            given = args.workflow
+            if not given.startswith(WORKFLOW_PREFIX):
+                given = WORKFLOW_PREFIX + given
+            _kind, workflow_id = await resolve_target(store, given)
+            stream = WORKFLOW_PREFIX + workflow_id
+            state, _error = fold_workflow(await read_stream(store, stream))
+            if state.finished is not None:
+                msg = (
+                    f"workflow {workflow_id!r} has finished ({state.finished.status}); "
+                    "a signal would never be read"
+                )
+                raise ConfigError(msg)
+            encoded = default_registry.encode(SignalReceived(name=args.name, payload=payload))
+            version = await store.stream_version(stream)
+            result = await store.append(stream, [NewEvent.from_encoded(encoded)], version)
+    if ctx.json:
+        ctx.emit({"workflow_id": workflow_id, "signal": args.name, "version": result.version})
+    else:
+        ctx.out.print(f"signalled {args.name!r} to workflow {workflow_id} (event {result.version})")
+    return 0
