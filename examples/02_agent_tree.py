@@ -36,11 +36,11 @@ async def model(request: LLMRequest) -> LLMResponse:
     system = request.messages[0]
     assert isinstance(system, SystemMessage)
     usage = Usage(prompt_tokens=100, completion_tokens=20)
-    results = [m.content for m in request.messages if m.role == "tool"]  # type: ignore[union-attr]
+    results = [m.text for m in request.messages if m.role == "tool"]
     calls.append(system.content)
     if system.content == "analyst":
         await trio.sleep(0.2)  # thinking: the first process is killed around here
-        task = request.messages[1].text  # type: ignore[union-attr]
+        task = request.messages[1].text
         return LLMResponse(content=f"finding about {task!r}", usage=usage)
     if not results:
         return LLMResponse(

@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from actors import ask_human, spawn_session, wakeup_tools
-from protocols import LLMRequest, LLMResponse, ToolCall, Usage, UserMessage
+from protocols import LLMRequest, LLMResponse, ToolCall, Usage
 from runtime import open_runtime
 from runtime.testing import FunctionLLM
 
@@ -23,7 +23,7 @@ async def model(request: LLMRequest) -> LLMResponse:
     """A stand-in model that reacts to the last thing it was told."""
     usage = Usage(prompt_tokens=50, completion_tokens=10)
     last = request.messages[-1]
-    text = last.text if isinstance(last, UserMessage) else last.content  # type: ignore[union-attr]
+    text = last.text
     if text == "Book me a table.":
         return LLMResponse(tool_calls=[call("ask_human", question="For how many?")], usage=usage)
     if last.role == "tool" and "timer_id" in text:

@@ -23,7 +23,7 @@ import trio
 import trio.testing
 
 from actors import board_tools, open_board, spawn_session, tool
-from protocols import LLMRequest, LLMResponse, ToolCall, Usage
+from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
 from runtime import EventStore, open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM
 
@@ -50,9 +50,9 @@ def model(request: LLMRequest) -> LLMResponse:
             tool_calls=[ToolCall(id="c", name="check_service", arguments='{"name": "api"}')],
             usage=usage,
         )
-    if last.role == "tool" and last.tool_call_id == "c":  # type: ignore[union-attr]
-        status = last.content  # type: ignore[union-attr]
-        me = request.messages[0].content  # type: ignore[union-attr]  # the system prompt
+    if isinstance(last, ToolResultMessage) and last.tool_call_id == "c":
+        status = last.text
+        me = request.messages[0].text  # the system prompt
         arguments = orjson.dumps({"key": f"status/{me}", "value": status}).decode()
         return LLMResponse(
             tool_calls=[ToolCall(id="p", name="board_write", arguments=arguments)], usage=usage

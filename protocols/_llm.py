@@ -240,6 +240,11 @@ class SystemMessage:
     role: Literal["system"] = attrs.field(default="system", kw_only=True)
     """The union tag; always ``"system"``."""
 
+    @property
+    def text(self) -> str:
+        """Its text: the instructions (every message type has ``text``)."""
+        return self.content
+
 
 @final
 @attrs.frozen
@@ -253,7 +258,7 @@ class UserMessage:
 
     @property
     def text(self) -> str:
-        """The text parts joined, for logs and simple checks."""
+        """Its text: the text parts joined (every message type has ``text``)."""
         return "".join(p.text for p in self.content if isinstance(p, TextPart))
 
 
@@ -271,6 +276,11 @@ class AssistantMessage:
     role: Literal["assistant"] = "assistant"
     """The union tag; always ``"assistant"``."""
 
+    @property
+    def text(self) -> str:
+        """Its text: the answer (every message type has ``text``)."""
+        return self.content
+
 
 @final
 @attrs.frozen(kw_only=True)
@@ -285,6 +295,11 @@ class ToolResultMessage:
     """True when the tool failed and ``content`` describes the error."""
     role: Literal["tool"] = "tool"
     """The union tag; always ``"tool"``."""
+
+    @property
+    def text(self) -> str:
+        """Its text: the result (every message type has ``text``)."""
+        return self.content
 
 
 #: A chat message, tagged by ``role``.

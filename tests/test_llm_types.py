@@ -255,3 +255,17 @@ async def test_stream_misuse() -> None:
     with pytest.raises(RuntimeError, match="can be entered only once"):
         async with stream:
             pass
+
+
+def test_every_message_type_has_text() -> None:
+    """One name for a message's text on every type of the ``Message`` union, so a model
+    function reads ``request.messages[-1].text`` with no type narrowing first."""
+    from protocols import AssistantMessage, SystemMessage, ToolResultMessage, UserMessage
+
+    messages = [
+        SystemMessage("be brief"),
+        UserMessage("hello"),
+        AssistantMessage(content="hi there"),
+        ToolResultMessage(tool_call_id="c1", content='{"ok": true}'),
+    ]
+    assert [m.text for m in messages] == ["be brief", "hello", "hi there", '{"ok": true}']

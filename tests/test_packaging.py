@@ -30,3 +30,18 @@ def test_an_app_outside_the_project_type_checks_against_the_install(tmp_path: Pa
     )  # fmt: skip
     assert "Cannot find implementation" not in done.stdout, done.stdout
     assert done.returncode == 0, done.stdout
+
+
+def test_the_examples_type_check_without_ignores(tmp_path: Path) -> None:
+    """The examples that read messages type-check under ``mypy --strict`` with no
+    ``type: ignore`` (every message type has ``text``)."""
+    examples = Path(__file__).parent.parent / "examples"
+    chosen = ["02_agent_tree.py", "03_messages.py", "06_fleet.py"]
+    for name in chosen:
+        assert "type: ignore" not in (examples / name).read_text(encoding="utf-8"), name
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+         *(str(examples / name) for name in chosen)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout
