@@ -24,8 +24,16 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
-from actors import AgentSpec, WorkflowContext, run_workflow, start_workflow, workflow
+from actors import (
+    AgentSpec,
+    WorkflowContext,
+    run_workflow,
+    spawn_session,
+    start_workflow,
+    workflow,
+)
 from protocols import LLMRequest, LLMResponse, Usage
 from runtime import open_runtime, open_sqlite_store
 from runtime._sqlite_schema import event_checksum
@@ -281,6 +289,30 @@ async def review(wf: WorkflowContext, topic: str) -> object:
     outline = await wf.step(shout, topic)
     answer = await wf.run(AgentSpec(name="writer", system_prompt="write"), f"about {outline}")
     return {"outline": outline, "draft": answer.text}
+
+
+def test_show_prints_the_timer_input_that_starts_a_wake_up_run(tmp_path: Path) -> None:
+    """A run a timer started shows its input, ``[timer ID, due ...] note``, as the model
+    read it."""
+
+    def answer(request: LLMRequest) -> LLMResponse:
+        return LLMResponse(content=f"ok: {request.messages[-1].text}")
+
+    async def main() -> None:
+        log = tmp_path / "powertrio.sqlite"
+        async with open_sqlite_store(log) as store, open_runtime(store=store) as runtime:
+            session = await spawn_session(runtime, llm=FunctionLLM(answer), session_id="waker")
+            await runtime.timers.schedule(session.ref, delay=60, note="check the board")
+            await trio.sleep(61)
+            assert len((await session.state()).results) == 1
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    shown = cli_json(tmp_path, "show", "waker")
+    inputs = [e for e in shown["entries"] if e["kind"] == "follow_up"]  # type: ignore[index]
+    assert [e["of"] for e in inputs] == ["timer"]
+    assert inputs[0]["text"].startswith("[timer ")
+    assert inputs[0]["text"].endswith("] check the board")
+    assert "] check the board" in cli(tmp_path, "show", "waker").stdout
 
 
 @workflow

@@ -499,7 +499,8 @@ async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
         else:
             print_workflow(ctx, shown)
         return 0
-    from actors._session_events import SessionState, evolve
+    from actors._session_events import SessionState, evolve, timer_follow_up
+    from runtime import TimerFired
 
     state = SessionState()
     entries: list[dict[str, object]] = []
@@ -507,8 +508,18 @@ async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
         event = decode_or_none(record)
         if event is None:
             continue
-        state = evolve(state, event)
         entry = _entry(record, event)
+        if isinstance(event, TimerFired):  # the input of a wake-up run, as the model read it
+            pending = state.timers.get(event.timer_id)
+            wake_up = timer_follow_up(event, pending.note if pending is not None else "")
+            entry = {
+                "version": record.version,
+                "at": fmt_iso(record.recorded_at),
+                "kind": "follow_up",
+                "text": wake_up.content,
+                "of": "timer",
+            }
+        state = evolve(state, event)
         if entry is not None and entry["kind"] == "run_finished":
             result = state.results[str(entry["run_id"])]
             entry["error_code"] = result.error_code
