@@ -196,6 +196,19 @@ def test_sessions_lists_the_tree_with_status_usage_and_parents(
     assert [sid] == [s["session_id"] for s in cli_json(where, "sessions", "--roots")]  # type: ignore[union-attr]
     table = cli(where, "sessions")
     assert table.returncode == 0 and f"{sid}.2" in table.stdout and "completed" in table.stdout
+    assert "own tokens" in table.stdout and "tree tokens" in table.stdout
+
+
+def test_sessions_says_own_and_tree_usage_apart(finished: tuple[Path, dict[str, object]]) -> None:
+    """A root's ``tree_tokens`` is its own plus its sub-agents', the same total as its
+    run's ``RunResult.usage``; a leaf's tree is itself."""
+    where, result = finished
+    sid = root_id(finished)
+    rows = {s["session_id"]: s for s in cli_json(where, "sessions")}  # type: ignore[union-attr]
+    own = {i: r["usage"]["total_tokens"] for i, r in rows.items()}
+    assert rows[sid]["tree_tokens"] == sum(own.values())
+    assert rows[sid]["tree_tokens"] == result["usage"]["total_tokens"]  # type: ignore[index]
+    assert rows[f"{sid}.1"]["tree_tokens"] == own[f"{sid}.1"]
 
 
 def test_show_prints_the_transcript(finished: tuple[Path, dict[str, object]]) -> None:

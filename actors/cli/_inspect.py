@@ -272,10 +272,22 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
     for summary in listed:
         if summary.status == "running" and not live:
             summary.status = "interrupted"
+    # A session's own tokens, and its tree's: its own plus every sub-agent's (ids extend
+    # their parent's), which is what a root's RunResult.usage adds up to.
+    tree_tokens = {s.session_id: 0 for s in listed}
+    for s in listed:
+        own, ancestor = s.prompt_tokens + s.completion_tokens, s.session_id
+        while True:
+            if ancestor in tree_tokens:
+                tree_tokens[ancestor] += own
+            if "." not in ancestor:
+                break
+            ancestor = ancestor.rsplit(".", 1)[0]
     if args.roots:
         listed = [s for s in listed if s.parent_id is None]
     if ctx.json:
-        ctx.emit([s.to_json() for s in listed] + [w.to_json() for w in workflows])
+        rows = [s.to_json() | {"tree_tokens": tree_tokens[s.session_id]} for s in listed]
+        ctx.emit(rows + [w.to_json() for w in workflows])
         return 0
     from rich.markup import escape
     from rich.table import Table
@@ -284,13 +296,16 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
         ctx.err.print(f'no sessions in {str(ctx.db)!r} yet: start one with `powertrio run "task"`')
         return 0
     table = Table(title=f"sessions in {ctx.db}", title_justify="left")
-    columns = ("id", "kind", "status", "runs", "steps", "rounds", "tokens", "age", "updated")
+    columns = (
+        "id", "kind", "status", "runs", "steps", "rounds", "own tokens", "tree tokens", "age",
+        "updated",
+    )  # fmt: skip
     for column in (*columns, "parent"):
         if column == "steps" and not workflows:
             continue
         table.add_column(
             column,
-            justify="right" if column in {"runs", "steps", "rounds", "tokens"} else "left",
+            justify="left" if column in {"id", "kind", "status", "age", "updated"} else "right",
             no_wrap=column in {"id", "parent"},
         )
     now = time.time()
@@ -308,6 +323,7 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
             *([""] if workflows else []),
             str(s.rounds),
             f"{s.prompt_tokens + s.completion_tokens:,}",
+            f"{tree_tokens[s.session_id]:,}",
             fmt_age(now - s.created_at),
             fmt_age(now - s.updated_at) + " ago",
             s.parent_id or "",
@@ -320,6 +336,7 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
             escape(status),
             "",
             str(w.steps),
+            "",
             "",
             "",
             fmt_age(now - w.created_at),
