@@ -350,6 +350,23 @@ def _context_parameter(fn: Callable[..., object]) -> str | None:
     return None
 
 
+class _ToolDoc:
+    """``Tool.__doc__``: the class's docstring on the class, the tool's own on a tool, so
+    ``help(ask_human)`` says what ``ask_human`` does rather than what a ``Tool`` is."""
+
+    def __init__(self, class_doc: str | None) -> None:
+        self._class_doc = class_doc
+
+    def __get__(self, instance: object, owner: type | None = None) -> str | None:
+        if not isinstance(instance, Tool):
+            return self._class_doc
+        own = inspect.getdoc(instance.function) or instance.spec.description
+        return f"The tool {instance.name!r}: {own}"
+
+
+Tool.__doc__ = _ToolDoc(Tool.__doc__)  # type: ignore[assignment]  # a descriptor
+
+
 @final
 @attrs.define(eq=False)
 class ToolRegistry:

@@ -533,3 +533,15 @@ def test_hints_that_do_not_resolve_are_logged_not_swallowed(
     assert "type hints do not resolve (NameError: name 'NoSuchType' is not defined)" in (
         record.getMessage()
     )
+
+
+def test_help_on_a_tool_shows_what_the_tool_does() -> None:
+    """``help(ask_human)`` documents the tool (its function's docstring), not the ``Tool``
+    class, which keeps its own docstring."""
+    import pydoc
+
+    from actors import ask_human
+
+    shown = pydoc.render_doc(ask_human, renderer=pydoc.plaintext)
+    assert "The tool 'ask_human': Ask the human a question and wait for the answer." in shown
+    assert (Tool.__doc__ or "").startswith("A callable offered to a model")
