@@ -10,24 +10,26 @@ import orjson
 
 from protocols._llm import (
     AssistantMessage,
-    FinishDelta,
     FinishReason,
     ImagePart,
     LLMRequest,
     LLMResponse,
     Message,
-    StreamAssembler,
-    StreamDelta,
     SystemMessage,
-    TextDelta,
     TextPart,
     ThinkingBlock,
-    ThinkingDelta,
     ToolCall,
-    ToolCallDelta,
     Usage,
-    UsageDelta,
     UserMessage,
+)
+from protocols._llm_stream import (
+    FinishDelta,
+    StreamAssembler,
+    StreamDelta,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    UsageDelta,
 )
 from protocols.errors import LLMBadRequestError
 

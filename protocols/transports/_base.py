@@ -16,7 +16,8 @@ import httpx
 import orjson
 import trio
 
-from protocols._llm import LLMRequest, LLMResponse, LLMStream, StreamDelta
+from protocols._llm import LLMRequest, LLMResponse
+from protocols._llm_stream import LLMStream, StreamDelta
 from protocols.errors import LLMMalformedStreamError, LLMTimeoutError
 
 from ._config import ProviderConfig, open_http_client

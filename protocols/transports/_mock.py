@@ -8,7 +8,8 @@ from typing import final
 
 import trio
 
-from protocols._llm import LLMRequest, LLMResponse, LLMStream, StreamDelta, response_deltas
+from protocols._llm import LLMRequest, LLMResponse
+from protocols._llm_stream import LLMStream, StreamDelta, response_deltas
 
 from ._base import Transport
 

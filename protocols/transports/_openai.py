@@ -9,23 +9,25 @@ import orjson
 
 from protocols._llm import (
     AssistantMessage,
-    FinishDelta,
     FinishReason,
     ImagePart,
     LLMRequest,
     LLMResponse,
     Message,
-    StreamAssembler,
-    StreamDelta,
     SystemMessage,
-    TextDelta,
     TextPart,
     ToolCall,
-    ToolCallDelta,
     ToolResultMessage,
     Usage,
-    UsageDelta,
     UserMessage,
+)
+from protocols._llm_stream import (
+    FinishDelta,
+    StreamAssembler,
+    StreamDelta,
+    TextDelta,
+    ToolCallDelta,
+    UsageDelta,
 )
 
 from ._base import HTTPTransport, JsonDict
