@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import collections.abc
-import enum
 import inspect
-import re
 import types
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, Final, Literal, Union, final, get_args, get_origin
+from typing import Annotated, Final, Union, final, get_args, get_origin
 
 import attrs
-import orjson
 
-from protocols import JsonObject, JsonValue, make_converter
+from protocols import JsonObject, JsonValue
 from protocols.errors import ToolDefinitionError
+from protocols.lowlevel import SchemaBuilder, json_value_of, parse_docstring
+
+_NO_DEFAULT: Final = json_value_of(object())
+"""What :func:`json_value_of` returns for a value with no JSON form."""
 
 __all__ = [
     "ParsedFunction",
@@ -24,20 +24,6 @@ __all__ = [
     "parse_docstring",
     "parse_function",
 ]
-
-_SUPPORTED: Final = (
-    "str, int, float, bool, None, Any, object, Literal[...], enum.Enum subclasses, attrs classes, "
-    "X | None, unions, list[X], Sequence[X], set[X], frozenset[X], tuple[X, ...], "
-    "tuple[X, Y], dict[str, X], Mapping[str, X], Annotated[X, 'description']"
-)
-_SECTION: Final = re.compile(r"^(?P<indent>\s*)(?P<name>[A-Z][A-Za-z ]*):\s*$")
-_ARGS_HEADERS: Final = frozenset({"Args", "Arguments", "Parameters"})
-_ARG_LINE: Final = re.compile(r"^\*{0,2}(?P<name>\w+)\s*(\([^)]*\))?\s*:\s*(?P<text>.*)$")
-_SEQUENCES: Final = frozenset(
-    {list, collections.abc.Sequence, collections.abc.MutableSequence, collections.abc.Iterable}
-)
-_SETS: Final = frozenset({set, frozenset, collections.abc.Set, collections.abc.MutableSet})
-_MAPPINGS: Final = frozenset({dict, collections.abc.Mapping, collections.abc.MutableMapping})
 
 
 @final
@@ -68,55 +54,6 @@ class ParsedFunction:
     """The parameters the model fills in, in signature order."""
     context_parameter: str | None
     """The name of the parameter that receives the ``ToolContext``, if any."""
-
-
-def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """Split a Google-style docstring into the summary paragraph and parameter descriptions.
-
-    Args:
-        doc (str | None): the raw docstring (indentation is cleaned here).
-
-    Returns:
-        The first paragraph joined into one line, and a mapping from parameter name to
-        its description from the ``Args:`` (or ``Arguments:``/``Parameters:``) section,
-        continuation lines joined.
-    """
-    if not doc:
-        return "", {}
-    lines = inspect.cleandoc(doc).splitlines()
-    summary: list[str] = []
-    for line in lines:
-        if not line.strip() or _SECTION.match(line):
-            break
-        summary.append(line.strip())
-    described: dict[str, str] = {}
-    in_args = False
-    header_indent = 0
-    entry_indent: int | None = None
-    current: str | None = None
-    for line in lines:
-        indent = len(line) - len(line.lstrip())
-        section = _SECTION.match(line)
-        if section is not None and (not in_args or indent <= header_indent):
-            in_args = section["name"] in _ARGS_HEADERS
-            header_indent = indent
-            entry_indent = None
-            current = None
-            continue
-        if not in_args or not line.strip():
-            continue
-        if indent <= header_indent:
-            in_args = False
-            continue
-        if entry_indent is None:
-            entry_indent = indent
-        match = _ARG_LINE.match(line.strip())
-        if indent == entry_indent and match is not None:
-            current = match["name"]
-            described[current] = match["text"].strip()
-        elif current is not None:
-            described[current] = f"{described[current]} {line.strip()}".strip()
-    return " ".join(summary), described
 
 
 def parse_function(
@@ -157,7 +94,7 @@ def parse_function(
             f"the docstring of {label} documents {', '.join(map(repr, unknown))}, "
             "which the function does not have"
         )
-    builder = _SchemaBuilder(label)
+    builder = SchemaBuilder(label)
     properties: dict[str, JsonValue] = {}
     required: list[JsonValue] = []
     fields: list[ToolParameter] = []
@@ -178,16 +115,14 @@ def parse_function(
             schema = {**schema, "description": documented[name]}
         has_default = param.default is not param.empty
         if has_default:
-            default = _json_default(param.default)
+            default = json_value_of(param.default)
             if default is not _NO_DEFAULT:
                 schema = {**schema, "default": typing.cast(JsonValue, default)}
         else:
             required.append(name)
         properties[name] = schema
         fields.append(
-            ToolParameter(
-                name, annotation, not has_default, param.kind is param.POSITIONAL_ONLY
-            )
+            ToolParameter(name, annotation, not has_default, param.kind is param.POSITIONAL_ONLY)
         )
     parameters: JsonObject = {
         "type": "object",
@@ -195,6 +130,9 @@ def parse_function(
         "required": required,
         "additionalProperties": False,
     }
+    defs = builder.defs()
+    if defs:
+        parameters["$defs"] = defs
     return ParsedFunction(
         description=description,
         parameters=parameters,
@@ -220,199 +158,3 @@ def is_context_annotation(annotation: object, context_type: type) -> bool:
     if get_origin(annotation) in (Union, types.UnionType):
         return set(get_args(annotation)) == {context_type, type(None)}
     return False
-
-
-_NO_DEFAULT: Final = object()
-_DEFAULTS = make_converter()
-
-
-def _json_default(value: object) -> object:
-    """Return a default as JSON, or ``_NO_DEFAULT`` when it has no JSON form."""
-    try:
-        plain = _DEFAULTS.unstructure(value)
-        return orjson.loads(orjson.dumps(plain))
-    except (TypeError, ValueError, orjson.JSONEncodeError):
-        return _NO_DEFAULT
-
-
-def _type_name(tp: object) -> str:
-    return getattr(tp, "__qualname__", None) or repr(tp)
-
-
-def _own_doc(cls: type) -> str:
-    """The summary of a class's own docstring (not an inherited or generated one)."""
-    doc = cls.__dict__.get("__doc__")
-    if not isinstance(doc, str) or (attrs.has(cls) and doc.startswith(f"{cls.__name__}(")):
-        return ""
-    return parse_docstring(doc)[0]
-
-
-class _SchemaBuilder:
-    """Maps Python annotations to JSON Schema, remembering the classes being expanded."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.expanding: list[type] = []
-
-    def fail(self, where: str, message: str) -> ToolDefinitionError:
-        return ToolDefinitionError(f"{self.label}: {where}: {message}")
-
-    def schema(self, tp: object, where: str) -> dict[str, JsonValue]:
-        origin = get_origin(tp)
-        args = get_args(tp)
-        if origin is Annotated:
-            inner = self.schema(args[0], where)
-            notes = [a for a in args[1:] if isinstance(a, str)]
-            return {**inner, "description": " ".join(notes)} if notes else inner
-        if tp is Any or tp is object:
-            return {}
-        if tp is None or tp is type(None):
-            return {"type": "null"}
-        scalar = {bool: "boolean", int: "integer", float: "number", str: "string"}.get(
-            tp if isinstance(tp, type) else type(None)
-        )
-        if scalar is not None:
-            return {"type": scalar}
-        if origin is Literal:
-            return self._literal(args, where)
-        if origin is Union or origin is types.UnionType:
-            return self._union(args, where)
-        if isinstance(tp, type) and issubclass(tp, enum.Enum):
-            return self._enum(tp, where)
-        if isinstance(tp, type) and attrs.has(tp):
-            return self._attrs(tp, where)
-        container = origin if origin is not None else tp
-        if container in _SEQUENCES or container in _SETS:
-            items = self.schema(args[0], f"{where} items") if args else {}
-            out: dict[str, JsonValue] = {"type": "array", "items": items}
-            if container in _SETS:
-                out["uniqueItems"] = True
-            return out
-        if container is tuple:
-            return self._tuple(args, where)
-        if container in _MAPPINGS:
-            if args and args[0] is not str:
-                raise self.fail(
-                    where, f"mapping keys must be str (JSON object keys), got {_type_name(args[0])}"
-                )
-            values = self.schema(args[1], f"{where} values") if args else {}
-            return {"type": "object", "additionalProperties": values}
-        raise self.fail(where, f"unsupported type {_type_name(tp)}; supported: {_SUPPORTED}")
-
-    def _literal(self, values: tuple[object, ...], where: str) -> dict[str, JsonValue]:
-        kinds: list[JsonValue] = []
-        for value in values:
-            kind = {bool: "boolean", int: "integer", str: "string", type(None): "null"}.get(
-                type(value)
-            )
-            if kind is None:
-                raise self.fail(
-                    where, f"Literal values must be str, int, bool or None, got {value!r}"
-                )
-            if kind not in kinds:
-                kinds.append(kind)
-        enum_values: list[JsonValue] = [typing.cast(JsonValue, v) for v in values]
-        return {"type": kinds[0] if len(kinds) == 1 else kinds, "enum": enum_values}
-
-    def _union(self, members: tuple[object, ...], where: str) -> dict[str, JsonValue]:
-        schemas = [self.schema(m, where) for m in members if m is not type(None)]
-        nullable = type(None) in members
-        if nullable and len(schemas) == 1:
-            only = schemas[0]
-            kind = only.get("type")
-            if isinstance(kind, str) and "enum" not in only:
-                return {**only, "type": [kind, "null"]}
-            if isinstance(kind, str) and isinstance(only.get("enum"), list):
-                enum_values = typing.cast(list[JsonValue], only["enum"])
-                return {**only, "type": [kind, "null"], "enum": [*enum_values, None]}
-        options: list[JsonValue] = list(schemas)
-        if nullable:
-            options.append({"type": "null"})
-        return {"anyOf": options}
-
-    def _enum(self, cls: type[enum.Enum], where: str) -> dict[str, JsonValue]:
-        values: list[JsonValue] = []
-        for member in cls:
-            if not isinstance(member.value, str | int) or isinstance(member.value, bool):
-                raise self.fail(
-                    where,
-                    f"enum {cls.__qualname__} has a member {member.name} whose value "
-                    f"{member.value!r} is not a str or an int",
-                )
-            values.append(member.value)
-        kinds = {type(v) for v in values}
-        out: dict[str, JsonValue] = {"enum": values}
-        if kinds == {str}:
-            out["type"] = "string"
-        elif kinds == {int}:
-            out["type"] = "integer"
-        description = _own_doc(cls)
-        if description:
-            out["description"] = description
-        return out
-
-    def _tuple(self, args: tuple[object, ...], where: str) -> dict[str, JsonValue]:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return {"type": "array", "items": self.schema(args[0], f"{where} items")}
-        if not args:
-            return {"type": "array"}
-        if args == ((),):  # tuple[()]
-            return {"type": "array", "maxItems": 0}
-        prefix: list[JsonValue] = [
-            self.schema(a, f"{where} item {i}") for i, a in enumerate(args)
-        ]
-        return {
-            "type": "array",
-            "prefixItems": prefix,
-            "items": False,
-            "minItems": len(args),
-            "maxItems": len(args),
-        }
-
-    def _attrs(self, cls: type, where: str) -> dict[str, JsonValue]:
-        if cls in self.expanding:
-            raise self.fail(
-                where,
-                f"attrs class {cls.__qualname__} refers to itself; recursive types are not "
-                "supported in tool parameters",
-            )
-        try:
-            attrs.resolve_types(cls)
-        except Exception as exc:
-            raise self.fail(
-                where, f"cannot resolve the field types of {cls.__qualname__}: {exc}"
-            ) from exc
-        self.expanding.append(cls)
-        try:
-            properties: dict[str, JsonValue] = {}
-            required: list[JsonValue] = []
-            for field in attrs.fields(cls):
-                if not field.init:
-                    continue
-                if field.type is None:
-                    raise self.fail(
-                        where, f"field {cls.__qualname__}.{field.name} has no type annotation"
-                    )
-                schema = self.schema(field.type, f"field {cls.__qualname__}.{field.name}")
-                note = field.metadata.get("description")
-                if isinstance(note, str) and "description" not in schema:
-                    schema = {**schema, "description": note}
-                if field.default is attrs.NOTHING:
-                    required.append(field.name)
-                elif not isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]  # attrs.Factory is a class at runtime
-                    default = _json_default(field.default)
-                    if default is not _NO_DEFAULT:
-                        schema = {**schema, "default": typing.cast(JsonValue, default)}
-                properties[field.name] = schema
-        finally:
-            self.expanding.pop()
-        out: dict[str, JsonValue] = {
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": False,
-        }
-        description = _own_doc(cls)
-        if description:
-            out["description"] = description
-        return out

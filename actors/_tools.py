@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, Literal, ParamSpec, TypeVar, final, overload
 
 import attrs
-import cattrs
 from cattrs.strategies import configure_union_passthrough
 
 from protocols import (
@@ -29,6 +28,7 @@ from protocols.errors import (
     ToolInterruptedError,
     ToolNotFoundError,
 )
+from protocols.lowlevel import configure_models, structure_problems
 from runtime import Runtime  # at run time: the metadata fix-up resolves hints
 
 from ._tool_schema import ToolParameter, is_context_annotation, parse_docstring, parse_function
@@ -46,6 +46,7 @@ ToolKind = Literal["sync", "trio", "asyncio"]
 
 _CONVERTER = make_converter()
 configure_union_passthrough(str | int | float | bool | None, _CONVERTER)
+configure_models(_CONVERTER)  # pydantic models as parameters and results, if in use
 
 
 @final
@@ -143,8 +144,9 @@ class Tool(Generic[P, R_co]):
     ) -> tuple[list[object], dict[str, object]]:
         """Turn validated JSON arguments into the Python call arguments.
 
-        attrs classes, enums, tuples and the like are structured with cattrs; parameters
-        the model left out keep their Python default.
+        attrs classes, enums, tuples and the like are structured with cattrs, pydantic
+        models with ``model_validate``; parameters the model left out keep their Python
+        default.
 
         Args:
             arguments (Mapping[str, object]): the decoded JSON object, already validated.
@@ -170,7 +172,7 @@ class Tool(Generic[P, R_co]):
                         arguments[param.name], typing.cast(type[object], param.annotation)
                     )
                 except Exception as exc:
-                    problems.extend(_conversion_problems(exc, param.name))
+                    problems.extend(structure_problems(exc, f"$.{param.name}"))
                     continue
                 if param.positional_only:
                     positional.append(value)
@@ -181,18 +183,6 @@ class Tool(Generic[P, R_co]):
         if self.context_parameter is not None:
             keywords[self.context_parameter] = context
         return positional, keywords
-
-
-def _conversion_problems(exc: Exception, name: str) -> list[str]:
-    """Turn a cattrs failure into ``"$.path: what is wrong"`` lines, like the validator's."""
-    found = cattrs.transform_error(
-        exc, path=f"$.{name}", format_exception=lambda e, _type: f"{type(e).__name__}: {e}"
-    )
-    lines: list[str] = []
-    for line in found:
-        message, _, path = line.rpartition(" @ ")
-        lines.append(f"{path}: {message}" if message else line)
-    return lines
 
 
 @overload
@@ -293,9 +283,7 @@ def _build_tool(
         raise ToolDefinitionError(f"tool {tool_name!r}: timeout must be > 0 s, got {timeout!r}")
     is_async = inspect.iscoroutinefunction(fn)
     if asyncio and not is_async:
-        raise ToolDefinitionError(
-            f"tool {tool_name!r}: asyncio=True needs an 'async def' function"
-        )
+        raise ToolDefinitionError(f"tool {tool_name!r}: asyncio=True needs an 'async def' function")
     kind: ToolKind = ("asyncio" if asyncio else "trio") if is_async else "sync"
     fields: tuple[ToolParameter, ...] | None
     if parameters is None:
@@ -305,7 +293,7 @@ def _build_tool(
     else:
         if parameters.get("type") != "object":
             raise ToolDefinitionError(
-                f"tool {tool_name!r}: a parameters schema must have \"type\": \"object\""
+                f'tool {tool_name!r}: a parameters schema must have "type": "object"'
             )
         schema, fields, context = parameters, None, _context_parameter(fn)
         summary = parse_docstring(inspect.getdoc(fn))[0]

@@ -62,6 +62,8 @@ from ._tools import idempotency_key as idempotency_key
 from ._tools import interrupted_outcome as interrupted_outcome
 from ._tools import parse_tool_arguments as parse_tool_arguments
 from ._tools import validate_tool_name as validate_tool_name
+from ._type_schema import OutputType as OutputType
+from ._type_schema import json_schema_of as json_schema_of
 from ._types import JsonObject as JsonObject
 from ._types import JsonValue as JsonValue
 from ._util import fixup_module_metadata as _fixup

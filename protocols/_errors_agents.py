@@ -22,6 +22,7 @@ __all__ = [
     "HumanRequestNotFoundError",
     "NoOpenRunError",
     "OutputInvalidError",
+    "OutputTypeError",
     "SessionBusyError",
     "SessionError",
 ]
@@ -99,9 +100,7 @@ class BoardBadKeyError(BoardError, ValueError):
 
     code = "board.bad_key"
 
-    def __init__(
-        self, key: object, reason: str, what: Literal["key", "prefix"] = "key"
-    ) -> None:
+    def __init__(self, key: object, reason: str, what: Literal["key", "prefix"] = "key") -> None:
         self.key = key
         self.reason = reason
         self.what = what
@@ -183,8 +182,27 @@ class OutputInvalidError(SessionError):
 
     def __init__(self, problems: tuple[str, ...]) -> None:
         self.problems = problems
+        super().__init__("the answer does not match the response format: " + "; ".join(problems))
+
+
+class OutputTypeError(SessionError):
+    """A run's recorded JSON answer does not fit the class the caller asked for.
+
+    The log keeps the JSON; the class is applied when the result is read. This error
+    means the class changed since the answer was recorded (a field renamed, a type
+    narrowed): read ``raw_output`` of the result with ``response_format=None``, or
+    give the class the run was made with.
+    """
+
+    code = "session.output_type"
+
+    def __init__(self, run_id: str, type_name: str, problems: tuple[str, ...]) -> None:
+        self.run_id = run_id
+        self.type_name = type_name
+        self.problems = problems
         super().__init__(
-            "the answer does not match the response format: " + "; ".join(problems)
+            f"the recorded output of run {run_id!r} does not fit {type_name}: "
+            + "; ".join(problems)
         )
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "ToolInterruptedError",
     "ToolNotFoundError",
     "ToolTimeoutError",
+    "UnsupportedTypeError",
 ]
 
 
@@ -171,6 +172,16 @@ class ToolDefinitionError(ToolError, TypeError):
     """A Python function cannot be turned into a tool (e.g. an unsupported parameter type)."""
 
     code = "tool.bad_definition"
+
+
+class UnsupportedTypeError(ToolDefinitionError):
+    """A Python type has no JSON Schema form (a tool parameter or a response format class).
+
+    The message names the class and field, or the parameter, that holds the type and
+    lists the types that are supported.
+    """
+
+    code = "tool.unsupported_type"
 
 
 class SchemaRemoteRefError(ToolDefinitionError):

@@ -52,7 +52,8 @@ The tree (code in brackets)::
     │   ├── ToolArgumentsError                    [tool.invalid_args]
     │   ├── ToolTimeoutError                      [tool.timeout]
     │   ├── ToolDefinitionError (TypeError)       [tool.bad_definition]
-    │   │   └── SchemaRemoteRefError              [tool.schema_remote_ref]
+    │   │   ├── SchemaRemoteRefError              [tool.schema_remote_ref]
+    │   │   └── UnsupportedTypeError              [tool.unsupported_type]
     │   ├── ToolInterruptedError                  [tool.interrupted]
     │   ├── McpServerError                        [tool.mcp_server]
     │   └── McpToolError                          [tool.mcp_error]
@@ -67,6 +68,7 @@ The tree (code in brackets)::
     │   ├── SessionBusyError                      [session.busy]
     │   ├── NoOpenRunError                        [session.no_open_run]
     │   ├── OutputInvalidError                    [session.output_invalid]
+    │   ├── OutputTypeError                       [session.output_type]
     │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
     │   └── HookVetoError                         [session.hook_vetoed]
     ├── TimerError                                [timer]
@@ -101,6 +103,7 @@ from ._errors_agents import (
     HumanRequestNotFoundError,
     NoOpenRunError,
     OutputInvalidError,
+    OutputTypeError,
     SessionBusyError,
     SessionError,
 )
@@ -160,6 +163,7 @@ from ._errors_llm import (
     ToolInterruptedError,
     ToolNotFoundError,
     ToolTimeoutError,
+    UnsupportedTypeError,
 )
 from ._errors_log import (
     CodecError,
@@ -228,6 +232,7 @@ __all__ = [
     "NoOpenRunError",
     "OutputFileError",
     "OutputInvalidError",
+    "OutputTypeError",
     "PowertrioError",
     "ReplayDivergenceError",
     "ReplayError",
@@ -254,6 +259,7 @@ __all__ = [
     "ToolInterruptedError",
     "ToolNotFoundError",
     "ToolTimeoutError",
+    "UnsupportedTypeError",
     "UnknownEventTypeError",
     "WorkflowCancelledError",
     "WorkflowError",

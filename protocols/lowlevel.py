@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
+from ._type_schema import (
+    SUPPORTED_TYPES,
+    SchemaBuilder,
+    configure_models,
+    is_model_class,
+    json_value_of,
+    parse_docstring,
+    structure_problems,
+)
 from ._util import fixup_module_metadata, unwrap_single_error
 
-__all__ = ["fixup_module_metadata", "unwrap_single_error"]
+__all__ = [
+    "SUPPORTED_TYPES",
+    "SchemaBuilder",
+    "configure_models",
+    "fixup_module_metadata",
+    "is_model_class",
+    "json_value_of",
+    "parse_docstring",
+    "structure_problems",
+    "unwrap_single_error",
+]
 
 fixup_module_metadata(__name__, globals())

@@ -23,7 +23,7 @@ from protocols import (
     validate_tool_name,
 )
 from protocols._llm import ToolDefinition
-from protocols.errors import ToolDefinitionError, ToolNotFoundError
+from protocols.errors import ToolDefinitionError, ToolNotFoundError, UnsupportedTypeError
 
 
 class Unit(enum.Enum):
@@ -64,16 +64,27 @@ class Node:
     next: Node | None = None
 
 
-def _schema_of(annotation: object) -> JsonValue:
-    """The property schema `@tool` builds for a single parameter `x: annotation`."""
+def _parameters_of(annotation: object) -> dict[str, JsonValue]:
+    """The parameters schema `@tool` builds for a single parameter `x: annotation`."""
 
     def probe(x: Any) -> None:
         return None
 
     probe.__annotations__ = {"x": annotation, "return": None}
-    properties = tool(probe).spec.parameters["properties"]
+    return tool(probe).spec.parameters
+
+
+def _schema_of(annotation: object) -> JsonValue:
+    """The property schema of `x: annotation`, a class's `$ref` replaced by its definition."""
+    parameters = _parameters_of(annotation)
+    properties = parameters["properties"]
     assert isinstance(properties, dict)
-    return properties["x"]
+    schema = properties["x"]
+    if isinstance(schema, dict) and isinstance(schema.get("$ref"), str):
+        defs = parameters["$defs"]
+        assert isinstance(defs, dict)
+        return defs[str(schema["$ref"]).removeprefix("#/$defs/")]
+    return schema
 
 
 @pytest.mark.parametrize(
@@ -144,19 +155,59 @@ def test_annotation_to_schema(annotation: object, expected: JsonValue) -> None:
     assert expected == _schema_of(annotation)
 
 
-def test_nested_attrs_classes_are_inlined() -> None:
-    """attrs classes nest (inside lists too); a Factory default is left out of the schema."""
-    schema = _schema_of(Trip)
-    assert isinstance(schema, dict)
-    assert schema["required"] == ["origin"]
-    properties = schema["properties"]
-    assert isinstance(properties, dict)
-    assert properties["origin"] == _schema_of(Place)
-    assert properties["stops"] == {"type": "array", "items": _schema_of(Place)}
-    assert _schema_of(Place | None) == {**_place_schema(), "type": ["object", "null"]}
-    assert _schema_of(Place | Level | None) == {
-        "anyOf": [_place_schema(), _schema_of(Level), {"type": "null"}]
+def test_nested_attrs_classes_go_to_defs() -> None:
+    """attrs classes nest (inside lists too) as `$ref`s to one entry each in `$defs`;
+    a Factory default is left out of the schema."""
+    parameters = _parameters_of(Trip)
+    place = {"$ref": "#/$defs/Place"}
+    assert parameters["properties"] == {"x": {"$ref": "#/$defs/Trip"}}
+    assert parameters["$defs"] == {
+        "Trip": {
+            "type": "object",
+            "properties": {"origin": place, "stops": {"type": "array", "items": place}},
+            "required": ["origin"],
+            "additionalProperties": False,
+        },
+        "Place": _place_schema(),
     }
+    assert _parameters_of(Place | None)["properties"] == {"x": {"anyOf": [place, {"type": "null"}]}}
+    assert _schema_of(Place | Level | None) == {
+        "anyOf": [place, _schema_of(Level), {"type": "null"}]
+    }
+
+
+def test_a_class_may_refer_to_itself() -> None:
+    """A recursive attrs class is one `$defs` entry that refers to itself; the validator
+    follows the reference at any depth."""
+    made = tool(_walk)
+    assert made.spec.parameters["$defs"] == {
+        "Node": {
+            "type": "object",
+            "properties": {
+                "value": {"type": "integer"},
+                "next": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}], "default": None},
+            },
+            "required": ["value"],
+            "additionalProperties": False,
+        }
+    }
+    assert made.validator.problems({"node": {"value": 1, "next": {"value": 2}}}) == ()
+    assert made.validator.problems({"node": {"value": 1, "next": {"value": "2"}}}) == (
+        "$.node.next: matches no schema in anyOf: [0] $.node.next.value: expected integer, "
+        'got "2" | [1] $.node.next: expected null, got object',
+    )
+    assert made.bind({"node": {"value": 1, "next": {"value": 2}}}, _CONTEXT) == (
+        [],
+        {"node": Node(1, Node(2))},
+    )
+
+
+def _walk(node: Node) -> int:
+    """Walk a chain."""
+    return node.value
+
+
+_CONTEXT = ToolContext("c1", "walk", "s1", "k1")
 
 
 @pytest.mark.parametrize(
@@ -166,8 +217,9 @@ def test_nested_attrs_classes_are_inlined() -> None:
             datetime.datetime,
             "tool 'probe': parameter 'x': unsupported type datetime; supported: str, int, "
             "float, bool, None, Any, object, Literal[...], enum.Enum subclasses, attrs classes, "
-            "X | None, unions, list[X], Sequence[X], set[X], frozenset[X], tuple[X, ...], "
-            "tuple[X, Y], dict[str, X], Mapping[str, X], Annotated[X, 'description']",
+            "pydantic models, X | None, unions, list[X], Sequence[X], set[X], frozenset[X], "
+            "tuple[X, ...], tuple[X, Y], dict[str, X], Mapping[str, X], "
+            "Annotated[X, 'description']",
         ),
         (
             dict[int, str],
@@ -183,24 +235,21 @@ def test_nested_attrs_classes_are_inlined() -> None:
             "str or an int",
         ),
         (
-            Node,
-            "tool 'probe': field Node.next: attrs class Node refers to itself; recursive types "
-            "are not supported in tool parameters",
-        ),
-        (
             list[bytes],
             "tool 'probe': parameter 'x' items: unsupported type bytes; supported: str, int, "
             "float, bool, None, Any, object, Literal[...], enum.Enum subclasses, attrs classes, "
-            "X | None, unions, list[X], Sequence[X], set[X], frozenset[X], tuple[X, ...], "
-            "tuple[X, Y], dict[str, X], Mapping[str, X], Annotated[X, 'description']",
+            "pydantic models, X | None, unions, list[X], Sequence[X], set[X], frozenset[X], "
+            "tuple[X, ...], tuple[X, Y], dict[str, X], Mapping[str, X], "
+            "Annotated[X, 'description']",
         ),
     ],
 )
 def test_unsupported_annotations_are_refused(annotation: object, message: str) -> None:
     """An annotation we cannot express as JSON Schema fails at definition, naming where."""
-    with pytest.raises(ToolDefinitionError) as caught:
+    with pytest.raises(UnsupportedTypeError) as caught:
         _schema_of(annotation)
-    assert caught.value.code == "tool.bad_definition"
+    assert isinstance(caught.value, ToolDefinitionError)
+    assert caught.value.code == "tool.unsupported_type"
     assert str(caught.value) == message
 
 
@@ -238,7 +287,7 @@ def test_signature_and_docstring_become_the_spec() -> None:
         parameters={
             "type": "object",
             "properties": {
-                "place": {**_place_schema(), "description": "A place on Earth."},
+                "place": {"$ref": "#/$defs/Place", "description": "where to look."},
                 "unit": {
                     "enum": ["c", "f"],
                     "type": "string",
@@ -250,6 +299,7 @@ def test_signature_and_docstring_become_the_spec() -> None:
             },
             "required": ["place"],
             "additionalProperties": False,
+            "$defs": {"Place": _place_schema()},
         },
     )
     assert made.context_parameter == "ctx"
@@ -394,7 +444,7 @@ def _sync(x: int) -> None:
         ),
         (
             lambda: tool(parameters={"type": "array"})(_sync),
-            "tool '_sync': a parameters schema must have \"type\": \"object\"",
+            'tool \'_sync\': a parameters schema must have "type": "object"',
         ),
         (
             lambda: tool(parameters={"type": "object", "properties": {"a": {"type": "str"}}})(
