@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Literal, TypeAlias, final
+from typing import Any, Literal, TypeAlias, final
 
 import attrs
 
-from protocols import LLM, ResponseFormat, schema_problems
-from protocols.errors import AgentSpecError
+from protocols import LLM, OutputType, ResponseFormat, schema_problems
+from protocols.errors import AgentSpecError, UnsupportedTypeError
 
 from ._budget import Budget
 from ._tools import Tool, ToolRegistry, tool
@@ -22,6 +22,35 @@ post-mortem). ``linked`` (default): its stream is kept, and it is a child of its
 actor, so stopping the parent stops it. ``detached``: it runs under the runtime's root,
 independent of its parent's life.
 """
+
+FormatArg: TypeAlias = ResponseFormat | type[Any] | None
+"""What ``response_format=`` takes: a JSON Schema (:class:`~protocols.ResponseFormat`), an
+attrs class or a pydantic model (the answer comes back as an instance), or ``None``."""
+
+
+def resolve_format(value: FormatArg) -> tuple[ResponseFormat | None, OutputType[Any] | None]:
+    """The response format to record and ask for, and the class to structure the answer
+    into (``None`` for a plain JSON Schema).
+
+    Raises:
+        UnsupportedTypeError: ``value`` is a class with no JSON Schema form.
+    """
+    if value is None or isinstance(value, ResponseFormat):
+        return value, None
+    typed = _output_type(value)
+    return typed.format, typed
+
+
+def _output_type(cls: type[Any]) -> OutputType[Any]:
+    """One schema per class per process (a class lives as long as its schema)."""
+    typed = _OUTPUT_TYPES.get(cls)
+    if typed is None:
+        typed = _OUTPUT_TYPES[cls] = OutputType.of(cls)
+    return typed
+
+
+_OUTPUT_TYPES: dict[type[Any], OutputType[Any]] = {}
+
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _LIFECYCLES = ("ephemeral", "linked", "detached")
@@ -67,8 +96,10 @@ class AgentSpec:
     budget: Budget | None = None
     """This agent's limits; a child also never gets more than what remains of its
     parent's run budget."""
-    response_format: ResponseFormat | None = None
-    """The output schema of the agent's answer."""
+    response_format: ResponseFormat | type[Any] | None = None
+    """The output schema of the agent's answer: a JSON Schema, or an attrs class or a
+    pydantic model whose schema is generated (its results then hold an instance in
+    ``RunResult.output``)."""
     lifecycle: Lifecycle = "linked"
     agents: tuple[AgentSpec, ...] = attrs.field(default=(), converter=_spec_tuple)
     """The sub-agents this agent may spawn."""
@@ -112,10 +143,15 @@ def spec_problems(spec: AgentSpec) -> tuple[str, ...]:
             if tool_name in seen:
                 problems.append(f"tool {tool_name!r} is listed twice")
             seen.add(tool_name)
-    if spec.response_format is not None:
-        problems.extend(
-            f"response_format: {p}" for p in schema_problems(spec.response_format.schema)
-        )
+    try:
+        response_format, _ = resolve_format(spec.response_format)
+    except UnsupportedTypeError as exc:
+        problems.append(str(exc))
+    else:
+        if response_format is not None:
+            problems.extend(
+                f"response_format: {p}" for p in schema_problems(response_format.schema)
+            )
     budget: object = spec.budget
     if budget is not None and not isinstance(budget, Budget):
         problems.append(f"budget must be a Budget, got {budget!r}")

@@ -7,12 +7,12 @@ from typing import final
 
 import attrs
 
-from protocols import LLMRequest, LLMResponse, LLMStream, ResponseFormat, decode_record, encode
+from protocols import LLMRequest, LLMResponse, LLMStream, decode_record, encode
 from protocols.errors import ConfigError, StreamNotFoundError, ToolNotFoundError
 from runtime import EventStore, NewEvent, RecordedEvent, replay
 from runtime.lowlevel import CONTINUES
 
-from ._agents import AgentSpec
+from ._agents import AgentSpec, FormatArg
 from ._budget import Budget, Price
 from ._session import SessionActor
 from ._session_events import (
@@ -73,7 +73,7 @@ async def replay_session(
     agents: Iterable[AgentSpec] = (),
     max_tokens: int | None = None,
     temperature: float | None = None,
-    response_format: ResponseFormat | None = None,
+    response_format: FormatArg = None,
     budget: Budget | None = None,
     prices: Mapping[str, Price] | None = None,
     max_depth: int = 3,

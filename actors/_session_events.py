@@ -6,10 +6,11 @@ import difflib
 import hashlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Literal, final
+from typing import Any, Generic, Literal, final
 
 import attrs
 import orjson
+from typing_extensions import TypeVar
 
 from protocols import (
     AssistantMessage,
@@ -19,6 +20,7 @@ from protocols import (
     JsonValue,
     LLMRequest,
     Message,
+    OutputType,
     ResponseFormat,
     SystemMessage,
     ToolCall,
@@ -29,6 +31,7 @@ from protocols import (
     denied_outcome,
     event_type,
 )
+from protocols.errors import OutputTypeError
 from runtime import TimerFired
 from runtime.lowlevel import TimerBook, is_timer_event
 
@@ -355,9 +358,13 @@ class RunFinished:
     is not powertrio's, e.g. ``IndexError``). ``None`` in logs written before it existed."""
 
 
+OutputT = TypeVar("OutputT", default=Any)
+"""The type of ``RunResult.output``: the class given as ``response_format``, else ``Any``."""
+
+
 @final
 @attrs.frozen(kw_only=True)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """What ``Session.send`` returns."""
 
     session_id: str
@@ -373,8 +380,10 @@ class RunResult:
     """For ``failed``: the typed error's code and message (for an answer that did not
     match the response format, ``text`` keeps the raw answer); for ``budget_exceeded``:
     which limit was reached."""
-    output: JsonValue | None = None
-    """The parsed structured answer when the send asked for a response format."""
+    output: OutputT | None = None
+    """The structured answer when the run had a response format and completed: an
+    instance of the class given as ``response_format`` (built from ``raw_output`` when
+    the result is read), or the parsed JSON for a :class:`~protocols.ResponseFormat`."""
     human_requests: tuple[HumanRequested, ...] = ()
     """For ``waiting_for_human``: what the run waits for; answer each with
     ``Session.reply`` (or ``approve``/``deny``), in any order."""
@@ -392,6 +401,29 @@ class RunResult:
     error_message: str | None = None
     """For ``failed``: the error's message (``error`` is ``"code: message"``); ``None``
     otherwise."""
+    raw_output: JsonValue | None = None
+    """The structured answer as the log records it (JSON), whatever class was asked for."""
+
+
+def typed_result(result: RunResult[Any], output_type: OutputType[Any] | None) -> RunResult[Any]:
+    """``result`` with its recorded JSON output structured into ``output_type``'s class.
+
+    The log holds JSON only; this runs wherever a result is handed to a caller, so a
+    replay or a restart that folds the same JSON gives an equal instance.
+
+    Raises:
+        OutputTypeError: the recorded JSON does not fit the class (it changed since).
+    """
+    raw = result.raw_output if result.raw_output is not None else result.output
+    if output_type is None or raw is None or result.status != "completed":
+        return result
+    try:
+        instance = output_type.structure(raw)
+    except ValueError as exc:
+        raise OutputTypeError(
+            result.run_id, output_type.cls.__qualname__, tuple(str(exc).split("; "))
+        ) from exc
+    return attrs.evolve(result, output=instance)
 
 
 @final
@@ -632,6 +664,7 @@ def _finished(state: SessionState, event: RunFinished) -> SessionState:
         usage=event.usage,
         error=event.error,
         output=event.output,
+        raw_output=event.output,
         truncated=run is not None and run.finish_reason == "length",
         unknown_tool_results=run.unknown_results if run is not None else (),
         error_code=code,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
 import trio
 
@@ -13,6 +13,7 @@ from protocols import (
     CancelMode,
     FollowUp,
     HumanReply,
+    OutputType,
     ResponseFormat,
 )
 from protocols.errors import (
@@ -22,10 +23,10 @@ from protocols.errors import (
     ToolNotFoundError,
 )
 
-from ._agents import AgentSpec
+from ._agents import AgentSpec, FormatArg, resolve_format
 from ._budget import Budget, Price
 from ._observe import Observation, ObserverBus
-from ._session_events import ChildFinished, RunResult, SessionState
+from ._session_events import ChildFinished, RunResult, SessionState, typed_result
 from ._session_steps import (
     BadReply,
     Busy,
@@ -45,6 +46,7 @@ from ._session_steps import (
 if TYPE_CHECKING:
     from runtime import ActorRef, Runtime
 
+T = TypeVar("T")
 
 
 @final
@@ -55,12 +57,22 @@ class Session:
     from the log after the supervisor restarts it, and ``send`` waits for its end.
     """
 
-    __slots__ = ("_bus", "_prices", "_ref", "_runtime", "_tool_names")
+    __slots__ = (
+        "_bus",
+        "_output_type",
+        "_prices",
+        "_ref",
+        "_run_types",
+        "_runtime",
+        "_tool_names",
+    )
     _ref: ActorRef[object]
     _runtime: Runtime
     _tool_names: frozenset[str]
     _bus: ObserverBus
     _prices: Mapping[str, Price]
+    _output_type: OutputType[Any] | None
+    _run_types: dict[str, OutputType[Any] | None]
 
     def __init__(self) -> None:
         msg = "Session is made by spawn_session()"
@@ -74,6 +86,8 @@ class Session:
         self._tool_names = frozenset(config.tools.names())
         self._bus = config.bus
         self._prices = config.prices
+        self._output_type = config.output_type
+        self._run_types = {}  # runs whose send chose their own response format
         return self
 
     @property
@@ -91,6 +105,21 @@ class Session:
         """How many times an observer callback raised (each was logged and ignored)."""
         return self._bus.errors
 
+    @overload
+    async def send(
+        self,
+        input: str,
+        *,
+        max_rounds: int | None = None,
+        tools: Iterable[str] | None = None,
+        system_prompt: str | None = None,
+        response_format: type[T],
+        budget: Budget | None = None,
+        if_busy: BusyPolicy | None = None,
+        id: str | None = None,
+    ) -> RunResult[T]: ...
+
+    @overload
     async def send(
         self,
         input: str,
@@ -102,7 +131,20 @@ class Session:
         budget: Budget | None = None,
         if_busy: BusyPolicy | None = None,
         id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult: ...
+
+    async def send(
+        self,
+        input: str,
+        *,
+        max_rounds: int | None = None,
+        tools: Iterable[str] | None = None,
+        system_prompt: str | None = None,
+        response_format: FormatArg = None,
+        budget: Budget | None = None,
+        if_busy: BusyPolicy | None = None,
+        id: str | None = None,
+    ) -> RunResult[Any]:
         """Run the agent on ``input`` and return how the run ended.
 
         If a run is active, ``if_busy`` (default: the session's ``on_busy``, itself
@@ -122,10 +164,13 @@ class Session:
             max_rounds (int | None): this run's round limit.
             tools (Iterable[str] | None): the subset of the session's tools for this run.
             system_prompt (str | None): this run's system prompt.
-            response_format (ResponseFormat | None): a JSON Schema the final answer must
-                match; the parsed answer is ``RunResult.output``. An answer that does not
-                match gets one repair round, then the run fails with
-                ``session.output_invalid`` and the raw text in ``RunResult.text``.
+            response_format (ResponseFormat | type | None): a JSON Schema the final answer
+                must match; the parsed answer is ``RunResult.output``. Or an attrs class
+                or a pydantic model: the model is asked for its generated schema and
+                ``RunResult.output`` is an instance (the log keeps the JSON, which
+                ``RunResult.raw_output`` holds too). An answer that does not match gets
+                one repair round, then the run fails with ``session.output_invalid`` and
+                the raw text in ``RunResult.text``. ``None``: the session's default.
             budget (Budget | None): token, cost and wall-time limits for this run.
             if_busy (BusyPolicy | None): ``queue``, ``reject`` or ``interrupt``.
             id (str | None): the run's id, unique in the session; a new one if ``None``.
@@ -140,6 +185,10 @@ class Session:
         Raises:
             ToolNotFoundError: ``tools`` names a tool the session does not have.
             ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
+            UnsupportedTypeError: ``response_format`` is a class with a field whose type
+                has no JSON Schema form (the message names the field).
+            OutputTypeError: the run's recorded answer does not fit the class (a repeated
+                send of a run recorded before the class changed).
             ConfigError: ``budget`` limits cost but the session has no prices.
             SessionBusyError: a run is active and the policy is ``reject``.
             ValueError: ``max_rounds`` is below 1, or ``input`` or ``id`` is empty.
@@ -158,20 +207,24 @@ class Session:
         for name in subset or ():
             if name not in self._tool_names:
                 raise ToolNotFoundError(name, tuple(sorted(self._tool_names)))
-        check_limits(response_format, budget, self._prices)
+        response, output_type = resolve_format(response_format)
+        check_limits(response, budget, self._prices)
         send = Send(
             run_id=id or self._runtime.ids.new("run"),
             input=input,
             max_rounds=max_rounds,
             tools=subset,
             system_prompt=system_prompt,
-            response_format=response_format,
+            response_format=response,
             budget=budget,
             started_at=self._runtime.clock.now(),
             if_busy=if_busy,
         )
+        if response is not None:
+            self._run_types[send.run_id] = output_type
         accepted = await self._ask(send)
         if isinstance(accepted, Busy):
+            self._run_types.pop(send.run_id, None)
             raise SessionBusyError(self.id, accepted.run_id)
         return await self.wait(send.run_id)
 
@@ -224,15 +277,24 @@ class Session:
     async def wait(self, run_id: str) -> RunResult:
         """Wait until the run ends, or stops to wait for a human, and return its result.
 
+        Its ``output`` is an instance of the class given as ``response_format`` to the
+        ``send`` of this run through this handle, else of the session's (the spec's)
+        class, if it has one; the JSON as recorded is ``raw_output``.
+
         Raises:
             LookupError: the session has no run with this id.
+            OutputTypeError: the recorded answer does not fit the class.
         """
         result = await self._ask(WaitRun(run_id))
         if result is None:
             msg = f"session {self.id!r} has no run {run_id!r}"
             raise LookupError(msg)
         assert isinstance(result, RunResult)
-        return result
+        if result.status == "waiting_for_human":
+            output_type = self._run_types.get(run_id, self._output_type)
+        else:
+            output_type = self._run_types.pop(run_id, self._output_type)
+        return typed_result(result, output_type)
 
     async def follow_up(self, content: str, *, id: str | None = None, kind: str = "user") -> bool:
         """Give the session more input: it starts a run when idle, else joins the run.

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from protocols import LLM, ResponseFormat
+from protocols import LLM
 from protocols.errors import ConfigError
 
-from ._agents import AgentSpec
+from ._agents import AgentSpec, FormatArg
 from ._budget import Budget, Price
 from ._mcp import expand_tool_sources
 from ._observe import LLMHook, Observer, ToolHook
@@ -30,7 +30,7 @@ async def spawn_session(
     max_rounds: int = 10,
     model: str | None = None,
     budget: Budget | None = None,
-    response_format: ResponseFormat | None = None,
+    response_format: FormatArg = None,
     prices: Mapping[str, Price] | None = None,
     llm_hooks: Sequence[LLMHook] = (),
     tool_hooks: Sequence[ToolHook] = (),
@@ -61,7 +61,10 @@ async def spawn_session(
         max_rounds (int): the default round limit of a run.
         model (str | None): the model name to ask for.
         budget (Budget | None): the default limits of a run.
-        response_format (ResponseFormat | None): the default response format of a run.
+        response_format (ResponseFormat | type | None): the default response format of a
+            run: a JSON Schema, or an attrs class or a pydantic model (results then hold
+            an instance in ``RunResult.output``; give the same class again when the
+            session is resumed).
         prices (Mapping[str, Price] | None): model name → price, for cost budgets; a
             dated model name (``gpt-4o-2024-08-06``) matches its prefix (``gpt-4o``).
         llm_hooks: middleware around each LLM call, the first outermost.
@@ -84,6 +87,7 @@ async def spawn_session(
 
     Raises:
         ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
+        UnsupportedTypeError: ``response_format`` is a class with no JSON Schema form.
         ConfigError: ``budget`` limits cost and ``prices`` is empty.
         ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
         RuntimeClosedError: the runtime is closing (or its root supervisor gave up).

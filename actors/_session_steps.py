@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal, final
+from typing import Any, Literal, final
 
 import attrs
 
@@ -14,6 +14,7 @@ from protocols import (
     HumanReply,
     LLMRequest,
     LLMResponse,
+    OutputType,
     ResponseFormat,
     ToolOutcome,
     check_schema,
@@ -21,7 +22,14 @@ from protocols import (
 from protocols.errors import ConfigError, ToolNotFoundError
 from runtime import PriorityMessage, Request
 
-from ._agents import AgentSpec, child_tools, index_agents, spawn_agent_tool
+from ._agents import (
+    AgentSpec,
+    FormatArg,
+    child_tools,
+    index_agents,
+    resolve_format,
+    spawn_agent_tool,
+)
 from ._budget import Budget, Price
 from ._observe import LLMHook, Observer, ObserverBus, ToolHook
 from ._session_events import (
@@ -242,6 +250,9 @@ class SessionConfig:
     depth: int = 0
     max_tokens: int | None = None
     temperature: float | None = None
+    output_type: OutputType[Any] | None = None
+    """The class the default response format was made from; applied to results where
+    they are read (the log and the decider see only ``response_format``)."""
 
 
 def run_tools(config: SessionConfig, run: ActiveRun | None) -> ToolRegistry:
@@ -275,7 +286,7 @@ def session_config(
     max_rounds: int = 10,
     model: str | None = None,
     budget: Budget | None = None,
-    response_format: ResponseFormat | None = None,
+    response_format: FormatArg = None,
     prices: Mapping[str, Price] | None = None,
     llm_hooks: Sequence[LLMHook] = (),
     tool_hooks: Sequence[ToolHook] = (),
@@ -299,6 +310,7 @@ def session_config(
         if value < 1:
             msg = f"{label} must be >= 1, got {value}"
             raise ValueError(msg)
+    response_format, output_type = resolve_format(response_format)
     registry = ToolRegistry.of(*tools)  # a copy: ours to extend
     agents = tuple(agents)
     if agents:
@@ -323,6 +335,7 @@ def session_config(
         max_children=max_children,
         max_tokens=max_tokens,
         temperature=temperature,
+        output_type=output_type,
     )
     check_limits(response_format, budget, config.prices)
     return config
@@ -341,6 +354,7 @@ def child_config(
         raise ToolNotFoundError(missing[0], tools.names())
     if spec.agents:
         registry.add(spawn_agent_tool(spec.agents))
+    response_format, output_type = resolve_format(spec.response_format)
     return attrs.evolve(
         parent,
         session_id=child_id,
@@ -350,7 +364,8 @@ def child_config(
         max_rounds=spec.max_rounds,
         model=spec.model or parent.model,
         budget=None,  # the task's send carries the child's budget
-        response_format=spec.response_format,
+        response_format=response_format,
+        output_type=output_type,
         on_busy="queue",
         agents=index_agents(spec.agents),
         parent_id=parent.session_id,

@@ -36,8 +36,8 @@ from protocols.errors import (
 from runtime import Decision, EventSourcedActor, Reply, TimerFired, TimerScheduled
 from runtime.lowlevel import timer_decision
 
-from ._agents import AgentSpec
-from ._session_events import RunResult
+from ._agents import AgentSpec, resolve_format
+from ._session_events import RunResult, typed_result
 from ._session_spawn import spawn_agent
 from ._workflow_events import (
     SignalReceived,
@@ -563,9 +563,10 @@ class WorkflowContext:
         """
         index = self._next_index()
         recorded = self._recorded(index, "agent", spec.name)
+        _, output_type = resolve_format(spec.response_format)
         if recorded is not None:
             await trio.lowlevel.checkpoint()
-            return _CONVERTER.structure(recorded.result, RunResult)
+            return typed_result(_CONVERTER.structure(recorded.result, RunResult), output_type)
         session_id = f"{self.id}.{index}"
         session = await self._attach(spec, session_id)
         self._actor.sessions[session_id] = session
@@ -573,7 +574,9 @@ class WorkflowContext:
             result = await session._submit(input, run_id=f"{session_id}:run", budget=spec.budget)
         finally:
             self._actor.sessions.pop(session_id, None)
-        await self._record(index, "agent", spec.name, to_json(result))
+        # The log keeps the JSON answer; the spec's class is applied on the way out.
+        raw = attrs.evolve(result, output=result.raw_output)
+        await self._record(index, "agent", spec.name, to_json(raw))
         return result
 
     async def _attach(self, spec: AgentSpec, session_id: str) -> Session:

@@ -217,6 +217,7 @@ def _described(schema: dict[str, JsonValue], note: str | None) -> dict[str, Json
     return schema
 
 
+@final
 class SchemaBuilder:
     """Maps Python annotations to JSON Schema, collecting the classes in ``$defs``.
 
@@ -373,7 +374,7 @@ class SchemaBuilder:
             return {"$ref": f"#/$defs/{cls.__name__}"}
         name = self._names.get(cls)
         if name is None:
-            name = cls.__qualname__
+            name = cls.__name__
             if name in self._defs or name in self._names.values():
                 name = f"{cls.__module__}.{cls.__qualname__}"
             self._names[cls] = name
