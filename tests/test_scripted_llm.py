@@ -1,4 +1,4 @@
-"""The public LLM test doubles: ScriptedLLM, FunctionLLM, and protocols' MockTransport."""
+"""The kernel's LLM test doubles: FunctionLLM, the general one, and ScriptedLLM built on it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from protocols import (
     UserMessage,
 )
 from protocols.errors import LLMRateLimitedError, ScriptExhaustedError
-from protocols.transports import MockTransport
 from runtime.testing import FunctionLLM, ScriptedLLM
 
 
@@ -44,7 +43,9 @@ async def test_scripted_fifo_records_and_raises() -> None:
     assert info.value is error
     assert await llm.complete(_request("three")) == ANSWER
     assert [r.messages[0] for r in llm.requests] == [
-        UserMessage("one"), UserMessage("two"), UserMessage("three")
+        UserMessage("one"),
+        UserMessage("two"),
+        UserMessage("three"),
     ]
     llm.assert_complete()
     assert repr(llm) == "ScriptedLLM(remaining=0, requests=3)"
@@ -146,12 +147,39 @@ async def test_function_llm_errors_propagate() -> None:
     assert (info.value.code, str(info.value)) == ("llm.rate_limited", "busy")
 
 
-async def test_mock_transport_and_protocol() -> None:
-    """MockTransport answers from its handler; all three doubles satisfy the LLM protocol."""
-    transport = MockTransport(lambda request: ANSWER, chunk_size=5)
-    async with transport:
-        assert await transport.complete(_request("q")) == ANSWER
-        async with transport.stream(_request("q")) as stream:
+async def test_the_doubles_satisfy_the_protocol() -> None:
+    doubles: list[LLM] = [ScriptedLLM([ANSWER]), FunctionLLM(lambda r: ANSWER)]
+    for llm in doubles:
+        async with llm.stream(_request("q")) as stream:
             assert await stream.final_response() == ANSWER
-    doubles: list[LLM] = [transport, ScriptedLLM(), FunctionLLM(lambda r: ANSWER)]
-    assert len(doubles) == 3
+
+
+async def test_latency_takes_trio_time_spread_over_the_stream(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A call takes ``latency`` seconds of virtual time, whole or spread between deltas."""
+    llm = FunctionLLM(lambda r: ANSWER, chunk_size=4, latency=2.0)
+    start = trio.current_time()
+    assert await llm.complete(_request("q")) == ANSWER
+    assert trio.current_time() - start == 2.0
+    seen: list[float] = []
+    async with llm.stream(_request("q")) as stream:
+        async for _ in stream:
+            seen.append(trio.current_time() - start)
+    assert len(seen) > 2
+    assert seen[-1] == pytest.approx(4.0)
+    assert seen == sorted(seen)
+    assert seen[0] < 3.0
+    with pytest.raises(ValueError, match="latency must be >= 0 seconds, got -1"):
+        FunctionLLM(lambda r: ANSWER, latency=-1)
+
+
+async def test_a_call_cancelled_before_it_reaches_the_model_takes_no_answer() -> None:
+    """A cancelled call leaves the script and the recorded requests as they were."""
+    llm = ScriptedLLM([ANSWER])
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await llm.complete(_request("q"))
+    assert (llm.requests, llm.remaining) == ([], (ANSWER,))
+    assert await llm.complete(_request("q")) == ANSWER
+    llm.assert_complete()

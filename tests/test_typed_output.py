@@ -27,6 +27,7 @@ from actors import (
     tool,
     workflow,
 )
+from actors._tool_runner import _render
 from actors.events import RunFinished, RunStarted
 from protocols import (
     LLMRequest,
@@ -365,3 +366,8 @@ def test_importing_powertrio_never_imports_pydantic() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "False"
+
+
+def test_a_model_a_tool_returns_is_told_to_the_model_as_json() -> None:
+    assert _render(PQuery(terms=["a"], limit=2)) == '{"terms":["a"],"limit":2}'
+    assert _render(Query(["a"])) == '{"terms":["a"],"kind":"chore"}'

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import final
-
 import orjson
-import trio
 
 from protocols import (
     LLMRequest,
     LLMResponse,
-    LLMStream,
-    StreamDelta,
     SystemMessage,
     ToolCall,
     ToolResultMessage,
     Usage,
     UserMessage,
-    response_deltas,
 )
+from runtime.testing import FunctionLLM
 
-__all__ = ["HELPER_PROMPT", "SYSTEM_PROMPT", "DemoLLM"]
+__all__ = ["HELPER_PROMPT", "SYSTEM_PROMPT", "demo_answer", "demo_llm"]
 
 SYSTEM_PROMPT = (
     "You are a capable assistant running on powertrio. Break big tasks into parts and give "
@@ -105,39 +99,12 @@ def _response(
     )
 
 
-@final
-class DemoLLM:
-    """A deterministic stand-in for a provider: :func:`demo_answer`, streamed word by word.
+def demo_llm(delay: float = 0.0) -> FunctionLLM:
+    """The demo model: :func:`demo_answer` as a :class:`~runtime.testing.FunctionLLM`,
+    deterministic and offline, streamed in small pieces.
 
     Args:
         delay (float): seconds each answer takes, spread over its streamed pieces, so a
             person (or a terminal test) can watch the tree grow; 0 answers at once.
     """
-
-    def __init__(self, delay: float = 0.0) -> None:
-        self._delay = max(0.0, delay)
-        self.calls = 0
-        """How many requests were answered."""
-
-    def __repr__(self) -> str:
-        return f"DemoLLM(delay={self._delay}, calls={self.calls})"
-
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Answer in one piece, after the whole delay."""
-        self.calls += 1
-        await trio.sleep(self._delay)
-        return demo_answer(request)
-
-    def stream(self, request: LLMRequest) -> LLMStream:
-        """Answer as a stream of deltas, the delay spread between them."""
-        self.calls += 1
-        return LLMStream(lambda: self._source(request))
-
-    async def _source(self, request: LLMRequest) -> AsyncGenerator[StreamDelta | LLMResponse, None]:
-        response = demo_answer(request)
-        deltas = response_deltas(response, chunk_size=6)
-        pause = self._delay / max(1, len(deltas))
-        for delta in deltas:
-            await trio.sleep(pause)
-            yield delta
-        yield response
+    return FunctionLLM(demo_answer, chunk_size=6, latency=max(0.0, delay))

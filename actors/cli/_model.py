@@ -22,7 +22,7 @@ from protocols.transports import ProviderConfig, transport_from_config
 from runtime import Runtime
 
 from ._common import CliContext
-from ._demo import HELPER_PROMPT, SYSTEM_PROMPT, DemoLLM
+from ._demo import HELPER_PROMPT, SYSTEM_PROMPT, demo_llm
 from ._local_llm import LOCAL_MODEL_NAME, local_llm_missing, open_local_llm_server
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ async def open_llm(ctx: CliContext, choice: ModelChoice) -> AsyncIterator[LLM]:
     """The model of ``choice``, open for the block (a local server runs as long)."""
     if choice.kind == "demo":
         delay = float(os.environ.get("POWERTRIO_DEMO_DELAY", DEMO_DELAY))
-        yield DemoLLM(delay=delay)
+        yield demo_llm(delay)
         return
     config = choice.config
     with ExitStack() as stack:

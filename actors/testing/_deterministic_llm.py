@@ -55,6 +55,11 @@ class DeterministicLLM:
     script it asks ``model`` (an app's own model logic, such as a ``FunctionLLM``) if one
     is given, else answers ``then``, a final answer, so every run ends.
 
+    Of the three LLM doubles (``FunctionLLM``, ``ScriptedLLM`` on it, and this one, also
+    built on ``FunctionLLM``), this is the one for tests with crashes and restarts, such
+    as the :class:`RuntimeHarness`'s: a ``ScriptedLLM`` would give a retried request the
+    next answer instead.
+
     Each call waits ``latency`` seconds of Trio time first (virtual under ``MockClock``),
     so operations can happen while a call is in flight. Every call is recorded in
     :attr:`calls`, with the store's head position when ``store`` is given.

@@ -1,4 +1,9 @@
-"""LLM transports over httpx: OpenAI-compatible Chat Completions, Anthropic Messages, a mock."""
+"""LLM transports over httpx: OpenAI-compatible Chat Completions and Anthropic Messages.
+
+In tests, give a session an ``LLM`` double of ``runtime.testing`` (``FunctionLLM``,
+``ScriptedLLM``) instead; the transports themselves are tested against a scripted
+loopback HTTP server.
+"""
 
 from __future__ import annotations
 
@@ -20,8 +25,6 @@ from ._errors import parse_retry_after as parse_retry_after
 from ._factory import provider_configured as provider_configured
 from ._factory import transport_from_config as transport_from_config
 from ._factory import transport_from_env as transport_from_env
-from ._mock import MockHandler as MockHandler
-from ._mock import MockTransport as MockTransport
 from ._openai import OpenAITransport as OpenAITransport
 from ._retry import Attempt as Attempt
 from ._retry import AttemptObserver as AttemptObserver
