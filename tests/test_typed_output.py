@@ -21,12 +21,14 @@ import pytest
 from actors import (
     AgentSpec,
     WorkflowContext,
+    replay_session,
     spawn_agent,
     spawn_session,
     start_workflow,
     tool,
     workflow,
 )
+from actors._session_events import typed_result
 from actors._tool_runner import _render
 from actors.events import RunFinished, RunStarted
 from protocols import (
@@ -371,3 +373,19 @@ def test_importing_powertrio_never_imports_pydantic() -> None:
 def test_a_model_a_tool_returns_is_told_to_the_model_as_json() -> None:
     assert _render(PQuery(terms=["a"], limit=2)) == '{"terms":["a"],"limit":2}'
     assert _render(Query(["a"])) == '{"terms":["a"],"kind":"chore"}'
+
+
+async def test_a_typed_session_replays_from_its_log(tmp_path: Path) -> None:
+    """The recorded schema and answer replay against the spec with the class: the same
+    request is asked for, and the folded result structures into the same instance."""
+    planner = AgentSpec(name="planner", response_format=Plan)
+    path = tmp_path / "log.sqlite"
+    async with open_sqlite_store(path) as store, open_runtime(store=store) as rt:
+        root = await spawn_agent(rt, planner, llm=ScriptedLLM([text(ANSWER)]), session_id="p")
+        await root.send("plan it", id="r1")
+    async with open_sqlite_store(path) as store:
+        replayed = await replay_session(store, "p", planner)
+    assert replayed.checked == 1
+    result = replayed.state.results["r1"]
+    assert result.output == result.raw_output == ANSWER
+    assert typed_result(result, OutputType.of(Plan)).output == PLAN
