@@ -14,9 +14,9 @@ import collections.abc
 import enum
 import inspect
 import itertools
+import linecache
 import re
 import sys
-import textwrap
 import types
 import typing
 from typing import (
@@ -191,24 +191,48 @@ def _own_doc(cls: type) -> str:
 
 
 def _attribute_docs(cls: type) -> dict[str, str]:
-    """The string literals written under a class's annotated fields, by field name."""
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError):
+    """The string literals written under a class's annotated fields, by field name.
+
+    Each module's source is parsed once (``inspect.getsource`` would search it again for
+    every class); a class whose source cannot be found has none.
+    """
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
         return {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    docs: dict[str, str] = {}
-    for node, after in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(inspect.cleandoc(after.value.value).split())
-    return docs
+    table = _MODULE_DOCS.get(path)
+    if table is None:
+        try:
+            tree = ast.parse("".join(linecache.getlines(path)))
+        except (SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        table = _MODULE_DOCS[path] = {}
+        _collect_docs(tree.body, "", table)
+    return table.get(cls.__qualname__, {})
+
+
+_MODULE_DOCS: dict[str, dict[str, dict[str, str]]] = {}
+"""Per source file: class qualname -> field name -> the string literal under it."""
+
+
+def _collect_docs(body: list[ast.stmt], prefix: str, table: dict[str, dict[str, str]]) -> None:
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            _collect_docs(node.body, f"{prefix}{node.name}.<locals>.", table)
+        elif isinstance(node, ast.ClassDef):
+            docs: dict[str, str] = {}
+            for field, after in itertools.pairwise(node.body):
+                if (
+                    isinstance(field, ast.AnnAssign)
+                    and isinstance(field.target, ast.Name)
+                    and isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)
+                ):
+                    docs[field.target.id] = " ".join(inspect.cleandoc(after.value.value).split())
+            if docs:
+                table[f"{prefix}{node.name}"] = docs
+            _collect_docs(node.body, f"{prefix}{node.name}.", table)
 
 
 def _described(schema: dict[str, JsonValue], note: str | None) -> dict[str, JsonValue]:

@@ -352,3 +352,14 @@ def test_a_pydantic_model_that_does_not_fit_names_the_field() -> None:
     with pytest.raises(ValueError, match="age") as caught:
         OutputType.of(Person).structure({"name": "Ada", "age": "many"})
     assert str(caught.value).startswith("$: ValidationError: 1 validation error for Person")
+
+
+def test_a_local_class_gets_its_field_docstrings_too() -> None:
+    @attrs.frozen
+    class Local:
+        size: int
+        """How big."""
+
+    assert json_schema_of(Local)["properties"] == {
+        "size": {"type": "integer", "description": "How big."}
+    }
