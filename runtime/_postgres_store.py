@@ -6,7 +6,7 @@ append. psycopg's sync connections release the GIL while they wait on the socket
 this store runs them in threads, as the SQLite store does: appends and maintenance
 writes are queued to one writer thread with its own connection (``_postgres_writer``),
 which commits everything queued so far in one transaction (group commit: one round of
-statements and one WAL flush for many appends), and reads run in ``trio.to_thread`` on a
+statements and one WAL flush for many appends), and reads run in worker threads on a
 small pool of autocommit connections, so they never wait behind a commit. A single
 writer connection beat a pool of writer connections here: with a pool each append pays
 its own transaction and flush, while one queue lets the batch grow with the load. The
@@ -15,6 +15,7 @@ tables and SQL live in ``_postgres_schema``.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -56,7 +57,7 @@ from ._postgres_schema import (
     row_to_event,
 )
 from ._postgres_writer import PostgresWriter
-from ._virtual_time import hold_virtual_clock
+from ._virtual_time import hold_virtual_clock, run_in_thread, start_flight
 
 if TYPE_CHECKING:
     import psycopg
@@ -165,7 +166,10 @@ class PostgresEventStore:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
         pending = self._writer.enqueue_append(
-            stream, events if type(events) is tuple else tuple(events), expected_version
+            stream,
+            events if type(events) is tuple else tuple(events),
+            expected_version,
+            start_flight(),
         )
         if pending is None:
             await trio.lowlevel.checkpoint()
@@ -186,7 +190,7 @@ class PostgresEventStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise StoreClosedError()
-        job = self._writer.enqueue_job(fn)
+        job = self._writer.enqueue_job(fn, start_flight())
         if job is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
@@ -258,8 +262,7 @@ class PostgresEventStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         async with self._reader_limit:
-            with hold_virtual_clock():
-                return await trio.to_thread.run_sync(self._read_sync, fn)
+            return await run_in_thread(functools.partial(self._read_sync, fn))
 
     def _read_sync(self, fn: Callable[[psycopg.Connection], T]) -> T:
         conn = self._readers.take()
@@ -492,7 +495,7 @@ async def open_postgres_store(
             conn.close()
             raise
 
-    conn, head = await trio.to_thread.run_sync(opening)
+    conn, head = await run_in_thread(opening)
     signal = CommitSignal(head)
     writer = PostgresWriter(
         dsn=dsn,
