@@ -57,7 +57,7 @@ from ._postgres_schema import (
     row_to_event,
 )
 from ._postgres_writer import PostgresWriter
-from ._virtual_time import hold_virtual_clock, run_in_thread, start_flight
+from ._virtual_time import VirtualRun, run_in_thread, virtual_run
 
 if TYPE_CHECKING:
     import psycopg
@@ -129,6 +129,8 @@ class PostgresEventStore:
     _clock: Callable[[], float]
     _writer: PostgresWriter
     _signal: CommitSignal
+    # Under a MockClock (fixed for the run): appends are flights; None costs nothing.
+    _virtual: VirtualRun | None
     _poll_interval: float
     _reader_limit: trio.CapacityLimiter
     _readers: _ReaderPool
@@ -169,13 +171,12 @@ class PostgresEventStore:
             stream,
             events if type(events) is tuple else tuple(events),
             expected_version,
-            start_flight(),
+            None if self._virtual is None else self._virtual.start_flight(),
         )
         if pending is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
-        with hold_virtual_clock():
-            await trio.lowlevel.wait_task_rescheduled(pending.abort)
+        await self._park(pending.abort)
         if pending.outcome is not None:
             raise pending.outcome
         return AppendResult(
@@ -185,17 +186,30 @@ class PostgresEventStore:
             last_position=pending.last_position,
         )
 
+    async def _park(self, abort: Callable[[object], trio.lowlevel.Abort]) -> None:
+        """Wait for the writer thread to resume this task (holding a virtual clock)."""
+        virtual = self._virtual
+        if virtual is None:
+            await trio.lowlevel.wait_task_rescheduled(abort)
+            return
+        virtual.hold()
+        try:
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        finally:
+            virtual.release()
+
     async def _run_write(self, fn: Callable[[psycopg.Connection], T]) -> T:
         """Run ``fn`` on the write connection, in the writer thread, between commits."""
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise StoreClosedError()
-        job = self._writer.enqueue_job(fn, start_flight())
+        job = self._writer.enqueue_job(
+            fn, None if self._virtual is None else self._virtual.start_flight()
+        )
         if job is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
-        with hold_virtual_clock():
-            await trio.lowlevel.wait_task_rescheduled(job.abort)
+        await self._park(job.abort)
         if job.error is not None:
             raise job.error
         return cast(T, job.result)
@@ -518,6 +532,7 @@ async def open_postgres_store(
         clock=clock,
         writer=writer,
         signal=signal,
+        virtual=virtual_run(),
         poll_interval=poll_interval,
         reader_limit=trio.CapacityLimiter(readers),
         readers=_ReaderPool(dsn=dsn, schema=schema, server=server, connect_timeout=connect_timeout),

@@ -63,7 +63,7 @@ from ._sqlite_schema import (
 )
 from ._sqlite_writer import SqliteWriter
 from ._store_ops import CheckProblem, CheckReport
-from ._virtual_time import hold_virtual_clock, run_in_thread, start_flight
+from ._virtual_time import VirtualRun, run_in_thread, virtual_run
 
 __all__ = ["SqliteEventStore", "open_sqlite_store"]
 
@@ -115,6 +115,8 @@ class SqliteEventStore:
     _clock: Callable[[], float]
     _writer: SqliteWriter
     _signal: CommitSignal
+    # Under a MockClock (fixed for the run): appends are flights; None costs nothing.
+    _virtual: VirtualRun | None
     _readers: list[sqlite3.Connection] = attrs.field(factory=list)
     _reader_limit: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(4))
     _readers_guard: threading.Lock = attrs.field(factory=threading.Lock)
@@ -150,17 +152,24 @@ class SqliteEventStore:
             raise StoreClosedError()
         # No checkpoint_if_cancelled first: parking is the checkpoint, and a caller that
         # is already cancelled is taken straight back out of the queue by ``abort``.
+        virtual = self._virtual
         pending = self._writer.enqueue_append(
             stream,
             events if type(events) is tuple else tuple(events),
             expected_version,
-            start_flight(),
+            None if virtual is None else virtual.start_flight(),
         )
         if pending is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
-        with hold_virtual_clock():
+        if virtual is None:
             await trio.lowlevel.wait_task_rescheduled(pending.abort)
+        else:
+            virtual.hold()
+            try:
+                await trio.lowlevel.wait_task_rescheduled(pending.abort)
+            finally:
+                virtual.release()
         if pending.outcome is not None:
             raise pending.outcome
         if not self._appended.is_set():
@@ -379,12 +388,19 @@ class SqliteEventStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise StoreClosedError()
-        job = self._writer.enqueue_job(fn, start_flight())
+        virtual = self._virtual
+        job = self._writer.enqueue_job(fn, None if virtual is None else virtual.start_flight())
         if job is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
-        with hold_virtual_clock():
+        if virtual is None:
             await trio.lowlevel.wait_task_rescheduled(job.abort)
+        else:
+            virtual.hold()
+            try:
+                await trio.lowlevel.wait_task_rescheduled(job.abort)
+            finally:
+                virtual.release()
         if job.error is not None:
             raise job.error
         return cast(T, job.result)
@@ -667,7 +683,9 @@ async def open_sqlite_store(
         index_lag=index_lag,
         wal_limit=wal_limit,
     )
-    store = SqliteEventStore(path=where, clock=clock, writer=writer, signal=signal)
+    store = SqliteEventStore(
+        path=where, clock=clock, writer=writer, signal=signal, virtual=virtual_run()
+    )
     try:
         writer.start()
         with unwrap_single_error():  # an error from the block comes out bare, not in a group

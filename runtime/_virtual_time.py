@@ -16,7 +16,7 @@ runtime's thread work is therefore a *flight*:
 - while a flight is in the air the clock's autojump is suspended, so virtual time cannot
   move (:func:`hold_virtual_clock`);
 - before each of its I/O waits the run loop blocks until every flight in the air has
-  posted its result back to Trio (an instrument of the run, :class:`_VirtualRun`). A
+  posted its result back to Trio (an instrument of the run, :class:`VirtualRun`). A
   thread's work thus takes exactly one pass of the scheduler, whatever its wall time, and
   the tasks it wakes join the same batch in every play.
 
@@ -44,10 +44,12 @@ import trio.testing
 __all__ = [
     "TOOL_GRACE",
     "Flight",
+    "VirtualRun",
     "hold_virtual_clock",
     "run_in_thread",
     "run_sync_in_thread",
     "start_flight",
+    "virtual_run",
 ]
 
 T = TypeVar("T")
@@ -67,7 +69,7 @@ class Flight:
 
     __slots__ = ("_grace_end", "_run")
 
-    def __init__(self, run: _VirtualRun, grace: float | None) -> None:
+    def __init__(self, run: VirtualRun, grace: float | None) -> None:
         self._run = run
         self._grace_end = math.inf if grace is None else time.monotonic() + grace
 
@@ -80,7 +82,7 @@ class Flight:
 
 
 @final
-class _VirtualRun(trio.abc.Instrument):
+class VirtualRun(trio.abc.Instrument):
     """The virtual-time state of one ``trio.run`` on a ``MockClock``, and its instrument."""
 
     def __init__(self, clock: trio.testing.MockClock) -> None:
@@ -112,18 +114,29 @@ class _VirtualRun(trio.abc.Instrument):
         if self.holds == 0:
             self.clock.autojump_threshold = self.saved_threshold
 
+    def start_flight(self, grace: float | None = None) -> Flight:
+        """See :func:`start_flight`."""
+        flight = Flight(self, grace)
+        with self.condition:
+            self.flights.add(flight)
+        return flight
 
-_RUN: trio.lowlevel.RunVar[_VirtualRun | None] = trio.lowlevel.RunVar("powertrio_virtual_run")
+
+_RUN: trio.lowlevel.RunVar[VirtualRun | None] = trio.lowlevel.RunVar("powertrio_virtual_run")
 
 
-def _virtual_run() -> _VirtualRun | None:
-    """This run's virtual-time state; ``None`` under a real clock."""
+def virtual_run() -> VirtualRun | None:
+    """This run's virtual-time state; ``None`` under a real clock.
+
+    The clock of a run never changes: a store asks once when it opens and keeps the
+    answer, so under a real clock its hot path pays nothing.
+    """
     try:
         return _RUN.get()
     except LookupError:
         pass
     clock = trio.lowlevel.current_clock()
-    run = _VirtualRun(clock) if isinstance(clock, trio.testing.MockClock) else None
+    run = VirtualRun(clock) if isinstance(clock, trio.testing.MockClock) else None
     if run is not None:
         trio.lowlevel.add_instrument(run)
     _RUN.set(run)
@@ -141,7 +154,7 @@ def hold_virtual_clock() -> Iterator[None]:
     other tasks' steps: the runtime's own thread work also lands in a fixed pass of the
     scheduler (see this module).
     """
-    run = _virtual_run()
+    run = virtual_run()
     if run is None:
         yield
         return
@@ -163,13 +176,8 @@ def start_flight(*, grace: float | None = None) -> Flight | None:
         grace (float | None): wall seconds after which the loop stops waiting for it;
             ``None`` (the store's own work, which never waits for Trio) waits for good.
     """
-    run = _virtual_run()
-    if run is None:
-        return None
-    flight = Flight(run, grace)
-    with run.condition:
-        run.flights.add(flight)
-    return flight
+    run = virtual_run()
+    return None if run is None else run.start_flight(grace)
 
 
 async def run_in_thread(fn: Callable[[], T], *, name: str = "powertrio thread") -> T:
@@ -180,7 +188,7 @@ async def run_in_thread(fn: Callable[[], T], *, name: str = "powertrio thread") 
     only then lands, so the run loop resumes the caller in a fixed pass. Not cancellable
     once started (like ``to_thread.run_sync``); ``fn`` must never wait for Trio.
     """
-    run = _virtual_run()
+    run = virtual_run()
     if run is None:
         return await trio.to_thread.run_sync(fn)
     await trio.lowlevel.checkpoint_if_cancelled()
@@ -249,7 +257,7 @@ async def run_sync_in_thread(fn: Callable[[], T], *, abandon_on_cancel: bool = F
         fn (Callable[[], T]): the blocking work.
         abandon_on_cancel (bool): as in ``trio.to_thread.run_sync``.
     """
-    if _virtual_run() is None:
+    if virtual_run() is None:
         return await trio.to_thread.run_sync(fn, abandon_on_cancel=abandon_on_cancel)
     limiter = _ArmingLimiter(trio.to_thread.current_default_thread_limiter())
 
