@@ -151,8 +151,9 @@ def hold_virtual_clock() -> Iterator[None]:
     thread's reply): the clock's autojump is suspended until the block exits, so virtual
     time stands still however long the thread takes. Nestable and shared by every task of
     the run; a no-op under a real clock. It does not order the thread's result among the
-    other tasks' steps: the runtime's own thread work also lands in a fixed pass of the
-    scheduler (see this module).
+    other tasks' steps, and ``trio.testing.wait_all_tasks_blocked`` may return while the
+    thread runs: the runtime's own thread work, and :func:`run_sync_in_thread`, also land
+    in a fixed pass of the scheduler (see this module).
     """
     run = virtual_run()
     if run is None:
