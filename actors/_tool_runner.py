@@ -31,7 +31,7 @@ from protocols.errors import (
     ToolTimeoutError,
 )
 from protocols.lowlevel import unwrap_single_error
-from runtime.lowlevel import hold_virtual_clock
+from runtime.lowlevel import run_sync_in_thread
 
 from ._tools import _CONVERTER, Tool, ToolContext, ToolRegistry
 
@@ -307,8 +307,7 @@ async def _invoke(
     try:
         if target.kind == "sync":
             bound = functools.partial(target.function, *positional, **keywords)
-            with hold_virtual_clock():
-                return await trio.to_thread.run_sync(bound, abandon_on_cancel=True)
+            return await run_sync_in_thread(bound, abandon_on_cancel=True)
         if target.kind == "asyncio":
             import trio_asyncio  # noqa: PLC0415 - only asyncio tools pay for loading it
 

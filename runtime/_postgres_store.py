@@ -6,7 +6,7 @@ append. psycopg's sync connections release the GIL while they wait on the socket
 this store runs them in threads, as the SQLite store does: appends and maintenance
 writes are queued to one writer thread with its own connection (``_postgres_writer``),
 which commits everything queued so far in one transaction (group commit: one round of
-statements and one WAL flush for many appends), and reads run in ``trio.to_thread`` on a
+statements and one WAL flush for many appends), and reads run in worker threads on a
 small pool of autocommit connections, so they never wait behind a commit. A single
 writer connection beat a pool of writer connections here: with a pool each append pays
 its own transaction and flush, while one queue lets the batch grow with the load. The
@@ -15,6 +15,7 @@ tables and SQL live in ``_postgres_schema``.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -56,7 +57,7 @@ from ._postgres_schema import (
     row_to_event,
 )
 from ._postgres_writer import PostgresWriter
-from ._virtual_time import hold_virtual_clock
+from ._virtual_time import VirtualRun, run_in_thread, virtual_run
 
 if TYPE_CHECKING:
     import psycopg
@@ -128,6 +129,8 @@ class PostgresEventStore:
     _clock: Callable[[], float]
     _writer: PostgresWriter
     _signal: CommitSignal
+    # Under a MockClock (fixed for the run): appends are flights; None costs nothing.
+    _virtual: VirtualRun | None
     _poll_interval: float
     _reader_limit: trio.CapacityLimiter
     _readers: _ReaderPool
@@ -165,13 +168,15 @@ class PostgresEventStore:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
         pending = self._writer.enqueue_append(
-            stream, events if type(events) is tuple else tuple(events), expected_version
+            stream,
+            events if type(events) is tuple else tuple(events),
+            expected_version,
+            None if self._virtual is None else self._virtual.start_flight(),
         )
         if pending is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
-        with hold_virtual_clock():
-            await trio.lowlevel.wait_task_rescheduled(pending.abort)
+        await self._park(pending.abort)
         if pending.outcome is not None:
             raise pending.outcome
         return AppendResult(
@@ -181,17 +186,30 @@ class PostgresEventStore:
             last_position=pending.last_position,
         )
 
+    async def _park(self, abort: Callable[[object], trio.lowlevel.Abort]) -> None:
+        """Wait for the writer thread to resume this task (holding a virtual clock)."""
+        virtual = self._virtual
+        if virtual is None:
+            await trio.lowlevel.wait_task_rescheduled(abort)
+            return
+        virtual.hold()
+        try:
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        finally:
+            virtual.release()
+
     async def _run_write(self, fn: Callable[[psycopg.Connection], T]) -> T:
         """Run ``fn`` on the write connection, in the writer thread, between commits."""
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise StoreClosedError()
-        job = self._writer.enqueue_job(fn)
+        job = self._writer.enqueue_job(
+            fn, None if self._virtual is None else self._virtual.start_flight()
+        )
         if job is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
-        with hold_virtual_clock():
-            await trio.lowlevel.wait_task_rescheduled(job.abort)
+        await self._park(job.abort)
         if job.error is not None:
             raise job.error
         return cast(T, job.result)
@@ -258,8 +276,7 @@ class PostgresEventStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         async with self._reader_limit:
-            with hold_virtual_clock():
-                return await trio.to_thread.run_sync(self._read_sync, fn)
+            return await run_in_thread(functools.partial(self._read_sync, fn))
 
     def _read_sync(self, fn: Callable[[psycopg.Connection], T]) -> T:
         conn = self._readers.take()
@@ -492,7 +509,7 @@ async def open_postgres_store(
             conn.close()
             raise
 
-    conn, head = await trio.to_thread.run_sync(opening)
+    conn, head = await run_in_thread(opening)
     signal = CommitSignal(head)
     writer = PostgresWriter(
         dsn=dsn,
@@ -515,6 +532,7 @@ async def open_postgres_store(
         clock=clock,
         writer=writer,
         signal=signal,
+        virtual=virtual_run(),
         poll_interval=poll_interval,
         reader_limit=trio.CapacityLimiter(readers),
         readers=_ReaderPool(dsn=dsn, schema=schema, server=server, connect_timeout=connect_timeout),

@@ -28,13 +28,14 @@ from ._postgres_schema import (
     lock_key,
     map_errors,
 )
+from ._virtual_time import Flight
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["PendingAppend", "PostgresWriter", "WriteJob"]
 
-_Item = TypeVar("_Item")
+_Item = TypeVar("_Item", "PendingAppend", "WriteJob")
 
 # How often a group is retried when another writer (another node, a stray client) took a
 # version between our read and our insert; the primary key refused it, nothing was written.
@@ -49,6 +50,7 @@ class PendingAppend:
         "events",
         "expected_version",
         "first_position",
+        "flight",
         "last_position",
         "mutex",
         "outcome",
@@ -65,12 +67,15 @@ class PendingAppend:
         expected_version: int,
         queue: list[PendingAppend],
         mutex: threading.Lock,
+        *,
+        flight: Flight | None = None,
     ) -> None:
         self.stream = stream
         self.events = events
         self.expected_version = expected_version
         self.queue = queue
         self.mutex = mutex
+        self.flight = flight
         self.task = trio.lowlevel.current_task()
         # An error, or None: once the caller is resumed, None means committed.
         self.outcome: BaseException | None = None
@@ -85,6 +90,8 @@ class PendingAppend:
                 self.queue.remove(self)
             except ValueError:
                 return trio.lowlevel.Abort.FAILED
+        if self.flight is not None:
+            self.flight.land()  # never handed to the thread: nothing to wait for
         return trio.lowlevel.Abort.SUCCEEDED
 
 
@@ -92,17 +99,19 @@ class PendingAppend:
 class WriteJob:
     """A maintenance write (snapshot, deletion) queued for the writer thread."""
 
-    __slots__ = ("error", "fn", "mutex", "queue", "result", "task")
+    __slots__ = ("error", "flight", "fn", "mutex", "queue", "result", "task")
 
     def __init__(
         self,
         fn: Callable[[psycopg.Connection], object],
         queue: list[WriteJob],
         mutex: threading.Lock,
+        flight: Flight | None = None,
     ) -> None:
         self.fn = fn
         self.queue = queue
         self.mutex = mutex
+        self.flight = flight
         self.task = trio.lowlevel.current_task()
         self.result: object = None
         self.error: BaseException | None = None
@@ -114,6 +123,8 @@ class WriteJob:
                 self.queue.remove(self)
             except ValueError:
                 return trio.lowlevel.Abort.FAILED
+        if self.flight is not None:
+            self.flight.land()  # never handed to the thread: nothing to wait for
         return trio.lowlevel.Abort.SUCCEEDED
 
 
@@ -187,20 +198,33 @@ class PostgresWriter:
         self.thread = thread
 
     def enqueue_append(
-        self, stream: str, events: tuple[NewEvent, ...], expected_version: int
+        self,
+        stream: str,
+        events: tuple[NewEvent, ...],
+        expected_version: int,
+        flight: Flight | None = None,
     ) -> PendingAppend | None:
-        """Queue an append for the next group; ``None`` if the thread has stopped."""
-        pending = PendingAppend(stream, events, expected_version, self._queue, self._mutex)
+        """Queue an append for the next group; ``None`` if the thread has stopped.
+
+        ``flight`` (under virtual time) lands once the caller's wake-up is posted.
+        """
+        pending = PendingAppend(
+            stream, events, expected_version, self._queue, self._mutex, flight=flight
+        )
         return pending if self._enqueue(self._queue, pending) else None
 
-    def enqueue_job(self, fn: Callable[[psycopg.Connection], object]) -> WriteJob | None:
+    def enqueue_job(
+        self, fn: Callable[[psycopg.Connection], object], flight: Flight | None = None
+    ) -> WriteJob | None:
         """Queue a maintenance write between commits; ``None`` if the thread has stopped."""
-        job = WriteJob(fn, self._jobs, self._mutex)
+        job = WriteJob(fn, self._jobs, self._mutex, flight)
         return job if self._enqueue(self._jobs, job) else None
 
     def _enqueue(self, queue: list[_Item], item: _Item) -> bool:
         with self._mutex:
             if self._stopping:
+                if item.flight is not None:
+                    item.flight.land()
                 return False
             queue.append(item)
             if self._idle:
@@ -234,10 +258,10 @@ class PostgresWriter:
             while (work := self._take_work()) is not None:
                 if isinstance(work, WriteJob):
                     self._run_job(work)
-                    self._call_soon(trio.lowlevel.reschedule, work.task)
+                    self._resume_job(work)
                     continue
                 head = self._commit(work)
-                self._call_soon(self._deliver, work, head)
+                self._hand_back(work, head)
         finally:
             self._stop()
 
@@ -270,15 +294,27 @@ class PostgresWriter:
             pending.outcome = StoreClosedError("the event store's writer stopped")
             self.counters.failed_appends += 1
         if left:
-            self._call_soon(self._deliver, left, 0)
+            self._hand_back(left, 0)
         for job in jobs:
             job.error = StoreClosedError("the event store's writer stopped")
-            self._call_soon(trio.lowlevel.reschedule, job.task)
+            self._resume_job(job)
         self._call_soon(self.drained.set)
 
     def _call_soon(self, fn: Callable[..., object], *args: object) -> None:
         with contextlib.suppress(trio.RunFinishedError):
             self._token.run_sync_soon(fn, *args)
+
+    def _resume_job(self, job: WriteJob) -> None:
+        self._call_soon(trio.lowlevel.reschedule, job.task)
+        if job.flight is not None:
+            job.flight.land()
+
+    def _hand_back(self, decided: list[PendingAppend], head: int) -> None:
+        self._call_soon(self._deliver, decided, head)
+        # Under virtual time: only now, with the wake-up posted, may Trio wait for I/O.
+        for pending in decided:
+            if pending.flight is not None:
+                pending.flight.land()
 
     def _deliver(self, decided: list[PendingAppend], head: int) -> None:
         """Resume the callers of a decided group (Trio thread; must not raise)."""

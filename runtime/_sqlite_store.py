@@ -9,6 +9,7 @@ SQL live in ``_sqlite_schema``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sqlite3
@@ -62,7 +63,7 @@ from ._sqlite_schema import (
 )
 from ._sqlite_writer import SqliteWriter
 from ._store_ops import CheckProblem, CheckReport
-from ._virtual_time import hold_virtual_clock
+from ._virtual_time import VirtualRun, run_in_thread, virtual_run
 
 __all__ = ["SqliteEventStore", "open_sqlite_store"]
 
@@ -114,6 +115,8 @@ class SqliteEventStore:
     _clock: Callable[[], float]
     _writer: SqliteWriter
     _signal: CommitSignal
+    # Under a MockClock (fixed for the run): appends are flights; None costs nothing.
+    _virtual: VirtualRun | None
     _readers: list[sqlite3.Connection] = attrs.field(factory=list)
     _reader_limit: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(4))
     _readers_guard: threading.Lock = attrs.field(factory=threading.Lock)
@@ -149,14 +152,24 @@ class SqliteEventStore:
             raise StoreClosedError()
         # No checkpoint_if_cancelled first: parking is the checkpoint, and a caller that
         # is already cancelled is taken straight back out of the queue by ``abort``.
+        virtual = self._virtual
         pending = self._writer.enqueue_append(
-            stream, events if type(events) is tuple else tuple(events), expected_version
+            stream,
+            events if type(events) is tuple else tuple(events),
+            expected_version,
+            None if virtual is None else virtual.start_flight(),
         )
         if pending is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
-        with hold_virtual_clock():
+        if virtual is None:
             await trio.lowlevel.wait_task_rescheduled(pending.abort)
+        else:
+            virtual.hold()
+            try:
+                await trio.lowlevel.wait_task_rescheduled(pending.abort)
+            finally:
+                virtual.release()
         if pending.outcome is not None:
             raise pending.outcome
         if not self._appended.is_set():
@@ -174,7 +187,7 @@ class SqliteEventStore:
         A PASSIVE checkpoint on its own connection neither blocks the writer nor readers;
         once it has copied everything, SQLite restarts the WAL from its beginning.
         """
-        conn = await trio.to_thread.run_sync(lambda: connect(self._path, read_only=False))
+        conn = await run_in_thread(lambda: connect(self._path, read_only=False))
         try:
             with self._checkpoint_scope:
                 await self._checkpoint_loop(conn, interval)
@@ -194,8 +207,7 @@ class SqliteEventStore:
                 continue
             seen = commits
             try:
-                with hold_virtual_clock():
-                    await trio.to_thread.run_sync(self._checkpoint_passive, conn)
+                await run_in_thread(functools.partial(self._checkpoint_passive, conn))
             except sqlite3.Error:  # the next round tries again, but never silently
                 self._writer.counters.checkpoint_failures += 1
                 logger.exception("event log %r: the WAL checkpoint failed", self._path)
@@ -214,8 +226,7 @@ class SqliteEventStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         async with self._reader_limit:
-            with hold_virtual_clock():
-                return await trio.to_thread.run_sync(self._read_sync, fn)
+            return await run_in_thread(functools.partial(self._read_sync, fn))
 
     def _read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self._readers_guard:
@@ -377,12 +388,19 @@ class SqliteEventStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise StoreClosedError()
-        job = self._writer.enqueue_job(fn)
+        virtual = self._virtual
+        job = self._writer.enqueue_job(fn, None if virtual is None else virtual.start_flight())
         if job is None:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
-        with hold_virtual_clock():
+        if virtual is None:
             await trio.lowlevel.wait_task_rescheduled(job.abort)
+        else:
+            virtual.hold()
+            try:
+                await trio.lowlevel.wait_task_rescheduled(job.abort)
+            finally:
+                virtual.release()
         if job.error is not None:
             raise job.error
         return cast(T, job.result)
@@ -650,7 +668,7 @@ async def open_sqlite_store(
     if synchronous not in ("FULL", "NORMAL", "OFF"):
         raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'OFF', got {synchronous!r}")
     where = os.fspath(path)
-    conn, head = await trio.to_thread.run_sync(
+    conn, head = await run_in_thread(
         lambda: open_database(where, synchronous=synchronous, verify=verify)
     )
     signal = CommitSignal(head)
@@ -665,7 +683,9 @@ async def open_sqlite_store(
         index_lag=index_lag,
         wal_limit=wal_limit,
     )
-    store = SqliteEventStore(path=where, clock=clock, writer=writer, signal=signal)
+    store = SqliteEventStore(
+        path=where, clock=clock, writer=writer, signal=signal, virtual=virtual_run()
+    )
     try:
         writer.start()
         with unwrap_single_error():  # an error from the block comes out bare, not in a group

@@ -39,10 +39,11 @@ from ._sqlite_schema import (
     read_head,
     sweep,
 )
+from ._virtual_time import Flight
 
 __all__ = ["PendingAppend", "SqliteWriter", "WriteJob"]
 
-_Item = TypeVar("_Item")
+_Item = TypeVar("_Item", "PendingAppend", "WriteJob")
 
 logger = logging.getLogger("powertrio.store")
 
@@ -75,6 +76,7 @@ class PendingAppend:
         "events",
         "expected_version",
         "first_position",
+        "flight",
         "last_position",
         "mutex",
         "outcome",
@@ -91,12 +93,15 @@ class PendingAppend:
         expected_version: int,
         queue: list[PendingAppend],
         mutex: threading.Lock,
+        *,
+        flight: Flight | None = None,
     ) -> None:
         self.stream = stream
         self.events = events
         self.expected_version = expected_version
         self.queue = queue
         self.mutex = mutex
+        self.flight = flight
         self.task = trio.lowlevel.current_task()
         # An error, or None: once the caller is resumed, None means committed, with the
         # figures below (set by the writer thread; the caller builds the AppendResult).
@@ -118,6 +123,8 @@ class PendingAppend:
                 self.queue.remove(self)
             except ValueError:
                 return trio.lowlevel.Abort.FAILED
+        if self.flight is not None:
+            self.flight.land()  # never handed to the thread: nothing to wait for
         return trio.lowlevel.Abort.SUCCEEDED
 
 
@@ -125,17 +132,19 @@ class PendingAppend:
 class WriteJob:
     """A maintenance write (snapshot, deletion, vacuum) queued for the writer thread."""
 
-    __slots__ = ("error", "fn", "mutex", "queue", "result", "task")
+    __slots__ = ("error", "flight", "fn", "mutex", "queue", "result", "task")
 
     def __init__(
         self,
         fn: Callable[[sqlite3.Connection], object],
         queue: list[WriteJob],
         mutex: threading.Lock,
+        flight: Flight | None = None,
     ) -> None:
         self.fn = fn
         self.queue = queue
         self.mutex = mutex
+        self.flight = flight
         self.task = trio.lowlevel.current_task()
         self.result: object = None
         self.error: BaseException | None = None
@@ -155,6 +164,8 @@ class WriteJob:
                 self.queue.remove(self)
             except ValueError:
                 return trio.lowlevel.Abort.FAILED
+        if self.flight is not None:
+            self.flight.land()  # never handed to the thread: nothing to wait for
         return trio.lowlevel.Abort.SUCCEEDED
 
 
@@ -295,26 +306,38 @@ class SqliteWriter:
         self.thread = thread
 
     def enqueue_append(
-        self, stream: str, events: tuple[NewEvent, ...], expected_version: int
+        self,
+        stream: str,
+        events: tuple[NewEvent, ...],
+        expected_version: int,
+        flight: Flight | None = None,
     ) -> PendingAppend | None:
         """Queue an append for the next group; ``None`` if the thread has stopped.
 
         The caller parks on the result with ``wait_task_rescheduled(pending.abort)``.
+        ``flight`` (under virtual time) lands once the caller's wake-up is posted.
         """
-        pending = PendingAppend(stream, events, expected_version, self._queue, self._mutex)
+        pending = PendingAppend(
+            stream, events, expected_version, self._queue, self._mutex, flight=flight
+        )
         return pending if self._enqueue(self._queue, pending) else None
 
-    def enqueue_job(self, fn: Callable[[sqlite3.Connection], object]) -> WriteJob | None:
+    def enqueue_job(
+        self, fn: Callable[[sqlite3.Connection], object], flight: Flight | None = None
+    ) -> WriteJob | None:
         """Queue a maintenance write to run between commits; ``None`` if the thread has stopped.
 
         The caller parks on the result with ``wait_task_rescheduled(job.abort)``.
+        ``flight`` (under virtual time) lands once the caller's wake-up is posted.
         """
-        job = WriteJob(fn, self._jobs, self._mutex)
+        job = WriteJob(fn, self._jobs, self._mutex, flight)
         return job if self._enqueue(self._jobs, job) else None
 
     def _enqueue(self, queue: list[_Item], item: _Item) -> bool:
         with self._mutex:
             if self._stopping:  # closing, or the thread died (see _stop): nobody would run it
+                if item.flight is not None:
+                    item.flight.land()
                 return False
             queue.append(item)
             if self._idle:
@@ -372,7 +395,7 @@ class SqliteWriter:
                     decided = []
                     if isinstance(work, WriteJob):
                         work.run(self._conn, self._path)
-                        self._call_soon(trio.lowlevel.reschedule, work.task)
+                        self._resume_job(work)
                     elif work == "sweep":
                         self._sweep_when_idle()
                     continue
@@ -443,7 +466,7 @@ class SqliteWriter:
         self._hand_back(decided + left)
         for job in jobs:
             job.error = StoreClosedError("the event store's writer stopped")
-            self._call_soon(trio.lowlevel.reschedule, job.task)
+            self._resume_job(job)
         self._call_soon(self.drained.set)
 
     def _call_soon(self, fn: Callable[..., object], *args: object) -> None:
@@ -451,9 +474,18 @@ class SqliteWriter:
         with contextlib.suppress(trio.RunFinishedError):  # nobody is left to tell
             self._token.run_sync_soon(fn, *args)
 
+    def _resume_job(self, job: WriteJob) -> None:
+        self._call_soon(trio.lowlevel.reschedule, job.task)
+        if job.flight is not None:
+            job.flight.land()
+
     def _hand_back(self, decided: list[PendingAppend]) -> None:
         if decided:
             self._call_soon(self._deliver, decided, self._db_head)
+            # Under virtual time: only now, with the wake-up posted, may Trio wait for I/O.
+            for pending in decided:
+                if pending.flight is not None:
+                    pending.flight.land()
 
     def _deliver(self, decided: list[PendingAppend], head: int) -> None:
         """Resume the callers of a decided group (Trio thread; must not raise)."""

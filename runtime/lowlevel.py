@@ -17,7 +17,7 @@ from ._timer_book import (
     register_timer_events,
     timer_decision,
 )
-from ._virtual_time import hold_virtual_clock
+from ._virtual_time import hold_virtual_clock, run_sync_in_thread
 
 __all__ = [
     "CONTINUES",
@@ -29,6 +29,7 @@ __all__ = [
     "hold_virtual_clock",
     "is_timer_event",
     "register_timer_events",
+    "run_sync_in_thread",
     "timer_decision",
 ]
 
