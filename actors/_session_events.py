@@ -336,6 +336,35 @@ def repair_prompt(problems: tuple[str, ...]) -> str:
 
 
 @final
+@event_type("session.context_compacted")
+@attrs.frozen(kw_only=True)
+class ContextCompacted:
+    """The model's view of the conversation was compacted: ``summary`` stands for the
+    transcript's messages ``[0, upto)`` in every later request (the log keeps them all).
+
+    ``method`` is ``summary`` (written by the summariser: a recorded model call, never
+    asked again) or ``drop`` (no summariser: the oldest turns were left out, ``summary``
+    empty). Messages are counted in the session's transcript (``SessionState.transcript``).
+    """
+
+    run_id: str
+    upto: int
+    """Messages ``[0, upto)`` of the transcript are compacted."""
+    since: int
+    """Where the previous compaction cut (0 for the first): this one read ``[since, upto)``
+    besides the previous summary."""
+    method: Literal["summary", "drop"]
+    summary: str
+    tokens_before: int
+    """The estimated tokens of the request that was over budget."""
+    usage: Usage = attrs.field(factory=Usage)
+    """The summariser call's tokens (added to the run's and the session's usage)."""
+    model: str = ""
+    request_fingerprint: str = ""
+    """Fingerprint of the summariser's request (replay checks it)."""
+
+
+@final
 @event_type("session.run_finished")
 @attrs.frozen(kw_only=True)
 class RunFinished:
@@ -463,6 +492,8 @@ class SessionState:
     results: Mapping[str, RunResult] = attrs.field(factory=dict)
     usage: Usage = attrs.field(factory=Usage)
     """Tokens used by the whole session."""
+    compacted: ContextCompacted | None = None
+    """The latest compaction of the model's view (``None``: it sees the whole transcript)."""
 
     @property
     def transcript(self) -> tuple[Message, ...]:
@@ -586,6 +617,8 @@ def evolve(state: SessionState, event: object) -> SessionState:
         )
     if isinstance(event, InputQueued):
         return attrs.evolve(state, queued=(*state.queued, event.run))
+    if isinstance(event, ContextCompacted):
+        return _compacted(state, event)
     if isinstance(event, RunFinished):
         return _finished(state, event)
     if isinstance(event, SessionCreated):
@@ -638,6 +671,15 @@ def _finished(state: SessionState, event: RunFinished) -> SessionState:
         error_message=message,
     )
     return attrs.evolve(state, run=None, results={**state.results, event.run_id: result})
+
+
+def _compacted(state: SessionState, event: ContextCompacted) -> SessionState:
+    run = state.run
+    if run is not None and event.usage.total_tokens:
+        by_model = dict(run.usage_by_model)
+        by_model[event.model] = by_model.get(event.model, Usage()) + event.usage
+        run = attrs.evolve(run, usage=run.usage + event.usage, usage_by_model=by_model)
+    return attrs.evolve(state, compacted=event, run=run, usage=state.usage + event.usage)
 
 
 def _timer(state: SessionState, event: object) -> SessionState:

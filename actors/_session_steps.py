@@ -23,7 +23,9 @@ from runtime import PriorityMessage, Request
 
 from ._agents import AgentSpec, child_tools, index_agents, spawn_agent_tool
 from ._budget import Budget, Price
+from ._context import ContextPolicy
 from ._observe import LLMHook, Observer, ObserverBus, ToolHook
+from ._recall import recall_tool
 from ._session_events import (
     ActiveRun,
     ChildFinished,
@@ -194,6 +196,29 @@ class OutOfTime:
 
 
 @attrs.frozen
+class Summarise:
+    """The step: ask the summariser to compact the run's transcript up to ``upto``."""
+
+    run_id: str
+    upto: int
+    since: int
+    request: LLMRequest
+    fingerprint: str
+    tokens_before: int
+
+
+@attrs.frozen
+class Summarised:
+    """The result of a ``Summarise``."""
+
+    run_id: str
+    upto: int
+    response: LLMResponse
+    fingerprint: str
+    tokens_before: int
+
+
+@attrs.frozen
 class RunTools:
     """The step: run the open tool calls of a round (and the children they start)."""
 
@@ -242,6 +267,15 @@ class SessionConfig:
     depth: int = 0
     max_tokens: int | None = None
     temperature: float | None = None
+    context: ContextPolicy | None = None
+    """How much of the conversation the model sees (``None``: all of it)."""
+
+
+def add_context_tools(registry: ToolRegistry, context: ContextPolicy | None) -> None:
+    """Give a session with a context policy the ``recall`` tool (unless it has one)."""
+    if context is None or not context.recall or "recall" in registry.names():
+        return
+    registry.add(recall_tool())
 
 
 def run_tools(config: SessionConfig, run: ActiveRun | None) -> ToolRegistry:
@@ -287,6 +321,7 @@ def session_config(
     max_tokens: int | None = None,
     temperature: float | None = None,
     tool_concurrency: int = 8,
+    context: ContextPolicy | None = None,
 ) -> SessionConfig:
     """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
     limits = (
@@ -300,6 +335,7 @@ def session_config(
             msg = f"{label} must be >= 1, got {value}"
             raise ValueError(msg)
     registry = ToolRegistry.of(*tools)  # a copy: ours to extend
+    add_context_tools(registry, context)
     agents = tuple(agents)
     if agents:
         registry.add(spawn_agent_tool(agents))
@@ -323,6 +359,7 @@ def session_config(
         max_children=max_children,
         max_tokens=max_tokens,
         temperature=temperature,
+        context=context,
     )
     check_limits(response_format, budget, config.prices)
     return config
@@ -341,6 +378,8 @@ def child_config(
         raise ToolNotFoundError(missing[0], tools.names())
     if spec.agents:
         registry.add(spawn_agent_tool(spec.agents))
+    context = spec.context or parent.context
+    add_context_tools(registry, context)
     return attrs.evolve(
         parent,
         session_id=child_id,
@@ -355,4 +394,5 @@ def child_config(
         agents=index_agents(spec.agents),
         parent_id=parent.session_id,
         depth=depth,
+        context=context,
     )

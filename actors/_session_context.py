@@ -1,0 +1,101 @@
+"""The session decider's part in context compaction: pure, like the rest of the decider.
+
+The projection (what a request holds of the conversation) is a function of the folded
+state alone: the latest :class:`ContextCompacted` says where the view starts and what
+stands for the messages before it. So a replay, which folds the same events, builds the
+same requests without a policy's help; the policy only decides *when* to compact, and
+that decision is checked against the log like a model call.
+"""
+
+from __future__ import annotations
+
+from protocols import LLMResponse, Message, SystemMessage, ToolDefinition
+from runtime import Decision
+
+from ._context import clip_summary, plan_cut, projection_digest, summary_message, summary_request
+from ._session_events import ActiveRun, ContextCompacted, SessionState
+from ._session_steps import SessionConfig, Summarise, Summarised
+
+
+def projection(
+    system: str, state: SessionState
+) -> tuple[tuple[Message, ...], tuple[Message, ...], str]:
+    """The request's leading system messages, its conversation and that conversation's
+    fingerprint chain, as the state's latest compaction has it."""
+    history = state.history.closed()
+    lead: tuple[Message, ...] = (SystemMessage(system),) if system else ()
+    compacted = state.compacted
+    if compacted is None:
+        return lead, history.messages, history.digest
+    kept = history.messages[compacted.upto :]
+    lead = (*lead, summary_message(compacted.upto, compacted.summary, compacted.method))
+    return lead, kept, projection_digest(kept)
+
+
+def compaction_step(
+    config: SessionConfig,
+    state: SessionState,
+    run: ActiveRun,
+    system: str,
+    tools: tuple[ToolDefinition, ...],
+) -> Decision | Summarise | None:
+    """What to do before the next model call so its request fits the budget: ask for a
+    summary (:class:`Summarise`), record a dropped range (a :class:`Decision`), or
+    nothing."""
+    policy = config.context
+    if policy is None:
+        return None
+    lead, _, _ = projection(system, state)
+    messages = state.history.closed().messages
+    compacted = state.compacted
+    since = compacted.upto if compacted is not None else 0
+    cut = plan_cut(policy, lead, messages, since, tools)
+    if cut is None:
+        return None
+    run_id = run.started.run_id
+    if policy.summariser is None:
+        event = ContextCompacted(
+            run_id=run_id,
+            upto=cut.upto,
+            since=since,
+            method="drop",
+            summary="",
+            tokens_before=cut.tokens_before,
+        )
+        return Decision(events=[event])
+    previous = compacted.summary if compacted is not None else ""
+    request = summary_request(policy, previous, messages[since : cut.upto], config.model)
+    return Summarise(
+        run_id=run_id,
+        upto=cut.upto,
+        since=since,
+        request=request,
+        fingerprint=request.fingerprint(),
+        tokens_before=cut.tokens_before,
+    )
+
+
+def summarised(
+    config: SessionConfig, state: SessionState, message: Summarised
+) -> ContextCompacted | None:
+    """The event that records a summariser's answer (``None`` for a stale answer)."""
+    policy = config.context
+    run = state.run
+    if policy is None or run is None or run.started.run_id != message.run_id:
+        return None
+    compacted = state.compacted
+    since = compacted.upto if compacted is not None else 0
+    if since >= message.upto:
+        return None
+    response: LLMResponse = message.response
+    return ContextCompacted(
+        run_id=message.run_id,
+        upto=message.upto,
+        since=since,
+        method="summary",
+        summary=clip_summary(policy, response.content.strip()),
+        tokens_before=message.tokens_before,
+        usage=response.usage,
+        model=response.model,
+        request_fingerprint=message.fingerprint,
+    )
