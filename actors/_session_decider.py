@@ -562,6 +562,8 @@ def _describe_step(step: object | None) -> str:
         return "nothing (it would wait for a message)"
     if isinstance(step, RunTools):
         return "tool calls " + ", ".join(c.name for c in step.calls)
+    if isinstance(step, Summarise):
+        return f"a compaction of the context (a summary of messages [0, {step.upto}))"
     return type(step).__name__.lstrip("_")
 
 
