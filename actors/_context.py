@@ -202,6 +202,8 @@ def plan_cut(
     messages: Sequence[Message],
     upto: int,
     tools: Sequence[ToolDefinition],
+    *,
+    reported: tuple[int, int] | None = None,
 ) -> Cut | None:
     """Where to compact before the next request, or ``None`` when it fits (or cannot shrink).
 
@@ -211,6 +213,10 @@ def plan_cut(
         messages: the whole conversation (the projection sends ``messages[upto:]``).
         upto: where the current compaction cut (0: none yet).
         tools: the request's tool definitions.
+        reported: the input tokens the provider reported for an earlier request of this
+            projection (same ``lead``, same ``upto``) and how many messages it had: the
+            estimate is scaled by reported / estimated for that request (clamped to
+            [0.25, 4]), so a model's own count calibrates the estimate once it is known.
 
     The cut is at the start of a user turn, after ``upto`` and no later than the latest
     user message, so a tool call and its results stay together and the latest turn stays.
@@ -220,7 +226,11 @@ def plan_cut(
     count = policy.count_tokens
     fixed = sum(count(m) for m in lead) + tools_tokens(tools)
     costs = [count(m) for m in messages[upto:]]
-    total = fixed + sum(costs)
+    scale = 1.0
+    if reported is not None and reported[0] > 0 and upto <= reported[1] <= len(messages):
+        then = fixed + sum(costs[: reported[1] - upto])
+        scale = min(4.0, max(0.25, reported[0] / then)) if then > 0 else 1.0
+    total = -(-int((fixed + sum(costs)) * scale * 1000) // 1000)
     if total <= policy.budget:
         return None
     starts = [i for i in range(upto + 1, len(messages)) if isinstance(messages[i], UserMessage)]
@@ -229,6 +239,7 @@ def plan_cut(
     prompt = sum(count(m) for m in lead if not _is_summary(m)) + tools_tokens(tools)
     summary = count(summary_message(len(messages), "", "summary")) + policy.summary_cap
     room = min(policy.budget - prompt - summary, int(policy.keep * policy.budget))
+    room = int(room / scale)  # in the estimate's units
     tail = sum(costs)
     position = upto
     for start in starts:

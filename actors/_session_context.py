@@ -49,7 +49,9 @@ def compaction_step(
     messages = state.history.closed().messages
     compacted = state.compacted
     since = compacted.upto if compacted is not None else 0
-    cut = plan_cut(policy, lead, messages, since, tools)
+    report = state.prompt_report
+    reported = (report[0], report[1]) if report is not None and report[2] == since else None
+    cut = plan_cut(policy, lead, messages, since, tools, reported=reported)
     if cut is None:
         return None
     run_id = run.started.run_id

@@ -574,3 +574,29 @@ async def test_memory_is_stamped_by_the_runtime_and_shared_across_sessions() -> 
     assert hits["results"][0]["text"] == "the vault code is 4711"
     assert hits["results"][0]["author"] == "session:first"
     assert hits["results"][0]["version"] == 1
+
+
+async def test_reported_input_tokens_calibrate_the_estimate() -> None:
+    """A model that reports twice the estimate gets compacted about twice as often."""
+
+    def compactions_with(factor: int) -> int:
+        agent = Agent()
+
+        def answer(request: LLMRequest) -> LLMResponse:
+            response = agent.answer(request)
+            reported = Usage(prompt_tokens=factor * request_tokens(request))
+            return LLMResponse(content=response.content, usage=reported)
+
+        agent.llm = FunctionLLM(answer)
+        store = InMemoryEventStore()
+        policy = ContextPolicy(window=1700, reserve=100)
+        trio.run(run_ledger, store, [(20, 0)] * 40, policy, agent)
+        compactions = [
+            e for _, e in trio.run(events_of, store, "ledger") if isinstance(e, ContextCompacted)
+        ]
+        assert all(c.tokens_before > policy.budget for c in compactions)
+        return len(compactions)
+
+    without = await trio.to_thread.run_sync(compactions_with, 0)
+    doubled = await trio.to_thread.run_sync(compactions_with, 2)
+    assert doubled > without > 0, (without, doubled)
