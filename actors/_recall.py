@@ -39,6 +39,8 @@ RECALL: Final = "recall"
 """The tool's name."""
 
 _PAGE = 2048
+_CANDIDATES = 200
+"""Passages BM25 ranks best, re-ranked by how many words of the query each holds."""
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -51,7 +53,9 @@ def passages(event: object) -> list[tuple[str, str]]:
     if isinstance(event, AssistantRecorded):
         found = [("assistant", event.message.content)] if event.message.content else []
         found += [
-            ("tool_call", f"{call.name}({call.arguments})") for call in event.message.tool_calls
+            ("tool_call", f"{call.name}({call.arguments})")
+            for call in event.message.tool_calls
+            if call.name != RECALL  # a search would find itself
         ]
         return found
     if isinstance(event, ToolFinished):
@@ -110,16 +114,24 @@ class _Index:
                 return
 
     def search(self, stream: str, query: str, limit: int) -> list[RecallHit]:
-        words = _WORD.findall(query)
+        words = {w.lower() for w in _WORD.findall(query)}
         if not words:
             return []
-        match = " OR ".join('"' + word.replace('"', "") + '"' for word in words)
+        match = " OR ".join('"' + word.replace('"', "") + '"' for word in sorted(words))
         rows = self._db.execute(
-            "SELECT version, kind, snippet(passages, 3, '[', ']', '…', 24) FROM passages "
-            "WHERE passages MATCH ? AND stream = ? ORDER BY rank, version LIMIT ?",
-            (match, stream, limit),
+            "SELECT version, kind, snippet(passages, 3, '[', ']', '…', 24), text, rank "
+            "FROM passages WHERE passages MATCH ? AND stream = ? ORDER BY rank, version "
+            "LIMIT ?",
+            (match, stream, _CANDIDATES),
         ).fetchall()
-        return [RecallHit(int(v), str(k), str(e)) for v, k, e in rows]
+
+        def score(row: tuple[object, ...]) -> tuple[int, float, int]:
+            # Most words of the query first, then BM25 (which alone favours short texts).
+            found = {w.lower() for w in _WORD.findall(str(row[3]))} & words
+            return (-len(found), float(str(row[4])), int(str(row[0])))
+
+        best = sorted(rows, key=score)[:limit]
+        return [RecallHit(int(v), str(k), str(e)) for v, k, e, _, _ in best]
 
 
 _INDEXES: weakref.WeakKeyDictionary[EventStore, _Index] = weakref.WeakKeyDictionary()
