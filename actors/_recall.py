@@ -4,21 +4,28 @@ Compaction takes old turns out of the model's view, never out of the log. ``reca
 searches the log: every user input, follow-up, answer, tool call and result, and every
 summary, each found with the stream version of the event that holds it.
 
-The index is a cache, rebuildable from the log at any time: an SQLite FTS5 table in
-memory, one per event store in the process, built lazily from a session's stream at its
-first search and extended from the stream's tail at each later one (one read of the new
-events). It serves every store (SQLite, PostgreSQL, in memory) the same way; a new
-process rebuilds it on its first search.
+The index is a cache, rebuildable from the log at any time: an SQLite FTS5 table
+(``recall_passages``, with ``recall_progress``: how far each stream is indexed), built
+lazily from a session's stream at its first search and extended from the stream's tail
+at each later one (one read of the new events). With the SQLite store it lives in the
+log's own file, so it survives restarts and is shared by every process using the file;
+with the PostgreSQL and in-memory stores it lives in the process's memory, one per
+store, and a new process builds it again at its first search. Dropping the two tables
+loses nothing but time.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 import weakref
 from typing import TYPE_CHECKING, Final
 
+import trio
+
 from protocols import JsonObject, JsonValue, default_registry
+from runtime import SqliteEventStore
 
 from ._session_events import (
     AssistantRecorded,
@@ -31,7 +38,9 @@ from ._session_events import (
 from ._tools import Tool, ToolContext, tool
 
 if TYPE_CHECKING:
-    from runtime import EventStore
+    from runtime import EventStore, RecordedEvent
+
+logger = logging.getLogger("powertrio.recall")
 
 __all__ = ["RECALL", "RecallHit", "recall_tool", "search_history"]
 
@@ -86,32 +95,65 @@ class RecallHit:
 
 class _Index:
     """The FTS5 cache of one store: passages by stream and version, and how far each
-    stream is indexed."""
+    stream is indexed (in the store's own file for SQLite, else in memory)."""
 
-    def __init__(self) -> None:
-        self._db = sqlite3.connect(":memory:", check_same_thread=False)
+    def __init__(self, path: str | None) -> None:
+        self._db = sqlite3.connect(
+            path or ":memory:", check_same_thread=False, timeout=30, isolation_level=None
+        )
+        # A cache: a lost tail is indexed again from the log, so no fsync is needed.
+        self._db.execute("PRAGMA synchronous = OFF")
         self._db.execute(
-            "CREATE VIRTUAL TABLE passages USING fts5("
+            "CREATE VIRTUAL TABLE IF NOT EXISTS recall_passages USING fts5("
             "stream UNINDEXED, version UNINDEXED, kind UNINDEXED, text)"
         )
-        self._indexed: dict[str, int] = {}
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS recall_progress "
+            "(stream TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        self._lock = trio.Lock()
+
+    def _indexed(self, stream: str) -> int:
+        row = self._db.execute(
+            "SELECT version FROM recall_progress WHERE stream = ?", (stream,)
+        ).fetchone()
+        return int(row[0]) if row is not None else 0
 
     async def catch_up(self, store: EventStore, stream: str) -> None:
-        version = self._indexed.get(stream, 0)
-        if await store.stream_version(stream) < version:  # deleted and written again
-            self._db.execute("DELETE FROM passages WHERE stream = ?", (stream,))
-            version = 0
-        while True:
-            page = await store.read(stream, version + 1, limit=_PAGE)
-            rows = []
-            for record in page:
-                event = default_registry.decode_record(record)
-                rows += [(stream, record.version, kind, text) for kind, text in passages(event)]
-                version = record.version
-            self._db.executemany("INSERT INTO passages VALUES (?, ?, ?, ?)", rows)
-            self._indexed[stream] = version
-            if len(page) < _PAGE:
-                return
+        async with self._lock:  # two searches of one round index the tail once
+            version = self._indexed(stream)
+            if await store.stream_version(stream) < version:  # deleted, then written again
+                with self._db:
+                    self._db.execute("DELETE FROM recall_passages WHERE stream = ?", (stream,))
+                    self._db.execute("DELETE FROM recall_progress WHERE stream = ?", (stream,))
+                version = 0
+            while True:
+                page = await store.read(stream, version + 1, limit=_PAGE)
+                if page:
+                    self._store(stream, page)
+                    version = page[-1].version
+                if len(page) < _PAGE:
+                    return
+
+    def _store(self, stream: str, page: list[RecordedEvent]) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            done = self._indexed(stream)  # another process may have indexed some meanwhile
+            rows = [
+                (stream, record.version, kind, text)
+                for record in page
+                if record.version > done
+                for kind, text in passages(default_registry.decode_record(record))
+            ]
+            self._db.executemany("INSERT INTO recall_passages VALUES (?, ?, ?, ?)", rows)
+            self._db.execute(
+                "INSERT OR REPLACE INTO recall_progress VALUES (?, ?)",
+                (stream, max(done, page[-1].version)),
+            )
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def search(self, stream: str, query: str, limit: int) -> list[RecallHit]:
         words = {w.lower() for w in _WORD.findall(query)}
@@ -119,8 +161,9 @@ class _Index:
             return []
         match = " OR ".join('"' + word.replace('"', "") + '"' for word in sorted(words))
         rows = self._db.execute(
-            "SELECT version, kind, snippet(passages, 3, '[', ']', '…', 24), text, rank "
-            "FROM passages WHERE passages MATCH ? AND stream = ? ORDER BY rank, version "
+            "SELECT version, kind, snippet(recall_passages, 3, '[', ']', '…', 24), text, rank "
+            "FROM recall_passages WHERE recall_passages MATCH ? AND stream = ? "
+            "ORDER BY rank, version "
             "LIMIT ?",
             (match, stream, _CANDIDATES),
         ).fetchall()
@@ -135,6 +178,17 @@ class _Index:
 
 
 _INDEXES: weakref.WeakKeyDictionary[EventStore, _Index] = weakref.WeakKeyDictionary()
+
+
+def _open_index(store: EventStore) -> _Index:
+    """The index of ``store``: in its own file for SQLite (it survives restarts), else
+    (or when that file cannot take it, as when it is read-only) in memory."""
+    if isinstance(store, SqliteEventStore):
+        try:
+            return _Index(store.path)
+        except sqlite3.Error:
+            logger.warning("recall: cannot keep the index in %s; keeping it in memory", store)
+    return _Index(None)
 
 
 async def search_history(
@@ -153,7 +207,7 @@ async def search_history(
     """
     index = _INDEXES.get(store)
     if index is None:
-        index = _INDEXES[store] = _Index()
+        index = _INDEXES[store] = _open_index(store)
     stream = f"session/{session_id}"
     await index.catch_up(store, stream)
     return index.search(stream, query, limit)

@@ -3,6 +3,9 @@ recall over the whole history, and the memory board."""
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 import orjson
 import pytest
 import trio
@@ -38,7 +41,7 @@ from protocols import (
     decode_record,
 )
 from protocols.errors import AgentSpecError, ConfigError, ReplayDivergenceError
-from runtime import EventStore, open_runtime
+from runtime import EventStore, check_store, open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM, InMemoryEventStore
 
 SYSTEM = "You keep a ledger. Be brief."
@@ -600,3 +603,28 @@ async def test_reported_input_tokens_calibrate_the_estimate() -> None:
     without = await trio.to_thread.run_sync(compactions_with, 0)
     doubled = await trio.to_thread.run_sync(compactions_with, 2)
     assert doubled > without > 0, (without, doubled)
+
+
+async def test_on_sqlite_the_recall_index_lives_in_the_log_file_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "log.sqlite"
+    llm = FunctionLLM(lambda request: LLMResponse(content="noted"))
+    async with open_sqlite_store(db) as store, open_runtime(store=store) as runtime:
+        session = await spawn_session(runtime, llm=llm, session_id="s")
+        await session.send("the quokka ate seven leaves")
+        hits = await search_history(store, "s", "quokka")
+        assert [(h.version, h.kind) for h in hits] == [(2, "user")]
+    with sqlite3.connect(db) as conn:
+        indexed = conn.execute("SELECT stream, version FROM recall_progress").fetchall()
+    assert indexed == [("session/s", 4)]  # created, started, answered, finished
+    async with open_sqlite_store(db) as store, open_runtime(store=store) as runtime:
+        session = await spawn_session(runtime, llm=llm, session_id="s")
+        await session.send("and the quokka slept")
+        hits = await search_history(store, "s", "quokka slept")
+        assert [h.version for h in hits] == [5, 2]  # both words first, then one
+        assert (await check_store(store)).ok  # the cache's tables do not disturb the log
+        await store.backup(tmp_path / "copy.sqlite")
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT count(*) FROM recall_passages").fetchone()[0]
+    assert rows == 4  # each passage indexed once, across both processes' searches
