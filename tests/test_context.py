@@ -628,3 +628,13 @@ async def test_on_sqlite_the_recall_index_lives_in_the_log_file_and_survives_a_r
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT count(*) FROM recall_passages").fetchone()[0]
     assert rows == 4  # each passage indexed once, across both processes' searches
+
+
+def test_the_benchmark_figure_is_within_its_bar_and_beside_its_baseline() -> None:
+    from actors.bench._context import context_tokens_max_over_budget
+
+    figures = context_tokens_max_over_budget(quick=True)
+    assert figures["context_tokens_max_over_budget"] <= 1.0
+    assert figures["raw_transcript_tokens_over_budget"] > 1.0  # it had to compact
+    assert figures["compactions"] >= 1
+    assert figures["recall_hits"] >= 1
