@@ -20,6 +20,7 @@ from ._session_events import (
     AssistantRecorded,
     ChildFinished,
     ChildSpawned,
+    ContextCompacted,
     RequestHeader,
     SessionCreated,
     SessionState,
@@ -215,11 +216,14 @@ class _RecordedTools:
     """A session's decider whose requests are checked with the recorded tool set.
 
     Everything but the check is the session's own; the check compares the recorded
-    request header with the code's, the tool names and schemas taken as recorded.
+    request header with the code's, the tool names and schemas taken as recorded. With no
+    context policy given, the recorded compactions are taken as recorded too (the log
+    does not hold the policy): each later request is still checked, built from them.
     """
 
-    def __init__(self, actor: SessionActor) -> None:
+    def __init__(self, actor: SessionActor, *, recorded_compactions: bool = False) -> None:
         self._actor = actor
+        self._recorded_compactions = recorded_compactions
 
     def initial_state(self) -> SessionState:
         return self._actor.initial_state()
@@ -231,6 +235,8 @@ class _RecordedTools:
         return self._actor.next_step(state)
 
     def answers_effect(self, event: object) -> bool:
+        if self._recorded_compactions and isinstance(event, ContextCompacted):
+            return False
         return self._actor.answers_effect(event)
 
     def step_settled(self, step: object, state: SessionState, event: object) -> bool:
@@ -254,7 +260,11 @@ async def _replay_tree(
     store: EventStore, config: SessionConfig, *, recorded_tools: bool = False
 ) -> SessionReplay:
     actor = SessionActor(config)
-    decider = _RecordedTools(actor) if recorded_tools else actor
+    decider = (
+        _RecordedTools(actor, recorded_compactions=config.context is None)
+        if recorded_tools
+        else actor
+    )
     result = await replay(store, actor.stream_name(), decider)
     state = result.state
     depth = state.depth

@@ -3,7 +3,10 @@ recall over the whole history, and the memory board."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -294,6 +297,11 @@ async def test_long_sessions_compact_and_replay_with_no_model() -> None:
     assert replayed.checked == len(agent.requests) + len(compactions)
     assert replayed.state.compacted == last
     assert len(agent.llm.requests) == len(agent.requests) + agent.summaries  # nothing new
+
+    # with the recorded tools (as `powertrio replay` does) compactions are taken as recorded
+    as_recorded = await replay_session(store, "ledger", system_prompt=SYSTEM, recorded_tools=True)
+    assert as_recorded.checked == len(agent.requests)
+    assert as_recorded.state.compacted == last
 
     with pytest.raises(ReplayDivergenceError, match="a summary of the context here"):
         await replay_session(store, "ledger", tools=[ledger, recall_tool()], system_prompt=SYSTEM)
@@ -638,3 +646,32 @@ def test_the_benchmark_figure_is_within_its_bar_and_beside_its_baseline() -> Non
     assert figures["raw_transcript_tokens_over_budget"] > 1.0  # it had to compact
     assert figures["compactions"] >= 1
     assert figures["recall_hits"] >= 1
+
+
+def test_the_command_line_shows_and_replays_a_compacted_session(tmp_path: Path) -> None:
+    db = tmp_path / "powertrio.sqlite"
+    agent = Agent()
+    policy = ContextPolicy(window=700, reserve=100)
+
+    async def record() -> None:
+        async with open_sqlite_store(db) as store:
+            await run_ledger(store, [(20, 1)] * 12, policy, agent)
+
+    trio.run(record)
+    cli = [sys.executable, "-c", "from actors.cli import main; raise SystemExit(main())"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*cli, *args, "--db", str(db)], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done
+
+    shown = json.loads(run("show", "ledger", "--json").stdout)
+    compacted = [e for e in shown["entries"] if e["kind"] == "compacted"]
+    assert [e["text"] for e in compacted] == [
+        f"summary number {n + 1}" for n in range(agent.summaries)
+    ]
+    assert compacted[0]["upto"] > 0
+    assert "summarised" in run("show", "ledger").stdout
+    assert "no model or tool was called" in run("replay", "ledger").stdout
