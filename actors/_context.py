@@ -15,6 +15,8 @@ English prose a little for most tokenizers, which errs on the safe side. Give
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Literal, final
 
@@ -22,7 +24,6 @@ import attrs
 import orjson
 
 from protocols import (
-    EMPTY_CHAIN,
     LLM,
     AssistantMessage,
     LLMRequest,
@@ -31,7 +32,6 @@ from protocols import (
     ToolDefinition,
     ToolResultMessage,
     UserMessage,
-    chain_messages,
 )
 from protocols.errors import ConfigError
 
@@ -59,7 +59,14 @@ def estimate_tokens(message: Message) -> int:
 
     Deterministic and cheap (no tokenizer); see the module's docstring for why the
     projection is decided on an estimate rather than on the usage a provider reports.
+    Remembered per message (messages are immutable), since every request of a session
+    counts the messages the previous one counted.
     """
+    return _estimate(message)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _estimate(message: Message) -> int:
     return -(-len(orjson.dumps(attrs.asdict(message))) // 4)
 
 
@@ -181,9 +188,15 @@ def summary_message(upto: int, summary: str, method: str) -> SystemMessage:
     )
 
 
-def projection_digest(kept: tuple[Message, ...]) -> str:
-    """The fingerprint chain of the kept messages (the request's conversation)."""
-    return chain_messages(EMPTY_CHAIN, kept)
+def projection_digest(history_digest: str, upto: int) -> str:
+    """The digest of a compacted request's conversation, in constant time.
+
+    ``history_digest`` (the chain over the whole transcript) names every message and
+    ``upto`` which of them are sent, so the pair names the conversation exactly, and
+    building a request never walks the kept messages (the summary, a system message, is
+    hashed with the request's parameters).
+    """
+    return hashlib.sha256(f"{history_digest}:{upto}".encode()).hexdigest()
 
 
 @final

@@ -29,7 +29,7 @@ def projection(
         return lead, history.messages, history.digest
     kept = history.messages[compacted.upto :]
     lead = (*lead, summary_message(compacted.upto, compacted.summary, compacted.method))
-    return lead, kept, projection_digest(kept)
+    return lead, kept, projection_digest(history.digest, compacted.upto)
 
 
 def compaction_step(
