@@ -587,7 +587,7 @@ async def test_memory_is_stamped_by_the_runtime_and_shared_across_sessions() -> 
     assert hits["results"][0]["version"] == 1
 
 
-async def test_reported_input_tokens_calibrate_the_estimate() -> None:
+def test_reported_input_tokens_calibrate_the_estimate() -> None:
     """A model that reports twice the estimate gets compacted about twice as often."""
 
     def compactions_with(factor: int) -> int:
@@ -608,8 +608,8 @@ async def test_reported_input_tokens_calibrate_the_estimate() -> None:
         assert all(c.tokens_before > policy.budget for c in compactions)
         return len(compactions)
 
-    without = await trio.to_thread.run_sync(compactions_with, 0)
-    doubled = await trio.to_thread.run_sync(compactions_with, 2)
+    without = compactions_with(0)
+    doubled = compactions_with(2)
     assert doubled > without > 0, (without, doubled)
 
 
