@@ -31,11 +31,14 @@ from protocols import (
     SystemMessage,
     ToolDefinition,
     ToolResultMessage,
+    Usage,
     UserMessage,
+    event_type,
 )
 from protocols.errors import ConfigError
 
 __all__ = [
+    "ContextCompacted",
     "ContextPolicy",
     "Cut",
     "estimate_tokens",
@@ -43,6 +46,36 @@ __all__ = [
     "render_for_summary",
     "summary_message",
 ]
+
+
+@final
+@event_type("session.context_compacted")
+@attrs.frozen(kw_only=True)
+class ContextCompacted:
+    """The model's view of the conversation was compacted: ``summary`` stands for the
+    transcript's messages ``[0, upto)`` in every later request (the log keeps them all).
+
+    ``method`` is ``summary`` (written by the summariser: a recorded model call, never
+    asked again) or ``drop`` (no summariser: the oldest turns were left out, ``summary``
+    empty). Messages are counted in the session's transcript (``SessionState.transcript``).
+    """
+
+    run_id: str
+    upto: int
+    """Messages ``[0, upto)`` of the transcript are compacted."""
+    since: int
+    """Where the previous compaction cut (0 for the first): this one read ``[since, upto)``
+    besides the previous summary."""
+    method: Literal["summary", "drop"]
+    summary: str
+    tokens_before: int
+    """The estimated tokens of the request that was over budget."""
+    usage: Usage = attrs.field(factory=Usage)
+    """The summariser call's tokens (added to the run's and the session's usage)."""
+    model: str = ""
+    request_fingerprint: str = ""
+    """Fingerprint of the summariser's request (replay checks it)."""
+
 
 SUMMARY_INSTRUCTIONS = (
     "You compact a long conversation so that it fits the model's context. Write a "

@@ -27,9 +27,9 @@ import trio
 from protocols import JsonObject, JsonValue, default_registry
 from runtime import SqliteEventStore
 
+from ._context import ContextCompacted
 from ._session_events import (
     AssistantRecorded,
-    ContextCompacted,
     FollowUpReceived,
     HumanAnswered,
     RunStarted,

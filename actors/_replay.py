@@ -14,13 +14,12 @@ from runtime.lowlevel import CONTINUES
 
 from ._agents import AgentSpec
 from ._budget import Budget, Price
-from ._context import ContextPolicy
+from ._context import ContextCompacted, ContextPolicy
 from ._session import SessionActor
 from ._session_events import (
     AssistantRecorded,
     ChildFinished,
     ChildSpawned,
-    ContextCompacted,
     RequestHeader,
     SessionCreated,
     SessionState,

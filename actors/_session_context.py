@@ -12,8 +12,15 @@ from __future__ import annotations
 from protocols import LLMResponse, Message, SystemMessage, ToolDefinition
 from runtime import Decision
 
-from ._context import clip_summary, plan_cut, projection_digest, summary_message, summary_request
-from ._session_events import ActiveRun, ContextCompacted, SessionState
+from ._context import (
+    ContextCompacted,
+    clip_summary,
+    plan_cut,
+    projection_digest,
+    summary_message,
+    summary_request,
+)
+from ._session_events import ActiveRun, SessionState
 from ._session_steps import SessionConfig, Summarise, Summarised
 
 

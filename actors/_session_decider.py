@@ -36,13 +36,13 @@ from runtime import Decision, StepFailed, TimerFired
 from runtime.lowlevel import timer_decision
 
 from ._budget import cost_of
+from ._context import ContextCompacted
 from ._session_calls import begin_calls
 from ._session_context import compaction_step, projection, summarised
 from ._session_events import (
     ActiveRun,
     AssistantRecorded,
     CancelRequested,
-    ContextCompacted,
     FollowUpReceived,
     FollowUpsInjected,
     HumanAnswered,

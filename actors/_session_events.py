@@ -34,6 +34,7 @@ from runtime.lowlevel import TimerBook, is_timer_event
 
 from ._agents import Lifecycle
 from ._budget import Budget
+from ._context import ContextCompacted
 from ._transcript import ValidTranscript
 
 RunStatus = Literal[
@@ -333,35 +334,6 @@ def repair_prompt(problems: tuple[str, ...]) -> str:
         f"{listed}\n"
         "Reply again with only the corrected JSON value, no other text."
     )
-
-
-@final
-@event_type("session.context_compacted")
-@attrs.frozen(kw_only=True)
-class ContextCompacted:
-    """The model's view of the conversation was compacted: ``summary`` stands for the
-    transcript's messages ``[0, upto)`` in every later request (the log keeps them all).
-
-    ``method`` is ``summary`` (written by the summariser: a recorded model call, never
-    asked again) or ``drop`` (no summariser: the oldest turns were left out, ``summary``
-    empty). Messages are counted in the session's transcript (``SessionState.transcript``).
-    """
-
-    run_id: str
-    upto: int
-    """Messages ``[0, upto)`` of the transcript are compacted."""
-    since: int
-    """Where the previous compaction cut (0 for the first): this one read ``[since, upto)``
-    besides the previous summary."""
-    method: Literal["summary", "drop"]
-    summary: str
-    tokens_before: int
-    """The estimated tokens of the request that was over budget."""
-    usage: Usage = attrs.field(factory=Usage)
-    """The summariser call's tokens (added to the run's and the session's usage)."""
-    model: str = ""
-    request_fingerprint: str = ""
-    """Fingerprint of the summariser's request (replay checks it)."""
 
 
 @final

@@ -10,6 +10,7 @@ from __future__ import annotations
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._board_events import EntryDeleted, EntryPut, WatchAdded, WatchRemoved
+from ._context import ContextCompacted
 from ._observe import (
     DeltaReceived,
     LLMCallFinished,
@@ -27,7 +28,6 @@ from ._session_events import (
     CancelRequested,
     ChildFinished,
     ChildSpawned,
-    ContextCompacted,
     FollowUpReceived,
     FollowUpsInjected,
     HumanAnswered,
