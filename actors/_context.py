@@ -8,9 +8,12 @@ calls no model.
 
 Token counts are an estimate, decided before the call (the decision must be the same at
 replay, where no model answers): by default a quarter of the characters of each message
-serialized as JSON, rounded up, plus the same for the tool definitions. It overestimates
-English prose a little for most tokenizers, which errs on the safe side. Give
-``ContextPolicy(count_tokens=...)`` a tokenizer of your model for exact figures.
+serialized as JSON, rounded up, plus the same for the tool definitions (the JSON keys
+and quotes count too, a margin for English prose; code and other languages may take
+more tokens per character). Once the provider has reported the input tokens of a
+request of the current view, the estimate is scaled by reported / estimated (see
+:func:`plan_cut`). Give ``ContextPolicy(count_tokens=...)`` a tokenizer of your model
+for exact figures.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ class ContextCompacted:
     method: Literal["summary", "drop"]
     summary: str
     tokens_before: int
-    """The estimated tokens of the request that was over budget."""
+    """The estimated tokens (calibrated by reported usage when known) of the request that
+    was over budget."""
     usage: Usage = attrs.field(factory=Usage)
     """The summariser call's tokens (added to the run's and the session's usage)."""
     model: str = ""
@@ -249,16 +253,18 @@ def plan_cut(
     upto: int,
     tools: Sequence[ToolDefinition],
     *,
+    summary: Message | None = None,
     reported: tuple[int, int] | None = None,
 ) -> Cut | None:
     """Where to compact before the next request, or ``None`` when it fits (or cannot shrink).
 
     Args:
         policy: the session's policy.
-        lead: the system messages sent first (the prompt and the current summary).
+        lead: the system prompt's messages, sent first.
         messages: the whole conversation (the projection sends ``messages[upto:]``).
         upto: where the current compaction cut (0: none yet).
         tools: the request's tool definitions.
+        summary: the message standing for ``messages[:upto]`` (sent after ``lead``).
         reported: the input tokens the provider reported for an earlier request of this
             projection (same ``lead``, same ``upto``) and how many messages it had: the
             estimate is scaled by reported / estimated for that request (clamped to
@@ -270,7 +276,8 @@ def plan_cut(
     for the prompt, the tools and a summary; the latest user message if none does.
     """
     count = policy.count_tokens
-    fixed = sum(count(m) for m in lead) + tools_tokens(tools)
+    prompt = sum(count(m) for m in lead) + tools_tokens(tools)
+    fixed = prompt + (count(summary) if summary is not None else 0)
     costs = [count(m) for m in messages[upto:]]
     scale = 1.0
     if reported is not None and reported[0] > 0 and upto <= reported[1] <= len(messages):
@@ -282,9 +289,8 @@ def plan_cut(
     starts = [i for i in range(upto + 1, len(messages)) if isinstance(messages[i], UserMessage)]
     if not starts:
         return None  # one turn only: nothing older to compact
-    prompt = sum(count(m) for m in lead if not _is_summary(m)) + tools_tokens(tools)
-    summary = count(summary_message(len(messages), "", "summary")) + policy.summary_cap
-    room = min(policy.budget - prompt - summary, int(policy.keep * policy.budget))
+    next_summary = count(summary_message(len(messages), "", "summary")) + policy.summary_cap
+    room = min(policy.budget - prompt - next_summary, int(policy.keep * policy.budget))
     room = int(room / scale)  # in the estimate's units
     tail = sum(costs)
     position = upto
@@ -295,12 +301,6 @@ def plan_cut(
         if tail <= room:
             return Cut(start, total)
     return Cut(starts[-1], total)
-
-
-def _is_summary(message: Message) -> bool:
-    return isinstance(message, SystemMessage) and message.content.startswith(
-        ("[Summary of the first ", "[The first ")
-    )
 
 
 def render_for_summary(previous: str, messages: Sequence[Message]) -> str:

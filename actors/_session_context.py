@@ -52,13 +52,18 @@ def compaction_step(
     policy = config.context
     if policy is None:
         return None
-    lead, _, _ = projection(system, state)
+    lead: tuple[Message, ...] = (SystemMessage(system),) if system else ()
     messages = state.history.closed().messages
     compacted = state.compacted
     since = compacted.upto if compacted is not None else 0
+    summary = (
+        summary_message(compacted.upto, compacted.summary, compacted.method)
+        if compacted is not None
+        else None
+    )
     report = state.prompt_report
     reported = (report[0], report[1]) if report is not None and report[2] == since else None
-    cut = plan_cut(policy, lead, messages, since, tools, reported=reported)
+    cut = plan_cut(policy, lead, messages, since, tools, summary=summary, reported=reported)
     if cut is None:
         return None
     run_id = run.started.run_id
@@ -73,7 +78,9 @@ def compaction_step(
         )
         return Decision(events=[event])
     previous = compacted.summary if compacted is not None else ""
-    request = summary_request(policy, previous, messages[since : cut.upto], config.model)
+    # The session's model name for its own model; another summariser uses its default.
+    model = config.model if policy.summariser == "session" else None
+    request = summary_request(policy, previous, messages[since : cut.upto], model)
     return Summarise(
         run_id=run_id,
         upto=cut.upto,

@@ -201,15 +201,18 @@ def test_a_cut_never_splits_a_tool_call_and_keeps_the_latest_turn(
     lead: tuple[Message, ...] = (SystemMessage(SYSTEM),)
     latest = max(i for i, m in enumerate(messages) if isinstance(m, UserMessage))
     upto = 0
-    while (cut := plan_cut(policy, lead, messages, upto, ())) is not None:
+    summary = None
+    while (cut := plan_cut(policy, lead, messages, upto, (), summary=summary)) is not None:
         assert upto < cut.upto <= latest
         assert isinstance(messages[cut.upto], UserMessage)  # a turn's start
         kept = messages[cut.upto :]
         assert is_provider_valid(kept)  # every call with its results, none split
         assert messages[latest] in kept
         upto = cut.upto
-    if upto:  # it stopped because the projection fits or only the latest turn is left
-        fits = sum(estimate_tokens(m) for m in (*lead, *messages[upto:])) <= policy.budget
+        summary = SystemMessage(f"[Summary of the first {upto} messages]")
+    if summary is not None:  # it stopped because the projection fits or one turn is left
+        sent = (*lead, summary, *messages[upto:])
+        fits = sum(estimate_tokens(m) for m in sent) <= policy.budget
         assert fits or upto == latest
 
 
@@ -333,6 +336,27 @@ async def test_without_a_summariser_the_oldest_turns_are_dropped() -> None:
         store, "ledger", tools=[ledger], system_prompt=SYSTEM, context=policy
     )
     assert replayed.state.compacted == compactions[-1]
+
+
+async def test_a_summariser_of_its_own_answers_for_the_session_model() -> None:
+    agent = Agent()
+    summariser = FunctionLLM(agent.answer)
+    session_model = Agent()
+    policy = ContextPolicy(window=700, reserve=100, summariser=summariser)
+    store = InMemoryEventStore()
+    await run_ledger(store, [(20, 0)] * 12, policy, session_model)
+    assert session_model.summaries == 0
+    assert agent.summaries >= 1
+    assert all(is_summary_request(r) and r.model is None for r in summariser.requests)
+    compacted = [e for _, e in await events_of(store, "ledger") if isinstance(e, ContextCompacted)]
+    assert [c.summary for c in compacted] == [
+        f"summary number {n + 1}" for n in range(agent.summaries)
+    ]
+    replayed = await replay_session(
+        store, "ledger", tools=[ledger], system_prompt=SYSTEM, context=policy
+    )
+    assert replayed.state.compacted == compacted[-1]
+    assert len(summariser.requests) == agent.summaries  # replay asked nothing
 
 
 async def test_a_summary_longer_than_its_cap_is_cut() -> None:
