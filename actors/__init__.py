@@ -37,7 +37,9 @@ from ._observe import LLMHook as LLMHook
 from ._observe import Observer as Observer
 from ._observe import ToolCallNext as ToolCallNext
 from ._observe import ToolHook as ToolHook
+from ._recall import RecallHit as RecallHit
 from ._recall import recall_tool as recall_tool
+from ._recall import search_history as search_history
 from ._replay import SessionReplay as SessionReplay
 from ._replay import delete_session as delete_session
 from ._replay import fork_session as fork_session

@@ -20,8 +20,9 @@ import logging
 import re
 import sqlite3
 import weakref
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, final
 
+import attrs
 import trio
 
 from protocols import JsonObject, JsonValue, default_registry
@@ -78,15 +79,18 @@ def passages(event: object) -> list[tuple[str, str]]:
     return []
 
 
+@final
+@attrs.frozen
 class RecallHit:
-    """One passage found: the stream version of its event, its kind and an excerpt."""
+    """One passage found in a session's history."""
 
-    __slots__ = ("excerpt", "kind", "version")
-
-    def __init__(self, version: int, kind: str, excerpt: str) -> None:
-        self.version = version
-        self.kind = kind
-        self.excerpt = excerpt
+    version: int
+    """The stream version of the event that holds it."""
+    kind: str
+    """What it is: ``user``, a follow-up's kind, ``assistant``, ``tool_call``,
+    ``tool_result``, ``summary`` or ``human``."""
+    excerpt: str
+    """The passage around the words found (each marked ``[like this]``)."""
 
     def as_json(self) -> JsonObject:
         """The hit as the model reads it."""

@@ -23,12 +23,12 @@ from actors import (
     open_board,
     recall_tool,
     replay_session,
+    search_history,
     spawn_agent,
     spawn_session,
     tool,
 )
 from actors._context import SUMMARY_INSTRUCTIONS, plan_cut, tools_tokens
-from actors._recall import search_history
 from actors.events import ContextCompacted, ToolFinished
 from actors.lowlevel import ValidTranscript, is_provider_valid
 from protocols import (
