@@ -148,7 +148,8 @@ class ContextPolicy:
     recall: bool = True
     """Give the session the built-in ``recall`` tool, which searches its whole history."""
     count_tokens: Callable[[Message], int] = estimate_tokens
-    """Tokens of one message (the default: :func:`estimate_tokens`)."""
+    """Tokens of one message (the default: :func:`estimate_tokens`, calibrated by the
+    input tokens the provider reports; a count of your own is taken as exact)."""
 
     def __attrs_post_init__(self) -> None:
         problems = self.problems()
@@ -268,7 +269,7 @@ def plan_cut(
         reported: the input tokens the provider reported for an earlier request of this
             projection (same ``lead``, same ``upto``) and how many messages it had: the
             estimate is scaled by reported / estimated for that request (clamped to
-            [0.25, 4]), so a model's own count calibrates the estimate once it is known.
+            [0.5, 4]), so a model's own count calibrates the estimate once it is known.
 
     The cut is at the start of a user turn, after ``upto`` and no later than the latest
     user message, so a tool call and its results stay together and the latest turn stays.
@@ -282,7 +283,7 @@ def plan_cut(
     scale = 1.0
     if reported is not None and reported[0] > 0 and upto <= reported[1] <= len(messages):
         then = fixed + sum(costs[: reported[1] - upto])
-        scale = min(4.0, max(0.25, reported[0] / then)) if then > 0 else 1.0
+        scale = min(4.0, max(0.5, reported[0] / then)) if then > 0 else 1.0
     total = -(-int((fixed + sum(costs)) * scale * 1000) // 1000)
     if total <= policy.budget:
         return None

@@ -15,6 +15,7 @@ from runtime import Decision
 from ._context import (
     ContextCompacted,
     clip_summary,
+    estimate_tokens,
     plan_cut,
     projection_digest,
     summary_message,
@@ -62,7 +63,10 @@ def compaction_step(
         else None
     )
     report = state.prompt_report
-    reported = (report[0], report[1]) if report is not None and report[2] == since else None
+    calibrate = policy.count_tokens is estimate_tokens  # a count of your own is exact
+    reported = None
+    if calibrate and report is not None and report[2] == since:
+        reported = (report[0], report[1])
     cut = plan_cut(policy, lead, messages, since, tools, summary=summary, reported=reported)
     if cut is None:
         return None

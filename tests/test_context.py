@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hypothesis
 import orjson
 import pytest
 import trio
@@ -31,6 +32,14 @@ from actors import (
 from actors._context import SUMMARY_INSTRUCTIONS, plan_cut, tools_tokens
 from actors.events import ContextCompacted, ToolFinished
 from actors.lowlevel import ValidTranscript, is_provider_valid
+from actors.testing import (
+    Operation,
+    RuntimeHarness,
+    assert_invariants,
+    conversations,
+    operations,
+    property_settings,
+)
 from protocols import (
     AssistantMessage,
     LLMRequest,
@@ -700,3 +709,42 @@ def test_the_command_line_shows_and_replays_a_compacted_session(tmp_path: Path) 
     assert "summarised" in run("show", "ledger").stdout
     replayed = run("replay", "ledger").stdout
     assert f"{len(agent.requests)} model answers asked for again, identically" in replayed
+
+
+@tool(crash_policy="retry")
+async def forecast(city: str, days: int = 1) -> str:
+    """The weather forecast of a city.
+
+    Args:
+        city: the city.
+        days: how many days ahead.
+    """
+    return f"{city}: sunny for {days} day(s) " + "and calm " * 10
+
+
+def exact_count(message: Message) -> int:
+    """A count of one's own (taken as exact: the kit's scripted usage does not calibrate it)."""
+    return estimate_tokens(message)
+
+
+WEATHER = AgentSpec(
+    name="weather",
+    system_prompt="You answer questions about the weather.",
+    tools=[forecast],
+    max_rounds=4,
+    context=ContextPolicy(window=340, summary_tokens=20, count_tokens=exact_count),
+)
+weather_harness = RuntimeHarness(WEATHER)
+
+
+@property_settings(examples=100)
+@given(conversation=conversations(WEATHER, max_rounds=5), ops=operations())
+def test_the_kit_invariants_hold_for_an_agent_that_compacts(
+    conversation: tuple[LLMResponse | BaseException, ...], ops: list[Operation]
+) -> None:
+    """Crashes, restarts, follow-ups, cancels: replay equals the live state, requests are
+    provider-valid, no recorded answer (summaries included) is asked for again."""
+    trace = weather_harness.run(conversation, ops)
+    assert_invariants(trace)
+    compacted = [decode_record(r) for r in trace.records if r.type == "session.context_compacted"]
+    hypothesis.event(f"compactions: {len(compacted)}")
