@@ -12,6 +12,7 @@ from protocols import LLM, OutputType, ResponseFormat, schema_problems
 from protocols.errors import AgentSpecError, UnsupportedTypeError
 
 from ._budget import Budget
+from ._context import ContextPolicy
 from ._tools import Tool, ToolRegistry, tool
 
 Lifecycle: TypeAlias = Literal["ephemeral", "linked", "detached"]
@@ -103,6 +104,9 @@ class AgentSpec:
     lifecycle: Lifecycle = "linked"
     agents: tuple[AgentSpec, ...] = attrs.field(default=(), converter=_spec_tuple)
     """The sub-agents this agent may spawn."""
+    context: ContextPolicy | None = None
+    """How much of its conversation the model sees and how the rest is compacted
+    (``None``: the parent's policy for a sub-agent, else all of it)."""
 
     def __attrs_post_init__(self) -> None:
         problems = spec_problems(self)
@@ -152,6 +156,9 @@ def spec_problems(spec: AgentSpec) -> tuple[str, ...]:
             problems.extend(
                 f"response_format: {p}" for p in schema_problems(response_format.schema)
             )
+    context: object = spec.context
+    if context is not None and not isinstance(context, ContextPolicy):
+        problems.append(f"context must be a ContextPolicy or None, got {context!r}")
     budget: object = spec.budget
     if budget is not None and not isinstance(budget, Budget):
         problems.append(f"budget must be a Budget, got {budget!r}")

@@ -14,6 +14,7 @@ from runtime.lowlevel import CONTINUES
 
 from ._agents import AgentSpec, FormatArg
 from ._budget import Budget, Price
+from ._context import ContextCompacted, ContextPolicy
 from ._session import SessionActor
 from ._session_events import (
     AssistantRecorded,
@@ -59,7 +60,15 @@ class SessionReplay:
         return self.checked + sum(child.total_checked for child in self.children)
 
 
-_SPEC_FIELDS = ("tools", "system_prompt", "model", "agents", "response_format", "budget")
+_SPEC_FIELDS = (
+    "tools",
+    "system_prompt",
+    "model",
+    "agents",
+    "response_format",
+    "budget",
+    "context",
+)
 
 
 async def replay_session(
@@ -79,6 +88,7 @@ async def replay_session(
     max_depth: int = 3,
     max_children: int = 8,
     recorded_tools: bool = False,
+    context: ContextPolicy | None = None,
 ) -> SessionReplay:
     """Replay a session (and its tree) with the code as configured here, at fold speed.
 
@@ -102,13 +112,16 @@ async def replay_session(
         session_id (str): the session to replay.
         spec (AgentSpec | None): the agent as the app spawned it with
             :func:`spawn_agent`; then leave out ``tools``, ``system_prompt``, ``model``,
-            ``agents``, ``response_format`` and ``budget`` (the spec has them).
+            ``agents``, ``response_format``, ``budget`` and ``context`` (the spec has
+            them).
         system_prompt (str | None): the code's system prompt; ``None`` takes the one
             recorded when the session was created.
         recorded_tools (bool): take the tools recorded with each request instead of
             checking the code's.
         tools, model, agents, max_tokens, temperature, response_format, budget, prices,
-            max_depth, max_children: as for ``spawn_session``.
+            max_depth, max_children, context: as for ``spawn_session`` (a session that
+            compacted its context replays only with the same ``context`` policy; its
+            summaries come from the log, the summariser is never called).
 
     Returns:
         SessionReplay: the folded state of each session of the tree and what was checked.
@@ -127,7 +140,7 @@ async def replay_session(
             name
             for name, value in zip(
                 _SPEC_FIELDS,
-                (tools, system_prompt, model, agents, response_format, budget),
+                (tools, system_prompt, model, agents, response_format, budget, context),
                 strict=True,
             )
             if value is not None and value != ()
@@ -144,6 +157,7 @@ async def replay_session(
             raise ConfigError(msg)
         tools, system_prompt, model = spec.own_tools(), spec.system_prompt, spec.model
         agents, response_format, budget = spec.agents, spec.response_format, spec.budget
+        context = spec.context
         max_rounds = spec.max_rounds
     if system_prompt is None:
         created = await _created(store, session_id)
@@ -165,8 +179,16 @@ async def replay_session(
         prices=prices,
         max_depth=max_depth,
         max_children=max_children,
+        context=_without_model(context),
     )
     return await _replay_tree(store, config, recorded_tools=recorded_tools)
+
+
+def _without_model(context: ContextPolicy | None) -> ContextPolicy | None:
+    """The policy with its summariser stood in for: replay never calls it."""
+    if context is None or context.summariser is None or context.summariser == "session":
+        return context
+    return attrs.evolve(context, summariser="session")
 
 
 async def _created(store: EventStore, session_id: str) -> SessionCreated | None:
@@ -193,11 +215,14 @@ class _RecordedTools:
     """A session's decider whose requests are checked with the recorded tool set.
 
     Everything but the check is the session's own; the check compares the recorded
-    request header with the code's, the tool names and schemas taken as recorded.
+    request header with the code's, the tool names and schemas taken as recorded. With no
+    context policy given, the recorded compactions are taken as recorded too (the log
+    does not hold the policy): each later request is still checked, built from them.
     """
 
-    def __init__(self, actor: SessionActor) -> None:
+    def __init__(self, actor: SessionActor, *, recorded_compactions: bool = False) -> None:
         self._actor = actor
+        self._recorded_compactions = recorded_compactions
 
     def initial_state(self) -> SessionState:
         return self._actor.initial_state()
@@ -209,6 +234,8 @@ class _RecordedTools:
         return self._actor.next_step(state)
 
     def answers_effect(self, event: object) -> bool:
+        if self._recorded_compactions and isinstance(event, ContextCompacted):
+            return False
         return self._actor.answers_effect(event)
 
     def step_settled(self, step: object, state: SessionState, event: object) -> bool:
@@ -232,7 +259,11 @@ async def _replay_tree(
     store: EventStore, config: SessionConfig, *, recorded_tools: bool = False
 ) -> SessionReplay:
     actor = SessionActor(config)
-    decider = _RecordedTools(actor) if recorded_tools else actor
+    decider = (
+        _RecordedTools(actor, recorded_compactions=config.context is None)
+        if recorded_tools
+        else actor
+    )
     result = await replay(store, actor.stream_name(), decider)
     state = result.state
     depth = state.depth

@@ -64,6 +64,8 @@ from ._session_steps import (
     RunTools,
     SessionConfig,
     Stamped,
+    Summarise,
+    Summarised,
     ToolsDone,
     Urgent,
     WaitRun,
@@ -129,7 +131,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         logger.error(
             "session %s: %s of run %s raised %s",
             self._session_id,
-            "the model call" if isinstance(step, CallLLM) else "the tool round",
+            "the tool round" if isinstance(step, RunTools) else "the model call",
             getattr(step, "run_id", "?"),
             type(failed.error).__name__,
             exc_info=failed.error,
@@ -152,6 +154,8 @@ class SessionActor(EventSourcedActor[SessionState]):
     async def execute(self, step: object) -> object:
         if isinstance(step, CallLLM):
             return await self._call_llm(step)
+        if isinstance(step, Summarise):
+            return await self._summarise(step)
         assert isinstance(step, RunTools)
         return await self._run_tool_round(step)
 
@@ -192,6 +196,15 @@ class SessionActor(EventSourcedActor[SessionState]):
         finally:
             self._partial = None
         return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
+
+    async def _summarise(self, step: Summarise) -> object:
+        """Ask the summariser for a compaction (recorded before the next request uses it)."""
+        policy = self._config.context
+        assert policy is not None
+        summariser = policy.summariser
+        llm = self._config.llm if summariser == "session" or summariser is None else summariser
+        response = await llm.complete(step.request)
+        return Summarised(step.run_id, step.upto, response, step.fingerprint, step.tokens_before)
 
     async def _run_tool_round(self, step: RunTools) -> object:
         calls = [ToolCall(id=c.call_id, name=c.name, arguments=c.arguments) for c in step.calls]

@@ -24,8 +24,8 @@ from protocols import (
     LLMRequest,
     Message,
     ResponseFormat,
-    SystemMessage,
     ToolCall,
+    ToolDefinition,
     Usage,
     aborted_outcome,
     interrupted_outcome,
@@ -36,7 +36,9 @@ from runtime import Decision, StepFailed, TimerFired
 from runtime.lowlevel import timer_decision
 
 from ._budget import cost_of
+from ._context import ContextCompacted
 from ._session_calls import begin_calls
+from ._session_context import compaction_step, projection, summarised
 from ._session_events import (
     ActiveRun,
     AssistantRecorded,
@@ -69,13 +71,21 @@ from ._session_steps import (
     Send,
     SessionConfig,
     Stamped,
+    Summarise,
+    Summarised,
     ToolsDone,
     run_tools,
 )
 
 _CRASHED = "the process stopped while this tool ran; its result is unknown"
 
-_DECIDED_BETWEEN_CALLS = (FollowUpsInjected, ToolStarted, OutputRejected, HumanRequested)
+_DECIDED_BETWEEN_CALLS = (
+    FollowUpsInjected,
+    ToolStarted,
+    OutputRejected,
+    HumanRequested,
+    ContextCompacted,
+)
 """Events the session decides only while no model call is in flight."""
 
 
@@ -174,6 +184,9 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
         ]
         events.extend(c for c in message.children if c.child_id in run.children)
         return Decision(events=events)
+    if isinstance(message, Summarised) and message.run_id == run_id:
+        compacted = summarised(config, state, message)
+        return Decision(events=[compacted] if compacted is not None else [])
     if isinstance(message, OutOfTime) and message.run_id == run_id:
         assert run is not None
         return Decision(events=[_finish(run, "budget_exceeded", error=message.reason)])
@@ -391,6 +404,9 @@ def next_step(config: SessionConfig, state: SessionState) -> object | None:
         reason = budget.exceeded(run.usage, cost_of(run.usage_by_model, config.prices))
         if reason is not None:
             return Decision(events=[_finish(run, "budget_exceeded", error=reason)])
+    compaction = compaction_step(config, state, run, _system(config, run), _tools(config, run))
+    if compaction is not None:
+        return compaction
     request, fingerprint, header = _request(config, state, run)
     deadline = None
     if budget is not None and budget.max_seconds is not None and run.started.started_at:
@@ -410,18 +426,25 @@ def _answered(run: ActiveRun, text: str) -> RunFinished | OutputRejected:
     return _failed(run, OutputInvalidError(problems))
 
 
-def _request(
-    config: SessionConfig, state: SessionState, run: ActiveRun
-) -> tuple[LLMRequest, str, RequestHeader]:
+def _system(config: SessionConfig, run: ActiveRun) -> str:
     system = run.started.system_prompt
     if system is None:
         # The code's prompt, not the one recorded at creation: a changed prompt is a
         # change of behaviour, which replay must be able to see.
         system = config.system_prompt
-    history = state.history.closed()
-    messages: tuple[Message, ...] = history.messages
-    if system:
-        messages = (SystemMessage(system), *messages)
+    return system
+
+
+def _tools(config: SessionConfig, run: ActiveRun) -> tuple[ToolDefinition, ...]:
+    return tuple(run_tools(config, run).definitions())
+
+
+def _request(
+    config: SessionConfig, state: SessionState, run: ActiveRun
+) -> tuple[LLMRequest, str, RequestHeader]:
+    # The projection: the whole transcript, or what the latest compaction left of it.
+    lead, conversation, digest = projection(_system(config, run), state)
+    messages: tuple[Message, ...] = (*lead, *conversation)
     request = LLMRequest(
         messages=messages,
         tools=run_tools(config, run).definitions(),
@@ -430,21 +453,25 @@ def _request(
         max_tokens=config.max_tokens,
         temperature=config.temperature,
     )
-    fingerprint = request.fingerprint(messages_digest=history.digest)
-    return request, fingerprint, RequestHeader.of(request, history.digest)
+    fingerprint = request.fingerprint(messages_digest=digest)
+    return request, fingerprint, RequestHeader.of(request, digest)
 
 
 # -- replay (runtime.replay) -------------------------------------------------------------
 
 
 def answers_effect(event: object) -> bool:
-    """An answer of the model is what replay checks the code against."""
+    """An answer of the model (or of the summariser) is what replay checks the code against."""
+    if isinstance(event, ContextCompacted):
+        return event.method == "summary"
     return isinstance(event, AssistantRecorded)
 
 
 def replay_check(step: object | None, event: object) -> str | None:
     """``None`` if ``step`` asks for the request whose answer ``event`` records, else how
     the request differs."""
+    if isinstance(event, ContextCompacted):
+        return _summary_check(step, event)
     assert isinstance(event, AssistantRecorded)
     if not isinstance(step, CallLLM):
         return (
@@ -460,9 +487,32 @@ def replay_check(step: object | None, event: object) -> str | None:
     return "\n".join(lines) or "the request differs in a parameter the header omits"
 
 
+def _summary_check(step: object | None, event: ContextCompacted) -> str | None:
+    if not isinstance(step, Summarise):
+        return (
+            "the log has a summary of the context here (a compaction), but the code asks "
+            f"for {_describe_step(step)} (is the session's context policy the same?)"
+        )
+    if step.upto != event.upto:
+        return (
+            f"the log's compaction summarised messages [0, {event.upto}), the code would "
+            f"summarise [0, {step.upto}) (a changed context policy or token count)"
+        )
+    if step.fingerprint != event.request_fingerprint:
+        return "the summariser's request differs (its instructions, model or input changed)"
+    return None
+
+
 def step_settled(step: object, state: SessionState, event: object) -> bool:
     """Whether the effect ``step`` is over once ``event`` is folded into ``state``."""
     run = state.run
+    if isinstance(step, Summarise):
+        if run is None or run.started.run_id != step.run_id:
+            return True
+        compacted = state.compacted
+        return (compacted is not None and compacted.upto >= step.upto) or isinstance(
+            event, (*_DECIDED_BETWEEN_CALLS, AssistantRecorded)
+        )
     if run is None or not isinstance(step, CallLLM | RunTools):
         return True
     if isinstance(step, CallLLM) and isinstance(event, _DECIDED_BETWEEN_CALLS):
@@ -512,6 +562,8 @@ def _describe_step(step: object | None) -> str:
         return "nothing (it would wait for a message)"
     if isinstance(step, RunTools):
         return "tool calls " + ", ".join(c.name for c in step.calls)
+    if isinstance(step, Summarise):
+        return f"a compaction of the context (a summary of messages [0, {step.upto}))"
     return type(step).__name__.lstrip("_")
 
 

@@ -37,6 +37,7 @@ from runtime.lowlevel import TimerBook, is_timer_event
 
 from ._agents import Lifecycle
 from ._budget import Budget
+from ._context import ContextCompacted
 from ._transcript import ValidTranscript
 
 RunStatus = Literal[
@@ -495,6 +496,12 @@ class SessionState:
     results: Mapping[str, RunResult] = attrs.field(factory=dict)
     usage: Usage = attrs.field(factory=Usage)
     """Tokens used by the whole session."""
+    compacted: ContextCompacted | None = None
+    """The latest compaction of the model's view (``None``: it sees the whole transcript)."""
+    prompt_report: tuple[int, int, int] | None = None
+    """The latest input tokens a provider reported, the number of transcript messages of
+    that request and where its view started (``compacted.upto``): calibrates the estimate
+    of the next request (``ContextPolicy``)."""
 
     @property
     def transcript(self) -> tuple[Message, ...]:
@@ -525,25 +532,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
     if is_timer_event(event):
         return _timer(state, event)
     if isinstance(event, AssistantRecorded):
-        run = state.run
-        assert run is not None
-        calls = event.message.tool_calls
-        by_model = dict(run.usage_by_model)
-        by_model[event.model] = by_model.get(event.model, Usage()) + event.usage
-        return attrs.evolve(
-            state,
-            history=state.history.append(event.message),
-            run=attrs.evolve(
-                run,
-                rounds=event.round,
-                usage=run.usage + event.usage,
-                text=event.message.content or run.text,
-                pending_calls=calls,
-                usage_by_model=by_model,
-                finish_reason=event.finish_reason,
-            ),
-            usage=state.usage + event.usage,
-        )
+        return _assistant(state, event)
     if isinstance(event, ToolStarted):
         run = state.run
         assert run is not None
@@ -618,6 +607,8 @@ def evolve(state: SessionState, event: object) -> SessionState:
         )
     if isinstance(event, InputQueued):
         return attrs.evolve(state, queued=(*state.queued, event.run))
+    if isinstance(event, ContextCompacted):
+        return _compacted(state, event)
     if isinstance(event, RunFinished):
         return _finished(state, event)
     if isinstance(event, SessionCreated):
@@ -671,6 +662,43 @@ def _finished(state: SessionState, event: RunFinished) -> SessionState:
         error_message=message,
     )
     return attrs.evolve(state, run=None, results={**state.results, event.run_id: result})
+
+
+def _assistant(state: SessionState, event: AssistantRecorded) -> SessionState:
+    run = state.run
+    assert run is not None
+    calls = event.message.tool_calls
+    by_model = dict(run.usage_by_model)
+    by_model[event.model] = by_model.get(event.model, Usage()) + event.usage
+    report = state.prompt_report
+    if event.usage.prompt_tokens:
+        sent = len(state.history.messages) + len(state.history.pending)
+        upto = state.compacted.upto if state.compacted is not None else 0
+        report = (event.usage.prompt_tokens, sent, upto)
+    return attrs.evolve(
+        state,
+        prompt_report=report,
+        history=state.history.append(event.message),
+        run=attrs.evolve(
+            run,
+            rounds=event.round,
+            usage=run.usage + event.usage,
+            text=event.message.content or run.text,
+            pending_calls=calls,
+            usage_by_model=by_model,
+            finish_reason=event.finish_reason,
+        ),
+        usage=state.usage + event.usage,
+    )
+
+
+def _compacted(state: SessionState, event: ContextCompacted) -> SessionState:
+    run = state.run
+    if run is not None and event.usage.total_tokens:
+        by_model = dict(run.usage_by_model)
+        by_model[event.model] = by_model.get(event.model, Usage()) + event.usage
+        run = attrs.evolve(run, usage=run.usage + event.usage, usage_by_model=by_model)
+    return attrs.evolve(state, compacted=event, run=run, usage=state.usage + event.usage)
 
 
 def _timer(state: SessionState, event: object) -> SessionState:

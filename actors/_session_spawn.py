@@ -10,6 +10,7 @@ from protocols.errors import ConfigError
 
 from ._agents import AgentSpec, FormatArg
 from ._budget import Budget, Price
+from ._context import ContextPolicy
 from ._mcp import expand_tool_sources
 from ._observe import LLMHook, Observer, ToolHook
 from ._session import SessionActor
@@ -44,6 +45,7 @@ async def spawn_session(
     tool_concurrency: int = 8,
     session_id: str | None = None,
     name: str | None = None,
+    context: ContextPolicy | None = None,
 ) -> Session:
     """Start a session actor under the runtime's root supervisor (or resume it from the log).
 
@@ -81,6 +83,9 @@ async def spawn_session(
         tool_concurrency (int): the most tool calls of one round running at once.
         session_id (str | None): resume this session; a new id when ``None``.
         name (str | None): path segment in the tree; defaults to the id.
+        context (ContextPolicy | None): how much of the conversation the model sees and
+            how the rest is compacted (also adds the ``recall`` tool unless switched
+            off); ``None``: the whole conversation, always.
 
     Returns:
         Session: the handle.
@@ -113,6 +118,7 @@ async def spawn_session(
         max_tokens=max_tokens,
         temperature=temperature,
         tool_concurrency=tool_concurrency,
+        context=context,
     )
     # One session's bad log or crash loop stops that session alone, never its neighbours.
     ref = await runtime.spawn(
@@ -174,4 +180,5 @@ async def spawn_agent(
         observers=observers,
         prices=prices,
         session_id=session_id,
+        context=spec.context,
     )

@@ -31,7 +31,9 @@ from ._agents import (
     spawn_agent_tool,
 )
 from ._budget import Budget, Price
+from ._context import ContextPolicy
 from ._observe import LLMHook, Observer, ObserverBus, ToolHook
+from ._recall import recall_tool
 from ._session_events import (
     ActiveRun,
     ChildFinished,
@@ -202,6 +204,29 @@ class OutOfTime:
 
 
 @attrs.frozen
+class Summarise:
+    """The step: ask the summariser to compact the run's transcript up to ``upto``."""
+
+    run_id: str
+    upto: int
+    since: int
+    request: LLMRequest
+    fingerprint: str
+    tokens_before: int
+
+
+@attrs.frozen
+class Summarised:
+    """The result of a ``Summarise``."""
+
+    run_id: str
+    upto: int
+    response: LLMResponse
+    fingerprint: str
+    tokens_before: int
+
+
+@attrs.frozen
 class RunTools:
     """The step: run the open tool calls of a round (and the children they start)."""
 
@@ -253,6 +278,15 @@ class SessionConfig:
     output_type: OutputType[Any] | None = None
     """The class the default response format was made from; applied to results where
     they are read (the log and the decider see only ``response_format``)."""
+    context: ContextPolicy | None = None
+    """How much of the conversation the model sees (``None``: all of it)."""
+
+
+def add_context_tools(registry: ToolRegistry, context: ContextPolicy | None) -> None:
+    """Give a session with a context policy the ``recall`` tool (unless it has one)."""
+    if context is None or not context.recall or "recall" in registry.names():
+        return
+    registry.add(recall_tool())
 
 
 def run_tools(config: SessionConfig, run: ActiveRun | None) -> ToolRegistry:
@@ -298,6 +332,7 @@ def session_config(
     max_tokens: int | None = None,
     temperature: float | None = None,
     tool_concurrency: int = 8,
+    context: ContextPolicy | None = None,
 ) -> SessionConfig:
     """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
     limits = (
@@ -312,6 +347,7 @@ def session_config(
             raise ValueError(msg)
     response_format, output_type = resolve_format(response_format)
     registry = ToolRegistry.of(*tools)  # a copy: ours to extend
+    add_context_tools(registry, context)
     agents = tuple(agents)
     if agents:
         registry.add(spawn_agent_tool(agents))
@@ -336,6 +372,7 @@ def session_config(
         max_tokens=max_tokens,
         temperature=temperature,
         output_type=output_type,
+        context=context,
     )
     check_limits(response_format, budget, config.prices)
     return config
@@ -355,6 +392,8 @@ def child_config(
     if spec.agents:
         registry.add(spawn_agent_tool(spec.agents))
     response_format, output_type = resolve_format(spec.response_format)
+    context = spec.context or parent.context
+    add_context_tools(registry, context)
     return attrs.evolve(
         parent,
         session_id=child_id,
@@ -370,4 +409,5 @@ def child_config(
         agents=index_agents(spec.agents),
         parent_id=parent.session_id,
         depth=depth,
+        context=context,
     )

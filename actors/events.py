@@ -10,6 +10,7 @@ from __future__ import annotations
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._board_events import EntryDeleted, EntryPut, WatchAdded, WatchRemoved
+from ._context import ContextCompacted
 from ._observe import (
     DeltaReceived,
     LLMCallFinished,
@@ -57,6 +58,7 @@ __all__ = [
     "CancelRequested",
     "ChildFinished",
     "ChildSpawned",
+    "ContextCompacted",
     "DeltaReceived",
     "EntryDeleted",
     "EntryPut",

@@ -357,6 +357,7 @@ def _entry(record: RecordedEvent, event: object) -> dict[str, object] | None:
         CancelRequested,
         ChildFinished,
         ChildSpawned,
+        ContextCompacted,
         FollowUpReceived,
         HumanAnswered,
         HumanRequested,
@@ -427,6 +428,15 @@ def _entry(record: RecordedEvent, event: object) -> dict[str, object] | None:
             "approve": event.approve,
             "by": event.by,
         }
+    if isinstance(event, ContextCompacted):
+        return base | {
+            "kind": "compacted",
+            "method": event.method,
+            "upto": event.upto,
+            "tokens_before": event.tokens_before,
+            "tokens": event.usage.total_tokens,
+            "text": event.summary,
+        }
     if isinstance(event, CancelRequested):
         return base | {"kind": "cancel", "mode": event.mode, "by": event.by, "text": event.reason}
     if isinstance(event, RunFinished):
@@ -440,6 +450,15 @@ def _entry(record: RecordedEvent, event: object) -> dict[str, object] | None:
             "error": event.error,
         }
     return None
+
+
+def _compacted_line(entry: dict[str, object], text: str) -> str:
+    what = "summarised" if entry["method"] == "summary" else "dropped"
+    head = (
+        f"[yellow]context: messages [0, {entry['upto']}) {what}[/] "
+        f"[dim](the request was {entry['tokens_before']:,} tok)[/]"
+    )
+    return f"{head}: {text}" if text else head
 
 
 def _print_entry(ctx: CliContext, entry: dict[str, object]) -> None:
@@ -486,6 +505,8 @@ def _print_entry(ctx: CliContext, entry: dict[str, object]) -> None:
         approve = entry["approve"]
         verdict = " (approved)" if approve is True else " (denied)" if approve is False else ""
         out.print(f"[bold green]{entry['by']} answered {entry['request_id']}{verdict}[/]: {text}")
+    elif kind == "compacted":
+        out.print(_compacted_line(entry, text))
     elif kind == "cancel":
         out.print(f"[magenta]cancel ({entry['mode']}) by {entry['by']}[/]: {text}")
     elif kind == "run_finished":

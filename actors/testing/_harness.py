@@ -528,6 +528,7 @@ class RuntimeHarness:
             llm_hooks=[_tell_caller],
             tool_hooks=[_slow_tools(self._tool_delays)] if self._tool_delays else [],
             session_id=self._session_id,
+            context=agent.context,
         )
         return session
 
