@@ -58,6 +58,7 @@ from ._session_handle import Session
 from ._session_steps import (
     CallLLM,
     Deliver,
+    GetState,
     LLMAnswered,
     OutOfTime,
     PythonSpawn,
@@ -93,7 +94,10 @@ class SessionActor(EventSourcedActor[SessionState]):
     Made by :func:`spawn_session`; its messages are private to the :class:`Session` handle.
     """
 
-    def __init__(self, config: SessionConfig) -> None:
+    defer_creation = True  # SessionCreated joins the first send's append
+
+    def __init__(self, config: SessionConfig, *, new: bool = False) -> None:
+        self._new = new
         self._config = config
         self._session_id = config.session_id
         self._waiters: dict[str, list[Reply[object]]] = {}
@@ -105,6 +109,9 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     def stream_name(self) -> str:
         return f"session/{self._session_id}"
+
+    def stream_is_new(self) -> bool:
+        return self._new
 
     # -- the decider (pure: see _session_decider) -------------------------------------
 
@@ -198,9 +205,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         hooks = self._config.tool_hooks
         wrap = None
         if hooks:
-            context = HookContext(
-                session_id=self._session_id, run_id=step.run_id, round=step.round
-            )
+            context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
 
             async def wrap(call: ToolCall, run: ToolCallNext) -> ToolOutcome:
                 try:
@@ -238,9 +243,7 @@ class SessionActor(EventSourcedActor[SessionState]):
             for call in calls:
                 if call.id in spawns:
                     nursery.start_soon(run_child, spawns[call.id])
-        return ToolsDone(
-            step.run_id, tuple(outcomes[c.id] for c in calls), tuple(finished)
-        )
+        return ToolsDone(step.run_id, tuple(outcomes[c.id] for c in calls), tuple(finished))
 
     # -- sub-agents ------------------------------------------------------------------
 
@@ -332,6 +335,9 @@ class SessionActor(EventSourcedActor[SessionState]):
             return None
         if isinstance(message, PythonSpawn):
             return await self._spawn_from_python(message)
+        if isinstance(message, GetState) and self.version == 0:
+            # The log is the authority: a creation not appended yet is not reported.
+            return SessionState()
         delivery = ""
         if isinstance(message, BoardChanged):
             message = _board_follow_up(message)
@@ -456,10 +462,15 @@ class SessionActor(EventSourcedActor[SessionState]):
                     tool_calls=len(event.message.tool_calls),
                 )
             )
+            if run is not None and run.started.run_id == event.run_id:
+                run_usage = run.usage
+            else:  # the run ended in the same append: its result holds its usage
+                ended = self.state.results.get(event.run_id)
+                run_usage = ended.usage if ended is not None else event.usage
             return UsageUpdated(
                 session_id=session_id,
                 run_id=event.run_id,
-                run_usage=run.usage if run is not None else event.usage,
+                run_usage=run_usage,
                 session_usage=self.state.usage,
             )
         if isinstance(event, ToolStarted):

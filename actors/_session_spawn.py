@@ -110,10 +110,17 @@ async def spawn_session(
         temperature=temperature,
         tool_concurrency=tool_concurrency,
     )
+    # A session whose id was made here has no log to read: its first incarnation skips
+    # the read (a restart reads, should the id have existed after all).
+    new = [session_id is None]
+
+    def factory() -> SessionActor:
+        fresh = new[0]
+        new[0] = False
+        return SessionActor(config, new=fresh)
+
     # One session's bad log or crash loop stops that session alone, never its neighbours.
-    ref = await runtime.spawn(
-        lambda: SessionActor(config), id=config.session_id, name=name, on_give_up="stop"
-    )
+    ref = await runtime.spawn(factory, id=config.session_id, name=name, on_give_up="stop")
     return Session._create(ref, runtime, config)
 
 
