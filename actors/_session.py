@@ -56,6 +56,7 @@ from ._session_events import (
 )
 from ._session_handle import Session
 from ._session_steps import (
+    Busy,
     CallLLM,
     Deliver,
     GetState,
@@ -63,6 +64,7 @@ from ._session_steps import (
     OutOfTime,
     PythonSpawn,
     RunTools,
+    SendAndWait,
     SessionConfig,
     Stamped,
     ToolsDone,
@@ -237,12 +239,15 @@ class SessionActor(EventSourcedActor[SessionState]):
             outcomes[spawned.call_id] = outcome
             finished.append(result)
 
-        async with trio.open_nursery() as nursery:
-            if regular:
-                nursery.start_soon(run_regular)
-            for call in calls:
-                if call.id in spawns:
-                    nursery.start_soon(run_child, spawns[call.id])
+        if not spawns and not hooks:
+            await run_regular()  # no sub-agent to run beside: no nursery (the usual round)
+        else:
+            async with trio.open_nursery() as nursery:
+                if regular:
+                    nursery.start_soon(run_regular)
+                for call in calls:
+                    if call.id in spawns:
+                        nursery.start_soon(run_child, spawns[call.id])
         return ToolsDone(step.run_id, tuple(outcomes[c.id] for c in calls), tuple(finished))
 
     # -- sub-agents ------------------------------------------------------------------
@@ -335,6 +340,11 @@ class SessionActor(EventSourcedActor[SessionState]):
             return None
         if isinstance(message, PythonSpawn):
             return await self._spawn_from_python(message)
+        if isinstance(message, SendAndWait):
+            accepted = await super().receive(message.send)
+            if isinstance(accepted, Busy):
+                return accepted
+            return await self.receive(WaitRun(message.send.run_id))
         if isinstance(message, GetState) and self.version == 0:
             # The log is the authority: a creation not appended yet is not reported.
             return SessionState()

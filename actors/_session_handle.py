@@ -36,6 +36,7 @@ from ._session_steps import (
     NoRequest,
     PythonSpawn,
     Send,
+    SendAndWait,
     SessionConfig,
     Urgent,
     WaitRun,
@@ -170,10 +171,12 @@ class Session:
             started_at=self._runtime.clock.now(),
             if_busy=if_busy,
         )
-        accepted = await self._ask(send)
-        if isinstance(accepted, Busy):
-            raise SessionBusyError(self.id, accepted.run_id)
-        return await self.wait(send.run_id)
+        outcome = await self._ask(SendAndWait(send))
+        if isinstance(outcome, Busy):
+            raise SessionBusyError(self.id, outcome.run_id)
+        if not isinstance(outcome, RunResult):  # not known after all: cannot happen
+            return await self.wait(send.run_id)
+        return outcome
 
     async def _submit(self, input: str, *, run_id: str, budget: Budget | None) -> RunResult:
         """A send with a run id chosen by the caller (idempotent: a parent's retry after a
