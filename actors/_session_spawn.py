@@ -120,7 +120,14 @@ async def spawn_session(
         return SessionActor(config, new=fresh)
 
     # One session's bad log or crash loop stops that session alone, never its neighbours.
-    ref = await runtime.spawn(factory, id=config.session_id, name=name, on_give_up="stop")
+    # A new session's actor starts at its first message: until then it costs a name.
+    ref = await runtime.spawn(
+        factory,
+        id=config.session_id,
+        name=name,
+        on_give_up="stop",
+        lazy=session_id is None,
+    )
     return Session._create(ref, runtime, config)
 
 

@@ -131,6 +131,7 @@ class ActorContext(Generic[MsgT]):
         shutdown_timeout: float = 5.0,
         mailbox_capacity: int = DEFAULT_CAPACITY,
         overflow: OverflowPolicy = "reject",
+        lazy: bool = False,
     ) -> ActorRef[ChildMsgT]:
         """Start a child supervised by this actor (see :class:`ChildSpec` for the options).
 
@@ -154,6 +155,7 @@ class ActorContext(Generic[MsgT]):
             shutdown_timeout=shutdown_timeout,
             mailbox_capacity=mailbox_capacity,
             overflow=overflow,
+            lazy=lazy,
         )
         return await self.spawn_spec(spec)  # type: ignore[return-value]  # see above
 

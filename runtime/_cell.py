@@ -352,8 +352,22 @@ class _Children:
         cell = _Cell(runtime, self.owner, spec, actor_id, name)
         runtime._register(cell)  # raises ActorExistsError before anything runs
         self.cells[actor_id] = cell
+        if spec.lazy:  # like a child waiting to restart, until its first message
+            cell.mailbox.call_on_first_put(lambda: self._launch_on_message(cell))
+            return cell
         await self._launch(cell)
         return cell
+
+    def _launch_on_message(self, cell: _Cell) -> None:
+        """Start a lazy child's first incarnation: a message has arrived for it."""
+        owner = self.owner
+        if self.closing or cell.running or cell.mailbox.closed or not owner.running:
+            return  # going away: the message fails with the mailbox when it is closed
+        cell.incarnation += 1
+        cell.running = True
+        cell.stopping = False
+        cell.stop_requested = False
+        owner.nursery.start_soon(cell.run_task, name=f"actor {cell.path}")
 
     async def _launch(self, cell: _Cell) -> None:
         """Start an incarnation and wait for its ``on_start``, so siblings start in order."""

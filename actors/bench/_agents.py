@@ -11,7 +11,8 @@ Every figure is printed beside a baseline measured in the same run:
   a store wrapper, each waits for its commit) beside ``min_dependent_commits_per_send``:
   the fewest the invariants allow, one before each effect (model call, tool round) and
   one before the reply, counted from the log.
-* ``new_sessions_per_s`` beside ``raw_spawns_per_s``: spawning a bare actor.
+* ``new_sessions_per_s`` beside ``raw_spawns_per_s``: spawning a bare actor, and
+  ``raw_lazy_spawns_per_s``: one that starts at its first message, as a new session does.
 * ``idle_session_bytes`` beside ``idle_actor_bytes``: RSS per idle session and per idle bare
   actor, each in a fresh process, so nothing an earlier workload left behind is counted.
 * ``send_cost_ratio_late_vs_early``: the mean of the last 10 sends of one long session
@@ -192,8 +193,9 @@ async def _raw_appends(events: list[RecordedEvent], n: int, sends: int, path: Pa
     return n * sends / elapsed
 
 
-async def _new_sessions(n: int, path: Path) -> tuple[float, float]:
-    """Sessions created per second, sequentially, beside bare actors spawned per second."""
+async def _new_sessions(n: int, path: Path) -> tuple[float, float, float]:
+    """Sessions created per second, sequentially, beside bare actors spawned per second
+    (started at once, and started at their first message as a new session is)."""
     echo = _echo_tool()
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
         llm = FunctionLLM(_answer)
@@ -206,7 +208,12 @@ async def _new_sessions(n: int, path: Path) -> tuple[float, float]:
         for _ in range(n):
             await runtime.spawn(_Idle)
         actors = n / (time.perf_counter() - start)
-    return sessions, actors
+    async with open_runtime(seed=1) as runtime:
+        start = time.perf_counter()
+        for _ in range(n):
+            await runtime.spawn(_Idle, lazy=True)
+        lazy = n / (time.perf_counter() - start)
+    return sessions, actors, lazy
 
 
 class _Idle(Actor[object]):
@@ -269,10 +276,12 @@ def run(args: argparse.Namespace) -> Figures:
         figures["send_p50_ms"] = round(latencies[len(latencies) // 2] * 1000, 3)
         figures["send_p99_ms"] = round(latencies[int(len(latencies) * 0.99)] * 1000, 3)
         creations = 1_000 if quick else 10_000
-        sessions, actors = trio.run(_new_sessions, creations, folder / "new.sqlite")
+        sessions, actors, lazy = trio.run(_new_sessions, creations, folder / "new.sqlite")
         figures["new_sessions_per_s"] = round(sessions, 1)
         figures["raw_spawns_per_s"] = round(actors, 1)
+        figures["raw_lazy_spawns_per_s"] = round(lazy, 1)
         figures["new_sessions_ratio"] = _ratio(sessions, actors)
+        figures["new_sessions_ratio_lazy"] = _ratio(sessions, lazy)
         growth = trio.run(_sessions, 1, 100 if quick else 500, folder / "growth.sqlite")
         early = statistics.mean(growth.latencies[1:11])  # the first send is cold
         late = statistics.mean(growth.latencies[-10:])
