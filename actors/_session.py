@@ -98,8 +98,12 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     defer_creation = True  # SessionCreated joins the first send's append
 
-    def __init__(self, config: SessionConfig, *, new: bool = False) -> None:
+    def __init__(
+        self, config: SessionConfig, *, new: bool = False, passivate_after: float | None = None
+    ) -> None:
         self._new = new
+        self._passivate_after = passivate_after
+        self._last_active = 0.0
         self._config = config
         self._session_id = config.session_id
         self._waiters: dict[str, list[Reply[object]]] = {}
@@ -114,6 +118,34 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     def stream_is_new(self) -> bool:
         return self._new
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        if self._passivate_after is not None:
+            self._last_active = trio.current_time()
+            self.context.start_soon(self._passivate_when_idle, name=f"{self.context.path} idle")
+
+    async def _passivate_when_idle(self) -> None:
+        """Stop the actor once it has been idle for ``passivate_after`` seconds: no run,
+        nothing queued, nobody waiting, no timer pending (the timers service delivers to
+        a running owner only). Its next message starts it again from its log."""
+        after = self._passivate_after
+        assert after is not None
+        while True:
+            await trio.sleep_until(self._last_active + after)
+            if trio.current_time() < self._last_active + after:
+                continue  # a message came meanwhile
+            state = self.state
+            if (
+                state.run is None
+                and not state.queued
+                and not state.inbox
+                and not state.timers.pending
+                and not any(self._waiters.values())
+            ):
+                self.context.passivate()
+                return
+            self._last_active = trio.current_time()
 
     # -- the decider (pure: see _session_decider) -------------------------------------
 
@@ -330,6 +362,7 @@ class SessionActor(EventSourcedActor[SessionState]):
     # -- answering the callers -------------------------------------------------------
 
     async def receive(self, message: object) -> object:
+        self._last_active = trio.current_time() if self._passivate_after is not None else 0.0
         if isinstance(message, Urgent):
             message = message.message
         if isinstance(message, WaitRun):

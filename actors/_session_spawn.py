@@ -44,6 +44,7 @@ async def spawn_session(
     tool_concurrency: int = 8,
     session_id: str | None = None,
     name: str | None = None,
+    passivate_after: float | None = None,
 ) -> Session:
     """Start a session actor under the runtime's root supervisor (or resume it from the log).
 
@@ -78,6 +79,9 @@ async def spawn_session(
         tool_concurrency (int): the most tool calls of one round running at once.
         session_id (str | None): resume this session; a new id when ``None``.
         name (str | None): path segment in the tree; defaults to the id.
+        passivate_after (float | None): stop the session's actor after this many idle
+            seconds (no run, nothing queued, no timer pending), freeing its memory; its
+            next message starts it again from its log. ``None``: it stays.
 
     Returns:
         Session: the handle.
@@ -85,9 +89,13 @@ async def spawn_session(
     Raises:
         ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
         ConfigError: ``budget`` limits cost and ``prices`` is empty.
-        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
+        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1, or
+            ``passivate_after`` is not positive.
         RuntimeClosedError: the runtime is closing (or its root supervisor gave up).
     """
+    if passivate_after is not None and not passivate_after > 0:
+        msg = f"passivate_after must be a positive number of seconds, got {passivate_after!r}"
+        raise ValueError(msg)
     tools = await expand_tool_sources(runtime, tools)
     config = session_config(
         session_id=session_id or runtime.ids.new("ses"),
@@ -117,7 +125,7 @@ async def spawn_session(
     def factory() -> SessionActor:
         fresh = new[0]
         new[0] = False
-        return SessionActor(config, new=fresh)
+        return SessionActor(config, new=fresh, passivate_after=passivate_after)
 
     # One session's bad log or crash loop stops that session alone, never its neighbours.
     # A new session's actor starts at its first message: until then it costs a name.

@@ -205,6 +205,17 @@ class ActorContext(Generic[MsgT]):
         """
         self._cell.request_stop()
 
+    def passivate(self) -> None:
+        """Stop this incarnation after the current message to free its memory; the next
+        message starts the actor again, as its first message starts a lazy one.
+
+        For an actor whose state is in the log (an event-sourced actor folds it back at
+        start). No restart is counted; replies still deferred fail with
+        :class:`~protocols.errors.ActorStoppedError`, so passivate only when none is.
+        """
+        self._cell.passivating = True
+        self._cell.request_stop()
+
 
 class Supervisor(Actor[object]):
     """An actor whose only job is to run a fixed list of children under a strategy.

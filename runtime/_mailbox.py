@@ -153,6 +153,10 @@ class _Mailbox(Generic[T]):
         self._user.append(item)
         self._wake()
 
+    def empty(self) -> bool:
+        """Whether no message is queued in either lane."""
+        return not self._user and not self._system
+
     def has_room(self) -> bool:
         """Whether a user message fits now."""
         return len(self._user) < self._capacity

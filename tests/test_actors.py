@@ -516,3 +516,28 @@ async def test_a_lazy_actor_never_messaged_never_runs_and_stops_in_order() -> No
         assert kept.alive
     assert starts == []
     assert not kept.alive
+
+
+class Sleeper(Starts):
+    async def receive(self, message: object) -> object:
+        if message == "rest":
+            self.context.passivate()
+            return "resting"
+        return await super().receive(message)
+
+
+async def test_a_passivated_actor_starts_again_at_its_next_message() -> None:
+    """``passivate()`` ends the incarnation (no restart is counted); messages that
+    arrive meanwhile or later start a fresh one."""
+    starts: list[str] = []
+    async with open_runtime() as runtime:
+        ref = await runtime.spawn(lambda: Sleeper(starts))
+        assert await ref.ask("rest") == "resting"
+        await ref.tell("queued while resting")
+        await trio.testing.wait_all_tasks_blocked()
+        assert starts == ["start", "start"]
+        assert await ref.ask("rest") == "resting"
+        await trio.testing.wait_all_tasks_blocked()
+        assert starts == ["start", "start"]
+        assert await ref.ask("x") == "got x"
+        assert starts == ["start", "start", "start"]

@@ -15,6 +15,10 @@ Every figure is printed beside a baseline measured in the same run:
   ``raw_lazy_spawns_per_s``: one that starts at its first message, as a new session does.
 * ``idle_session_bytes`` beside ``idle_actor_bytes``: RSS per idle session and per idle bare
   actor, each in a fresh process, so nothing an earlier workload left behind is counted.
+* ``rss_bytes_1m_registered_1k_active``: memory for a million created sessions of
+  which a thousand have run (their actors idle, the rest never started), extrapolated
+  linearly from ``registered_session_bytes`` and ``active_session_bytes`` (measured with
+  ``registered_sessions_measured`` in a fresh process), beside a million idle bare actors.
 * ``send_cost_ratio_late_vs_early``: the mean of the last 10 sends of one long session
   over its sends 2 to 11 (the first, cold send is skipped).
 """
@@ -242,6 +246,29 @@ async def idle_bytes(kind: str, count: str, path: str) -> float:
     return (after - before) / n
 
 
+async def registered_bytes(count: str, active: str, path: str) -> list[float]:
+    """RSS per registered session (created, never used: its actor not started) and per
+    active one (one send done, its actor running, idle), in this fresh process."""
+    n, k = int(count), int(active)
+    echo = _echo_tool()
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+        llm = FunctionLLM(_answer)
+        await (await spawn_session(runtime, llm=llm, tools=[echo])).send("warm")
+        gc.collect()
+        before = rss_bytes()
+        for _ in range(n):
+            await spawn_session(runtime, llm=llm, tools=[echo])
+        gc.collect()
+        registered = rss_bytes()
+        sessions = [await spawn_session(runtime, llm=llm, tools=[echo]) for _ in range(k)]
+        async with trio.open_nursery() as nursery:
+            for session in sessions:
+                nursery.start_soon(session.send, "hello")
+        gc.collect()
+        after = rss_bytes()
+    return [(registered - before) / n, (after - registered) / k]
+
+
 def _ratio(value: float, baseline: float) -> float:
     return round(value / baseline, 3) if baseline > 0 else 0.0
 
@@ -293,4 +320,19 @@ def run(args: argparse.Namespace) -> Figures:
         figures["idle_session_bytes"] = round(idle)
         figures["idle_actor_bytes"] = round(bare)
         figures["idle_sessions_per_gib"] = round(2**30 / idle) if idle > 0 else 0
+        n_registered = 20_000 if quick else 200_000
+        per_registered, per_active = in_fresh_process(
+            "actors.bench._agents:registered_bytes",
+            str(n_registered),
+            "1000",
+            str(folder / "registered.sqlite"),
+        )
+        figures["registered_sessions_measured"] = n_registered
+        figures["registered_session_bytes"] = round(per_registered)
+        figures["active_session_bytes"] = round(per_active)
+        # Linear from the two per-session figures measured above (1M is not run here).
+        figures["rss_bytes_1m_registered_1k_active"] = round(
+            per_registered * 1_000_000 + per_active * 1_000
+        )
+        figures["rss_bytes_1m_idle_actors_baseline"] = round(bare * 1_000_000)
     return figures
