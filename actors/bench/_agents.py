@@ -226,7 +226,8 @@ class _Idle(Actor[object]):
 
 
 async def idle_bytes(kind: str, count: str, path: str) -> float:
-    """RSS per idle session (spawned, waiting for input) or per idle bare actor."""
+    """RSS per idle session (spawned, its actor started by one look at its state: a new
+    session's actor otherwise starts at its first message) or per idle bare actor."""
     n = int(count)
     echo = _echo_tool()
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
@@ -237,7 +238,7 @@ async def idle_bytes(kind: str, count: str, path: str) -> float:
         before = rss_bytes()
         for _ in range(n):
             if kind == "session":
-                await spawn_session(runtime, llm=llm, tools=[echo])
+                await (await spawn_session(runtime, llm=llm, tools=[echo])).state()
             else:
                 await runtime.spawn(_Idle)
         await trio.sleep(0.05)  # every actor reaches its idle wait
