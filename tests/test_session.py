@@ -492,4 +492,5 @@ async def test_an_idle_session_passivates_and_its_next_send_folds_it_back(
 async def test_passivate_after_must_be_positive() -> None:
     async with open_runtime() as runtime:
         with pytest.raises(ValueError, match="passivate_after must be a positive number"):
-            await spawn_session(runtime, llm=FunctionLLM(lambda r: LLMResponse()), passivate_after=0)
+            llm = FunctionLLM(lambda r: LLMResponse())
+            await spawn_session(runtime, llm=llm, passivate_after=0)
