@@ -56,12 +56,15 @@ from ._session_events import (
 )
 from ._session_handle import Session
 from ._session_steps import (
+    Busy,
     CallLLM,
     Deliver,
+    GetState,
     LLMAnswered,
     OutOfTime,
     PythonSpawn,
     RunTools,
+    SendAndWait,
     SessionConfig,
     Stamped,
     Summarise,
@@ -95,7 +98,14 @@ class SessionActor(EventSourcedActor[SessionState]):
     Made by :func:`spawn_session`; its messages are private to the :class:`Session` handle.
     """
 
-    def __init__(self, config: SessionConfig) -> None:
+    defer_creation = True  # SessionCreated joins the first send's append
+
+    def __init__(
+        self, config: SessionConfig, *, new: bool = False, passivate_after: float | None = None
+    ) -> None:
+        self._new = new
+        self._passivate_after = passivate_after
+        self._last_active = 0.0
         self._config = config
         self._session_id = config.session_id
         self._waiters: dict[str, list[Reply[object]]] = {}
@@ -107,6 +117,37 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     def stream_name(self) -> str:
         return f"session/{self._session_id}"
+
+    def stream_is_new(self) -> bool:
+        return self._new
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        if self._passivate_after is not None:
+            self._last_active = trio.current_time()
+            self.context.start_soon(self._passivate_when_idle, name=f"{self.context.path} idle")
+
+    async def _passivate_when_idle(self) -> None:
+        """Stop the actor once it has been idle for ``passivate_after`` seconds: no run,
+        nothing queued, nobody waiting, no timer pending (the timers service delivers to
+        a running owner only). Its next message starts it again from its log."""
+        after = self._passivate_after
+        assert after is not None
+        while True:
+            await trio.sleep_until(self._last_active + after)
+            if trio.current_time() < self._last_active + after:
+                continue  # a message came meanwhile
+            state = self.state
+            if (
+                state.run is None
+                and not state.queued
+                and not state.inbox
+                and not state.timers.pending
+                and not any(self._waiters.values())
+            ):
+                self.context.passivate()
+                return
+            self._last_active = trio.current_time()
 
     # -- the decider (pure: see _session_decider) -------------------------------------
 
@@ -211,9 +252,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         hooks = self._config.tool_hooks
         wrap = None
         if hooks:
-            context = HookContext(
-                session_id=self._session_id, run_id=step.run_id, round=step.round
-            )
+            context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
 
             async def wrap(call: ToolCall, run: ToolCallNext) -> ToolOutcome:
                 try:
@@ -245,15 +284,16 @@ class SessionActor(EventSourcedActor[SessionState]):
             outcomes[spawned.call_id] = outcome
             finished.append(result)
 
-        async with trio.open_nursery() as nursery:
-            if regular:
-                nursery.start_soon(run_regular)
-            for call in calls:
-                if call.id in spawns:
-                    nursery.start_soon(run_child, spawns[call.id])
-        return ToolsDone(
-            step.run_id, tuple(outcomes[c.id] for c in calls), tuple(finished)
-        )
+        if not spawns and not hooks:
+            await run_regular()  # no sub-agent to run beside: no nursery (the usual round)
+        else:
+            async with trio.open_nursery() as nursery:
+                if regular:
+                    nursery.start_soon(run_regular)
+                for call in calls:
+                    if call.id in spawns:
+                        nursery.start_soon(run_child, spawns[call.id])
+        return ToolsDone(step.run_id, tuple(outcomes[c.id] for c in calls), tuple(finished))
 
     # -- sub-agents ------------------------------------------------------------------
 
@@ -335,6 +375,7 @@ class SessionActor(EventSourcedActor[SessionState]):
     # -- answering the callers -------------------------------------------------------
 
     async def receive(self, message: object) -> object:
+        self._last_active = trio.current_time() if self._passivate_after is not None else 0.0
         if isinstance(message, Urgent):
             message = message.message
         if isinstance(message, WaitRun):
@@ -345,6 +386,14 @@ class SessionActor(EventSourcedActor[SessionState]):
             return None
         if isinstance(message, PythonSpawn):
             return await self._spawn_from_python(message)
+        if isinstance(message, SendAndWait):
+            accepted = await super().receive(message.send)
+            if isinstance(accepted, Busy):
+                return accepted
+            return await self.receive(WaitRun(message.send.run_id))
+        if isinstance(message, GetState) and self.version == 0:
+            # The log is the authority: a creation not appended yet is not reported.
+            return SessionState()
         delivery = ""
         if isinstance(message, BoardChanged):
             message = _board_follow_up(message)
@@ -469,10 +518,15 @@ class SessionActor(EventSourcedActor[SessionState]):
                     tool_calls=len(event.message.tool_calls),
                 )
             )
+            if run is not None and run.started.run_id == event.run_id:
+                run_usage = run.usage
+            else:  # the run ended in the same append: its result holds its usage
+                ended = self.state.results.get(event.run_id)
+                run_usage = ended.usage if ended is not None else event.usage
             return UsageUpdated(
                 session_id=session_id,
                 run_id=event.run_id,
-                run_usage=run.usage if run is not None else event.usage,
+                run_usage=run_usage,
                 session_usage=self.state.usage,
             )
         if isinstance(event, ToolStarted):

@@ -24,6 +24,7 @@ from protocols import (
     ResponseFormat,
     SystemMessage,
     ToolCall,
+    ToolDefinition,
     ToolOutcome,
     ToolResultMessage,
     Usage,
@@ -111,6 +112,24 @@ class InputQueued:
     run: RunStarted
 
 
+_DIGESTS: dict[int, tuple[tuple[ToolDefinition, ...], str]] = {}
+
+
+def _tools_digest(tools: tuple[ToolDefinition, ...]) -> str:
+    """SHA-256 of the tool definitions' canonical JSON, kept per tuple: a session offers
+    the same tuple (its registry's) to every model call (an entry holds its tuple, so its
+    id is not reused)."""
+    cached = _DIGESTS.get(id(tools))
+    if cached is not None and cached[0] is tools:
+        return cached[1]
+    canonical = orjson.dumps([attrs.asdict(t) for t in tools], option=orjson.OPT_SORT_KEYS)
+    digest = hashlib.sha256(canonical).hexdigest()
+    if len(_DIGESTS) >= 256:
+        _DIGESTS.clear()
+    _DIGESTS[id(tools)] = (tools, digest)
+    return digest
+
+
 @final
 @attrs.frozen(kw_only=True)
 class RequestHeader:
@@ -138,12 +157,11 @@ class RequestHeader:
     def of(cls, request: LLMRequest, messages_digest: str) -> RequestHeader:
         """The header of ``request`` whose conversation has ``messages_digest``."""
         system = "\n\n".join(m.content for m in request.messages if isinstance(m, SystemMessage))
-        tools = orjson.dumps([attrs.asdict(t) for t in request.tools], option=orjson.OPT_SORT_KEYS)
         return cls(
             system=system,
             model=request.model,
             tools=tuple(t.name for t in request.tools),
-            tools_digest=hashlib.sha256(tools).hexdigest(),
+            tools_digest=_tools_digest(request.tools),
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             response_format=request.response_format.name if request.response_format else None,

@@ -37,6 +37,7 @@ from ._session_steps import (
     NoRequest,
     PythonSpawn,
     Send,
+    SendAndWait,
     SessionConfig,
     Urgent,
     WaitRun,
@@ -222,11 +223,13 @@ class Session:
         )
         if response is not None:
             self._run_types[send.run_id] = output_type
-        accepted = await self._ask(send)
-        if isinstance(accepted, Busy):
+        outcome = await self._ask(SendAndWait(send))
+        if isinstance(outcome, Busy):
             self._run_types.pop(send.run_id, None)
-            raise SessionBusyError(self.id, accepted.run_id)
-        return await self.wait(send.run_id)
+            raise SessionBusyError(self.id, outcome.run_id)
+        if not isinstance(outcome, RunResult):  # not known after all: cannot happen
+            return await self.wait(send.run_id)
+        return self._typed(send.run_id, outcome)
 
     async def _submit(self, input: str, *, run_id: str, budget: Budget | None) -> RunResult:
         """A send with a run id chosen by the caller (idempotent: a parent's retry after a
@@ -290,6 +293,10 @@ class Session:
             msg = f"session {self.id!r} has no run {run_id!r}"
             raise LookupError(msg)
         assert isinstance(result, RunResult)
+        return self._typed(run_id, result)
+
+    def _typed(self, run_id: str, result: RunResult) -> RunResult:
+        """``result`` with its output structured into the class its send or session named."""
         if result.status == "waiting_for_human":
             output_type = self._run_types.get(run_id, self._output_type)
         else:

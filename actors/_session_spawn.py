@@ -46,6 +46,7 @@ async def spawn_session(
     session_id: str | None = None,
     name: str | None = None,
     context: ContextPolicy | None = None,
+    passivate_after: float | None = None,
 ) -> Session:
     """Start a session actor under the runtime's root supervisor (or resume it from the log).
 
@@ -86,6 +87,9 @@ async def spawn_session(
         context (ContextPolicy | None): how much of the conversation the model sees and
             how the rest is compacted (also adds the ``recall`` tool unless switched
             off); ``None``: the whole conversation, always.
+        passivate_after (float | None): stop the session's actor after this many idle
+            seconds (no run, nothing queued, no timer pending), freeing its memory; its
+            next message starts it again from its log. ``None``: it stays.
 
     Returns:
         Session: the handle.
@@ -94,9 +98,13 @@ async def spawn_session(
         ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
         UnsupportedTypeError: ``response_format`` is a class with no JSON Schema form.
         ConfigError: ``budget`` limits cost and ``prices`` is empty.
-        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
+        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1, or
+            ``passivate_after`` is not positive.
         RuntimeClosedError: the runtime is closing (or its root supervisor gave up).
     """
+    if passivate_after is not None and not passivate_after > 0:
+        msg = f"passivate_after must be a positive number of seconds, got {passivate_after!r}"
+        raise ValueError(msg)
     tools = await expand_tool_sources(runtime, tools)
     config = session_config(
         session_id=session_id or runtime.ids.new("ses"),
@@ -120,9 +128,23 @@ async def spawn_session(
         tool_concurrency=tool_concurrency,
         context=context,
     )
+    # A session whose id was made here has no log to read: its first incarnation skips
+    # the read (a restart reads, should the id have existed after all).
+    new = [session_id is None]
+
+    def factory() -> SessionActor:
+        fresh = new[0]
+        new[0] = False
+        return SessionActor(config, new=fresh, passivate_after=passivate_after)
+
     # One session's bad log or crash loop stops that session alone, never its neighbours.
+    # A new session's actor starts at its first message: until then it costs a name.
     ref = await runtime.spawn(
-        lambda: SessionActor(config), id=config.session_id, name=name, on_give_up="stop"
+        factory,
+        id=config.session_id,
+        name=name,
+        on_give_up="stop",
+        lazy=session_id is None,
     )
     return Session._create(ref, runtime, config)
 

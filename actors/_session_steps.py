@@ -165,6 +165,14 @@ class WaitRun(Request[RunResult | None]):
 
 
 @attrs.frozen
+class SendAndWait(Request[RunResult | Busy | None]):
+    """A :class:`Send` whose reply is the run's result (as :class:`WaitRun` gives it), or
+    :class:`Busy`: one ask per send instead of two."""
+
+    send: Send
+
+
+@attrs.frozen
 class GetState(Request[SessionState]):
     """Ask for the folded state."""
 

@@ -216,9 +216,14 @@ async def _run_round(
         outcomes[index] = await (run(call) if wrap is None else wrap(call, run))
 
     with cancel_scope if cancel_scope is not None else trio.CancelScope():
-        async with trio.open_nursery() as nursery:
-            for index, call in enumerate(calls):
-                nursery.start_soon(one, index, call)
+        if len(calls) == 1 and wrap is None:
+            # One call and no middleware: nothing can escape it but a cancel, so it needs
+            # no task and nursery of its own (a send's usual round).
+            await one(0, calls[0])
+        else:
+            async with trio.open_nursery() as nursery:
+                for index, call in enumerate(calls):
+                    nursery.start_soon(one, index, call)
     await trio.lowlevel.checkpoint()
     return [
         outcome if outcome is not None else interrupted_outcome(call.id, call.name)

@@ -49,6 +49,9 @@ configure_union_passthrough(str | int | float | bool | None, _CONVERTER)
 configure_models(_CONVERTER)  # pydantic models as parameters and results, if in use
 
 
+_EVENT_LOCK = threading.Lock()
+
+
 @final
 @attrs.define(eq=False)
 class ToolContext:
@@ -72,12 +75,25 @@ class ToolContext:
     """The runtime the calling session runs in (``None`` when a tool is called outside
     one, as in a unit test). Built-in tools find their board or timers through it, so they
     are plain values an :class:`AgentSpec` can hold, made before any runtime exists."""
-    _cancelled: threading.Event = attrs.field(factory=threading.Event, init=False)
+    # Made at the first look (most calls never cancel nor wait): an Event costs a
+    # Condition and a lock, a visible share of a tool call's CPU.
+    _cancelled_event: threading.Event | None = attrs.field(default=None, init=False)
+
+    @property
+    def _cancelled(self) -> threading.Event:
+        event = self._cancelled_event
+        if event is None:
+            with _EVENT_LOCK:  # a tool's thread and the runner may look at once
+                event = self._cancelled_event
+                if event is None:
+                    event = self._cancelled_event = threading.Event()
+        return event
 
     @property
     def cancelled(self) -> bool:
         """Whether the call was interrupted or timed out; its result will be discarded."""
-        return self._cancelled.is_set()
+        event = self._cancelled_event
+        return event is not None and event.is_set()
 
     def check_cancelled(self) -> None:
         """Raise if the call was cancelled, so a sync tool can stop at a convenient point.
@@ -364,6 +380,11 @@ class ToolRegistry:
     """
 
     _tools: dict[str, Tool[..., object]] = attrs.field(factory=dict, alias="tools")
+    _definitions: tuple[ToolDefinition, ...] | None = attrs.field(
+        default=None, init=False, eq=False, repr=False
+    )
+    """:meth:`definitions`, made once per set of tools: every model call offers them, and
+    the same tuple lets the request's fingerprint reuse its canonical form."""
 
     @classmethod
     def of(cls, *tools: Tool[..., object]) -> ToolRegistry:
@@ -394,6 +415,7 @@ class ToolRegistry:
         if item.name in self._tools:
             raise ToolDefinitionError(f"a tool named {item.name!r} is already registered")
         self._tools[item.name] = item
+        self._definitions = None
 
     def get(self, name: str) -> Tool[..., object]:
         """Return the tool called ``name``.
@@ -424,10 +446,13 @@ class ToolRegistry:
 
     def definitions(self) -> tuple[ToolDefinition, ...]:
         """The tools as an ``LLMRequest`` offers them to a provider."""
-        return tuple(
-            ToolDefinition(name=s.name, description=s.description, parameters=s.parameters)
-            for s in self.specs()
-        )
+        definitions = self._definitions
+        if definitions is None:
+            definitions = self._definitions = tuple(
+                ToolDefinition(name=s.name, description=s.description, parameters=s.parameters)
+                for s in self.specs()
+            )
+        return definitions
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

@@ -351,15 +351,56 @@ class LLMRequest:
             lead += 1
         if messages_digest is None:
             messages_digest = chain_messages(EMPTY_CHAIN, messages[lead:])
-        params = attrs.asdict(self, filter=_not_messages)
-        params["system"] = [attrs.asdict(m) for m in messages[:lead]]
+        params = {name: _plain(getattr(self, name)) for name in _REQUEST_PARAMS}
+        params["tools"] = _plain_tools(self.tools)
+        params["system"] = [_plain(m) for m in messages[:lead]]
         params["messages"] = messages_digest
         canonical = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
         return "sha256:" + hashlib.sha256(canonical).hexdigest()
 
 
-def _not_messages(attribute: attrs.Attribute[object], _value: object) -> bool:
-    return attribute.name != "messages"
+_REQUEST_PARAMS = tuple(
+    a.name for a in attrs.fields(LLMRequest) if a.name not in {"messages", "tools"}
+)
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain(value: object) -> object:
+    """What ``attrs.asdict`` makes of ``value``, as far as JSON can tell (tuples and sets as
+    lists, attrs instances as dicts of their fields), with the field names of each class
+    looked up once: the canonical forms hashed here stay byte for byte the same."""
+    cls = type(value)
+    names = _FIELDS.get(cls)
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
+    if cls in _SCALARS:
+        return value
+    if attrs.has(cls):
+        names = _FIELDS[cls] = tuple(a.name for a in attrs.fields(cls))
+        return {name: _plain(getattr(value, name)) for name in names}
+    if isinstance(value, tuple | list | set | frozenset):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+_TOOLS_CACHE: dict[int, tuple[tuple[ToolDefinition, ...], list[object]]] = {}
+
+
+def _plain_tools(tools: tuple[ToolDefinition, ...]) -> list[object]:
+    """:func:`_plain` of a request's tools, kept per tuple: a session offers the same tuple
+    to every model call (a cached entry holds its tuple, so its id is not reused)."""
+    cached = _TOOLS_CACHE.get(id(tools))
+    if cached is not None and cached[0] is tools:
+        return cached[1]
+    plain = [_plain(t) for t in tools]
+    if len(_TOOLS_CACHE) >= 256:
+        _TOOLS_CACHE.clear()
+    _TOOLS_CACHE[id(tools)] = (tools, plain)
+    return plain
 
 
 #: The :func:`chain_messages` digest of no messages.
@@ -380,7 +421,7 @@ def chain_messages(digest: str, messages: Iterable[Message]) -> str:
         (str): the new chain digest, 64 hex digits.
     """
     for message in messages:
-        canonical = orjson.dumps(attrs.asdict(message), option=orjson.OPT_SORT_KEYS)
+        canonical = orjson.dumps(_plain(message), option=orjson.OPT_SORT_KEYS)
         digest = hashlib.sha256(digest.encode() + canonical).hexdigest()
     return digest
 

@@ -131,6 +131,7 @@ class ActorContext(Generic[MsgT]):
         shutdown_timeout: float = 5.0,
         mailbox_capacity: int = DEFAULT_CAPACITY,
         overflow: OverflowPolicy = "reject",
+        lazy: bool = False,
     ) -> ActorRef[ChildMsgT]:
         """Start a child supervised by this actor (see :class:`ChildSpec` for the options).
 
@@ -154,6 +155,7 @@ class ActorContext(Generic[MsgT]):
             shutdown_timeout=shutdown_timeout,
             mailbox_capacity=mailbox_capacity,
             overflow=overflow,
+            lazy=lazy,
         )
         return await self.spawn_spec(spec)  # type: ignore[return-value]  # see above
 
@@ -201,6 +203,17 @@ class ActorContext(Generic[MsgT]):
         Whether its supervisor restarts it depends on its restart type: a ``permanent``
         child is restarted even after a normal stop.
         """
+        self._cell.request_stop()
+
+    def passivate(self) -> None:
+        """Stop this incarnation after the current message to free its memory; the next
+        message starts the actor again, as its first message starts a lazy one.
+
+        For an actor whose state is in the log (an event-sourced actor folds it back at
+        start). No restart is counted; replies still deferred fail with
+        :class:`~protocols.errors.ActorStoppedError`, so passivate only when none is.
+        """
+        self._cell.passivating = True
         self._cell.request_stop()
 
 

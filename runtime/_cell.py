@@ -105,6 +105,7 @@ class _Cell:
         "mailbox",
         "name",
         "parent",
+        "passivating",
         "path",
         "ref",
         "restart_count",
@@ -138,6 +139,7 @@ class _Cell:
         self.running = False
         self.stopping = False
         self.stop_requested = False
+        self.passivating = False
         self.restart_count = 0
         self.restart_token: object | None = None
         self.started_at = 0.0
@@ -352,8 +354,31 @@ class _Children:
         cell = _Cell(runtime, self.owner, spec, actor_id, name)
         runtime._register(cell)  # raises ActorExistsError before anything runs
         self.cells[actor_id] = cell
+        if spec.lazy:  # like a child waiting to restart, until its first message
+            cell.mailbox.call_on_first_put(lambda: self._launch_on_message(cell))
+            return cell
         await self._launch(cell)
         return cell
+
+    def _rest(self, cell: _Cell) -> None:
+        """A passivated child waits for its next message (or has one already)."""
+        cell.passivating = False
+        if cell.mailbox.empty():
+            cell.mailbox.call_on_first_put(lambda: self._launch_on_message(cell))
+        else:
+            self._launch_on_message(cell)
+
+    def _launch_on_message(self, cell: _Cell) -> None:
+        """Start a lazy or passivated child: a message has arrived for it."""
+        owner = self.owner
+        if self.closing or cell.running or cell.mailbox.closed or not owner.running:
+            return  # going away: the message fails with the mailbox when it is closed
+        cell.incarnation += 1
+        cell.running = True
+        cell.stopping = False
+        cell.stop_requested = False
+        cell.passivating = False
+        owner.nursery.start_soon(cell.run_task, name=f"actor {cell.path}")
 
     async def _launch(self, cell: _Cell) -> None:
         """Start an incarnation and wait for its ``on_start``, so siblings start in order."""
@@ -361,6 +386,7 @@ class _Children:
         cell.running = True
         cell.stopping = False
         cell.stop_requested = False
+        cell.passivating = False
         await self.owner.nursery.start(cell.run_task, name=f"actor {cell.path}")
 
     async def on_exit(self, notice: _ChildExited) -> None:
@@ -368,6 +394,9 @@ class _Children:
         if cell.stopping or cell.incarnation != notice.incarnation or self.closing:
             return  # an exit we asked for, or news about an earlier incarnation
         error = notice.error
+        if cell.passivating and error is None:
+            self._rest(cell)
+            return
         runtime = cell.runtime
         if error is not None:
             runtime._publish_crashed(cell, error)

@@ -9,6 +9,9 @@ from typing import final
 import trio
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [high + low for high in _CROCKFORD for low in _CROCKFORD]
+"""Every pair of digits, by the 10-bit value it writes."""
+_SHIFTS = range(120, -1, -10)
 
 
 @final
@@ -92,9 +95,6 @@ class IdSource:
             self._last_ms = ms
             self._counter = self._random.getrandbits(39)  # headroom so +1 never overflows
         value = (ms << 80) | (self._counter << 40) | self._random.getrandbits(40)
-        chars = []
-        for _ in range(26):
-            chars.append(_CROCKFORD[value & 31])
-            value >>= 5
-        body = "".join(reversed(chars))
+        pairs = _PAIRS  # 13 pairs of digits, 10 bits each, most significant first
+        body = "".join([pairs[(value >> shift) & 1023] for shift in _SHIFTS])
         return f"{prefix}_{body}" if prefix else body

@@ -35,6 +35,9 @@ CONTINUES = b'{"continues":true}'
 """Metadata on each event but the last of one append: they were decided together, and a
 history cut after such an event (a fork) would hold half a decision."""
 
+_UNASKED: object = object()
+"""``next_step`` was not asked for the current state (``None`` would mean "nothing")."""
+
 
 def _as_tuple(events: Iterable[object]) -> tuple[object, ...]:
     return tuple(events)
@@ -122,6 +125,12 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
 
     snapshot_every: int | None = None
     """Save a snapshot each time the version crosses a multiple of this; ``None``: never."""
+    defer_creation: bool = False
+    """On an empty stream, fold the events of :meth:`recovered` at once but append them with
+    the actor's first append: an actor that never decides anything writes nothing (a new
+    session costs no commit of its own). Only for events the actor's configuration alone
+    decides, since a crash before that append loses them and :meth:`recovered` decides
+    them again."""
     registry: EventRegistry = default_registry
     """The codec registry that knows this actor's events (and state, for snapshots)."""
 
@@ -192,10 +201,18 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._step_token: object | None = None
         if self.snapshot_every is not None:
             self._check_snapshot_config()
+        self._unwritten: list[object] = []
         await self.recover()
         decision = self.recovered(self.state)
         if decision is not None and decision.events:
-            await self.persist(decision.events)
+            if self.defer_creation and self.version == 0:
+                state = self.state
+                for event in decision.events:
+                    state = self.evolve(state, event)
+                self.state = state
+                self._unwritten = list(decision.events)
+            else:
+                await self.persist(decision.events)
         # Only now is the state folded: a listener may act for this owner from here on (the
         # timers service delivers its due timers, again any a previous incarnation lost).
         owner = self.context.ref
@@ -209,11 +226,22 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         for listener in self.context.runtime.persist_listeners:
             listener.on_owner_gone(self._stream, owner)
 
+    def stream_is_new(self) -> bool:
+        """Whether the stream is known to be empty without reading it: recovery then reads
+        nothing. E.g. a stream named by an id the runtime has just made, for the first
+        incarnation only; should the stream exist after all, the first append fails with a
+        version conflict and the restarted actor folds it."""
+        return False
+
     async def recover(self) -> None:
         """Rebuild :attr:`state` from the latest snapshot plus the events after it."""
         registry = self.registry
         state = self.initial_state()
         version = 0
+        if self.stream_is_new():
+            self.state = state
+            self.version = version
+            return
         snapshot = await self.store.load_snapshot(self._stream)
         if snapshot is not None and self._snapshot_is_current(
             snapshot.type, snapshot.schema_version
@@ -247,19 +275,34 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self._step_scope = None
             message = message.result
         decision = self.handle(self.state, message)
-        if decision.events:
-            await self.persist(decision.events)
+        if not decision.events:
+            if decision.cancel_step:
+                self._cancel_step()
+            if decision.stop:
+                self._cancel_step()
+                self.context.stop()
+            else:
+                await self._advance()
+            return decision.reply
+        # The decisions ``next_step`` would take right after this one (the transitions that
+        # need no I/O) are decided now, on the state these events will fold to, and join
+        # their append: one commit per decision chain, not one per link. ``next_step`` is
+        # pure, so this is what the loop would decide after the commit anyway.
+        idle = self._step_token is None or decision.cancel_step
+        events, state, step, stop = self._decide_ahead(
+            list(decision.events), decision.stop, chain=idle
+        )
+        written = await self._commit(events, state)
         # Log first: the step is cancelled only once the events that say so are durable
         # (an append that fails crashes the actor with the step's fate still undecided).
         if decision.cancel_step:
             self._cancel_step()
-        if decision.events:
-            self.after_persist(decision.events)
-        if decision.stop:
+        self.after_persist(written)
+        if stop:
             self._cancel_step()
             self.context.stop()
         else:
-            await self._advance()
+            await self._advance(step)
         return decision.reply
 
     async def persist(self, events: Sequence[object]) -> None:
@@ -269,14 +312,51 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             ConcurrencyConflictError: another writer appended to this stream.
             EventEncodeError: an event class is not registered or holds non-JSON values.
         """
-        encode = self.registry.encode
-        new = [NewEvent.from_encoded(encode(event)) for event in events]
-        for i in range(len(new) - 1):  # one decision's events: a fork must not cut inside
-            new[i] = attrs.evolve(new[i], metadata=CONTINUES)
-        result = await self.store.append(self._stream, new, self.version)
         state = self.state
+        evolve = self.evolve
         for event in events:
-            state = self.evolve(state, event)
+            state = evolve(state, event)
+        await self._commit(events, state)
+
+    def _decide_ahead(
+        self, events: list[object], stop: bool, *, chain: bool
+    ) -> tuple[list[object], StateT, object | None, bool]:
+        """Fold ``events`` onto the state; while ``chain``, add the events of the decisions
+        ``next_step`` returns on the folded state. Returns the events, the state they fold
+        to, the step ``next_step`` asked for last (:data:`_UNASKED` if it was not asked)
+        and whether a decision stops the actor. Pure: nothing is appended."""
+        state = self.state
+        evolve = self.evolve
+        for event in events:
+            state = evolve(state, event)
+        step: object | None = _UNASKED
+        while chain and not stop:
+            step = self.next_step(state)
+            if not isinstance(step, Decision) or not step.events:
+                break
+            for event in step.events:
+                events.append(event)
+                state = evolve(state, event)
+            stop = step.stop
+            step = _UNASKED
+        return events, state, step, stop
+
+    async def _commit(self, events: Sequence[object], state: StateT) -> Sequence[object]:
+        """Append ``events`` (one decision chain: all but the last marked :data:`CONTINUES`),
+        then make ``state`` (their fold) the actor's and tell the persist listeners.
+
+        Returns the events appended: ``events`` after any :attr:`defer_creation` held back.
+        """
+        if self._unwritten:
+            events = [*self._unwritten, *events]
+        encode = self.registry.encode
+        last = len(events) - 1
+        new = [
+            NewEvent.from_encoded(encode(event), metadata=CONTINUES if i < last else None)
+            for i, event in enumerate(events)
+        ]
+        result = await self.store.append(self._stream, new, self.version)
+        self._unwritten = []
         self.state = state
         previous, self.version = self.version, result.version
         for listener in self.context.runtime.persist_listeners:
@@ -291,17 +371,25 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 schema_version=encoded.schema_version,
                 data=encoded.data,
             )
+        return events
 
-    async def _advance(self) -> None:
-        """Ask ``next_step`` until it names an effect (then start it) or nothing."""
+    async def _advance(self, step: object | None = _UNASKED) -> None:
+        """Ask ``next_step`` until it names an effect (then start it) or nothing.
+
+        ``step``: what ``next_step`` already answered for the current state, if it was
+        asked (else :data:`_UNASKED`).
+        """
         while self._step_token is None:
-            step = self.next_step(self.state)
+            if step is _UNASKED:
+                step = self.next_step(self.state)
             if step is None:
                 return
             if isinstance(step, Decision):
-                await self.persist(step.events)
-                self.after_persist(step.events)
-                if step.stop:
+                events, state, step, stop = self._decide_ahead(
+                    list(step.events), step.stop, chain=True
+                )
+                self.after_persist(await self._commit(events, state))
+                if stop:
                     self.context.stop()
                     return
                 continue
@@ -312,6 +400,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self.context.start_soon(
                 self._run_step, step, token, scope, name=f"{self.context.path} step"
             )
+            return
 
     async def _run_step(self, step: object, token: object, scope: trio.CancelScope) -> None:
         result: object

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, Literal, TypeVar, final
 
 import attrs
@@ -85,6 +86,7 @@ class _Mailbox(Generic[T]):
         "_closed",
         "_dropped",
         "_not_full",
+        "_on_put",
         "_overflow",
         "_owner",
         "_receiver",
@@ -102,6 +104,12 @@ class _Mailbox(Generic[T]):
         self._not_full: trio.lowlevel.ParkingLot | None = None
         self._closed = False
         self._dropped = 0
+        self._on_put: Callable[[], None] | None = None
+
+    def call_on_first_put(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` (once) when a message arrives with no receiver waiting: how an
+        actor that starts lazily is started by its first message."""
+        self._on_put = hook
 
     # -- sending ------------------------------------------------------------------
 
@@ -145,6 +153,10 @@ class _Mailbox(Generic[T]):
         self._user.append(item)
         self._wake()
 
+    def empty(self) -> bool:
+        """Whether no message is queued in either lane."""
+        return not self._user and not self._system
+
     def has_room(self) -> bool:
         """Whether a user message fits now."""
         return len(self._user) < self._capacity
@@ -163,6 +175,9 @@ class _Mailbox(Generic[T]):
         if receiver is not None:
             self._receiver = None
             reschedule(receiver)
+        elif self._on_put is not None:
+            hook, self._on_put = self._on_put, None
+            hook()
 
     # -- receiving ----------------------------------------------------------------
 

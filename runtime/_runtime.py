@@ -153,6 +153,7 @@ class Runtime:
         shutdown_timeout: float = 5.0,
         mailbox_capacity: int = DEFAULT_CAPACITY,
         overflow: OverflowPolicy = "reject",
+        lazy: bool = False,
     ) -> ActorRef[MsgT]:
         """Start a top-level actor under the root supervisor.
 
@@ -167,6 +168,8 @@ class Runtime:
             shutdown_timeout (float): seconds an orderly stop may take before cancelling.
             mailbox_capacity (int): bound of the mailbox's user lane.
             overflow: what a non-waiting send does when the mailbox is full.
+            lazy (bool): start the actor at its first message, not now (see
+                :attr:`ChildSpec.lazy`).
 
         Returns:
             The new actor's ref; messages sent before it has started wait in its mailbox.
@@ -185,6 +188,7 @@ class Runtime:
             shutdown_timeout=shutdown_timeout,
             mailbox_capacity=mailbox_capacity,
             overflow=overflow,
+            lazy=lazy,
         )
 
     async def stop(self, ref: ActorRef[object]) -> None:

@@ -150,6 +150,11 @@ class ChildSpec:
     """Bound of the user lane of the mailbox."""
     overflow: OverflowPolicy = "reject"
     """What a non-waiting send does when the mailbox is full."""
+    lazy: bool = False
+    """Start the child at its first message, not at spawn: ``spawn`` returns at once, the
+    first message (any ``tell`` or ``ask``, a stop excepted) starts it, and a child never
+    messaged never runs. For actors made in large numbers, most of them idle, such as new
+    agent sessions."""
 
     def __attrs_post_init__(self) -> None:
         check_mailbox_config(self.mailbox_capacity, self.overflow)

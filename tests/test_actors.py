@@ -8,6 +8,8 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from protocols.errors import (
     ActorCrashedError,
@@ -432,3 +434,110 @@ async def test_runtime_clock_follows_the_mock_clock(
         first, second = runtime.ids.new("s"), runtime.ids.new("s")
         assert first < second
         assert first.startswith("s_") and len(first) == 28
+
+
+@given(st.floats(0, 4e9), st.integers(0, 2**32), st.integers(1, 50))
+def test_ids_are_the_crockford_digits_of_time_counter_and_randomness(
+    now: float, seed: int, count: int
+) -> None:
+    """Ids are 26 Crockford base-32 digits of (ms << 80 | counter << 40 | random 40 bits),
+    most significant first, and sort in the order they were made."""
+    from runtime import IdSource
+
+    class Fixed:  # a clock stopped at ``now``
+        def now(self) -> float:
+            return now
+
+    source = IdSource(Fixed(), seed)  # type: ignore[arg-type]  # duck-typed clock
+    ids = [source.new() for _ in range(count)]
+    digits = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    for made in ids:
+        value = 0
+        for char in made:
+            value = value * 32 + digits.index(char)
+        assert len(made) == 26
+        assert value >> 80 == int(now * 1000)
+    assert ids == sorted(ids)
+    assert len(set(ids)) == count
+
+
+class Starts(Actor[object]):
+    """Counts its starts in a list shared across incarnations."""
+
+    def __init__(self, starts: list[str]) -> None:
+        self.starts = starts
+
+    async def on_start(self) -> None:
+        self.starts.append("start")
+
+    async def receive(self, message: object) -> object:
+        if message == "crash":
+            raise ValueError("crash")
+        return f"got {message}"
+
+
+async def test_a_lazy_actor_starts_at_its_first_message() -> None:
+    """``lazy=True``: spawn returns at once and nothing runs until a message arrives; the
+    actor is found by id meanwhile, and then serves like any other."""
+    starts: list[str] = []
+    async with open_runtime() as runtime:
+        ref = await runtime.spawn(lambda: Starts(starts), id="lazy", lazy=True)
+        await trio.testing.wait_all_tasks_blocked()
+        assert starts == []
+        assert runtime.lookup("lazy") is ref
+        assert ref.alive
+        assert await ref.ask("a") == "got a"
+        assert starts == ["start"]
+        await ref.tell("b")
+        assert await ref.ask("c") == "got c"
+        assert starts == ["start"]
+
+
+async def test_a_lazy_actor_restarts_like_any_other_after_a_crash() -> None:
+    starts: list[str] = []
+    async with open_runtime() as runtime:
+        ref = await runtime.spawn(lambda: Starts(starts), lazy=True)
+        with pytest.raises(ActorCrashedError):
+            await ref.ask("crash")
+        assert await ref.ask("again") == "got again"
+        assert starts == ["start", "start"]
+
+
+async def test_a_lazy_actor_never_messaged_never_runs_and_stops_in_order() -> None:
+    """Stopping it (or closing the runtime) starts nothing; a message after the stop fails."""
+    starts: list[str] = []
+    async with open_runtime() as runtime:
+        ref = await runtime.spawn(lambda: Starts(starts), lazy=True)
+        kept = await runtime.spawn(lambda: Starts(starts), lazy=True)
+        await runtime.stop(ref)
+        assert not ref.alive
+        with pytest.raises(ActorStoppedError):
+            await ref.ask("late")
+        assert kept.alive
+    assert starts == []
+    assert not kept.alive
+
+
+class Sleeper(Starts):
+    async def receive(self, message: object) -> object:
+        if message == "rest":
+            self.context.passivate()
+            return "resting"
+        return await super().receive(message)
+
+
+async def test_a_passivated_actor_starts_again_at_its_next_message() -> None:
+    """``passivate()`` ends the incarnation (no restart is counted); messages that
+    arrive meanwhile or later start a fresh one."""
+    starts: list[str] = []
+    async with open_runtime() as runtime:
+        ref = await runtime.spawn(lambda: Sleeper(starts))
+        assert await ref.ask("rest") == "resting"
+        await ref.tell("queued while resting")
+        await trio.testing.wait_all_tasks_blocked()
+        assert starts == ["start", "start"]
+        assert await ref.ask("rest") == "resting"
+        await trio.testing.wait_all_tasks_blocked()
+        assert starts == ["start", "start"]
+        assert await ref.ask("x") == "got x"
+        assert starts == ["start", "start", "start"]

@@ -541,13 +541,17 @@ def test_replay_of_a_tampered_log_reports_the_divergence(workdir: Path) -> None:
 
 
 def test_fork_branches_a_session_that_then_goes_on_by_itself(workdir: Path) -> None:
-    """``fork --at 3`` keeps the task and the first answer (two spawn calls, not yet
-    started); ``send`` to the fork runs them and completes; the original is untouched."""
+    """``fork --at 7`` keeps the task and the first answer with its two spawn calls
+    started (one decision: a fork at 3 would cut inside it); ``send`` to the fork runs
+    them and completes; the original is untouched."""
     sid = json.loads(cli(workdir, "sessions", "--roots", "--json").stdout)[0]["session_id"]
-    forked = cli_json(workdir, "fork", sid, "--at", "3", "--as", "branch")
-    assert {"session_id": "branch", "forked_from": sid, "at_version": 3, "events": 3} == forked
+    inside = cli(workdir, "fork", sid, "--at", "3", "--as", "branch")
+    assert inside.returncode == 2
+    assert "fork at a version before it or at 7" in inside.stderr
+    forked = cli_json(workdir, "fork", sid, "--at", "7", "--as", "branch")
+    assert {"session_id": "branch", "forked_from": sid, "at_version": 7, "events": 7} == forked
     shown = cli_json(workdir, "show", "branch")
-    assert (sid, 3) == (shown["entries"][0]["forked_from"], shown["entries"][0]["forked_at"])  # type: ignore[index]
+    assert (sid, 7) == (shown["entries"][0]["forked_from"], shown["entries"][0]["forked_at"])  # type: ignore[index]
     sent = cli_json(workdir, "send", "branch", "go on", "--demo")
     assert sent["status"] == "completed"  # type: ignore[index]
     tree = cli_json(workdir, "tree", "branch")

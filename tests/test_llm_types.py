@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncGenerator
 
 import attrs
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,6 +19,7 @@ from protocols import (
     LLMRequest,
     LLMResponse,
     LLMStream,
+    Message,
     StreamAssembler,
     StreamDelta,
     SystemMessage,
@@ -94,6 +97,72 @@ def test_fingerprint_known_value() -> None:
         "sha256:d5a60635537b9162479a53586bcc6af5f3f8bacd60ce4d94869b2b37828d7076"
     )
     assert request.fingerprint() != LLMRequest(messages=[SystemMessage("hi")]).fingerprint()
+
+
+def _reference_fingerprint(request: LLMRequest) -> str:
+    """The fingerprint as first written, with ``attrs.asdict`` (the canonical form)."""
+    lead = 0
+    while lead < len(request.messages) and isinstance(request.messages[lead], SystemMessage):
+        lead += 1
+    digest = EMPTY_CHAIN
+    for message in request.messages[lead:]:
+        canonical = orjson.dumps(attrs.asdict(message), option=orjson.OPT_SORT_KEYS)
+        digest = hashlib.sha256(digest.encode() + canonical).hexdigest()
+    params = attrs.asdict(request, filter=lambda a, _v: a.name != "messages")
+    params["system"] = [attrs.asdict(m) for m in request.messages[:lead]]
+    params["messages"] = digest
+    canonical = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+_texts = st.text(max_size=8)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | _texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_texts, inner, max_size=3),
+    max_leaves=8,
+)
+_calls = st.builds(ToolCall, id=_texts, name=_texts, arguments=_texts)
+_messages = st.one_of(
+    st.builds(SystemMessage, _texts),
+    st.builds(UserMessage, _texts),
+    st.builds(
+        AssistantMessage,
+        content=_texts,
+        tool_calls=st.lists(_calls, max_size=2).map(tuple),
+        thinking=st.lists(st.builds(ThinkingBlock, thinking=_texts), max_size=1).map(tuple),
+    ),
+    st.builds(ToolResultMessage, tool_call_id=_texts, content=_texts),
+)
+_definitions = st.builds(
+    ToolDefinition,
+    name=_texts,
+    description=_texts,
+    parameters=st.dictionaries(_texts, _json, max_size=3),
+)
+
+
+@given(
+    messages=st.lists(_messages, min_size=1, max_size=5),
+    tools=st.lists(_definitions, max_size=3),
+    model=st.none() | _texts,
+    stop=st.lists(_texts, max_size=2),
+    temperature=st.none() | st.floats(0, 2),
+)
+def test_the_fingerprint_keeps_its_canonical_form(
+    messages: list[Message],
+    tools: list[ToolDefinition],
+    model: str | None,
+    stop: list[str],
+    temperature: float | None,
+) -> None:
+    """The fast canonical form hashes exactly what ``attrs.asdict`` made (recorded logs
+    hold these fingerprints), also when the same tools tuple is offered again."""
+    request = LLMRequest(
+        messages=messages, tools=tools, model=model, stop=stop, temperature=temperature
+    )
+    assert request.fingerprint() == _reference_fingerprint(request)
+    again = LLMRequest(messages=messages[::-1], tools=request.tools, model=model)
+    assert again.fingerprint() == _reference_fingerprint(again)
 
 
 def test_a_carried_chain_gives_the_same_fingerprint_as_hashing_everything() -> None:

@@ -35,6 +35,7 @@ from runtime import (
     Supervision,
     open_runtime,
 )
+from runtime.lowlevel import CONTINUES
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 
 FAST_RESTART = Supervision(max_restarts=100, within=1, backoff=Backoff(initial=0))
@@ -429,3 +430,67 @@ def test_session_events_round_trip_through_the_codec() -> None:
 
         assert decode(encoded.type, encoded.schema_version, encoded.data) == event
         assert attrs.has(type(event))
+
+
+async def test_a_new_session_writes_nothing_until_its_first_send() -> None:
+    """Creating a session costs no commit: its ``SessionCreated`` is the first event of
+    its first send's first append (one commit), and its state before that is the fold of
+    its (empty) log. A session resumed by id is recovered from its log as before."""
+    store = InMemoryEventStore()
+    llm = ScriptedLLM([LLMResponse(content="hi", usage=Usage(prompt_tokens=1))] * 2)
+    async with open_runtime(store=store, seed=1) as runtime:
+        session = await spawn_session(runtime, llm=llm, system_prompt="Be brief.")
+        assert await store.read_all() == []
+        assert (await session.state()).session_id == ""  # nothing logged, nothing shown
+        assert (await session.send("hello")).text == "hi"
+        records = await store.read(f"session/{session.id}")
+        assert [r.type for r in records][:2] == ["session.created", "session.run_started"]
+        assert records[0].metadata == CONTINUES  # one append: RunStarted's
+        assert (await session.state()).session_id == session.id
+        again = await spawn_session(runtime, llm=llm, session_id="other")
+        assert (await again.state()).session_id == ""
+    async with open_runtime(store=store, seed=2) as runtime:
+        resumed = await spawn_session(runtime, llm=llm, session_id=session.id)
+        state = await resumed.state()
+        assert (state.session_id, state.system_prompt) == (session.id, "Be brief.")
+
+
+async def test_an_idle_session_passivates_and_its_next_send_folds_it_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``passivate_after``: idle that long, the session's actor stops (no new start is
+    counted as a crash or restart); the next send starts it again from its log, with the
+    whole conversation."""
+    seen: list[int] = []
+
+    def answer(request: LLMRequest) -> LLMResponse:
+        seen.append(len(request.messages))
+        return LLMResponse(content=f"answer {len(seen)}", usage=Usage(prompt_tokens=1))
+
+    async with open_runtime(seed=1) as runtime:
+        with runtime.subscribe() as events:
+            session = await spawn_session(runtime, llm=FunctionLLM(answer), passivate_after=60)
+            assert (await session.send("one")).text == "answer 1"
+            await trio.sleep(30)
+            assert (await session.send("two")).text == "answer 2"
+            await trio.sleep(120)  # idle: passivated
+            assert (await session.send("three")).text == "answer 3"
+            state = await session.state()
+            lifecycle = []
+            while True:
+                try:
+                    lifecycle.append(events.receive_nowait())
+                except trio.WouldBlock:
+                    break
+    starts = [e.incarnation for e in lifecycle if type(e).__name__ == "ActorStarted"]
+    assert starts == [1, 2]
+    assert [type(e).__name__ for e in lifecycle].count("ActorCrashed") == 0
+    assert seen == [1, 3, 5]  # the third send saw the whole conversation
+    assert len(state.results) == 3
+
+
+async def test_passivate_after_must_be_positive() -> None:
+    async with open_runtime() as runtime:
+        with pytest.raises(ValueError, match="passivate_after must be a positive number"):
+            llm = FunctionLLM(lambda r: LLMResponse())
+            await spawn_session(runtime, llm=llm, passivate_after=0)

@@ -177,8 +177,9 @@ def test_a_queued_follow_up_survives_sigkill_and_is_injected_exactly_once(tmp_pa
         ("queue", "queued:1"),  # received a, b, w; the model call never returned
         ("resume", "injected:1"),  # the injection is recorded, the model not asked yet
         ("resume", "llm:1"),  # the model asked, its answer never recorded
-        ("resume", "received:1"),  # run 1 done; "h" received, its run started, not injected
-        ("resume", "injected:1"),
+        # run 1 done; "h" received, its run started and its injection recorded, all in one
+        # append (one decision chain), the model not asked yet
+        ("resume", "received:1"),
         ("resume", "llm:1"),
         ("resume", None),
     ]

@@ -865,7 +865,10 @@ def test_replay_matches_a_session_that_crashed_during_a_model_call(
         [LLMResponse(content="")],
         [SendFollowUp("a", "f1"), SendFollowUp("b", "f2"), CrashSession()],
     )
-    assert [f.event_types for f in trace.faults] == [("session.assistant",)]
+    # The answer and the injection of the follow-ups it is followed by: one decision chain.
+    assert [f.event_types for f in trace.faults] == [
+        ("session.assistant", "session.follow_ups_injected")
+    ]
     assert_replay_matches(trace)
 
 

@@ -6,10 +6,19 @@ Every figure is printed beside a baseline measured in the same run:
   with the same payload sizes and the same concurrency, appended straight to the store
   (no actors, no decisions): the physical limit a send could reach on this disk.
 * ``cpu_ms_per_send`` (process CPU over wall sends, 256 sessions), with
-  ``commits_per_send``: the dependent commits one sequential send waits for.
-* ``new_sessions_per_s`` beside ``raw_spawns_per_s``: spawning a bare actor.
+  ``commits_per_send``: the commits of one sequential session per send.
+* ``dependent_commits_per_send``: the appends one sequential send waited for (counted by
+  a store wrapper, each waits for its commit) beside ``min_dependent_commits_per_send``:
+  the fewest the invariants allow, one before each effect (model call, tool round) and
+  one before the reply, counted from the log.
+* ``new_sessions_per_s`` beside ``raw_spawns_per_s``: spawning a bare actor, and
+  ``raw_lazy_spawns_per_s``: one that starts at its first message, as a new session does.
 * ``idle_session_bytes`` beside ``idle_actor_bytes``: RSS per idle session and per idle bare
   actor, each in a fresh process, so nothing an earlier workload left behind is counted.
+* ``rss_bytes_1m_registered_1k_active``: memory for a million created sessions of
+  which a thousand have run (their actors idle, the rest never started), extrapolated
+  linearly from ``registered_session_bytes`` and ``active_session_bytes`` (measured with
+  ``registered_sessions_measured`` in a fresh process), beside a million idle bare actors.
 * ``send_cost_ratio_late_vs_early``: the mean of the last 10 sends of one long session
   over its sends 2 to 11 (the first, cold send is skipped).
 """
@@ -21,7 +30,8 @@ import gc
 import statistics
 import tempfile
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +39,15 @@ import trio
 
 from actors import Session, Tool, spawn_session, tool
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
-from runtime import Actor, NewEvent, RecordedEvent, open_runtime, open_sqlite_store
+from runtime import (
+    Actor,
+    AppendResult,
+    EventStore,
+    NewEvent,
+    RecordedEvent,
+    open_runtime,
+    open_sqlite_store,
+)
 from runtime.bench import Figures, in_fresh_process, rss_bytes
 from runtime.testing import FunctionLLM
 
@@ -52,6 +70,38 @@ def _echo_tool() -> Tool[[str], Coroutine[Any, Any, str]]:
     return tool(echo)
 
 
+class _CountingStore:
+    """The store, counting the appends its callers waited for."""
+
+    def __init__(self, inner: EventStore) -> None:
+        self.inner = inner
+        self.waited = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: int
+    ) -> AppendResult:
+        result = await self.inner.append(stream, events, expected_version)
+        self.waited += 1
+        return result
+
+
+def _min_dependent_commits(events: list[RecordedEvent]) -> int:
+    """One commit before each effect and one before the reply: per run, its model calls
+    plus its tool rounds plus one (read from the log)."""
+    runs = sum(e.type == "session.run_started" for e in events)
+    calls = sum(e.type == "session.assistant" for e in events)
+    rounds = 0
+    in_round = False
+    for e in events:  # tool rounds: runs of consecutive tool results
+        finished = e.type == "session.tool_finished"
+        rounds += finished and not in_round
+        in_round = finished
+    return runs + calls + rounds
+
+
 class _Sends:
     """What a workload of sends measured: rate, latencies, CPU, commits, events written."""
 
@@ -61,16 +111,32 @@ class _Sends:
         self.cpu_seconds = 0.0
         self.commits = 0
         self.appends = 0
+        self.waited = 0
         self.events: list[RecordedEvent] = []
 
 
-async def _sessions(n: int, sends: int, path: Path) -> _Sends:
+async def _sessions(n: int, sends: int, path: Path, *, count: bool = False) -> _Sends:
     echo = _echo_tool()
     measured = _Sends()
-    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+    async with open_sqlite_store(path) as sqlite:
+        counting = _CountingStore(sqlite) if count else None
+        store: EventStore = counting if counting is not None else sqlite  # type: ignore[assignment]
+        await _drive(n, sends, store, sqlite, counting, echo, measured)
+    return measured
+
+
+async def _drive(  # noqa: PLR0917  # the workload's parts, private
+    n: int,
+    sends: int,
+    store: EventStore,
+    sqlite: EventStore,
+    counting: _CountingStore | None,
+    echo: Tool[[str], Coroutine[Any, Any, str]],
+    measured: _Sends,
+) -> None:
+    async with open_runtime(store=store, seed=1) as runtime:
         sessions = [
-            await spawn_session(runtime, llm=FunctionLLM(_answer), tools=[echo])
-            for _ in range(n)
+            await spawn_session(runtime, llm=FunctionLLM(_answer), tools=[echo]) for _ in range(n)
         ]
 
         async def drive(session: Session) -> None:
@@ -80,7 +146,8 @@ async def _sessions(n: int, sends: int, path: Path) -> _Sends:
                 measured.latencies.append(time.perf_counter() - start)
                 assert result.status == "completed"
 
-        before = store.statistics()
+        before = sqlite.statistics()
+        waited = counting.waited if counting is not None else 0
         cpu = time.process_time()
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
@@ -88,12 +155,12 @@ async def _sessions(n: int, sends: int, path: Path) -> _Sends:
                 nursery.start_soon(drive, session)
         elapsed = time.perf_counter() - start
         measured.cpu_seconds = time.process_time() - cpu
-        after = store.statistics()
+        after = sqlite.statistics()
         measured.commits = after.commits - before.commits
         measured.appends = after.appends - before.appends
-        measured.events = await store.read_all(before.head_position + 1)
+        measured.waited = counting.waited - waited if counting is not None else 0
+        measured.events = await sqlite.read_all(before.head_position + 1)
     measured.rate = n * sends / elapsed
-    return measured
 
 
 async def _raw_appends(events: list[RecordedEvent], n: int, sends: int, path: Path) -> float:
@@ -130,8 +197,9 @@ async def _raw_appends(events: list[RecordedEvent], n: int, sends: int, path: Pa
     return n * sends / elapsed
 
 
-async def _new_sessions(n: int, path: Path) -> tuple[float, float]:
-    """Sessions created per second, sequentially, beside bare actors spawned per second."""
+async def _new_sessions(n: int, path: Path) -> tuple[float, float, float]:
+    """Sessions created per second, sequentially, beside bare actors spawned per second
+    (started at once, and started at their first message as a new session is)."""
     echo = _echo_tool()
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
         llm = FunctionLLM(_answer)
@@ -144,7 +212,12 @@ async def _new_sessions(n: int, path: Path) -> tuple[float, float]:
         for _ in range(n):
             await runtime.spawn(_Idle)
         actors = n / (time.perf_counter() - start)
-    return sessions, actors
+    async with open_runtime(seed=1) as runtime:
+        start = time.perf_counter()
+        for _ in range(n):
+            await runtime.spawn(_Idle, lazy=True)
+        lazy = n / (time.perf_counter() - start)
+    return sessions, actors, lazy
 
 
 class _Idle(Actor[object]):
@@ -153,7 +226,8 @@ class _Idle(Actor[object]):
 
 
 async def idle_bytes(kind: str, count: str, path: str) -> float:
-    """RSS per idle session (spawned, waiting for input) or per idle bare actor."""
+    """RSS per idle session (spawned, its actor started by one look at its state: a new
+    session's actor otherwise starts at its first message) or per idle bare actor."""
     n = int(count)
     echo = _echo_tool()
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
@@ -164,13 +238,36 @@ async def idle_bytes(kind: str, count: str, path: str) -> float:
         before = rss_bytes()
         for _ in range(n):
             if kind == "session":
-                await spawn_session(runtime, llm=llm, tools=[echo])
+                await (await spawn_session(runtime, llm=llm, tools=[echo])).state()
             else:
                 await runtime.spawn(_Idle)
         await trio.sleep(0.05)  # every actor reaches its idle wait
         gc.collect()
         after = rss_bytes()
     return (after - before) / n
+
+
+async def registered_bytes(count: str, active: str, path: str) -> list[float]:
+    """RSS per registered session (created, never used: its actor not started) and per
+    active one (one send done, its actor running, idle), in this fresh process."""
+    n, k = int(count), int(active)
+    echo = _echo_tool()
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+        llm = FunctionLLM(_answer)
+        await (await spawn_session(runtime, llm=llm, tools=[echo])).send("warm")
+        gc.collect()
+        before = rss_bytes()
+        for _ in range(n):
+            await spawn_session(runtime, llm=llm, tools=[echo])
+        gc.collect()
+        registered = rss_bytes()
+        sessions = [await spawn_session(runtime, llm=llm, tools=[echo]) for _ in range(k)]
+        async with trio.open_nursery() as nursery:
+            for session in sessions:
+                nursery.start_soon(session.send, "hello")
+        gc.collect()
+        after = rss_bytes()
+    return [(registered - before) / n, (after - registered) / k]
 
 
 def _ratio(value: float, baseline: float) -> float:
@@ -187,10 +284,10 @@ def run(args: argparse.Namespace) -> Figures:
         folder = Path(tmp)
         for n in (1, 32, 256):
             sends = max(2, (40 if quick else 400) // n) if n > 1 else (20 if quick else 200)
-            measured = trio.run(_sessions, n, sends, folder / f"agents-{n}.sqlite")
-            raw = trio.run(
-                _raw_appends, measured.events, n, sends, folder / f"raw-{n}.sqlite"
+            measured = trio.run(
+                partial(_sessions, count=n == 1), n, sends, folder / f"agents-{n}.sqlite"
             )
+            raw = trio.run(_raw_appends, measured.events, n, sends, folder / f"raw-{n}.sqlite")
             figures[f"sends_per_s_{n}"] = round(measured.rate, 1)
             figures[f"raw_sends_per_s_{n}"] = round(raw, 1)
             figures[f"sends_ratio_{n}"] = _ratio(measured.rate, raw)
@@ -198,16 +295,21 @@ def run(args: argparse.Namespace) -> Figures:
             if n == 1:
                 figures["commits_per_send"] = round(measured.commits / sends, 2)
                 figures["events_per_send"] = round(len(measured.events) / sends, 2)
+                figures["dependent_commits_per_send"] = round(measured.waited / sends, 2)
+                floor = _min_dependent_commits(measured.events)
+                figures["min_dependent_commits_per_send"] = round(floor / sends, 2)
             if n == 256:
                 figures["cpu_ms_per_send"] = round(measured.cpu_seconds / (n * sends) * 1e3, 3)
         latencies.sort()
         figures["send_p50_ms"] = round(latencies[len(latencies) // 2] * 1000, 3)
         figures["send_p99_ms"] = round(latencies[int(len(latencies) * 0.99)] * 1000, 3)
         creations = 1_000 if quick else 10_000
-        sessions, actors = trio.run(_new_sessions, creations, folder / "new.sqlite")
+        sessions, actors, lazy = trio.run(_new_sessions, creations, folder / "new.sqlite")
         figures["new_sessions_per_s"] = round(sessions, 1)
         figures["raw_spawns_per_s"] = round(actors, 1)
+        figures["raw_lazy_spawns_per_s"] = round(lazy, 1)
         figures["new_sessions_ratio"] = _ratio(sessions, actors)
+        figures["new_sessions_ratio_lazy"] = _ratio(sessions, lazy)
         growth = trio.run(_sessions, 1, 100 if quick else 500, folder / "growth.sqlite")
         early = statistics.mean(growth.latencies[1:11])  # the first send is cold
         late = statistics.mean(growth.latencies[-10:])
@@ -219,5 +321,19 @@ def run(args: argparse.Namespace) -> Figures:
         figures["idle_session_bytes"] = round(idle)
         figures["idle_actor_bytes"] = round(bare)
         figures["idle_sessions_per_gib"] = round(2**30 / idle) if idle > 0 else 0
+        n_registered = 20_000 if quick else 200_000
+        per_registered, per_active = in_fresh_process(
+            "actors.bench._agents:registered_bytes",
+            str(n_registered),
+            "1000",
+            str(folder / "registered.sqlite"),
+        )
+        figures["registered_sessions_measured"] = n_registered
+        figures["registered_session_bytes"] = round(per_registered)
+        figures["active_session_bytes"] = round(per_active)
+        # Linear from the two per-session figures measured above (1M is not run here).
+        figures["rss_bytes_1m_registered_1k_active"] = round(
+            per_registered * 1_000_000 + per_active * 1_000
+        )
+        figures["rss_bytes_1m_idle_actors_baseline"] = round(bare * 1_000_000)
     return figures
-
