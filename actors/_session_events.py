@@ -34,6 +34,7 @@ from runtime.lowlevel import TimerBook, is_timer_event
 
 from ._agents import Lifecycle
 from ._budget import Budget
+from ._persistent import GrowMap, grow_map
 from ._transcript import ValidTranscript
 
 RunStatus = Literal[
@@ -452,15 +453,15 @@ class SessionState:
     """Runs sent while another was active, in the order they will start."""
     inbox: tuple[FollowUp, ...] = ()
     """Follow-ups received and not yet injected."""
-    seen_follow_ups: Mapping[str, str] = attrs.field(factory=dict)
+    seen_follow_ups: Mapping[str, str] = attrs.field(factory=GrowMap, converter=grow_map)
     """Every follow-up id ever received (a repeat is a no-op), with its delivery token."""
     children: tuple[ChildSpawned, ...] = ()
     """Every sub-agent this session spawned, in order."""
-    child_status: Mapping[str, RunStatus] = attrs.field(factory=dict)
+    child_status: Mapping[str, RunStatus] = attrs.field(factory=GrowMap, converter=grow_map)
     """How each finished sub-agent's run ended, by child id."""
     timers: TimerBook = attrs.field(factory=TimerBook)
     """The session's durable timers (see ``runtime.timers``)."""
-    results: Mapping[str, RunResult] = attrs.field(factory=dict)
+    results: Mapping[str, RunResult] = attrs.field(factory=GrowMap, converter=grow_map)
     usage: Usage = attrs.field(factory=Usage)
     """Tokens used by the whole session."""
 
@@ -553,7 +554,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
         return attrs.evolve(
             state,
             inbox=(*state.inbox, event.follow_up),
-            seen_follow_ups={**state.seen_follow_ups, event.follow_up.id: event.delivery},
+            seen_follow_ups=grow_map(state.seen_follow_ups).set(event.follow_up.id, event.delivery),
         )
     if isinstance(event, FollowUpsInjected):
         return _inject(state, event)
@@ -610,7 +611,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
             state,
             run=run,
             usage=state.usage + event.usage,
-            child_status={**state.child_status, event.child_id: event.status},
+            child_status=grow_map(state.child_status).set(event.child_id, event.status),
         )
     return state  # events of later schema additions that this code does not fold
 
@@ -637,7 +638,8 @@ def _finished(state: SessionState, event: RunFinished) -> SessionState:
         error_code=code,
         error_message=message,
     )
-    return attrs.evolve(state, run=None, results={**state.results, event.run_id: result})
+    results = grow_map(state.results).set(event.run_id, result)
+    return attrs.evolve(state, run=None, results=results)
 
 
 def _timer(state: SessionState, event: object) -> SessionState:
@@ -651,7 +653,7 @@ def _timer(state: SessionState, event: object) -> SessionState:
     return attrs.evolve(
         state,
         inbox=(*state.inbox, follow_up),
-        seen_follow_ups={**state.seen_follow_ups, follow_up.id: ""},
+        seen_follow_ups=grow_map(state.seen_follow_ups).set(follow_up.id, ""),
     )
 
 
