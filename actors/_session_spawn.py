@@ -14,7 +14,7 @@ from ._mcp import expand_tool_sources
 from ._observe import LLMHook, Observer, ToolHook
 from ._session import SessionActor
 from ._session_handle import Session
-from ._session_steps import BusyPolicy, session_config
+from ._session_steps import SNAPSHOT_EVERY, BusyPolicy, session_config
 from ._tools import ToolRegistry
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ async def spawn_session(
     max_tokens: int | None = None,
     temperature: float | None = None,
     tool_concurrency: int = 8,
+    snapshot_every: int | None = SNAPSHOT_EVERY,
     session_id: str | None = None,
     name: str | None = None,
 ) -> Session:
@@ -76,6 +77,9 @@ async def spawn_session(
             when ``None``.
         temperature (float | None): sampling temperature; the provider's when ``None``.
         tool_concurrency (int): the most tool calls of one round running at once.
+        snapshot_every (int | None): save a snapshot of the folded state every this many
+            events (and at the end of a run, once a tenth of that has been appended since
+            the last one), so reopening folds only the tail; ``None``: never.
         session_id (str | None): resume this session; a new id when ``None``.
         name (str | None): path segment in the tree; defaults to the id.
 
@@ -109,6 +113,7 @@ async def spawn_session(
         max_tokens=max_tokens,
         temperature=temperature,
         tool_concurrency=tool_concurrency,
+        snapshot_every=snapshot_every,
     )
     # One session's bad log or crash loop stops that session alone, never its neighbours.
     ref = await runtime.spawn(

@@ -39,6 +39,9 @@ BusyPolicy = Literal["queue", "reject", "interrupt"]
 (:class:`~protocols.errors.SessionBusyError`), or ``interrupt`` the run after its current
 turn and then run the new input."""
 
+SNAPSHOT_EVERY = 1000
+"""Events between two snapshots of a session, by default (``spawn_session(snapshot_every=)``)."""
+
 
 @tool
 def ask_human(question: str) -> str:
@@ -242,6 +245,9 @@ class SessionConfig:
     depth: int = 0
     max_tokens: int | None = None
     temperature: float | None = None
+    snapshot_every: int | None = SNAPSHOT_EVERY
+    """Snapshot the session every this many events, and at the end of a run once a tenth
+    of that has been appended since the last one; ``None``: never (fold the log)."""
 
 
 def run_tools(config: SessionConfig, run: ActiveRun | None) -> ToolRegistry:
@@ -287,6 +293,7 @@ def session_config(
     max_tokens: int | None = None,
     temperature: float | None = None,
     tool_concurrency: int = 8,
+    snapshot_every: int | None = SNAPSHOT_EVERY,
 ) -> SessionConfig:
     """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
     limits = (
@@ -295,6 +302,10 @@ def session_config(
         ("max_depth", max_depth),
         ("max_children", max_children),
     )
+    every = snapshot_every
+    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+        msg = f"snapshot_every must be a positive int or None, got {snapshot_every!r}"
+        raise ValueError(msg)
     for label, value in limits:
         if value < 1:
             msg = f"{label} must be >= 1, got {value}"
@@ -323,6 +334,7 @@ def session_config(
         max_children=max_children,
         max_tokens=max_tokens,
         temperature=temperature,
+        snapshot_every=snapshot_every,
     )
     check_limits(response_format, budget, config.prices)
     return config

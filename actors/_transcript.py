@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import final
 
 from protocols import EMPTY_CHAIN, AssistantMessage, Message, ToolResultMessage, chain_messages
@@ -58,6 +58,28 @@ class ValidTranscript:
         self.pending = pending
         self.digest = digest
         return self
+
+    @classmethod
+    def from_chunks(
+        cls,
+        count: int,
+        texts: Sequence[str],
+        decode: Callable[[str], list[Message]],
+        *,
+        pending: tuple[str, ...],
+        digest: str,
+    ) -> ValidTranscript:
+        """The transcript :meth:`chunks` encoded (a snapshot); messages decode when read.
+
+        Raises:
+            ValueError: ``texts`` has the wrong number of chunks for ``count``.
+        """
+        return cls._of(AppendVector.from_chunks(count, texts, decode), tuple(pending), digest)
+
+    def chunks(self, encode: Callable[[list[Message]], str]) -> list[str]:
+        """The messages as JSON texts of ``CHUNK`` messages; a full chunk is encoded once
+        for every version, so a snapshot costs the chunk still filling."""
+        return self._items.chunks(encode)
 
     @property
     def messages(self) -> tuple[Message, ...]:
