@@ -1,0 +1,260 @@
+"""Longevity benchmark: what a session of months costs, each figure beside its baseline.
+
+``python -m actors.bench longevity [--json] [--quick]`` prints:
+
+* ``send_cost_ratio_50k_vs_10``: the median send on a session of 50,000 messages over the
+  median send on a session of 10 (both on disk, same model, same run); bar <= 1.1.
+* ``restart_ms_50k_messages`` (snapshot + tail) beside ``full_fold_ms_50k_messages`` (the
+  same session opened before it had a snapshot); bar <= 50. ``restart_cold_ms_50k_messages``
+  is the first restart in the process, which also builds the codec's hooks once.
+* ``wal_bytes_max_sustained``: the WAL's largest size while 256 writers append for 60 s
+  (10 s with ``--quick``), beside its bound ``wal_bytes_bound`` (64 MiB).
+* ``open_ms_1m_events``: opening a runtime on a log of 1,000,000 events with 1,000
+  pending timers, from the timers checkpoint, beside ``open_full_scan_ms_1m_events`` (the
+  first open, which folds the whole log); bar <= 200. ``--quick`` uses 100,000 events
+  and says so in ``open_events``.
+* ``run_cost_ratio_day90_vs_day1``: one agent woken hourly by a durable timer for 90
+  days (2,160 runs, each with a tool call) under virtual time on SQLite, with the test
+  kit: the mean wall time of a run on its last day over its first (``--quick``: 10
+  days, ``sim_days`` says which); ``sim_logs_identical`` says two runs of it wrote the
+  same log, event for event.
+
+Figures from other work join through :data:`EXTRA_FIGURES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from actors import AgentSpec, spawn_session, tool
+from actors.events import AssistantRecorded, RunFinished, RunStarted, SessionCreated
+from protocols import (
+    AssistantMessage,
+    LLMRequest,
+    LLMResponse,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    default_registry,
+)
+from runtime import NewEvent, TimerScheduled, open_runtime, open_sqlite_store
+from runtime.bench import Figures
+from runtime.bench import _log as log_bench
+from runtime.testing import FunctionLLM
+
+EXTRA_FIGURES: list[Callable[[argparse.Namespace], Figures]] = []
+"""More longevity figures, each a function of the command line's arguments returning its
+figures beside their baselines (e.g. ``context_tokens_max_over_budget`` from context
+compaction): append one here and ``run`` prints what it returns after the others."""
+
+MIB = 2**20
+
+
+def _answer(request: LLMRequest) -> LLMResponse:
+    return LLMResponse(content="ok", usage=Usage(prompt_tokens=10, completion_tokens=2))
+
+
+# -- a session of 50,000 messages ----------------------------------------------------------
+
+
+def _history(session_id: str, messages: int) -> list[list[NewEvent]]:
+    """The stream of a session whose runs each hold a user and an assistant message."""
+    encode = default_registry.encode
+    created = SessionCreated(session_id=session_id, system_prompt="", max_rounds=10)
+    batches = [[NewEvent.from_encoded(encode(created))]]
+    batch: list[NewEvent] = []
+    for i in range(messages // 2):
+        run_id = f"old-{i}"
+        for event in (
+            RunStarted(run_id=run_id, input=f"question {i}", max_rounds=10),
+            AssistantRecorded(
+                run_id=run_id,
+                round=1,
+                message=AssistantMessage(content=f"answer {i}"),
+                usage=Usage(prompt_tokens=10, completion_tokens=2),
+                model="m",
+                finish_reason="stop",
+                request_fingerprint="old",
+            ),
+            RunFinished(run_id=run_id, status="completed", text="", rounds=1, usage=Usage()),
+        ):
+            batch.append(NewEvent.from_encoded(encode(event)))
+        if len(batch) >= 3000:
+            batches.append(batch)
+            batch = []
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+async def _session_costs(path: Path, messages: int, sends: int) -> dict[str, float]:
+    """Median and mean send latency on a session of ``messages`` messages, and the time
+    to reopen it by a full fold and from its snapshot."""
+    async with open_sqlite_store(path) as store:
+        version = 0
+        for batch in _history("long", messages):
+            version = (await store.append("session/long", batch, version)).version
+    llm = FunctionLLM(_answer)
+    figures: dict[str, float] = {}
+    latencies: list[float] = []
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+        start = time.perf_counter()
+        session = await spawn_session(runtime, llm=llm, session_id="long")
+        figures["full_fold_ms"] = (time.perf_counter() - start) * 1e3
+        for i in range(sends + 40):
+            start = time.perf_counter()
+            result = await session.send(f"new {i}")
+            if i >= 40:  # the first sends write the first snapshot and warm the caches
+                latencies.append(time.perf_counter() - start)
+            assert result.status == "completed", result
+    # Twice: the first decode of a snapshot in a process builds the codec's hooks (once
+    # per process, whatever the size); the second is what every later restart costs.
+    for label in ("restart_cold_ms", "restart_ms"):
+        async with (
+            open_sqlite_store(path) as store,
+            open_runtime(store=store, seed=2) as runtime,
+        ):
+            start = time.perf_counter()
+            session = await spawn_session(runtime, llm=llm, session_id="long")
+            figures[label] = (time.perf_counter() - start) * 1e3
+            state = await session.state()
+            assert len(state.transcript) >= messages
+    figures["send_median_ms"] = statistics.median(latencies) * 1e3
+    figures["send_mean_ms"] = statistics.mean(latencies) * 1e3
+    return figures
+
+
+# -- opening a log of a million events -----------------------------------------------------
+
+
+async def _open_costs(path: Path, events: int, timers: int) -> tuple[float, float]:
+    """(first open: full fold, second open: checkpoint + tail) in ms."""
+    filler = log_bench._payload(log_bench._registry(), 1)
+    encode = default_registry.encode
+    per_stream = events // timers
+    async with open_sqlite_store(path, synchronous="OFF") as store:
+        for t in range(timers):
+            scheduled = TimerScheduled(timer_id=f"t{t}", due_at=4e9 + t, note="later")
+            batch = [NewEvent.from_encoded(encode(scheduled)), *[filler] * (per_stream - 1)]
+            await store.append(f"owner/{t}", batch, 0)
+    times: list[float] = []
+    for _ in range(2):
+        async with open_sqlite_store(path) as store:
+            start = time.perf_counter()
+            async with open_runtime(store=store, seed=1) as runtime:
+                times.append((time.perf_counter() - start) * 1e3)
+                assert runtime.timers.statistics().pending == timers
+    return times[0], times[1]
+
+
+# -- the hourly agent ----------------------------------------------------------------------
+
+
+def _hourly_model(stamps: list[float]) -> Callable[[LLMRequest], LLMResponse]:
+    def model(request: LLMRequest) -> LLMResponse:
+        if isinstance(request.messages[-1], ToolResultMessage):
+            return LLMResponse(content="all quiet", usage=Usage(prompt_tokens=30))
+        stamps.append(time.perf_counter())  # a run begins: its first model call
+        call = ToolCall(id=f"c{len(request.messages)}", name="check", arguments="{}")
+        return LLMResponse(tool_calls=(call,), usage=Usage(prompt_tokens=20))
+
+    return model
+
+
+def _check() -> Any:
+    async def check() -> str:
+        """Look around."""
+        return "nothing new"
+
+    return tool(check)
+
+
+def simulate(days: int, *, seed: int = 1) -> tuple[list[tuple[object, ...]], list[float]]:
+    """Wake one agent hourly for ``days`` under virtual time, on SQLite, with the kit.
+
+    Returns:
+        The log (stream, version, type, data, metadata, recorded time of every event) and
+        the wall time of each run (from one run's first model call to the next's).
+    """
+    from actors.testing import AdvanceClock, RuntimeHarness, SetTimer  # noqa: PLC0415
+
+    stamps: list[float] = []
+    harness = RuntimeHarness(
+        AgentSpec(name="hourly", tools=[_check()]),
+        llm=FunctionLLM(_hourly_model(stamps)),
+        seed=seed,
+        store="sqlite",
+        max_virtual_seconds=(days + 2) * 86_400.0,
+    )
+    trace = harness.run(
+        operations=[
+            SetTimer(delay=3600.0, every=3600.0, note="hourly"),
+            AdvanceClock(days * 86_400.0 + 60),
+        ]
+    )
+    records: list[tuple[object, ...]] = [
+        (r.stream, r.version, r.type, r.data, r.metadata, r.recorded_at) for r in trace.records
+    ]
+    costs = [b - a for a, b in itertools.pairwise(stamps)]
+    return records, costs
+
+
+def _ratio(value: float, baseline: float) -> float:
+    return round(value / baseline, 3) if baseline > 0 else 0.0
+
+
+def run(args: argparse.Namespace) -> Figures:
+    """Every longevity figure beside its baseline (see the module docstring)."""
+    quick = bool(getattr(args, "quick", False))
+    figures: Figures = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        sends = 60 if quick else 200
+        long = trio.run(_session_costs, folder / "long.sqlite", 50_000, sends)
+        short = trio.run(_session_costs, folder / "short.sqlite", 10, sends)
+        figures["send_median_ms_50k_messages"] = round(long["send_median_ms"], 3)
+        figures["send_median_ms_10_messages"] = round(short["send_median_ms"], 3)
+        figures["send_cost_ratio_50k_vs_10"] = _ratio(
+            long["send_median_ms"], short["send_median_ms"]
+        )
+        figures["send_mean_ratio_50k_vs_10"] = _ratio(long["send_mean_ms"], short["send_mean_ms"])
+        figures["restart_ms_50k_messages"] = round(long["restart_ms"], 1)
+        figures["restart_cold_ms_50k_messages"] = round(long["restart_cold_ms"], 1)
+        figures["full_fold_ms_50k_messages"] = round(long["full_fold_ms"], 1)
+        seconds = 10.0 if quick else 60.0
+        event = log_bench._payload(log_bench._registry(), 1)
+        wal = trio.run(log_bench._wal_max_sustained, folder / "wal.sqlite", seconds, event)
+        figures["wal_bytes_max_sustained"] = wal
+        figures["wal_bytes_bound"] = 64 * MIB
+        figures["wal_seconds"] = seconds
+        events = 100_000 if quick else 1_000_000
+        full, checkpointed = trio.run(_open_costs, folder / "open.sqlite", events, 1_000)
+        figures["open_events"] = events
+        figures["open_ms_1m_events"] = round(checkpointed, 1)
+        figures["open_full_scan_ms_1m_events"] = round(full, 1)
+    days = 10 if quick else 90
+    first, costs = simulate(days)
+    second, _ = simulate(days)
+    figures["sim_days"] = days
+    figures["sim_runs"] = len(costs) + 1
+    figures["sim_logs_identical"] = int(first == second)
+    day1 = statistics.mean(costs[1:24])  # the first run is cold
+    last = statistics.mean(costs[-24:])
+    figures["run_ms_day1"] = round(day1 * 1e3, 3)
+    figures[f"run_ms_day{days}"] = round(last * 1e3, 3)
+    figures["run_cost_ratio_day90_vs_day1"] = _ratio(last, day1)
+    for extra in EXTRA_FIGURES:
+        figures.update(extra(args))
+    return figures
+
+
+__all__ = ["EXTRA_FIGURES", "run", "simulate"]
