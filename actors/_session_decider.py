@@ -431,7 +431,8 @@ def _request(
         temperature=config.temperature,
     )
     fingerprint = request.fingerprint(messages_digest=history.digest)
-    return request, fingerprint, RequestHeader.of(request, history.digest)
+    header = RequestHeader.of(request, history.digest, conversation=len(history))
+    return request, fingerprint, header
 
 
 # -- replay (runtime.replay) -------------------------------------------------------------

@@ -132,9 +132,28 @@ class RequestHeader:
     messages_digest: str
 
     @classmethod
-    def of(cls, request: LLMRequest, messages_digest: str) -> RequestHeader:
-        """The header of ``request`` whose conversation has ``messages_digest``."""
+    def of(
+        cls, request: LLMRequest, messages_digest: str, *, conversation: int | None = None
+    ) -> RequestHeader:
+        """The header of ``request`` whose conversation has ``messages_digest``.
+
+        ``conversation``: how many messages follow the leading system messages, when the
+        caller knows that none of them is a system message (a session's transcript never
+        holds one); the header then costs the same at 50,000 messages as at 10.
+        """
+        if conversation is not None:
+            lead = len(request.messages) - conversation
+            leading = request.messages[:lead]
+            system = "\n\n".join(m.content for m in leading if isinstance(m, SystemMessage))
+            return cls._made(request, system, conversation, messages_digest)
         system = "\n\n".join(m.content for m in request.messages if isinstance(m, SystemMessage))
+        count = sum(not isinstance(m, SystemMessage) for m in request.messages)
+        return cls._made(request, system, count, messages_digest)
+
+    @classmethod
+    def _made(
+        cls, request: LLMRequest, system: str, count: int, messages_digest: str
+    ) -> RequestHeader:
         tools = orjson.dumps([attrs.asdict(t) for t in request.tools], option=orjson.OPT_SORT_KEYS)
         return cls(
             system=system,
@@ -144,7 +163,7 @@ class RequestHeader:
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             response_format=request.response_format.name if request.response_format else None,
-            messages=sum(not isinstance(m, SystemMessage) for m in request.messages),
+            messages=count,
             messages_digest=messages_digest,
         )
 

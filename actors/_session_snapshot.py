@@ -77,6 +77,20 @@ _PLAIN: dict[str, object] = {
 }
 """The fields encoded whole: they stay small however old the session is."""
 
+_hooks: dict[str, tuple[Any, Any]] = {}
+"""Field name -> (unstructure hook, structure hook), built on first use: asking the
+converter each time would build some of them again (cattrs compiles code for them)."""
+
+
+def _field_hooks() -> dict[str, tuple[Any, Any]]:
+    if not _hooks:
+        for name, type_ in _PLAIN.items():
+            _hooks[name] = (
+                _converter.get_unstructure_hook(type_),
+                _converter.get_structure_hook(type_),
+            )
+    return _hooks
+
 
 def _map_out(mapping: Mapping[str, T], encode: Callable[[list[T]], str]) -> dict[str, Any]:
     keys, chunks = grow_map(mapping).chunks(encode)
@@ -108,8 +122,8 @@ def unstructure_state(state: SessionState) -> dict[str, Any]:
         "seen_follow_ups": _map_out(state.seen_follow_ups, _encode_strings),
         "results": _map_out(state.results, _encode_results),
     }
-    for name, type_ in _PLAIN.items():
-        out[name] = _converter.unstructure(getattr(state, name), type_)
+    for name, (unstructure, _) in _field_hooks().items():
+        out[name] = unstructure(getattr(state, name))
     return out
 
 
@@ -131,8 +145,7 @@ def structure_state(raw: Any, _type: object = None) -> SessionState:
     if len(history):
         history.last  # noqa: B018  # decode the newest chunk now, to fail here if at all
     fields: dict[str, Any] = {
-        name: _converter.structure(raw[name], type_)  # type: ignore[arg-type]  # a type form
-        for name, type_ in _PLAIN.items()
+        name: structure(raw[name], _PLAIN[name]) for name, (_, structure) in _field_hooks().items()
     }
     return SessionState(
         session_id=raw["session_id"],
