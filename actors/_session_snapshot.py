@@ -8,13 +8,16 @@ is ignored and the session folds its log (``EventSourcedActor.recover``): a snap
 never the authority.
 
 What grows with age (the transcript, the run results, the follow-up ids) is stored in
-chunks of ``CHUNK`` items, each a JSON text (see ``actors._persistent``): a full chunk is
+chunks of ``CHUNK`` items, each a JSON array compressed with zlib, in base64 (see
+``actors._persistent``): a full chunk is
 encoded once and reused by every later snapshot, and a reopened session decodes a chunk
 only when it reads an item in it. Everything else is encoded with the codec's converter.
 """
 
 from __future__ import annotations
 
+import base64
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -41,7 +44,9 @@ def _encoder(type_: object) -> Callable[[list[Any]], str]:
     hook = _converter.get_unstructure_hook(type_)
 
     def encode(items: list[Any]) -> str:
-        return orjson.dumps([hook(item) for item in items]).decode()
+        # Compressed: a chunk is written with every snapshot, and read at every restart.
+        packed = zlib.compress(orjson.dumps([hook(item) for item in items]), 1)
+        return base64.b64encode(packed).decode()
 
     return encode
 
@@ -50,7 +55,7 @@ def _decoder(type_: object) -> Callable[[str], list[Any]]:
     hook = _converter.get_structure_hook(type_)
 
     def decode(text: str) -> list[Any]:
-        raw = orjson.loads(text)
+        raw = orjson.loads(zlib.decompress(base64.b64decode(text, validate=True)))
         if not isinstance(raw, list):
             msg = f"a chunk must be a JSON array, got {type(raw).__name__}"
             raise TypeError(msg)

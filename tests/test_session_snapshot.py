@@ -140,8 +140,9 @@ def test_snapshot_plus_tail_equals_the_full_fold(events: list[object], data: st.
         assert resumed == full
         assert resumed.transcript == full.transcript
         assert dict(resumed.results) == dict(full.results)
-        # A snapshot of a resumed state (lazy chunks, cached texts) encodes the same.
-        assert default_registry.encode(resumed).data == default_registry.encode(full).data
+        # A snapshot of a resumed state (lazy chunks, cached texts) holds the same state.
+        # (Not the same bytes: a frozenset of finished timer ids may list in any order.)
+        assert _roundtrip(resumed) == full
 
 
 def _answer(request: LLMRequest) -> LLMResponse:
