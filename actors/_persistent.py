@@ -186,7 +186,9 @@ class AppendVector(Generic[T]):
         if cached is None:
             buf, size = self._buf, self._size
             buf.fault(0, size)
-            cached = tuple(buf) if len(buf) == size else tuple(buf[:size])
+            # A plain list's slice, then its tuple: two copies of pointers, three times
+            # faster than iterating the list subclass.
+            cached = tuple(list.__getitem__(buf, slice(0, size)))
             self._tuple = cached
         return cached
 
