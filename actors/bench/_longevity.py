@@ -3,10 +3,12 @@
 ``python -m actors.bench longevity [--json] [--quick]`` prints:
 
 * ``send_cost_ratio_50k_vs_10``: the median send on a session of 50,000 messages over the
-  median send on a session of 10 (both on disk, same model, same run); bar <= 1.1.
+  median send on a session of 10 (both on disk, same model, same run); bar <= 1.1. Also
+  the means (which count the sends that write a snapshot) and the CPU per send.
 * ``restart_ms_50k_messages`` (snapshot + tail) beside ``full_fold_ms_50k_messages`` (the
-  same session opened before it had a snapshot); bar <= 50. ``restart_cold_ms_50k_messages``
-  is the first restart in the process, which also builds the codec's hooks once.
+  same session opened before it had a snapshot), each in a fresh process; bar <= 50.
+  ``restart_cold_ms_50k_messages`` is the first restart in that process, which also
+  builds the codec's hooks (once per process).
 * ``wal_bytes_max_sustained``: the WAL's largest size while 256 writers append for 60 s
   (10 s with ``--quick``), beside its bound ``wal_bytes_bound`` (64 MiB).
 * ``open_ms_1m_events``: opening a runtime on a log of 1,000,000 events with 1,000
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
+import shutil
 import statistics
 import tempfile
 import time
@@ -50,7 +53,7 @@ from protocols import (
     default_registry,
 )
 from runtime import NewEvent, TimerScheduled, open_runtime, open_sqlite_store
-from runtime.bench import Figures
+from runtime.bench import Figures, in_fresh_process
 from runtime.bench import _log as log_bench
 from runtime.testing import FunctionLLM
 
@@ -99,40 +102,58 @@ def _history(session_id: str, messages: int) -> list[list[NewEvent]]:
     return batches
 
 
-async def _session_costs(path: Path, messages: int, sends: int) -> dict[str, float]:
-    """Median and mean send latency on a session of ``messages`` messages, and the time
-    to reopen it by a full fold and from its snapshot."""
-    async with open_sqlite_store(path) as store:
-        version = 0
-        for batch in _history("long", messages):
-            version = (await store.append("session/long", batch, version)).version
-    llm = FunctionLLM(_answer)
-    figures: dict[str, float] = {}
-    latencies: list[float] = []
-    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
-        start = time.perf_counter()
-        session = await spawn_session(runtime, llm=llm, session_id="long")
-        figures["full_fold_ms"] = (time.perf_counter() - start) * 1e3
-        for i in range(sends + 40):
-            start = time.perf_counter()
-            result = await session.send(f"new {i}")
-            if i >= 40:  # the first sends write the first snapshot and warm the caches
-                latencies.append(time.perf_counter() - start)
-            assert result.status == "completed", result
-    # Twice: the first decode of a snapshot in a process builds the codec's hooks (once
-    # per process, whatever the size); the second is what every later restart costs.
-    for label in ("restart_cold_ms", "restart_ms"):
+async def reopen_ms(path: str, times: str) -> list[float]:
+    """Milliseconds to reopen the session ``long`` of the log at ``path``, ``times`` times
+    in this process (the first also builds the codec's hooks, once per process)."""
+    spent: list[float] = []
+    for _ in range(int(times)):
         async with (
-            open_sqlite_store(path) as store,
+            open_sqlite_store(Path(path)) as store,
             open_runtime(store=store, seed=2) as runtime,
         ):
             start = time.perf_counter()
-            session = await spawn_session(runtime, llm=llm, session_id="long")
-            figures[label] = (time.perf_counter() - start) * 1e3
-            state = await session.state()
-            assert len(state.transcript) >= messages
-    figures["send_median_ms"] = statistics.median(latencies) * 1e3
-    figures["send_mean_ms"] = statistics.mean(latencies) * 1e3
+            await spawn_session(runtime, llm=FunctionLLM(_answer), session_id="long")
+            spent.append((time.perf_counter() - start) * 1e3)
+    return spent
+
+
+async def _sends(path: Path, sends: int) -> dict[str, float]:
+    llm = FunctionLLM(_answer)
+    latencies: list[float] = []
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+        session = await spawn_session(runtime, llm=llm, session_id="long")
+        cpu = 0.0
+        for i in range(sends + 40):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            result = await session.send(f"new {i}")
+            if i >= 40:  # the first sends write the first snapshot and warm the caches
+                latencies.append(time.perf_counter() - start)
+                cpu += time.process_time() - start_cpu
+            assert result.status == "completed", result
+    return {
+        "send_median_ms": statistics.median(latencies) * 1e3,
+        "send_mean_ms": statistics.mean(latencies) * 1e3,
+        "send_cpu_ms": cpu / sends * 1e3,
+    }
+
+
+def _session_costs(folder: Path, name: str, messages: int, sends: int) -> dict[str, float]:
+    """Sends on a session of ``messages`` messages (wall median and mean, CPU), and the
+    time a fresh process takes to reopen it by a full fold and from its snapshot."""
+    path, unfolded = folder / f"{name}.sqlite", folder / f"{name}-no-snapshot.sqlite"
+
+    async def build() -> None:
+        async with open_sqlite_store(path) as store:
+            version = 0
+            for batch in _history("long", messages):
+                version = (await store.append("session/long", batch, version)).version
+
+    trio.run(build)
+    shutil.copyfile(path, unfolded)
+    figures = trio.run(_sends, path, sends)
+    (full,) = in_fresh_process(f"{__name__}:reopen_ms", str(unfolded), "1")
+    cold, warm = in_fresh_process(f"{__name__}:reopen_ms", str(path), "2")
+    figures.update(full_fold_ms=full, restart_cold_ms=cold, restart_ms=warm)
     return figures
 
 
@@ -247,14 +268,17 @@ def run(args: argparse.Namespace) -> Figures:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         sends = 60 if quick else 200
-        long = trio.run(_session_costs, folder / "long.sqlite", 50_000, sends)
-        short = trio.run(_session_costs, folder / "short.sqlite", 10, sends)
+        long = _session_costs(folder, "long", 50_000, sends)
+        short = _session_costs(folder, "short", 10, sends)
         figures["send_median_ms_50k_messages"] = round(long["send_median_ms"], 3)
         figures["send_median_ms_10_messages"] = round(short["send_median_ms"], 3)
         figures["send_cost_ratio_50k_vs_10"] = _ratio(
             long["send_median_ms"], short["send_median_ms"]
         )
         figures["send_mean_ratio_50k_vs_10"] = _ratio(long["send_mean_ms"], short["send_mean_ms"])
+        figures["send_cpu_ms_50k_messages"] = round(long["send_cpu_ms"], 3)
+        figures["send_cpu_ms_10_messages"] = round(short["send_cpu_ms"], 3)
+        figures["send_cpu_ratio_50k_vs_10"] = _ratio(long["send_cpu_ms"], short["send_cpu_ms"])
         figures["restart_ms_50k_messages"] = round(long["restart_ms"], 1)
         figures["restart_cold_ms_50k_messages"] = round(long["restart_cold_ms"], 1)
         figures["full_fold_ms_50k_messages"] = round(long["full_fold_ms"], 1)
