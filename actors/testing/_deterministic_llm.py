@@ -110,6 +110,9 @@ class DeterministicLLM:
         # request repeats its conversation's earlier messages, so each is hashed once and
         # a session of months costs the kit a lookup per message, not a hash.
         self._chain: dict[tuple[str, int], tuple[str, Message]] = {}
+        # Each caller's last conversation and its chain: the next request of a session
+        # extends it, which a tuple comparison (in C, by identity first) confirms.
+        self._last: dict[str | None, tuple[tuple[Message, ...], str]] = {}
         self._answers: dict[str, ScriptItem] = {}
         self._inner = FunctionLLM(self._answer, chunk_size=chunk_size)
         self.calls: list[LLMCall] = []
@@ -135,8 +138,19 @@ class DeterministicLLM:
         lead = 0
         while lead < len(messages) and isinstance(messages[lead], SystemMessage):
             lead += 1
+        rest = messages[lead:]
+        caller = CALLER.get()
+        last, last_digest = self._last.get(caller, ((), EMPTY_CHAIN))
+        if len(last) <= len(rest) and rest[: len(last)] == last:
+            digest = chain_messages(last_digest, rest[len(last) :])
+        else:
+            digest = self._chained(rest)
+        self._last[caller] = (rest, digest)
+        return digest
+
+    def _chained(self, rest: tuple[Message, ...]) -> str:
         digest, memo = EMPTY_CHAIN, self._chain
-        for message in messages[lead:]:
+        for message in rest:
             key = (digest, id(message))
             hit = memo.get(key)
             if hit is not None and hit[1] is message:
