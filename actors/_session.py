@@ -55,6 +55,7 @@ from ._session_events import (
     evolve,
 )
 from ._session_handle import Session
+from ._session_snapshot import register_session_state
 from ._session_steps import (
     Busy,
     CallLLM,
@@ -78,6 +79,8 @@ from ._session_steps import (
 from ._tool_runner import run_tool_calls
 
 logger = logging.getLogger("powertrio.session")
+
+register_session_state()  # snapshots: the state's codec (registered once, at import)
 
 
 @final
@@ -114,6 +117,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         # fingerprint. A cancel's Stamped message carries them to the decider.
         self._partial: list[str] | None = None
         self._inflight_fingerprint = ""
+        self.snapshot_every = config.snapshot_every
 
     def stream_name(self) -> str:
         return f"session/{self._session_id}"
@@ -156,6 +160,14 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     def evolve(self, state: SessionState, event: object) -> SessionState:
         return evolve(state, event)
+
+    def snapshot_due(self, events: Sequence[object]) -> bool:
+        # At a run's end, so a reopened session folds what came after it; not after
+        # every short run, since a snapshot carries the run's newest chunk of messages.
+        every = self.snapshot_every or 0
+        return self.version - self.snapshot_version >= max(1, every // 10) and any(
+            isinstance(event, RunFinished) for event in events
+        )
 
     def recovered(self, state: SessionState) -> Decision | None:
         return decider.recovered(self._config, state)

@@ -392,9 +392,9 @@ def next_step(config: SessionConfig, state: SessionState) -> object | None:
         return Decision(
             events=[FollowUpsInjected(run_id=run_id, ids=tuple(f.id for f in state.inbox))]
         )
-    if not state.transcript:
+    last = state.history.last
+    if last is None:
         return Decision(events=[_failed(run, ValueError("the run has no input"))])
-    last = state.transcript[-1]
     if run.rounds and isinstance(last, AssistantMessage) and not last.tool_calls:
         return Decision(events=[_answered(run, last.content)])
     if run.rounds >= run.round_limit:
@@ -454,7 +454,8 @@ def _request(
         temperature=config.temperature,
     )
     fingerprint = request.fingerprint(messages_digest=digest)
-    return request, fingerprint, RequestHeader.of(request, digest)
+    header = RequestHeader.of(request, digest, conversation=len(conversation))
+    return request, fingerprint, header
 
 
 # -- replay (runtime.replay) -------------------------------------------------------------

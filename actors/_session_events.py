@@ -39,6 +39,7 @@ from runtime.lowlevel import TimerBook, is_timer_event
 from ._agents import Lifecycle
 from ._budget import Budget
 from ._context import ContextCompacted
+from ._persistent import GrowMap, grow_map
 from ._transcript import ValidTranscript
 
 RunStatus = Literal[
@@ -154,9 +155,28 @@ class RequestHeader:
     messages_digest: str
 
     @classmethod
-    def of(cls, request: LLMRequest, messages_digest: str) -> RequestHeader:
-        """The header of ``request`` whose conversation has ``messages_digest``."""
+    def of(
+        cls, request: LLMRequest, messages_digest: str, *, conversation: int | None = None
+    ) -> RequestHeader:
+        """The header of ``request`` whose conversation has ``messages_digest``.
+
+        ``conversation``: how many messages follow the leading system messages, when the
+        caller knows that none of them is a system message (a session's transcript never
+        holds one); the header then costs the same at 50,000 messages as at 10.
+        """
+        if conversation is not None:
+            lead = len(request.messages) - conversation
+            leading = request.messages[:lead]
+            system = "\n\n".join(m.content for m in leading if isinstance(m, SystemMessage))
+            return cls._made(request, system, conversation, messages_digest)
         system = "\n\n".join(m.content for m in request.messages if isinstance(m, SystemMessage))
+        count = sum(not isinstance(m, SystemMessage) for m in request.messages)
+        return cls._made(request, system, count, messages_digest)
+
+    @classmethod
+    def _made(
+        cls, request: LLMRequest, system: str, count: int, messages_digest: str
+    ) -> RequestHeader:
         return cls(
             system=system,
             model=request.model,
@@ -165,7 +185,7 @@ class RequestHeader:
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             response_format=request.response_format.name if request.response_format else None,
-            messages=sum(not isinstance(m, SystemMessage) for m in request.messages),
+            messages=count,
             messages_digest=messages_digest,
         )
 
@@ -503,15 +523,15 @@ class SessionState:
     """Runs sent while another was active, in the order they will start."""
     inbox: tuple[FollowUp, ...] = ()
     """Follow-ups received and not yet injected."""
-    seen_follow_ups: Mapping[str, str] = attrs.field(factory=dict)
+    seen_follow_ups: Mapping[str, str] = attrs.field(factory=GrowMap, converter=grow_map)
     """Every follow-up id ever received (a repeat is a no-op), with its delivery token."""
     children: tuple[ChildSpawned, ...] = ()
     """Every sub-agent this session spawned, in order."""
-    child_status: Mapping[str, RunStatus] = attrs.field(factory=dict)
+    child_status: Mapping[str, RunStatus] = attrs.field(factory=GrowMap, converter=grow_map)
     """How each finished sub-agent's run ended, by child id."""
     timers: TimerBook = attrs.field(factory=TimerBook)
     """The session's durable timers (see ``runtime.timers``)."""
-    results: Mapping[str, RunResult] = attrs.field(factory=dict)
+    results: Mapping[str, RunResult] = attrs.field(factory=GrowMap, converter=grow_map)
     usage: Usage = attrs.field(factory=Usage)
     """Tokens used by the whole session."""
     compacted: ContextCompacted | None = None
@@ -592,7 +612,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
         return attrs.evolve(
             state,
             inbox=(*state.inbox, event.follow_up),
-            seen_follow_ups={**state.seen_follow_ups, event.follow_up.id: event.delivery},
+            seen_follow_ups=grow_map(state.seen_follow_ups).set(event.follow_up.id, event.delivery),
         )
     if isinstance(event, FollowUpsInjected):
         return _inject(state, event)
@@ -651,7 +671,7 @@ def evolve(state: SessionState, event: object) -> SessionState:
             state,
             run=run,
             usage=state.usage + event.usage,
-            child_status={**state.child_status, event.child_id: event.status},
+            child_status=grow_map(state.child_status).set(event.child_id, event.status),
         )
     return state  # events of later schema additions that this code does not fold
 
@@ -679,7 +699,8 @@ def _finished(state: SessionState, event: RunFinished) -> SessionState:
         error_code=code,
         error_message=message,
     )
-    return attrs.evolve(state, run=None, results={**state.results, event.run_id: result})
+    results = grow_map(state.results).set(event.run_id, result)
+    return attrs.evolve(state, run=None, results=results)
 
 
 def _assistant(state: SessionState, event: AssistantRecorded) -> SessionState:
@@ -730,7 +751,7 @@ def _timer(state: SessionState, event: object) -> SessionState:
     return attrs.evolve(
         state,
         inbox=(*state.inbox, follow_up),
-        seen_follow_ups={**state.seen_follow_ups, follow_up.id: ""},
+        seen_follow_ups=grow_map(state.seen_follow_ups).set(follow_up.id, ""),
     )
 
 

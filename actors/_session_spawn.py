@@ -15,7 +15,7 @@ from ._mcp import expand_tool_sources
 from ._observe import LLMHook, Observer, ToolHook
 from ._session import SessionActor
 from ._session_handle import Session
-from ._session_steps import BusyPolicy, session_config
+from ._session_steps import SNAPSHOT_EVERY, BusyPolicy, session_config
 from ._tools import ToolRegistry
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ async def spawn_session(
     max_tokens: int | None = None,
     temperature: float | None = None,
     tool_concurrency: int = 8,
+    snapshot_every: int | None = SNAPSHOT_EVERY,
     session_id: str | None = None,
     name: str | None = None,
     context: ContextPolicy | None = None,
@@ -82,6 +83,9 @@ async def spawn_session(
             when ``None``.
         temperature (float | None): sampling temperature; the provider's when ``None``.
         tool_concurrency (int): the most tool calls of one round running at once.
+        snapshot_every (int | None): save a snapshot of the folded state every this many
+            events (and at the end of a run, once a tenth of that has been appended since
+            the last one), so reopening folds only the tail; ``None``: never.
         session_id (str | None): resume this session; a new id when ``None``.
         name (str | None): path segment in the tree; defaults to the id.
         context (ContextPolicy | None): how much of the conversation the model sees and
@@ -127,6 +131,7 @@ async def spawn_session(
         temperature=temperature,
         tool_concurrency=tool_concurrency,
         context=context,
+        snapshot_every=snapshot_every,
     )
     # A session whose id was made here has no log to read: its first incarnation skips
     # the read (a restart reads, should the id have existed after all).

@@ -49,6 +49,9 @@ BusyPolicy = Literal["queue", "reject", "interrupt"]
 (:class:`~protocols.errors.SessionBusyError`), or ``interrupt`` the run after its current
 turn and then run the new input."""
 
+SNAPSHOT_EVERY = 1000
+"""Events between two snapshots of a session, by default (``spawn_session(snapshot_every=)``)."""
+
 
 @tool
 def ask_human(question: str) -> str:
@@ -288,6 +291,9 @@ class SessionConfig:
     they are read (the log and the decider see only ``response_format``)."""
     context: ContextPolicy | None = None
     """How much of the conversation the model sees (``None``: all of it)."""
+    snapshot_every: int | None = SNAPSHOT_EVERY
+    """Snapshot the session every this many events, and at the end of a run once a tenth
+    of that has been appended since the last one; ``None``: never (fold the log)."""
 
 
 def add_context_tools(registry: ToolRegistry, context: ContextPolicy | None) -> None:
@@ -341,6 +347,7 @@ def session_config(
     temperature: float | None = None,
     tool_concurrency: int = 8,
     context: ContextPolicy | None = None,
+    snapshot_every: int | None = SNAPSHOT_EVERY,
 ) -> SessionConfig:
     """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
     limits = (
@@ -349,6 +356,10 @@ def session_config(
         ("max_depth", max_depth),
         ("max_children", max_children),
     )
+    every = snapshot_every
+    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+        msg = f"snapshot_every must be a positive int or None, got {snapshot_every!r}"
+        raise ValueError(msg)
     for label, value in limits:
         if value < 1:
             msg = f"{label} must be >= 1, got {value}"
@@ -381,6 +392,7 @@ def session_config(
         temperature=temperature,
         output_type=output_type,
         context=context,
+        snapshot_every=snapshot_every,
     )
     check_limits(response_format, budget, config.prices)
     return config

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import final
 
-import attrs
-
 from protocols import EMPTY_CHAIN, AssistantMessage, Message, ToolResultMessage, chain_messages
+
+from ._persistent import AppendVector
 
 INTERRUPTED = (
     "interrupted: this tool call did not finish (cancelled or crashed); its result is unknown"
@@ -15,7 +15,6 @@ INTERRUPTED = (
 
 
 @final
-@attrs.frozen
 class ValidTranscript:
     """A transcript kept provider-valid as it grows, with its fingerprint chain.
 
@@ -26,16 +25,96 @@ class ValidTranscript:
     pending call. Nothing else implements pairing: :func:`provider_valid` is a fold of
     :meth:`append`.
 
-    Each step costs one hash of the new message, whatever the length of the history, so
-    building the next request does not re-read the conversation.
+    Each step costs one hash of the new message and O(1) amortised memory, whatever the
+    length of the history: the versions of one transcript share an append-only buffer
+    (:class:`~actors._persistent.AppendVector`), so a session of months folds in time
+    linear in its events and building the next request does not re-read the conversation.
     """
 
-    messages: tuple[Message, ...] = ()
-    """The messages as the model will see them (after :meth:`closed`)."""
-    pending: tuple[str, ...] = ()
+    __slots__ = ("_items", "digest", "pending")
+
+    _items: AppendVector[Message]
+    pending: tuple[str, ...]
     """Ids of the last assistant message's tool calls that have no result yet, in order."""
-    digest: str = EMPTY_CHAIN
+    digest: str
     """``chain_messages(EMPTY_CHAIN, messages)``: pass it to ``LLMRequest.fingerprint``."""
+
+    def __init__(
+        self,
+        messages: Iterable[Message] = (),
+        pending: tuple[str, ...] = (),
+        digest: str = EMPTY_CHAIN,
+    ) -> None:
+        self._items = AppendVector(messages)
+        self.pending = tuple(pending)
+        self.digest = digest
+
+    @classmethod
+    def _of(
+        cls, items: AppendVector[Message], pending: tuple[str, ...], digest: str
+    ) -> ValidTranscript:
+        self = object.__new__(cls)
+        self._items = items
+        self.pending = pending
+        self.digest = digest
+        return self
+
+    @classmethod
+    def from_chunks(
+        cls,
+        count: int,
+        texts: Sequence[str],
+        decode: Callable[[str], list[Message]],
+        *,
+        pending: tuple[str, ...],
+        digest: str,
+    ) -> ValidTranscript:
+        """The transcript :meth:`chunks` encoded (a snapshot); messages decode when read.
+
+        Raises:
+            ValueError: ``texts`` has the wrong number of chunks for ``count``.
+        """
+        return cls._of(AppendVector.from_chunks(count, texts, decode), tuple(pending), digest)
+
+    def chunks(self, encode: Callable[[list[Message]], str]) -> list[str]:
+        """The messages as JSON texts of ``CHUNK`` messages; a full chunk is encoded once
+        for every version, so a snapshot costs the chunk still filling."""
+        return self._items.chunks(encode)
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The messages as the model will see them (after :meth:`closed`); O(n) once per
+        version, then cached."""
+        return self._items.as_tuple()
+
+    @property
+    def last(self) -> Message | None:
+        """The last message (O(1)), or ``None`` for an empty transcript."""
+        return self._items.last
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ValidTranscript):
+            return NotImplemented
+        return (
+            self.digest == other.digest
+            and self.pending == other.pending
+            and self._items == other._items
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.digest, self.pending, len(self._items)))
+
+    def __repr__(self) -> str:
+        return (
+            f"ValidTranscript(messages={self.messages!r}, pending={self.pending!r}, "
+            f"digest={self.digest!r})"
+        )
 
     def append(self, message: Message) -> ValidTranscript:
         """The transcript with ``message`` added (and any open calls closed before it)."""
@@ -43,15 +122,15 @@ class ValidTranscript:
             if message.tool_call_id not in self.pending:
                 return self  # answers no open call: providers would reject it
             pending = tuple(i for i in self.pending if i != message.tool_call_id)
-            return ValidTranscript(
-                (*self.messages, message), pending, chain_messages(self.digest, (message,))
+            return ValidTranscript._of(
+                self._items.append(message), pending, chain_messages(self.digest, (message,))
             )
         base = self.closed()
-        pending = tuple(c.id for c in message.tool_calls) if isinstance(
-            message, AssistantMessage
-        ) else ()
-        return ValidTranscript(
-            (*base.messages, message), pending, chain_messages(base.digest, (message,))
+        pending = (
+            tuple(c.id for c in message.tool_calls) if isinstance(message, AssistantMessage) else ()
+        )
+        return ValidTranscript._of(
+            base._items.append(message), pending, chain_messages(base.digest, (message,))
         )
 
     def closed(self) -> ValidTranscript:
@@ -62,8 +141,8 @@ class ValidTranscript:
             ToolResultMessage(tool_call_id=call_id, content=INTERRUPTED, is_error=True)
             for call_id in self.pending
         )
-        return ValidTranscript(
-            (*self.messages, *closing), (), chain_messages(self.digest, closing)
+        return ValidTranscript._of(
+            self._items.extend(closing), (), chain_messages(self.digest, closing)
         )
 
 

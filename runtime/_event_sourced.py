@@ -14,20 +14,23 @@ is nothing special: fold the log (from a snapshot if one exists), ask ``next_ste
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Generic, Protocol, TypeVar, final
 
 import attrs
 import trio
 
-from protocols import EventRegistry, default_registry
-from protocols.errors import ConfigError, EventEncodeError, UnknownEventTypeError
+from protocols import EncodedEvent, EventRegistry, default_registry
+from protocols.errors import CodecError, ConfigError, EventEncodeError, UnknownEventTypeError
 
 from ._actor import Actor
 from ._event_store import EventStore, NewEvent
 from ._ref import PriorityMessage
 
 StateT = TypeVar("StateT")
+
+logger = logging.getLogger("powertrio.event_sourced")
 
 _PAGE = 4096
 
@@ -138,6 +141,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
     """The folded state (read-only for subclasses: change it with events)."""
     version: int
     """The stream version folded into :attr:`state`."""
+    snapshot_version: int
+    """The version of the newest snapshot this actor loaded or saved (0: none)."""
 
     # -- to implement ----------------------------------------------------------------
 
@@ -184,6 +189,14 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         for a run to finish. Never called during recovery.
         """
 
+    def snapshot_due(self, events: Sequence[object]) -> bool:
+        """Whether to save a snapshot now, after appending ``events``, besides every
+        ``snapshot_every`` events (e.g. at the end of a run). Pure; ``False`` by default.
+
+        Only asked when ``snapshot_every`` is set.
+        """
+        return False
+
     def stream_name(self) -> str:
         """The stream this actor owns; ``actor/<id>`` unless overridden."""
         return f"actor/{self.context.id}"
@@ -199,6 +212,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._stream = self.stream_name()
         self._step_scope: trio.CancelScope | None = None
         self._step_token: object | None = None
+        self.snapshot_version = 0
         if self.snapshot_every is not None:
             self._check_snapshot_config()
         self._unwritten: list[object] = []
@@ -234,7 +248,11 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         return False
 
     async def recover(self) -> None:
-        """Rebuild :attr:`state` from the latest snapshot plus the events after it."""
+        """Rebuild :attr:`state` from the latest snapshot plus the events after it.
+
+        A snapshot is a cache: one of another schema version, or one that does not decode,
+        is logged and ignored, and the whole stream is folded instead.
+        """
         registry = self.registry
         state = self.initial_state()
         version = 0
@@ -243,17 +261,36 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self.version = version
             return
         snapshot = await self.store.load_snapshot(self._stream)
-        if snapshot is not None and self._snapshot_is_current(
+        if snapshot is not None and not self._snapshot_is_current(
             snapshot.type, snapshot.schema_version
         ):
-            state = registry.decode(  # type: ignore[assignment]  # registered state class
+            logger.info(
+                "%s: ignored the snapshot at version %s (%s schema version %s is not "
+                "current); folding the log",
+                self._stream,
+                snapshot.version,
                 snapshot.type,
                 snapshot.schema_version,
-                snapshot.data,
-                stream=self._stream,
-                version=snapshot.version,
             )
-            version = snapshot.version
+        elif snapshot is not None:
+            try:
+                state = registry.decode(  # type: ignore[assignment]  # registered state
+                    snapshot.type,
+                    snapshot.schema_version,
+                    snapshot.data,
+                    stream=self._stream,
+                    version=snapshot.version,
+                )
+            except CodecError as exc:
+                logger.warning(
+                    "%s: ignored the snapshot at version %s, which does not decode (%s); "
+                    "folding the log",
+                    self._stream,
+                    snapshot.version,
+                    exc,
+                )
+            else:
+                version = self.snapshot_version = snapshot.version
         evolve = self.evolve
         decode = registry.decode_record
         while True:
@@ -362,16 +399,26 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         for listener in self.context.runtime.persist_listeners:
             listener.on_persisted(self._stream, events)
         every = self.snapshot_every
-        if every is not None and previous // every != self.version // every:
-            encoded = self.registry.encode(state)
-            await self.store.save_snapshot(
-                self._stream,
-                self.version,
-                type=encoded.type,
-                schema_version=encoded.schema_version,
-                data=encoded.data,
-            )
+        if every is not None and (
+            previous // every != self.version // every or self.snapshot_due(events)
+        ):
+            await self._save_snapshot(state)
         return events
+
+    async def _save_snapshot(self, state: StateT) -> None:
+        try:
+            encoded: EncodedEvent = self.registry.encode(state)
+        except EventEncodeError as exc:  # a cache: the actor goes on without it
+            logger.warning("%s: no snapshot at version %s: %s", self._stream, self.version, exc)
+            return
+        await self.store.save_snapshot(
+            self._stream,
+            self.version,
+            type=encoded.type,
+            schema_version=encoded.schema_version,
+            data=encoded.data,
+        )
+        self.snapshot_version = self.version
 
     async def _advance(self, step: object | None = _UNASKED) -> None:
         """Ask ``next_step`` until it names an effect (then start it) or nothing.

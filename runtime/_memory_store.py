@@ -51,6 +51,7 @@ class InMemoryEventStore:
     _streams: dict[str, _Stream] = attrs.field(init=False, factory=dict)
     _log: list[RecordedEvent] = attrs.field(init=False, factory=list)
     _snapshots: dict[str, Snapshot] = attrs.field(init=False, factory=dict)
+    _checkpoints: dict[str, tuple[int, bytes]] = attrs.field(init=False, factory=dict)
     _faults: list[BaseException] = attrs.field(init=False, factory=list)
     _signal: CommitSignal = attrs.field(init=False, factory=CommitSignal)
     _closed: bool = attrs.field(init=False, default=False)
@@ -271,6 +272,29 @@ class InMemoryEventStore:
                 data=data,
                 recorded_at=self._clock(),
             )
+
+    async def load_checkpoint(self, name: str) -> tuple[int, bytes] | None:
+        """A projection's checkpoint (see ``SqliteEventStore.load_checkpoint``).
+
+        Raises:
+            StoreClosedError: the store is closed.
+        """
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        return self._checkpoints.get(name)
+
+    async def save_checkpoint(self, name: str, position: int, data: bytes) -> None:
+        """Replace a projection's checkpoint (see ``SqliteEventStore.save_checkpoint``).
+
+        Raises:
+            StoreClosedError: the store is closed.
+            ValueError: ``position`` is negative.
+        """
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        if position < 0:
+            raise ValueError(f"checkpoint position must be >= 0, got {position}")
+        self._checkpoints[name] = (position, bytes(data))
 
     async def load_snapshot(self, stream: str) -> Snapshot | None:
         """The newest snapshot of ``stream``, or ``None``.

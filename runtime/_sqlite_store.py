@@ -373,6 +373,58 @@ class SqliteEventStore:
 
         return await self._run_read(run)
 
+    async def load_checkpoint(self, name: str) -> tuple[int, bytes] | None:
+        """A projection's checkpoint: the log position it folded up to, and its state.
+
+        A projection (the timers index) keeps one here so that opening folds only the
+        events after it. Not part of ``EventStore``: with a store that lacks it, the
+        projection folds the whole log at open.
+
+        Raises:
+            StoreClosedError: the store is closed.
+        """
+        key = f"checkpoint/{name}"
+
+        def run(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
+            rows = dict(
+                conn.execute(
+                    "SELECT key, value FROM meta WHERE key IN (?, ?)", (key, key + "@")
+                ).fetchall()
+            )
+            data, position = rows.get(key), rows.get(key + "@")
+            if type(data) is not bytes or type(position) is not int:
+                return None
+            return position, data
+
+        return await self._run_read(run)
+
+    async def save_checkpoint(self, name: str, position: int, data: bytes) -> None:
+        """Replace the checkpoint of projection ``name`` (see :meth:`load_checkpoint`).
+
+        Raises:
+            StoreClosedError: the store is closed.
+            ValueError: ``position`` is negative.
+        """
+        if position < 0:
+            raise ValueError(f"checkpoint position must be >= 0, got {position}")
+        key = f"checkpoint/{name}"
+        upsert = (
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        )
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(upsert, (key, data))
+                conn.execute(upsert, (key + "@", position))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        await self._run_write(run)
+
     def subscribe(self, from_position: int = 1, *, prefix: str = "") -> Subscription:
         """Follow the log from ``from_position``; see ``EventStore.subscribe``."""
 

@@ -6,6 +6,7 @@ owns timers) is in ``runtime._timer_book``.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import math
@@ -25,6 +26,7 @@ from protocols.errors import (
     TimerOwnerUnavailableError,
 )
 
+from . import _timer_checkpoint as checkpoints
 from ._clock import Clock, IdSource
 from ._event_store import EventStore, RecordedEvent
 from ._ref import ActorRef
@@ -175,6 +177,9 @@ class TimerService:
 
     __slots__ = (
         "_books",
+        "_checkpoint_books",
+        "_checkpoint_due",
+        "_checkpoint_position",
         "_clock",
         "_counters",
         "_entries",
@@ -184,6 +189,7 @@ class TimerService:
         "_owners",
         "_scope",
         "_seq",
+        "_since_checkpoint",
         "_sleep",
         "_store",
     )
@@ -200,6 +206,10 @@ class TimerService:
     _sleep: trio.CancelScope | None
     _seq: int
     _counters: dict[str, int]
+    _checkpoint_books: dict[str, TimerBook]
+    _checkpoint_position: int
+    _checkpoint_due: trio.Event
+    _since_checkpoint: int
 
     def __init__(self) -> None:
         msg = "TimerService is made by open_runtime(): use `runtime.timers`"
@@ -220,6 +230,12 @@ class TimerService:
         self._sleep = None
         self._seq = 0
         self._counters = dict.fromkeys(("delivered", "vetoed", "postponed", "dropped"), 0)
+        # The checkpoint's own fold of the log (see runtime._timer_checkpoint), apart from
+        # the live index, which also hears appends it has not read back from the log yet.
+        self._checkpoint_books = {}
+        self._checkpoint_position = 0
+        self._checkpoint_due = trio.Event()
+        self._since_checkpoint = 0
         return self
 
     # -- public API ----------------------------------------------------------------------
@@ -370,12 +386,14 @@ class TimerService:
             self._scope = scope
             await self._rebuild()
             task_status.started()
-            while True:
-                await self._fire_due()
-                with trio.CancelScope(deadline=self._next_deadline()) as sleep:
-                    self._sleep = sleep
-                    await trio.sleep_forever()
-                self._sleep = None
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._checkpoints)
+                while True:
+                    await self._fire_due()
+                    with trio.CancelScope(deadline=self._next_deadline()) as sleep:
+                        self._sleep = sleep
+                        await trio.sleep_forever()
+                    self._sleep = None
 
     def _close(self) -> None:
         if self._scope is not None:
@@ -383,6 +401,9 @@ class TimerService:
 
     def _observe(self, stream: str, events: Sequence[object]) -> None:
         """Take note of events ``stream``'s owner has just appended."""
+        self._since_checkpoint += len(events)
+        if self._since_checkpoint >= checkpoints.CHECKPOINT_EVERY:
+            self._checkpoint_due.set()
         for event in events:
             if type(event) in TIMER_EVENT_CLASSES:
                 self._apply(stream, event)
@@ -407,8 +428,53 @@ class TimerService:
     # -- machinery -------------------------------------------------------------------------
 
     async def _rebuild(self) -> None:
+        """Index every pending timer: the checkpoint's, then the events after it."""
         store = self._store
         position = 1
+        found = await checkpoints.load(store)
+        if found is not None:
+            folded, books = found
+            for stream, book in books.items():
+                self._books[stream] = book
+                for timer in book.pending:
+                    entry = self._entries[timer.timer_id] = _Entry(stream, timer)
+                    self._arm(entry, self._clock.deadline_for(timer.due_at))
+            position = folded + 1
+        await self._fold_log(position)
+        # No actor runs yet: the index is exactly the fold of the log up to its head.
+        end = await store.head_position()
+        self._checkpoint_books = dict(self._books)
+        self._checkpoint_position = end
+        if end >= position:
+            await checkpoints.save(store, end, self._checkpoint_books)
+
+    async def _checkpoints(self) -> None:
+        """Save a checkpoint each time enough events were appended (see ``_observe``)."""
+        while True:
+            await self._checkpoint_due.wait()
+            self._checkpoint_due = trio.Event()
+            self._since_checkpoint = 0
+            books = self._checkpoint_books
+            position = self._checkpoint_position + 1
+            decode = default_registry.decode_record
+            while True:
+                try:
+                    page = await self._store.read_all(position, limit=_PAGE)
+                except CorruptLogError:
+                    break  # keep the older checkpoint: the next open steps past the damage
+                for record in page:
+                    if record.type in TIMER_EVENT_NAMES:
+                        with contextlib.suppress(CodecError):
+                            _fold_book(books, record.stream, decode(record))
+                if page:
+                    self._checkpoint_position = page[-1].position
+                if len(page) < _PAGE:
+                    break
+                position = page[-1].position + 1
+            await checkpoints.save(self._store, self._checkpoint_position, books)
+
+    async def _fold_log(self, position: int) -> None:
+        store = self._store
         while True:
             try:
                 page = await store.read_all(position, limit=_PAGE)
@@ -457,16 +523,9 @@ class TimerService:
 
     def _apply(self, stream: str, event: object) -> None:
         """Fold one timer event into the index, exactly as the owner folds it."""
-        book = self._books.get(stream, _NO_TIMERS)
-        folded = book.evolve(event)
-        if folded is book:
+        folded = _fold_book(self._books, stream, event)
+        if folded is None:
             return
-        if folded.pending:
-            # The service never decides, so it keeps no finished ids: memory stays
-            # proportional to the pending timers.
-            self._books[stream] = TimerBook(pending=folded.pending)
-        else:
-            self._books.pop(stream, None)
         timer_id: str = event.timer_id  # type: ignore[attr-defined]  # a timer event
         timer = folded.get(timer_id)
         entry = self._entries.get(timer_id)
@@ -650,6 +709,22 @@ class TimerRunner:
     def on_owner_gone(self, stream: str, owner: ActorRef[object]) -> None:
         """Due timers of ``stream`` wait for its next owner."""
         self.service._unregister(stream, owner)
+
+
+def _fold_book(books: dict[str, TimerBook], stream: str, event: object) -> TimerBook | None:
+    """Fold a timer event into ``books`` in place; the stream's new book, or ``None`` if
+    the event changed nothing."""
+    book = books.get(stream, _NO_TIMERS)
+    folded = book.evolve(event)
+    if folded is book:
+        return None
+    if folded.pending:
+        # The service never decides, so it keeps no finished ids: memory stays
+        # proportional to the pending timers.
+        books[stream] = TimerBook(pending=folded.pending)
+    else:
+        books.pop(stream, None)
+    return folded
 
 
 def _is_verdict(value: object) -> TypeGuard[TimerVerdict]:

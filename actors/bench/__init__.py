@@ -1,7 +1,8 @@
 """Benchmarks of the agents, beside the kernel's: every figure next to its same-run baseline.
 
 Run ``python -m actors.bench SUITE [--json] [--quick]`` with ``SUITE`` one of ``actors``,
-``log`` (the kernel's suites, from ``runtime.bench``), ``agents`` and ``providers``.
+``log`` (the kernel's suites, from ``runtime.bench``), ``agents``, ``providers`` and
+``longevity`` (what a session of months costs).
 """
 
 from __future__ import annotations
@@ -12,5 +13,6 @@ SUITES: dict[str, str] = {
     **_KERNEL_SUITES,
     "agents": "actors.bench._agents",
     "providers": "actors.bench._providers",
+    "longevity": "actors.bench._longevity",
 }
 """Suite name -> the module whose ``run(args)`` measures it: the kernel's and the agents'."""

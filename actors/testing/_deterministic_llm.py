@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from protocols import LLM, LLMRequest, LLMResponse, LLMStream
+from protocols import (
+    EMPTY_CHAIN,
+    LLM,
+    LLMRequest,
+    LLMResponse,
+    LLMStream,
+    Message,
+    SystemMessage,
+    chain_messages,
+)
 from runtime.testing import FunctionLLM, ScriptItem
 
 if TYPE_CHECKING:
@@ -102,6 +111,13 @@ class DeterministicLLM:
         self._latency = latency
         self._store = store
         self._model = model
+        # (chain so far, id of the next message) -> (chain after it, that message): a
+        # request repeats its conversation's earlier messages, so each is hashed once and
+        # a session of months costs the kit a lookup per message, not a hash.
+        self._chain: dict[tuple[str, int], tuple[str, Message]] = {}
+        # Each caller's last conversation and its chain: the next request of a session
+        # extends it, which a tuple comparison (in C, by identity first) confirms.
+        self._last: dict[str | None, tuple[tuple[Message, ...], str]] = {}
         self._answers: dict[str, ScriptItem] = {}
         self._inner = FunctionLLM(self._answer, chunk_size=chunk_size)
         self.calls: list[LLMCall] = []
@@ -120,8 +136,38 @@ class DeterministicLLM:
         """The script items no request has taken yet."""
         return tuple(self._script)
 
+    def _messages_digest(self, request: LLMRequest) -> str:
+        """``chain_messages(EMPTY_CHAIN, ...)`` of the messages after the leading system
+        ones, as ``LLMRequest.fingerprint`` computes it, from the memo."""
+        messages = request.messages
+        lead = 0
+        while lead < len(messages) and isinstance(messages[lead], SystemMessage):
+            lead += 1
+        rest = messages[lead:]
+        caller = CALLER.get()
+        last, last_digest = self._last.get(caller, ((), EMPTY_CHAIN))
+        if len(last) <= len(rest) and rest[: len(last)] == last:
+            digest = chain_messages(last_digest, rest[len(last) :])
+        else:
+            digest = self._chained(rest)
+        self._last[caller] = (rest, digest)
+        return digest
+
+    def _chained(self, rest: tuple[Message, ...]) -> str:
+        digest, memo = EMPTY_CHAIN, self._chain
+        for message in rest:
+            key = (digest, id(message))
+            hit = memo.get(key)
+            if hit is not None and hit[1] is message:
+                digest = hit[0]
+            else:
+                after = chain_messages(digest, (message,))
+                memo[key] = (after, message)
+                digest = after
+        return digest
+
     async def _answer(self, request: LLMRequest) -> LLMResponse:
-        fingerprint = request.fingerprint()
+        fingerprint = request.fingerprint(messages_digest=self._messages_digest(request))
         position = None if self._store is None else await self._store.head_position()
         repeated = fingerprint in self._answers
         if not repeated:

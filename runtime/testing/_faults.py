@@ -203,6 +203,20 @@ class FaultyEventStore:
         """See ``EventStore.load_snapshot``."""
         return await self.inner.load_snapshot(stream)
 
+    async def load_checkpoint(self, name: str) -> tuple[int, bytes] | None:
+        """The inner store's checkpoint (``None`` if it keeps none)."""
+        load = getattr(self.inner, "load_checkpoint", None)
+        if load is None:
+            return None
+        found: tuple[int, bytes] | None = await load(name)
+        return found
+
+    async def save_checkpoint(self, name: str, position: int, data: bytes) -> None:
+        """Save the checkpoint in the inner store, if it keeps them."""
+        save = getattr(self.inner, "save_checkpoint", None)
+        if save is not None:
+            await save(name, position, data)
+
     def subscribe(self, from_position: int = 1, *, prefix: str = "") -> Subscription:
         """See ``EventStore.subscribe``."""
         return self.inner.subscribe(from_position, prefix=prefix)

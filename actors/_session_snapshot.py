@@ -1,0 +1,184 @@
+"""A session's folded state as a snapshot: a cache of the fold, versioned, cheap to write.
+
+A session snapshots itself every ``snapshot_every`` events and at the end of a run
+(``SessionConfig``), so reopening it folds the tail after the snapshot, not months of
+history. The state is registered with the codec as ``session.state`` at
+:data:`SESSION_STATE_VERSION`; a snapshot of another version, or one that does not decode,
+is ignored and the session folds its log (``EventSourcedActor.recover``): a snapshot is
+never the authority.
+
+What grows with age (the transcript, the run results, the follow-up ids) is stored in
+chunks of ``CHUNK`` items, each a JSON array compressed with zlib, in base64 (see
+``actors._persistent``): a full chunk is
+encoded once and reused by every later snapshot, and a reopened session decodes a chunk
+only when it reads an item in it. Everything else is encoded with the codec's converter.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import orjson
+
+from protocols import FollowUp, Message, Usage, default_registry
+from protocols.errors import EventEncodeError
+from runtime.lowlevel import TimerBook
+
+from ._context import ContextCompacted
+from ._persistent import GrowMap, grow_map
+from ._session_events import ActiveRun, ChildSpawned, RunResult, RunStarted, SessionState
+from ._transcript import ValidTranscript
+
+SESSION_STATE_VERSION = 1
+"""The schema version of the ``session.state`` snapshot. Bump it when ``SessionState`` or
+what it holds changes shape: older snapshots are then ignored (the log is folded)."""
+
+T = TypeVar("T")
+
+_converter = default_registry.converter
+
+
+def _encoder(type_: object) -> Callable[[list[Any]], str]:
+    hook = _converter.get_unstructure_hook(type_)
+
+    def encode(items: list[Any]) -> str:
+        # Compressed: a chunk is written with every snapshot, and read at every restart.
+        packed = zlib.compress(orjson.dumps([hook(item) for item in items]), 1)
+        return base64.b64encode(packed).decode()
+
+    return encode
+
+
+def _decoder(type_: object) -> Callable[[str], list[Any]]:
+    hook = _converter.get_structure_hook(type_)
+
+    def decode(text: str) -> list[Any]:
+        raw = orjson.loads(zlib.decompress(base64.b64decode(text, validate=True)))
+        if not isinstance(raw, list):
+            msg = f"a chunk must be a JSON array, got {type(raw).__name__}"
+            raise TypeError(msg)
+        return [hook(item, type_) for item in raw]
+
+    return decode
+
+
+_encode_messages = _encoder(Message)
+_decode_messages = _decoder(Message)
+_encode_results = _encoder(RunResult)
+_decode_results = _decoder(RunResult)
+_encode_strings = _encoder(str)
+_decode_strings = _decoder(str)
+
+_PLAIN: dict[str, object] = {
+    "run": ActiveRun | None,
+    "queued": tuple[RunStarted, ...],
+    "inbox": tuple[FollowUp, ...],
+    "children": tuple[ChildSpawned, ...],
+    "child_status": dict[str, str],
+    "timers": TimerBook,
+    "usage": Usage,
+    "compacted": ContextCompacted | None,
+    "prompt_report": tuple[int, int, int] | None,
+}
+"""The fields encoded whole: they stay small however old the session is."""
+
+_hooks: dict[str, tuple[Any, Any]] = {}
+"""Field name -> (unstructure hook, structure hook), built on first use: asking the
+converter each time would build some of them again (cattrs compiles code for them)."""
+
+
+def _field_hooks() -> dict[str, tuple[Any, Any]]:
+    if not _hooks:
+        for name, type_ in _PLAIN.items():
+            _hooks[name] = (
+                _converter.get_unstructure_hook(type_),
+                _converter.get_structure_hook(type_),
+            )
+    return _hooks
+
+
+def _map_out(mapping: Mapping[str, T], encode: Callable[[list[T]], str]) -> dict[str, Any]:
+    keys, chunks = grow_map(mapping).chunks(encode)
+    return {"keys": keys, "chunks": chunks}
+
+
+def _map_in(raw: Any, decode: Callable[[str], list[T]]) -> GrowMap[str, T]:
+    mapping: GrowMap[str, T] = GrowMap.from_chunks(raw["keys"], raw["chunks"], decode)
+    if raw["keys"]:  # decode the newest chunk now: a snapshot that does not decode is ignored
+        mapping[raw["keys"][-1]]
+    return mapping
+
+
+def unstructure_state(state: SessionState) -> dict[str, Any]:
+    """``state`` as a JSON object (the converter's hook for ``SessionState``)."""
+    history = state.history
+    out: dict[str, Any] = {
+        "session_id": state.session_id,
+        "system_prompt": state.system_prompt,
+        "max_rounds": state.max_rounds,
+        "parent_id": state.parent_id,
+        "depth": state.depth,
+        "history": {
+            "count": len(history),
+            "chunks": history.chunks(_encode_messages),
+            "pending": list(history.pending),
+            "digest": history.digest,
+        },
+        "seen_follow_ups": _map_out(state.seen_follow_ups, _encode_strings),
+        "results": _map_out(state.results, _encode_results),
+    }
+    for name, (unstructure, _) in _field_hooks().items():
+        out[name] = unstructure(getattr(state, name))
+    return out
+
+
+def structure_state(raw: Any, _type: object = None) -> SessionState:
+    """The state :func:`unstructure_state` encoded (the converter's hook).
+
+    Raises:
+        KeyError, TypeError, ValueError, cattrs errors: the object does not fit (the
+            registry reports them as ``EventDecodeError``).
+    """
+    h = raw["history"]
+    history = ValidTranscript.from_chunks(
+        h["count"],
+        h["chunks"],
+        _decode_messages,
+        pending=tuple(h["pending"]),
+        digest=h["digest"],
+    )
+    if len(history):
+        history.last  # noqa: B018  # decode the newest chunk now, to fail here if at all
+    fields: dict[str, Any] = {
+        name: structure(raw[name], _PLAIN[name]) for name, (_, structure) in _field_hooks().items()
+    }
+    return SessionState(
+        session_id=raw["session_id"],
+        system_prompt=raw["system_prompt"],
+        max_rounds=raw["max_rounds"],
+        parent_id=raw["parent_id"],
+        depth=raw["depth"],
+        history=history,
+        seen_follow_ups=_map_in(raw["seen_follow_ups"], _decode_strings),
+        results=_map_in(raw["results"], _decode_results),
+        **fields,
+    )
+
+
+def register_session_state() -> None:
+    """Register ``SessionState`` as ``session.state`` with the default codec (once)."""
+    try:
+        default_registry.name_of(SessionState)
+    except EventEncodeError:
+        pass
+    else:
+        return  # already registered
+    _converter.register_unstructure_hook(SessionState, unstructure_state)
+    _converter.register_structure_hook(SessionState, structure_state)
+    default_registry.register(SessionState, name="session.state", version=SESSION_STATE_VERSION)
+
+
+register_session_state()
