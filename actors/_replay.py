@@ -15,12 +15,12 @@ from runtime.lowlevel import CONTINUES
 from ._agents import AgentSpec, FormatArg
 from ._budget import Budget, Price
 from ._context import ContextCompacted, ContextPolicy
+from ._request_header import RequestHeader
 from ._session import SessionActor
 from ._session_events import (
     AssistantRecorded,
     ChildFinished,
     ChildSpawned,
-    RequestHeader,
     SessionCreated,
     SessionState,
 )

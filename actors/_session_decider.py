@@ -37,6 +37,7 @@ from runtime.lowlevel import timer_decision
 
 from ._budget import cost_of
 from ._context import ContextCompacted
+from ._request_header import RequestHeader
 from ._session_calls import begin_calls
 from ._session_context import compaction_step, projection, summarised
 from ._session_events import (
@@ -49,7 +50,6 @@ from ._session_events import (
     HumanRequested,
     InputQueued,
     OutputRejected,
-    RequestHeader,
     RunFinished,
     RunStarted,
     RunStatus,

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
-import hashlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, final
 
 import attrs
-import orjson
 from typing_extensions import TypeVar
 
 from protocols import (
@@ -18,13 +15,10 @@ from protocols import (
     CrashPolicy,
     FollowUp,
     JsonValue,
-    LLMRequest,
     Message,
     OutputType,
     ResponseFormat,
-    SystemMessage,
     ToolCall,
-    ToolDefinition,
     ToolOutcome,
     ToolResultMessage,
     Usage,
@@ -40,6 +34,7 @@ from ._agents import Lifecycle
 from ._budget import Budget
 from ._context import ContextCompacted
 from ._persistent import GrowMap, grow_map
+from ._request_header import RequestHeader
 from ._transcript import ValidTranscript
 
 RunStatus = Literal[
@@ -111,108 +106,6 @@ class InputQueued:
     """A send arrived while a run was active; it starts its own run afterwards."""
 
     run: RunStarted
-
-
-_DIGESTS: dict[int, tuple[tuple[ToolDefinition, ...], str]] = {}
-
-
-def _tools_digest(tools: tuple[ToolDefinition, ...]) -> str:
-    """SHA-256 of the tool definitions' canonical JSON, kept per tuple: a session offers
-    the same tuple (its registry's) to every model call (an entry holds its tuple, so its
-    id is not reused)."""
-    cached = _DIGESTS.get(id(tools))
-    if cached is not None and cached[0] is tools:
-        return cached[1]
-    canonical = orjson.dumps([attrs.asdict(t) for t in tools], option=orjson.OPT_SORT_KEYS)
-    digest = hashlib.sha256(canonical).hexdigest()
-    if len(_DIGESTS) >= 256:
-        _DIGESTS.clear()
-    _DIGESTS[id(tools)] = (tools, digest)
-    return digest
-
-
-@final
-@attrs.frozen(kw_only=True)
-class RequestHeader:
-    """What shaped an LLM request besides the conversation, kept for replay's diffs.
-
-    The fingerprint says *whether* a replayed request differs; the header says *how*: a
-    changed system prompt, tool set, model or parameter is shown field by field, and a
-    changed conversation by its length and digest.
-    """
-
-    system: str
-    model: str | None
-    tools: tuple[str, ...]
-    tools_digest: str
-    """SHA-256 of the tool definitions (names, descriptions and schemas)."""
-    max_tokens: int | None = None
-    temperature: float | None = None
-    response_format: str | None = None
-    """The response format's name."""
-    messages: int
-    """How many conversation messages (after the system prompt) were sent."""
-    messages_digest: str
-
-    @classmethod
-    def of(
-        cls, request: LLMRequest, messages_digest: str, *, conversation: int | None = None
-    ) -> RequestHeader:
-        """The header of ``request`` whose conversation has ``messages_digest``.
-
-        ``conversation``: how many messages follow the leading system messages, when the
-        caller knows that none of them is a system message (a session's transcript never
-        holds one); the header then costs the same at 50,000 messages as at 10.
-        """
-        if conversation is not None:
-            lead = len(request.messages) - conversation
-            leading = request.messages[:lead]
-            system = "\n\n".join(m.content for m in leading if isinstance(m, SystemMessage))
-            return cls._made(request, system, conversation, messages_digest)
-        system = "\n\n".join(m.content for m in request.messages if isinstance(m, SystemMessage))
-        count = sum(not isinstance(m, SystemMessage) for m in request.messages)
-        return cls._made(request, system, count, messages_digest)
-
-    @classmethod
-    def _made(
-        cls, request: LLMRequest, system: str, count: int, messages_digest: str
-    ) -> RequestHeader:
-        return cls(
-            system=system,
-            model=request.model,
-            tools=tuple(t.name for t in request.tools),
-            tools_digest=_tools_digest(request.tools),
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            response_format=request.response_format.name if request.response_format else None,
-            messages=count,
-            messages_digest=messages_digest,
-        )
-
-    def differences(self, other: RequestHeader) -> list[str]:
-        """Readable lines for each field where ``other`` (the replayed request) differs."""
-        lines: list[str] = []
-        if self.system != other.system:
-            diff = difflib.unified_diff(
-                self.system.splitlines(),
-                other.system.splitlines(),
-                "recorded system prompt",
-                "replayed system prompt",
-                lineterm="",
-            )
-            lines.extend(diff)
-        for name in ("model", "tools", "max_tokens", "temperature", "response_format"):
-            old, new = getattr(self, name), getattr(other, name)
-            if old != new:
-                lines.append(f"{name}: recorded {old!r}, replayed {new!r}")
-        if self.tools == other.tools and self.tools_digest != other.tools_digest:
-            lines.append("tools: same names, but a description or schema changed")
-        if (self.messages, self.messages_digest) != (other.messages, other.messages_digest):
-            lines.append(
-                f"conversation: recorded {self.messages} messages, replayed {other.messages}"
-                " (the transcript the code builds from the log changed)"
-            )
-        return lines
 
 
 @final

@@ -34,10 +34,10 @@ from ._budget import Budget, Price
 from ._context import ContextPolicy
 from ._observe import LLMHook, Observer, ObserverBus, ToolHook
 from ._recall import recall_tool
+from ._request_header import RequestHeader
 from ._session_events import (
     ActiveRun,
     ChildFinished,
-    RequestHeader,
     RunResult,
     SessionState,
     ToolStarted,

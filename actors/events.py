@@ -22,6 +22,7 @@ from ._observe import (
     ToolCallFinished,
     UsageUpdated,
 )
+from ._request_header import RequestHeader
 from ._session_events import (
     ActiveRun,
     AssistantRecorded,
@@ -34,7 +35,6 @@ from ._session_events import (
     HumanRequested,
     InputQueued,
     OutputRejected,
-    RequestHeader,
     RunFinished,
     RunStarted,
     SessionCreated,
