@@ -175,33 +175,34 @@ def test_operations_on_sqlite_keep_every_invariant(
     check_operations(SQLITE_HARNESS, conversation, ops)
 
 
-_FOUND_USAGE = Usage(prompt_tokens=69, completion_tokens=45, cached_tokens=68)
+FOUND_USAGE = Usage(prompt_tokens=69, completion_tokens=45, cached_tokens=68)
+FOUND_CONVERSATION = (
+    LLMResponse(
+        content="hyx fef",
+        tool_calls=(
+            ToolCall(id="call_0_0", name="add", arguments='{"a":-61,"b":1000}'),
+            ToolCall(id="call_0_1", name="ask_human", arguments='{"question":"h ecxjaizahi"}'),
+        ),
+        finish_reason="tool_calls",
+        usage=FOUND_USAGE,
+    ),
+    LLMResponse(content="yxy", finish_reason="stop", usage=FOUND_USAGE),
+)
+FOUND_OPERATIONS = (
+    CrashSession(),
+    CrashSession(),
+    AdvanceClock(seconds=0.5),
+    CrashSession(),
+    SendFollowUp(text="fhiyhe", id="f1", kind="user"),
+    SetTimer(delay=0.0, every=None, note="wake up"),
+)
+"""A generated case that gave two histories on SQLite under virtual time
+(``timer.cancelled`` in one play, ``timer.fired`` in the other)."""
 
 
 @property_settings(max_examples=15)
 @given(conversation=conversations(CALCULATOR, max_rounds=3), ops=operations(max_size=6))
-@example(
-    conversation=(
-        LLMResponse(
-            content="hyx fef",
-            tool_calls=(
-                ToolCall(id="call_0_0", name="add", arguments='{"a":-61,"b":1000}'),
-                ToolCall(id="call_0_1", name="ask_human", arguments='{"question":"h ecxjaizahi"}'),
-            ),
-            finish_reason="tool_calls",
-            usage=_FOUND_USAGE,
-        ),
-        LLMResponse(content="yxy", finish_reason="stop", usage=_FOUND_USAGE),
-    ),
-    ops=(
-        CrashSession(),
-        CrashSession(),
-        AdvanceClock(seconds=0.5),
-        CrashSession(),
-        SendFollowUp(text="fhiyhe", id="f1", kind="user"),
-        SetTimer(delay=0.0, every=None, note="wake up"),
-    ),
-)
+@example(conversation=FOUND_CONVERSATION, ops=FOUND_OPERATIONS)
 def test_a_run_on_sqlite_is_reproducible(
     conversation: tuple[object, ...], ops: tuple[object, ...]
 ) -> None:

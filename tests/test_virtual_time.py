@@ -24,51 +24,26 @@ import pytest
 import trio
 import trio.lowlevel
 import trio.testing
-from test_testing_kit import SQLITE_HARNESS
+from test_testing_kit import FOUND_CONVERSATION, FOUND_OPERATIONS, SQLITE_HARNESS
 
 import runtime._sqlite_store as sqlite_store
 import runtime._sqlite_writer as sqlite_writer
 from actors import AgentSpec, tool
 from actors.testing import (
     AdvanceClock,
-    CrashSession,
     RuntimeHarness,
     Send,
     SendFollowUp,
     SetTimer,
     Trace,
 )
-from protocols import LLMResponse, ToolCall, Usage
+from protocols import LLMResponse, ToolCall
 from runtime._virtual_time import run_in_thread, start_flight
 from runtime.lowlevel import hold_virtual_clock, run_sync_in_thread
 
 SQLITE = SQLITE_HARNESS
 """The harness of ``test_a_run_on_sqlite_is_reproducible`` (states observed after each
 operation: more reads of the log)."""
-
-USAGE = Usage(prompt_tokens=69, completion_tokens=45, cached_tokens=68)
-FOUND_CONVERSATION = (
-    LLMResponse(
-        content="hyx fef",
-        tool_calls=(
-            ToolCall(id="call_0_0", name="add", arguments='{"a":-61,"b":1000}'),
-            ToolCall(id="call_0_1", name="ask_human", arguments='{"question":"h ecxjaizahi"}'),
-        ),
-        finish_reason="tool_calls",
-        usage=USAGE,
-    ),
-    LLMResponse(content="yxy", finish_reason="stop", usage=USAGE),
-)
-FOUND_OPERATIONS = (
-    CrashSession(),
-    CrashSession(),
-    AdvanceClock(seconds=0.5),
-    CrashSession(),
-    SendFollowUp(text="fhiyhe", id="f1", kind="user"),
-    SetTimer(delay=0.0, every=None, note="wake up"),
-)
-"""The generated case that gave two histories (``timer.cancelled`` in one play,
-``timer.fired`` in the other)."""
 
 
 def _history(trace: Trace) -> tuple[object, ...]:
