@@ -218,6 +218,12 @@ class SessionActor(EventSourcedActor[SessionState]):
             limit = budget.max_seconds if budget is not None else None
             return OutOfTime(step.run_id, f"wall time: the budget is {limit:g} s")
         bus = self._config.bus
+        if not bus.active and not self._config.llm_hooks:
+            # Nobody watches and no middleware wraps the call (the usual send): ask the
+            # model directly, with no context, closure or chain built for it.
+            self._inflight_fingerprint = step.fingerprint
+            response = await self._config.llm.complete(step.request)
+            return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
         context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
         if bus.active:
             bus.publish(
