@@ -11,22 +11,23 @@ import orjson
 
 from protocols import LLMRequest, SystemMessage, ToolDefinition
 
-_DIGESTS: dict[int, tuple[tuple[ToolDefinition, ...], str]] = {}
+_DIGESTS: dict[int, tuple[tuple[ToolDefinition, ...], tuple[str, ...], str]] = {}
 
 
-def _tools_digest(tools: tuple[ToolDefinition, ...]) -> str:
-    """SHA-256 of the tool definitions' canonical JSON, kept per tuple: a session offers
-    the same tuple (its registry's) to every model call (an entry holds its tuple, so its
-    id is not reused)."""
+def _tools_digest(tools: tuple[ToolDefinition, ...]) -> tuple[tuple[str, ...], str]:
+    """The tools' names and the SHA-256 of their canonical JSON, kept per tuple: a session
+    offers the same tuple (its registry's) to every model call (an entry holds its tuple,
+    so its id is not reused)."""
     cached = _DIGESTS.get(id(tools))
     if cached is not None and cached[0] is tools:
-        return cached[1]
+        return cached[1], cached[2]
     canonical = orjson.dumps([attrs.asdict(t) for t in tools], option=orjson.OPT_SORT_KEYS)
     digest = hashlib.sha256(canonical).hexdigest()
+    names = tuple(t.name for t in tools)
     if len(_DIGESTS) >= 256:
         _DIGESTS.clear()
-    _DIGESTS[id(tools)] = (tools, digest)
-    return digest
+    _DIGESTS[id(tools)] = (tools, names, digest)
+    return names, digest
 
 
 @final
@@ -75,11 +76,12 @@ class RequestHeader:
     def _made(
         cls, request: LLMRequest, system: str, count: int, messages_digest: str
     ) -> RequestHeader:
+        names, digest = _tools_digest(request.tools)
         return cls(
             system=system,
             model=request.model,
-            tools=tuple(t.name for t in request.tools),
-            tools_digest=_tools_digest(request.tools),
+            tools=names,
+            tools_digest=digest,
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             response_format=request.response_format.name if request.response_format else None,

@@ -218,6 +218,12 @@ class SessionActor(EventSourcedActor[SessionState]):
             limit = budget.max_seconds if budget is not None else None
             return OutOfTime(step.run_id, f"wall time: the budget is {limit:g} s")
         bus = self._config.bus
+        if not bus.active and not self._config.llm_hooks:
+            # Nobody watches and no middleware wraps the call (the usual send): ask the
+            # model directly, with no context, closure or chain built for it.
+            self._inflight_fingerprint = step.fingerprint
+            response = await self._config.llm.complete(step.request)
+            return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
         context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
         if bus.active:
             bus.publish(
@@ -273,7 +279,25 @@ class SessionActor(EventSourcedActor[SessionState]):
                     return denied_outcome(call.id, call.name, veto.reason)
 
         run = self.state.run
-        spawns = {c.call_id: c for c in self.state.children if run and c.child_id in run.children}
+        keys = {c.call_id: c.idempotency_key for c in step.calls}
+        approved = run.approved if run is not None else ()
+        if run is None or not run.children:
+            spawns: dict[str, ChildSpawned] = {}
+        else:
+            spawns = {c.call_id: c for c in self.state.children if c.child_id in run.children}
+        if not spawns and not hooks:
+            # No sub-agent to run beside and no middleware (the usual round): the calls
+            # go straight to the runner, which answers them in order.
+            done = await run_tool_calls(
+                calls,
+                run_tools(self._config, run),
+                session_id=self._session_id,
+                limit=self._config.tool_concurrency,
+                idempotency_keys=keys,
+                approved=approved,
+                runtime=self.context.runtime,
+            )
+            return ToolsDone(step.run_id, tuple(done), ())
         regular = [c for c in calls if c.id not in spawns]
         outcomes: dict[str, ToolOutcome] = {}
         finished: list[ChildFinished] = []
@@ -284,8 +308,8 @@ class SessionActor(EventSourcedActor[SessionState]):
                 run_tools(self._config, run),
                 session_id=self._session_id,
                 limit=self._config.tool_concurrency,
-                idempotency_keys={c.call_id: c.idempotency_key for c in step.calls},
-                approved=run.approved if run is not None else (),
+                idempotency_keys=keys,
+                approved=approved,
                 wrap=wrap,
                 runtime=self.context.runtime,
             )
@@ -296,15 +320,12 @@ class SessionActor(EventSourcedActor[SessionState]):
             outcomes[spawned.call_id] = outcome
             finished.append(result)
 
-        if not spawns and not hooks:
-            await run_regular()  # no sub-agent to run beside: no nursery (the usual round)
-        else:
-            async with trio.open_nursery() as nursery:
-                if regular:
-                    nursery.start_soon(run_regular)
-                for call in calls:
-                    if call.id in spawns:
-                        nursery.start_soon(run_child, spawns[call.id])
+        async with trio.open_nursery() as nursery:
+            if regular:
+                nursery.start_soon(run_regular)
+            for call in calls:
+                if call.id in spawns:
+                    nursery.start_soon(run_child, spawns[call.id])
         return ToolsDone(step.run_id, tuple(outcomes[c.id] for c in calls), tuple(finished))
 
     # -- sub-agents ------------------------------------------------------------------

@@ -350,8 +350,7 @@ def _handle_reply(state: SessionState, reply: HumanReply) -> Decision:
         )
     if request.kind != "question" and reply.approve is None:
         problem = (
-            f"request {reply.request_id!r} asks for an approval: "
-            "answer it with approve() or deny()"
+            f"request {reply.request_id!r} asks for an approval: answer it with approve() or deny()"
         )
         return Decision(reply=BadReply(problem))
     answered = HumanAnswered(
@@ -404,9 +403,10 @@ def next_step(config: SessionConfig, state: SessionState) -> object | None:
         reason = budget.exceeded(run.usage, cost_of(run.usage_by_model, config.prices))
         if reason is not None:
             return Decision(events=[_finish(run, "budget_exceeded", error=reason)])
-    compaction = compaction_step(config, state, run, _system(config, run), _tools(config, run))
-    if compaction is not None:
-        return compaction
+    if config.context is not None:  # no policy, no compaction: nothing to work out
+        compaction = compaction_step(config, state, run, _system(config, run), _tools(config, run))
+        if compaction is not None:
+            return compaction
     request, fingerprint, header = _request(config, state, run)
     deadline = None
     if budget is not None and budget.max_seconds is not None and run.started.started_at:
@@ -476,8 +476,7 @@ def replay_check(step: object | None, event: object) -> str | None:
     assert isinstance(event, AssistantRecorded)
     if not isinstance(step, CallLLM):
         return (
-            "the log has an answer of the model here, but the code asks for "
-            f"{_describe_step(step)}"
+            f"the log has an answer of the model here, but the code asks for {_describe_step(step)}"
         )
     if step.fingerprint == event.request_fingerprint:
         return None
@@ -568,9 +567,7 @@ def _describe_step(step: object | None) -> str:
     return type(step).__name__.lstrip("_")
 
 
-def _parse_output(
-    response_format: ResponseFormat, text: str
-) -> tuple[JsonValue, tuple[str, ...]]:
+def _parse_output(response_format: ResponseFormat, text: str) -> tuple[JsonValue, tuple[str, ...]]:
     """The answer parsed and checked against the schema; problems if it does not match."""
     body = text.strip()
     fenced = _FENCE.fullmatch(body)

@@ -34,6 +34,7 @@ from ._agents import Lifecycle
 from ._budget import Budget
 from ._context import ContextCompacted
 from ._persistent import GrowMap, grow_map
+from ._replace import replacer
 from ._request_header import RequestHeader
 from ._transcript import ValidTranscript
 
@@ -448,6 +449,12 @@ class SessionState:
         return run.human if run is not None and run.parked else ()
 
 
+_evolve_state = replacer(SessionState)
+"""``attrs.evolve`` for a state: the fold makes one per event."""
+_evolve_run = replacer(ActiveRun)
+"""``attrs.evolve`` for the active run."""
+
+
 def timer_follow_up(fired: TimerFired, note: str) -> FollowUp:
     """A firing as the model reads it: a follow-up of kind ``timer``, once per due time."""
     when = datetime.fromtimestamp(fired.due_at, UTC).isoformat(timespec="seconds")
@@ -467,9 +474,9 @@ def evolve(state: SessionState, event: object) -> SessionState:
     if isinstance(event, ToolStarted):
         run = state.run
         assert run is not None
-        return attrs.evolve(
+        return _evolve_state(
             state,
-            run=attrs.evolve(
+            run=_evolve_run(
                 run,
                 pending_calls=tuple(c for c in run.pending_calls if c.id != event.call_id),
                 open_calls=(*run.open_calls, event),
@@ -486,23 +493,23 @@ def evolve(state: SessionState, event: object) -> SessionState:
         unknown = run.unknown_results
         if outcome.status == "aborted":
             unknown = (*unknown, outcome.call_id)
-        return attrs.evolve(
+        return _evolve_state(
             state,
             history=state.history.append(reply),
-            run=attrs.evolve(run, open_calls=open_calls, unknown_results=unknown),
+            run=_evolve_run(run, open_calls=open_calls, unknown_results=unknown),
         )
     if isinstance(event, RunStarted):
         history = state.history
         if event.input:
             history = history.append(UserMessage(event.input))
-        return attrs.evolve(
+        return _evolve_state(
             state,
             history=history,
             run=ActiveRun(started=event, round_limit=event.max_rounds),
             queued=tuple(q for q in state.queued if q.run_id != event.run_id),
         )
     if isinstance(event, FollowUpReceived):
-        return attrs.evolve(
+        return _evolve_state(
             state,
             inbox=(*state.inbox, event.follow_up),
             seen_follow_ups=grow_map(state.seen_follow_ups).set(event.follow_up.id, event.delivery),
@@ -512,14 +519,14 @@ def evolve(state: SessionState, event: object) -> SessionState:
     if isinstance(event, CancelRequested):
         run = state.run
         assert run is not None
-        return attrs.evolve(state, run=attrs.evolve(run, cancel=event))
+        return _evolve_state(state, run=_evolve_run(run, cancel=event))
     if isinstance(event, HumanRequested):
         run = state.run
         assert run is not None
         call_id = event.call.id
-        return attrs.evolve(
+        return _evolve_state(
             state,
-            run=attrs.evolve(
+            run=_evolve_run(
                 run,
                 pending_calls=tuple(c for c in run.pending_calls if c.id != call_id),
                 open_calls=tuple(c for c in run.open_calls if c.call_id != call_id),
@@ -531,19 +538,19 @@ def evolve(state: SessionState, event: object) -> SessionState:
     if isinstance(event, OutputRejected):
         run = state.run
         assert run is not None
-        return attrs.evolve(
+        return _evolve_state(
             state,
             history=state.history.append(UserMessage(repair_prompt(event.problems))),
-            run=attrs.evolve(run, repaired=True, round_limit=max(run.round_limit, run.rounds + 1)),
+            run=_evolve_run(run, repaired=True, round_limit=max(run.round_limit, run.rounds + 1)),
         )
     if isinstance(event, InputQueued):
-        return attrs.evolve(state, queued=(*state.queued, event.run))
+        return _evolve_state(state, queued=(*state.queued, event.run))
     if isinstance(event, ContextCompacted):
         return _compacted(state, event)
     if isinstance(event, RunFinished):
         return _finished(state, event)
     if isinstance(event, SessionCreated):
-        return attrs.evolve(
+        return _evolve_state(
             state,
             session_id=event.session_id,
             system_prompt=event.system_prompt,
@@ -554,13 +561,13 @@ def evolve(state: SessionState, event: object) -> SessionState:
     if isinstance(event, ChildSpawned):
         run = state.run
         if run is not None and run.started.run_id == event.run_id:
-            run = attrs.evolve(run, children=(*run.children, event.child_id))
-        return attrs.evolve(state, run=run, children=(*state.children, event))
+            run = _evolve_run(run, children=(*run.children, event.child_id))
+        return _evolve_state(state, run=run, children=(*state.children, event))
     if isinstance(event, ChildFinished):
         run = state.run
         if run is not None and run.started.run_id == event.run_id:
-            run = attrs.evolve(run, usage=run.usage + event.usage)
-        return attrs.evolve(
+            run = _evolve_run(run, usage=run.usage + event.usage)
+        return _evolve_state(
             state,
             run=run,
             usage=state.usage + event.usage,
@@ -593,7 +600,7 @@ def _finished(state: SessionState, event: RunFinished) -> SessionState:
         error_message=message,
     )
     results = grow_map(state.results).set(event.run_id, result)
-    return attrs.evolve(state, run=None, results=results)
+    return _evolve_state(state, run=None, results=results)
 
 
 def _assistant(state: SessionState, event: AssistantRecorded) -> SessionState:
@@ -607,11 +614,11 @@ def _assistant(state: SessionState, event: AssistantRecorded) -> SessionState:
         sent = len(state.history.messages) + len(state.history.pending)
         upto = state.compacted.upto if state.compacted is not None else 0
         report = (event.usage.prompt_tokens, sent, upto)
-    return attrs.evolve(
+    return _evolve_state(
         state,
         prompt_report=report,
         history=state.history.append(event.message),
-        run=attrs.evolve(
+        run=_evolve_run(
             run,
             rounds=event.round,
             usage=run.usage + event.usage,
@@ -629,19 +636,19 @@ def _compacted(state: SessionState, event: ContextCompacted) -> SessionState:
     if run is not None and event.usage.total_tokens:
         by_model = dict(run.usage_by_model)
         by_model[event.model] = by_model.get(event.model, Usage()) + event.usage
-        run = attrs.evolve(run, usage=run.usage + event.usage, usage_by_model=by_model)
-    return attrs.evolve(state, compacted=event, run=run, usage=state.usage + event.usage)
+        run = _evolve_run(run, usage=run.usage + event.usage, usage_by_model=by_model)
+    return _evolve_state(state, compacted=event, run=run, usage=state.usage + event.usage)
 
 
 def _timer(state: SessionState, event: object) -> SessionState:
     book = state.timers
-    state = attrs.evolve(state, timers=book.evolve(event))
+    state = _evolve_state(state, timers=book.evolve(event))
     if not isinstance(event, TimerFired):
         return state
     # Recorded once per due time: the firing waits in the inbox like a follow-up.
     timer = book.get(event.timer_id)
     follow_up = timer_follow_up(event, timer.note if timer is not None else "")
-    return attrs.evolve(
+    return _evolve_state(
         state,
         inbox=(*state.inbox, follow_up),
         seen_follow_ups=grow_map(state.seen_follow_ups).set(follow_up.id, ""),
@@ -662,12 +669,12 @@ def _inject(state: SessionState, event: FollowUpsInjected) -> SessionState:
         turn.append(follow_up)
     if turn:
         history = history.append(UserMessage("\n\n".join(f.content for f in turn)))
-    return attrs.evolve(
+    return _evolve_state(
         state,
         history=history,
         inbox=tuple(f for f in state.inbox if f.id not in ids),
         # Input that arrives during the last round earns the model a round to read it.
-        run=attrs.evolve(run, round_limit=max(run.round_limit, run.rounds + 1)),
+        run=_evolve_run(run, round_limit=max(run.round_limit, run.rounds + 1)),
     )
 
 
@@ -680,9 +687,9 @@ def _answered(state: SessionState, event: HumanAnswered) -> SessionState:
     if request.kind == "question":
         reply = ToolResultMessage(tool_call_id=call.id, content=event.answer)
     elif event.approve:
-        return attrs.evolve(
+        return _evolve_state(
             state,
-            run=attrs.evolve(
+            run=_evolve_run(
                 run,
                 human=human,
                 pending_calls=(*run.pending_calls, call),
@@ -693,6 +700,6 @@ def _answered(state: SessionState, event: HumanAnswered) -> SessionState:
         reason = f"a human did not allow it ({event.answer or 'no reason given'})"
         outcome = denied_outcome(call.id, call.name, reason)
         reply = ToolResultMessage(tool_call_id=call.id, content=outcome.content, is_error=True)
-    return attrs.evolve(
-        state, history=state.history.append(reply), run=attrs.evolve(run, human=human)
+    return _evolve_state(
+        state, history=state.history.append(reply), run=_evolve_run(run, human=human)
     )

@@ -160,9 +160,10 @@ async def run_tool_calls(
     """
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit!r}")
-    needs_loop = any(
-        call.name in registry and registry.get(call.name).kind == "asyncio" for call in calls
-    ) and _loop_missing()
+    needs_loop = (
+        any(call.name in registry and registry.get(call.name).kind == "asyncio" for call in calls)
+        and _loop_missing()
+    )
     if needs_loop:
         import trio_asyncio  # noqa: PLC0415 - only asyncio tools pay for loading it
 
@@ -204,7 +205,8 @@ async def _run_round(
     runtime: Runtime | None,
 ) -> list[ToolOutcome]:
     outcomes: list[ToolOutcome | None] = [None] * len(calls)
-    limiter = trio.CapacityLimiter(limit)
+    # A limiter that could never make a call wait is not built (a send's usual round).
+    limiter = trio.CapacityLimiter(limit) if len(calls) > limit else None
     keys = idempotency_keys or {}
 
     async def run(call: ToolCall) -> ToolOutcome:
@@ -215,12 +217,13 @@ async def _run_round(
     async def one(index: int, call: ToolCall) -> None:
         outcomes[index] = await (run(call) if wrap is None else wrap(call, run))
 
-    with cancel_scope if cancel_scope is not None else trio.CancelScope():
-        if len(calls) == 1 and wrap is None:
-            # One call and no middleware: nothing can escape it but a cancel, so it needs
-            # no task and nursery of its own (a send's usual round).
-            await one(0, calls[0])
-        else:
+    if len(calls) == 1 and wrap is None and cancel_scope is None:
+        # One call, no middleware and no scope to interrupt the round by: nothing can
+        # escape the call but the caller's own cancel, so it needs no task, nursery or
+        # scope of its own (a send's usual round).
+        await one(0, calls[0])
+    else:
+        with cancel_scope if cancel_scope is not None else trio.CancelScope():
             async with trio.open_nursery() as nursery:
                 for index, call in enumerate(calls):
                     nursery.start_soon(one, index, call)
@@ -259,7 +262,7 @@ async def _run_call(
     call: ToolCall,
     registry: ToolRegistry,
     context: ToolContext,
-    limiter: trio.CapacityLimiter,
+    limiter: trio.CapacityLimiter | None,
     approved: Collection[str],
 ) -> ToolOutcome:
     try:
@@ -272,27 +275,45 @@ async def _run_call(
         positional, keywords = _prepare(call, target, context)
     except ToolArgumentsError as exc:
         return _outcome(call, "invalid_arguments", exc, str(exc))
+    if limiter is None:
+        # What acquiring the limiter did first: a call cancelled before it starts never runs.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return await _execute(call, target, positional, keywords, context)
     async with limiter:
-        timeout = target.spec.timeout
-        with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
-            try:
+        return await _execute(call, target, positional, keywords, context)
+
+
+async def _execute(
+    call: ToolCall,
+    target: Tool[..., object],
+    positional: list[object],
+    keywords: dict[str, object],
+    context: ToolContext,
+) -> ToolOutcome:
+    """Run the tool within its timeout (a tool with none gets no cancel scope) and turn
+    what it returned or raised into its outcome."""
+    timeout = target.spec.timeout
+    try:
+        if timeout is None:
+            value = await _invoke(target, positional, keywords, context)
+        else:
+            with trio.move_on_after(timeout) as scope:
                 value = await _invoke(target, positional, keywords, context)
-            except Exception as exc:
-                # The model reads the error; the traceback is for the people running it.
-                logger.warning(
-                    "session %s: the tool %s (call %s) raised %s",
-                    context.session_id,
-                    call.name,
-                    call.id,
-                    type(exc).__name__,
-                    exc_info=exc,
-                )
-                error = exc if isinstance(exc, PowertrioError) else ToolError(str(exc))
-                return _outcome(call, "error", error, f"{type(exc).__name__}: {exc}")
-    if scope.cancelled_caught:
-        assert timeout is not None
-        expired = ToolTimeoutError(call.name, timeout)
-        return _outcome(call, "timeout", expired, str(expired))
+            if scope.cancelled_caught:
+                expired = ToolTimeoutError(call.name, timeout)
+                return _outcome(call, "timeout", expired, str(expired))
+    except Exception as exc:
+        # The model reads the error; the traceback is for the people running it.
+        logger.warning(
+            "session %s: the tool %s (call %s) raised %s",
+            context.session_id,
+            call.name,
+            call.id,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+        error = exc if isinstance(exc, PowertrioError) else ToolError(str(exc))
+        return _outcome(call, "error", error, f"{type(exc).__name__}: {exc}")
     try:
         text = _render(value)
     except TypeError as exc:

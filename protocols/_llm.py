@@ -351,12 +351,11 @@ class LLMRequest:
             lead += 1
         if messages_digest is None:
             messages_digest = chain_messages(EMPTY_CHAIN, messages[lead:])
-        params = {name: _plain(getattr(self, name)) for name in _REQUEST_PARAMS}
-        params["tools"] = _plain_tools(self.tools)
-        params["system"] = [_plain(m) for m in messages[:lead]]
+        params: dict[str, object] = {name: getattr(self, name) for name in _REQUEST_PARAMS}
+        params["tools"] = orjson.Fragment(_canonical_tools(self.tools))
+        params["system"] = messages[:lead]
         params["messages"] = messages_digest
-        canonical = orjson.dumps(params, option=orjson.OPT_SORT_KEYS)
-        return "sha256:" + hashlib.sha256(canonical).hexdigest()
+        return "sha256:" + hashlib.sha256(_canonical(params)).hexdigest()
 
 
 _REQUEST_PARAMS = tuple(
@@ -364,43 +363,45 @@ _REQUEST_PARAMS = tuple(
 )
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
-_SCALARS = (str, int, float, bool, type(None))
 
 
-def _plain(value: object) -> object:
-    """What ``attrs.asdict`` makes of ``value``, as far as JSON can tell (tuples and sets as
-    lists, attrs instances as dicts of their fields), with the field names of each class
-    looked up once: the canonical forms hashed here stay byte for byte the same."""
+def _canonical_default(value: object) -> object:
+    """What orjson cannot write itself, as ``attrs.asdict`` would have it: an attrs
+    instance as the dict of its fields (their names looked up once per class), a set or a
+    tuple subclass as a list. orjson writes the rest (str, numbers, dicts, tuples, enums)
+    as ``asdict`` + ``orjson.dumps`` did, so the canonical bytes hashed here stay the
+    same; only the walk over the value moved from Python into orjson."""
     cls = type(value)
     names = _FIELDS.get(cls)
-    if names is not None:
-        return {name: _plain(getattr(value, name)) for name in names}
-    if cls in _SCALARS:
-        return value
-    if attrs.has(cls):
+    if names is None:
+        if not attrs.has(cls):
+            if isinstance(value, tuple | list | set | frozenset):
+                return list(value)
+            raise TypeError(f"Type is not JSON serializable: {cls.__name__}")
         names = _FIELDS[cls] = tuple(a.name for a in attrs.fields(cls))
-        return {name: _plain(getattr(value, name)) for name in names}
-    if isinstance(value, tuple | list | set | frozenset):
-        return [_plain(item) for item in value]
-    if isinstance(value, dict):
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    return value
+    return {name: getattr(value, name) for name in names}
 
 
-_TOOLS_CACHE: dict[int, tuple[tuple[ToolDefinition, ...], list[object]]] = {}
+def _canonical(value: object) -> bytes:
+    """The canonical JSON of ``value`` (sorted keys, tuples and sets as lists, attrs
+    instances as dicts of their fields)."""
+    return orjson.dumps(value, default=_canonical_default, option=orjson.OPT_SORT_KEYS)
 
 
-def _plain_tools(tools: tuple[ToolDefinition, ...]) -> list[object]:
-    """:func:`_plain` of a request's tools, kept per tuple: a session offers the same tuple
-    to every model call (a cached entry holds its tuple, so its id is not reused)."""
+_TOOLS_CACHE: dict[int, tuple[tuple[ToolDefinition, ...], bytes]] = {}
+
+
+def _canonical_tools(tools: tuple[ToolDefinition, ...]) -> bytes:
+    """:func:`_canonical` of a request's tools, kept per tuple: a session offers the same
+    tuple to every model call (a cached entry holds its tuple, so its id is not reused)."""
     cached = _TOOLS_CACHE.get(id(tools))
     if cached is not None and cached[0] is tools:
         return cached[1]
-    plain = [_plain(t) for t in tools]
+    canonical = _canonical(tools)
     if len(_TOOLS_CACHE) >= 256:
         _TOOLS_CACHE.clear()
-    _TOOLS_CACHE[id(tools)] = (tools, plain)
-    return plain
+    _TOOLS_CACHE[id(tools)] = (tools, canonical)
+    return canonical
 
 
 #: The :func:`chain_messages` digest of no messages.
@@ -421,8 +422,7 @@ def chain_messages(digest: str, messages: Iterable[Message]) -> str:
         (str): the new chain digest, 64 hex digits.
     """
     for message in messages:
-        canonical = orjson.dumps(_plain(message), option=orjson.OPT_SORT_KEYS)
-        digest = hashlib.sha256(digest.encode() + canonical).hexdigest()
+        digest = hashlib.sha256(digest.encode() + _canonical(message)).hexdigest()
     return digest
 
 

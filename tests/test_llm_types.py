@@ -20,6 +20,7 @@ from protocols import (
     LLMResponse,
     LLMStream,
     Message,
+    ResponseFormat,
     StreamAssembler,
     StreamDelta,
     SystemMessage,
@@ -126,12 +127,20 @@ _messages = st.one_of(
     st.builds(SystemMessage, _texts),
     st.builds(UserMessage, _texts),
     st.builds(
+        UserMessage,
+        st.lists(
+            st.builds(TextPart, _texts)
+            | st.builds(ImagePart, url=_texts, detail=st.sampled_from([None, "low", "high"])),
+            max_size=3,
+        ),
+    ),
+    st.builds(
         AssistantMessage,
         content=_texts,
         tool_calls=st.lists(_calls, max_size=2).map(tuple),
         thinking=st.lists(st.builds(ThinkingBlock, thinking=_texts), max_size=1).map(tuple),
     ),
-    st.builds(ToolResultMessage, tool_call_id=_texts, content=_texts),
+    st.builds(ToolResultMessage, tool_call_id=_texts, content=_texts, is_error=st.booleans()),
 )
 _definitions = st.builds(
     ToolDefinition,
@@ -147,6 +156,10 @@ _definitions = st.builds(
     model=st.none() | _texts,
     stop=st.lists(_texts, max_size=2),
     temperature=st.none() | st.floats(0, 2),
+    choice=st.none() | st.builds(ToolChoice.tool, _texts) | st.just(ToolChoice.required()),
+    response_format=st.none()
+    | st.builds(ResponseFormat, name=_texts, schema=st.dictionaries(_texts, _json, max_size=3)),
+    max_tokens=st.none() | st.integers(1, 2**31),
 )
 def test_the_fingerprint_keeps_its_canonical_form(
     messages: list[Message],
@@ -154,11 +167,21 @@ def test_the_fingerprint_keeps_its_canonical_form(
     model: str | None,
     stop: list[str],
     temperature: float | None,
+    choice: ToolChoice | None,
+    response_format: ResponseFormat | None,
+    max_tokens: int | None,
 ) -> None:
     """The fast canonical form hashes exactly what ``attrs.asdict`` made (recorded logs
     hold these fingerprints), also when the same tools tuple is offered again."""
     request = LLMRequest(
-        messages=messages, tools=tools, model=model, stop=stop, temperature=temperature
+        messages=messages,
+        tools=tools,
+        model=model,
+        stop=stop,
+        temperature=temperature,
+        tool_choice=choice,
+        response_format=response_format,
+        max_tokens=max_tokens,
     )
     assert request.fingerprint() == _reference_fingerprint(request)
     again = LLMRequest(messages=messages[::-1], tools=request.tools, model=model)
@@ -222,15 +245,20 @@ responses = st.builds(
     LLMResponse,
     content=texts,
     tool_calls=st.lists(
-        st.builds(ToolCall, id=st.text(min_size=1, max_size=5), name=st.text(min_size=1,
-                  max_size=5), arguments=texts),
+        st.builds(
+            ToolCall,
+            id=st.text(min_size=1, max_size=5),
+            name=st.text(min_size=1, max_size=5),
+            arguments=texts,
+        ),
         max_size=3,
     ).map(tuple),
     finish_reason=st.sampled_from(["stop", "length", "tool_calls", "content_filter", "other"]),
     usage=usages,
     thinking=st.lists(
-        st.builds(ThinkingBlock, thinking=texts, signature=st.none() | texts,
-                  redacted=st.booleans()),
+        st.builds(
+            ThinkingBlock, thinking=texts, signature=st.none() | texts, redacted=st.booleans()
+        ),
         max_size=2,
     ).map(tuple),
 )
@@ -266,10 +294,12 @@ def test_assembler_defaults_and_thinking_signature() -> None:
     """Without a finish delta, calls mean tool_calls; signatures attach to their block."""
     assembler = StreamAssembler()
     deltas: list[StreamDelta] = [
-        ThinkingDelta(index=0, text="a"), ThinkingDelta(index=0, text="b"),
+        ThinkingDelta(index=0, text="a"),
+        ThinkingDelta(index=0, text="b"),
         ThinkingDelta(index=0, signature="sig"),
         ToolCallDelta(index=0, id="1", name="f", arguments="{}"),
-        UsageDelta(Usage(prompt_tokens=1)), UsageDelta(Usage(prompt_tokens=2)),
+        UsageDelta(Usage(prompt_tokens=1)),
+        UsageDelta(Usage(prompt_tokens=2)),
     ]
     for delta in deltas:
         assembler.add(delta)
@@ -288,15 +318,19 @@ def test_codec_round_trip() -> None:
     converter = make_converter()
     assert converter.structure(converter.unstructure(REQUEST), LLMRequest) == REQUEST
     response = LLMResponse(
-        content="x", tool_calls=[ToolCall(id="1", name="f", arguments="{}")],
-        usage=Usage(prompt_tokens=3, cached_tokens=1), model="m", id="i",
+        content="x",
+        tool_calls=[ToolCall(id="1", name="f", arguments="{}")],
+        usage=Usage(prompt_tokens=3, cached_tokens=1),
+        model="m",
+        id="i",
         thinking=[ThinkingBlock(thinking="t", redacted=True)],
     )
     assert converter.structure(converter.unstructure(response), LLMResponse) == response
 
 
-async def _source(items: list[StreamDelta | LLMResponse]) -> AsyncGenerator[
-        StreamDelta | LLMResponse, None]:
+async def _source(
+    items: list[StreamDelta | LLMResponse],
+) -> AsyncGenerator[StreamDelta | LLMResponse, None]:
     for item in items:
         yield item
 

@@ -104,7 +104,10 @@ def call(name: str, arguments: str = "{}", call_id: str = "c1") -> ToolCall:
 async def run_one(name: str, arguments: str = "{}", **kwargs: object) -> ToolOutcome:
     """Run a single call against REGISTRY."""
     (outcome,) = await run_tool_calls(
-        [call(name, arguments)], REGISTRY, session_id="s1", **kwargs  # type: ignore[arg-type]
+        [call(name, arguments)],
+        REGISTRY,
+        session_id="s1",
+        **kwargs,  # type: ignore[arg-type]
     )
     return outcome
 
@@ -164,6 +167,30 @@ async def test_concurrency_limit_is_observed(autojump_clock: trio.testing.MockCl
     assert [o.status for o in outcomes] == ["ok"] * 5
     assert peak == 2
     assert trio.current_time() - start == 3
+
+
+@pytest.mark.parametrize("calls", [1, 3])
+async def test_a_round_cancelled_before_it_starts_runs_no_tool(calls: int) -> None:
+    """A caller already cancelled gets its cancel, and no tool's body runs: not the lone
+    call run without a task or a limiter of its own, nor calls that must wait for one."""
+    ran: list[str] = []
+
+    @tool
+    async def record(text: str) -> str:
+        ran.append(text)
+        await trio.lowlevel.checkpoint()
+        return text
+
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await run_tool_calls(
+            [call("record", '{"text": "x"}', str(i)) for i in range(calls)],
+            ToolRegistry.of(record),
+            session_id="s1",
+            limit=2,
+        )
+    assert scope.cancelled_caught
+    assert ran == []
 
 
 async def test_limit_must_be_positive() -> None:
@@ -434,17 +461,24 @@ def test_huge_integers_pass_number_and_integer_schemas() -> None:
     huge = 10**400
     value = parse_tool_arguments("t", '{"a": 1' + "0" * 400 + ', "b": 1.5}')
     assert value == {"a": huge, "b": 1.5}
-    schema = {"type": "object", "properties": {"a": {"type": "number", "minimum": 0},
-                                               "b": {"type": "number"}}}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "number", "minimum": 0}, "b": {"type": "number"}},
+    }
     assert validate_json(schema, value) == ()
     assert validate_json({"type": "integer", "multipleOf": 10}, huge) == ()
 
 
-@pytest.mark.parametrize(("arguments", "problem"), [
-    ('{"n": 1, "x": 1e400}', "$: the number 1e400 is too large for a 64-bit float"),
-    ('{"n": 1' + "0" * 5000 + "}",
-     "$: an integer of 5001 digits is too large (the limit is 4300 digits)"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ('{"n": 1, "x": 1e400}', "$: the number 1e400 is too large for a 64-bit float"),
+        (
+            '{"n": 1' + "0" * 5000 + "}",
+            "$: an integer of 5001 digits is too large (the limit is 4300 digits)",
+        ),
+    ],
+)
 async def test_numbers_beyond_any_python_number_are_refused_clearly(
     arguments: str, problem: str
 ) -> None:
@@ -497,4 +531,3 @@ def test_import_actors_does_not_load_trio_asyncio() -> None:
     )
     expected = ["False", "42 True"]  # not loaded by the import, loaded by the asyncio tool
     assert expected == result.stdout.split("\n")[:2]
-
