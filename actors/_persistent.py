@@ -180,6 +180,17 @@ class AppendVector(Generic[T]):
             vector = vector.append(item)
         return vector
 
+    def window(self, start: int = 0) -> tuple[list[T], int, int, Callable[[int, int], None]]:
+        """``(buffer, start, stop, load)``: the items ``start`` to the end, shared, not copied.
+
+        ``buffer[start:stop]`` never changes (later versions append past ``stop``); call
+        ``load(i, j)`` before reading items ``i`` to ``j - 1`` (they may be undecoded).
+        """
+        if not 0 <= start <= self._size:
+            msg = f"start {start} is outside a vector of {self._size}"
+            raise IndexError(msg)
+        return self._buf, start, self._size, self._buf.fault
+
     def as_tuple(self) -> tuple[T, ...]:
         """The items as a tuple (built once per version, O(n))."""
         cached = self._tuple
