@@ -92,7 +92,7 @@ def test_a_transcript_view_is_the_tuple_it_stands_for(
     start = data.draw(st.integers(0, size))
     leading = tuple(SystemMessage(f"s{i}") for i in range(lead))
     view = transcript.view(start).prefixed(leading)
-    model = (*leading, *messages[start:])
+    model: tuple[Message, ...] = (*leading, *messages[start:])
     transcript.append(UserMessage("later"))  # grows the shared buffer past the view
     assert len(view) == len(model)
     assert tuple(view) == model
