@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -135,3 +137,19 @@ def test_a_view_of_a_transcript_from_a_snapshot_decodes_what_it_reads() -> None:
     view = loaded.view(10)
     assert view[300] == messages[310]
     assert tuple(view) == tuple(messages[10:])
+
+
+def test_a_map_from_chunks_checks_its_keys() -> None:
+    """A map's chunks carry their keys: every chunk but the last is full, no key repeats,
+    and the values decode only when read."""
+    texts = GrowMap((f"k{i}", i) for i in range(300)).chunks(lambda k, v: json.dumps([k, v]))
+    loaded: GrowMap[str, int] = GrowMap.from_chunks(
+        texts, lambda text: json.loads(text)[0], lambda text: json.loads(text)[1]
+    )
+    assert dict(loaded) == {f"k{i}": i for i in range(300)}
+    with pytest.raises(ValueError, match="chunk 0 of 2 holds 3 keys"):
+        GrowMap.from_chunks(["a", "b"], lambda text: ["x", "y", "z"], list)
+    with pytest.raises(ValueError, match="chunk 0 of 1 holds 0 keys"):
+        GrowMap.from_chunks([""], lambda text: [], list)
+    with pytest.raises(ValueError, match="the keys of a map repeat"):
+        GrowMap.from_chunks(["a"], lambda text: ["x", "x"], list)
