@@ -113,7 +113,10 @@ class MessageView(Sequence["Message"]):
                 return other._lead == self._lead
         elif not isinstance(other, tuple):
             return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        # ``is`` first, as tuples compare: a shared message need not run its __eq__.
+        return len(self) == len(other) and all(
+            a is b or a == b for a, b in zip(self, other, strict=True)
+        )
 
     def __hash__(self) -> int:
         return hash(tuple(self))
