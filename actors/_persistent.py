@@ -15,11 +15,11 @@ stay immutable for every reader, and a fold, which only ever extends its newest 
 never copies. The check-then-append is safe under the GIL too: an append that lost a race
 sees someone else's item at its index and copies.
 
-Snapshots: both values encode as chunks of :data:`CHUNK` items, each a JSON text. A full
-chunk never changes, so its text is cached on the shared buffer and a snapshot re-encodes
-only the chunk still filling; a value loaded from a snapshot decodes a chunk only when an
-item in it is read, so reopening a session of 50,000 messages decodes none of them until
-the next model call needs the conversation.
+Snapshots: both values encode as chunks of :data:`CHUNK` items (a map's with their keys),
+each a JSON text. A full chunk never changes, so its text is cached on the shared buffer
+and a snapshot re-encodes only the chunk still filling; a value loaded from a snapshot
+decodes a chunk only when an item in it is read, so reopening a session of 50,000
+messages decodes none of them until the next model call needs the conversation.
 
 Why not ``pyrsistent`` (a HAMT): a general persistent map costs O(log n) per operation
 and a dependency; the fold's maps only ever gain keys (run results, follow-up ids, child
@@ -180,6 +180,17 @@ class AppendVector(Generic[T]):
             vector = vector.append(item)
         return vector
 
+    def window(self, start: int = 0) -> tuple[list[T], int, int, Callable[[int, int], None]]:
+        """``(buffer, start, stop, load)``: the items ``start`` to the end, shared, not copied.
+
+        ``buffer[start:stop]`` never changes (later versions append past ``stop``); call
+        ``load(i, j)`` before reading items ``i`` to ``j - 1`` (they may be undecoded).
+        """
+        if not 0 <= start <= self._size:
+            msg = f"start {start} is outside a vector of {self._size}"
+            raise IndexError(msg)
+        return self._buf, start, self._size, self._buf.fault
+
     def as_tuple(self) -> tuple[T, ...]:
         """The items as a tuple (built once per version, O(n))."""
         cached = self._tuple
@@ -269,17 +280,28 @@ class GrowMap(Mapping[K, V]):
 
     @classmethod
     def from_chunks(
-        cls, keys: Sequence[K], texts: Sequence[str], decode: Callable[[str], list[V]]
+        cls,
+        texts: Sequence[str],
+        keys_of: Callable[[str], list[K]],
+        decode: Callable[[str], list[V]],
     ) -> GrowMap[K, V]:
-        """The map :meth:`chunks` encoded: keys at once, values when first read.
+        """The map :meth:`chunks` encoded: keys at once (``keys_of`` each text), values
+        (``decode``) when first read.
 
         Raises:
-            ValueError: repeated keys, or the wrong number of chunks for the keys.
+            ValueError: repeated keys, or a chunk other than the last with fewer than
+                :data:`CHUNK` keys.
         """
+        keys: list[K] = []
+        for k, text in enumerate(texts):
+            part = keys_of(text)
+            if not 0 < len(part) <= CHUNK or (len(part) < CHUNK and k < len(texts) - 1):
+                msg = f"chunk {k} of {len(texts)} holds {len(part)} keys"
+                raise ValueError(msg)
+            keys.extend(part)
         index = {key: i for i, key in enumerate(keys)}
         if len(index) != len(keys):
             raise ValueError("the keys of a map repeat")
-        keys = list(keys)
 
         def pairs(k: int, text: str) -> list[tuple[K, V]]:
             return list(zip(keys[k * CHUNK : k * CHUNK + CHUNK], decode(text), strict=True))
@@ -287,12 +309,15 @@ class GrowMap(Mapping[K, V]):
         entries = _lazy_buf(len(keys), texts, pairs, [(key, _UNLOADED) for key in keys])
         return cls._of(entries, index, len(keys))
 
-    def chunks(self, encode: Callable[[list[V]], str]) -> tuple[list[K], list[str]]:
-        """The keys, and the values as JSON texts of :data:`CHUNK` values."""
-        entries, size = self._entries, self._size
-        keys = [entries[i][0] for i in range(size)]  # placeholders keep their keys
-        texts = entries.chunk_texts(size, lambda pairs: encode([v for _, v in pairs]))
-        return keys, texts
+    def chunks(self, encode: Callable[[list[K], list[V]], str]) -> list[str]:
+        """The entries as texts of :data:`CHUNK` keys and their values (``encode(keys,
+        values)``); a full chunk is encoded once, so a snapshot costs the chunk still
+        filling, however many keys the map holds."""
+
+        def encode_pairs(pairs: list[tuple[K, V]]) -> str:
+            return encode([key for key, _ in pairs], [value for _, value in pairs])
+
+        return self._entries.chunk_texts(self._size, encode_pairs)
 
     def set(self, key: K, value: V) -> GrowMap[K, V]:
         """This map with ``key`` mapped to ``value`` (``self`` is unchanged)."""

@@ -10,6 +10,7 @@ that decision is checked against the log like a model call.
 from __future__ import annotations
 
 from protocols import LLMResponse, Message, SystemMessage, ToolDefinition
+from protocols.lowlevel import MessageView
 from runtime import Decision
 
 from ._context import (
@@ -25,17 +26,18 @@ from ._session_events import ActiveRun, SessionState
 from ._session_steps import SessionConfig, Summarise, Summarised
 
 
-def projection(
-    system: str, state: SessionState
-) -> tuple[tuple[Message, ...], tuple[Message, ...], str]:
+def projection(system: str, state: SessionState) -> tuple[tuple[Message, ...], MessageView, str]:
     """The request's leading system messages, its conversation and that conversation's
-    fingerprint chain, as the state's latest compaction has it."""
+    fingerprint chain, as the state's latest compaction has it.
+
+    The conversation is a view of the transcript's buffer, not a copy: O(1) however long
+    the history."""
     history = state.history.closed()
     lead: tuple[Message, ...] = (SystemMessage(system),) if system else ()
     compacted = state.compacted
     if compacted is None:
-        return lead, history.messages, history.digest
-    kept = history.messages[compacted.upto :]
+        return lead, history.view(), history.digest
+    kept = history.view(compacted.upto)
     lead = (*lead, summary_message(compacted.upto, compacted.summary, compacted.method))
     return lead, kept, projection_digest(history.digest, compacted.upto)
 
@@ -54,7 +56,7 @@ def compaction_step(
     if policy is None:
         return None
     lead: tuple[Message, ...] = (SystemMessage(system),) if system else ()
-    messages = state.history.closed().messages
+    messages = state.history.closed().view()
     compacted = state.compacted
     since = compacted.upto if compacted is not None else 0
     summary = (

@@ -22,7 +22,6 @@ from protocols import (
     HumanReply,
     JsonValue,
     LLMRequest,
-    Message,
     ResponseFormat,
     ToolCall,
     ToolDefinition,
@@ -444,9 +443,8 @@ def _request(
 ) -> tuple[LLMRequest, str, RequestHeader]:
     # The projection: the whole transcript, or what the latest compaction left of it.
     lead, conversation, digest = projection(_system(config, run), state)
-    messages: tuple[Message, ...] = (*lead, *conversation)
     request = LLMRequest(
-        messages=messages,
+        messages=conversation.prefixed(lead),
         tools=run_tools(config, run).definitions(),
         model=config.model,
         response_format=run.started.response_format,

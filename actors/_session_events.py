@@ -611,7 +611,7 @@ def _assistant(state: SessionState, event: AssistantRecorded) -> SessionState:
     by_model[event.model] = by_model.get(event.model, Usage()) + event.usage
     report = state.prompt_report
     if event.usage.prompt_tokens:
-        sent = len(state.history.messages) + len(state.history.pending)
+        sent = len(state.history) + len(state.history.pending)
         upto = state.compacted.upto if state.compacted is not None else 0
         report = (event.usage.prompt_tokens, sent, upto)
     return _evolve_state(

@@ -9,7 +9,8 @@ never the authority.
 
 What grows with age (the transcript, the run results, the follow-up ids) is stored in
 chunks of ``CHUNK`` items, each a JSON array compressed with zlib, in base64 (see
-``actors._persistent``): a full chunk is
+``actors._persistent``); a map's chunk packs its keys apart from its values, so a
+reopened session indexes the keys and decodes no value. A full chunk is
 encoded once and reused by every later snapshot, and a reopened session decodes a chunk
 only when it reads an item in it. Everything else is encoded with the codec's converter.
 """
@@ -32,9 +33,10 @@ from ._persistent import GrowMap, grow_map
 from ._session_events import ActiveRun, ChildSpawned, RunResult, RunStarted, SessionState
 from ._transcript import ValidTranscript
 
-SESSION_STATE_VERSION = 1
+SESSION_STATE_VERSION = 2
 """The schema version of the ``session.state`` snapshot. Bump it when ``SessionState`` or
-what it holds changes shape: older snapshots are then ignored (the log is folded)."""
+what it holds changes shape: older snapshots are then ignored (the log is folded).
+2: a map's keys travel in its chunks (a snapshot no longer lists every key)."""
 
 T = TypeVar("T")
 
@@ -67,8 +69,6 @@ def _decoder(type_: object) -> Callable[[str], list[Any]]:
 
 _encode_messages = _encoder(Message)
 _decode_messages = _decoder(Message)
-_encode_results = _encoder(RunResult)
-_decode_results = _decoder(RunResult)
 _encode_strings = _encoder(str)
 _decode_strings = _decoder(str)
 
@@ -100,15 +100,56 @@ def _field_hooks() -> dict[str, tuple[Any, Any]]:
     return _hooks
 
 
-def _map_out(mapping: Mapping[str, T], encode: Callable[[list[T]], str]) -> dict[str, Any]:
-    keys, chunks = grow_map(mapping).chunks(encode)
-    return {"keys": keys, "chunks": chunks}
+def _map_encoder(type_: object) -> Callable[[list[str], list[Any]], str]:
+    encode = _encoder(type_)
+
+    def encode_chunk(keys: list[str], values: list[Any]) -> str:
+        # The keys packed apart from the values: a reopened session reads every key (to
+        # index the map) and decodes no value until it is read.
+        return f"{_encode_strings(keys)} {encode(values)}"
+
+    return encode_chunk
 
 
-def _map_in(raw: Any, decode: Callable[[str], list[T]]) -> GrowMap[str, T]:
-    mapping: GrowMap[str, T] = GrowMap.from_chunks(raw["keys"], raw["chunks"], decode)
-    if raw["keys"]:  # decode the newest chunk now: a snapshot that does not decode is ignored
-        mapping[raw["keys"][-1]]
+def _halves(text: str) -> list[str]:
+    halves = text.split(" ")
+    if len(halves) != 2:
+        raise ValueError("a map chunk must be its packed keys and packed values")
+    return halves
+
+
+def _chunk_keys(text: str) -> list[str]:
+    keys = _decode_strings(_halves(text)[0])
+    if not all(isinstance(key, str) for key in keys):
+        raise TypeError("a map chunk's keys must be strings")
+    return keys
+
+
+def _map_decoder(type_: object) -> Callable[[str], list[Any]]:
+    decode = _decoder(type_)
+
+    def decode_chunk(text: str) -> list[Any]:
+        return decode(_halves(text)[1])
+
+    return decode_chunk
+
+
+_encode_results = _map_encoder(RunResult)
+_decode_results = _map_decoder(RunResult)
+_encode_ids = _map_encoder(str)
+_decode_ids = _map_decoder(str)
+
+
+def _map_out(mapping: Mapping[str, T], encode: Callable[[list[str], list[T]], str]) -> list[str]:
+    return grow_map(mapping).chunks(encode)
+
+
+def _map_in(texts: Any, decode: Callable[[str], list[T]]) -> GrowMap[str, T]:
+    if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
+        raise TypeError("a map must be a JSON array of chunk texts")
+    mapping: GrowMap[str, T] = GrowMap.from_chunks(texts, _chunk_keys, decode)
+    if texts:  # decode the newest chunk now: a snapshot that does not decode is ignored
+        mapping[_chunk_keys(texts[-1])[-1]]
     return mapping
 
 
@@ -127,7 +168,7 @@ def unstructure_state(state: SessionState) -> dict[str, Any]:
             "pending": list(history.pending),
             "digest": history.digest,
         },
-        "seen_follow_ups": _map_out(state.seen_follow_ups, _encode_strings),
+        "seen_follow_ups": _map_out(state.seen_follow_ups, _encode_ids),
         "results": _map_out(state.results, _encode_results),
     }
     for name, (unstructure, _) in _field_hooks().items():
@@ -162,10 +203,16 @@ def structure_state(raw: Any, _type: object = None) -> SessionState:
         parent_id=raw["parent_id"],
         depth=raw["depth"],
         history=history,
-        seen_follow_ups=_map_in(raw["seen_follow_ups"], _decode_strings),
+        seen_follow_ups=_map_in(raw["seen_follow_ups"], _decode_ids),
         results=_map_in(raw["results"], _decode_results),
         **fields,
     )
+
+
+def _not_upcast(_raw: Any) -> Any:
+    """A snapshot of an older version: the actor ignores it before decoding (a cache is
+    rebuilt from the log, never migrated); anyone else decoding one is told so."""
+    raise ValueError("an older session.state snapshot is not upcast; fold the log instead")
 
 
 def register_session_state() -> None:
@@ -178,7 +225,12 @@ def register_session_state() -> None:
         return  # already registered
     _converter.register_unstructure_hook(SessionState, unstructure_state)
     _converter.register_structure_hook(SessionState, structure_state)
-    default_registry.register(SessionState, name="session.state", version=SESSION_STATE_VERSION)
+    default_registry.register(
+        SessionState,
+        name="session.state",
+        version=SESSION_STATE_VERSION,
+        upcasters=dict.fromkeys(range(1, SESSION_STATE_VERSION), _not_upcast),
+    )
 
 
 register_session_state()

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import final
 
 from protocols import EMPTY_CHAIN, AssistantMessage, Message, ToolResultMessage, chain_messages
+from protocols.lowlevel import MessageView
 
 from ._persistent import AppendVector
 
@@ -86,6 +87,12 @@ class ValidTranscript:
         """The messages as the model will see them (after :meth:`closed`); O(n) once per
         version, then cached."""
         return self._items.as_tuple()
+
+    def view(self, start: int = 0) -> MessageView:
+        """The messages from ``start`` on, as a view sharing the transcript's buffer: O(1)
+        whatever the length of the history (what a request holds)."""
+        items, begin, stop, load = self._items.window(start)
+        return MessageView(items, begin, stop, load=load)
 
     @property
     def last(self) -> Message | None:

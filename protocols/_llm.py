@@ -9,6 +9,7 @@ from typing import Literal, TypeAlias, final
 import attrs
 import orjson
 
+from ._message_view import MessageView
 from ._types import JsonObject
 
 __all__ = [
@@ -89,7 +90,10 @@ def _blocks(value: Iterable[ThinkingBlock]) -> tuple[ThinkingBlock, ...]:
     return tuple(value)
 
 
-def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+def _messages(value: Iterable[Message]) -> Sequence[Message]:
+    # A view shares the transcript's buffer (O(1)); anything else is copied once.
+    if isinstance(value, tuple | MessageView):
+        return value
     return tuple(value)
 
 
@@ -305,8 +309,10 @@ class LLMRequest:
     transport's configured model).
     """
 
-    messages: tuple[Message, ...] = attrs.field(converter=_messages)
-    """The transcript, oldest first."""
+    messages: Sequence[Message] = attrs.field(converter=_messages)
+    """The transcript, oldest first: a tuple, or a :class:`~protocols.lowlevel.MessageView`
+    (a session's requests share its transcript instead of copying it). Either is immutable
+    and compares equal to the other when the messages are the same."""
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
     """The tools the model may call."""
     tool_choice: ToolChoice | None = None

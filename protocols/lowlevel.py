@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._message_view import MessageView
 from ._type_schema import (
     SUPPORTED_TYPES,
     SchemaBuilder,
@@ -14,6 +15,7 @@ from ._type_schema import (
 from ._util import fixup_module_metadata, unwrap_single_error
 
 __all__ = [
+    "MessageView",
     "SUPPORTED_TYPES",
     "SchemaBuilder",
     "configure_models",

@@ -696,9 +696,11 @@ async def open_sqlite_store(
             the per-stream index (reads scan that tail): once it has no append waiting,
             or, under a steady stream of appends, once four times as many wait; 0 indexes
             in every commit.
-        wal_limit (int): bytes the WAL file may grow to before the writer checkpoints and
-            truncates it between two group commits (0: leave it to the background
-            checkpoints, which under sustained writes never catch up).
+        wal_limit (int): the WAL file's bound in bytes: the writer checkpoints and
+            truncates it between two group commits before the next group could take it
+            past (keeping the largest growth of one group, at least a quarter of the
+            bound, free); 0 leaves it to the background checkpoints, which under
+            sustained writes never catch up.
 
     Yields:
         SqliteEventStore: the open store.

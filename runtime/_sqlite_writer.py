@@ -13,7 +13,6 @@ import contextlib
 import functools
 import hashlib
 import logging
-import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from ._sqlite_schema import (
     sweep,
 )
 from ._virtual_time import Flight
+from ._wal_headroom import WalHeadroom
 
 __all__ = ["PendingAppend", "SqliteWriter", "WriteJob"]
 
@@ -264,7 +264,7 @@ class SqliteWriter:
     _blob_threshold: int
     _max_batch: int
     _index_lag: int
-    # Past this many bytes of WAL, the writer truncates it between groups (0: never).
+    # The WAL's bound: the writer truncates it between groups before it passes (0: never).
     _wal_limit: int = 0
     # Shared with the Trio thread, guarded by _mutex: queued appends and maintenance
     # writes, whether the thread sleeps on _work, whether it should stop once drained,
@@ -290,7 +290,9 @@ class SqliteWriter:
     _data_version: int = -1
     _cache_valid: bool = False
     _indexed_upto: int = 0
-    _wal_check_after: int = 0
+    _wal_room: WalHeadroom = attrs.field(
+        default=attrs.Factory(lambda self: WalHeadroom(self._wal_limit), takes_self=True)
+    )
     checkpoint_lock: threading.Lock = attrs.field(factory=threading.Lock)
     """Held by whoever checkpoints (the background task, or this thread at the bound):
     two checkpoints at once would make one of them fail busy."""
@@ -404,7 +406,8 @@ class SqliteWriter:
                     self._commit_sync(work, functools.partial(self._hand_back, previous))
                 except BaseException as exc:  # the group fails; the next commit may succeed
                     self._fail(work, exc)
-                if self._wal_limit and self._wal_over_limit():
+                wal = self._wal_room
+                if wal.limit and wal.due(self._path + "-wal", self.counters.commits):
                     self._hand_back(decided)  # nobody waits for their answer behind it
                     decided = []
                     self._bound_wal()
@@ -652,23 +655,16 @@ class SqliteWriter:
             return
         self._indexed_upto = indexed
 
-    def _wal_over_limit(self) -> bool:
-        if self.counters.commits < self._wal_check_after:
-            return False
-        try:
-            return os.stat(self._path + "-wal").st_size > self._wal_limit
-        except OSError:
-            return False
-
     def _bound_wal(self) -> None:
         """Checkpoint and truncate the WAL, between two groups (writer thread).
 
         The background PASSIVE checkpoints copy most pages back meanwhile, but under
         sustained writes they never catch up with the end of the WAL, which then grows
-        without bound. So once it passes ``wal_limit`` the writer, which then holds no
-        transaction, runs a TRUNCATE checkpoint: it waits (briefly) for readers to leave
-        the WAL, copies the rest and empties the file. Readers that stay keep it busy:
-        the writer tries again some commits later, and counts and logs it.
+        without bound. So once the next group could take it past ``wal_limit``
+        (``WalHeadroom``) the writer, which then holds no transaction, runs a TRUNCATE
+        checkpoint: it waits (briefly) for readers to leave the WAL, copies the rest and
+        empties the file. Readers that stay keep it busy: the writer tries again some
+        commits later, and counts and logs it.
         """
         conn = self._conn
         try:
@@ -680,12 +676,12 @@ class SqliteWriter:
                 conn.execute("PRAGMA busy_timeout = 10000")
         except sqlite3.Error:
             self.counters.checkpoint_failures += 1
-            self._wal_check_after = self.counters.commits + _CHECKPOINT_BACKOFF
+            self._wal_room.after = self.counters.commits + _CHECKPOINT_BACKOFF
             logger.exception("event log %r: the WAL checkpoint failed", self._path)
             return
         if busy:
             self.counters.checkpoints_blocked += 1
-            self._wal_check_after = self.counters.commits + _CHECKPOINT_BACKOFF
+            self._wal_room.after = self.counters.commits + _CHECKPOINT_BACKOFF
             logger.warning(
                 "event log %r: the WAL is past %d bytes but could not be truncated "
                 "(readers or another checkpoint kept it busy); trying again later",
@@ -694,6 +690,7 @@ class SqliteWriter:
             )
         else:
             self.counters.wal_checkpoints += 1
+            self._wal_room.truncated()
 
     def _check_cache(self, conn: sqlite3.Connection) -> None:
         """Drop and re-read the cache if another connection committed since it was filled."""

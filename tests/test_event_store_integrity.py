@@ -25,6 +25,7 @@ from runtime import (
     open_sqlite_store,
 )
 from runtime._sqlite_schema import GUARD_MESSAGE, SCHEMA_VERSION, event_checksum
+from runtime._wal_headroom import WalHeadroom
 
 pytestmark = pytest.mark.trio
 
@@ -407,6 +408,55 @@ async def test_a_failed_checkpoint_is_logged_counted_and_checked(
 
 
 # --- 4. a bounded WAL -------------------------------------------------------------------
+
+
+async def test_the_writer_truncates_before_the_group_that_would_cross_the_bound() -> None:
+    """The headroom kept below the bound is the largest growth of one group (measured
+    between consecutive commits only), at least a quarter of the bound, at most half."""
+    room = WalHeadroom(1000)
+    assert not room.crossing(100, 1)  # 100 + 250 (a quarter) <= 1000
+    assert not room.crossing(400, 2)  # grew 300 in one group: 400 + 300 <= 1000
+    assert room.step == 300
+    assert room.crossing(710, 3)  # 710 + 310 > 1000: the next group could cross
+    room.truncated()
+    assert not room.crossing(100, 10)  # several groups since the last look: no step
+    assert room.step == 310
+    assert room.crossing(900, 11)  # one group of 800 is capped at half the bound
+    assert room.step == 500
+
+
+async def test_the_wal_never_passes_its_bound_when_groups_are_small(tmp_path: Path) -> None:
+    """With every group small beside the bound (the index written in every commit, no
+    deferred sweep), the WAL never passes the bound at all: the writer truncates it
+    before the group that would take it past."""
+    path = tmp_path / "log.db"
+    limit = 1024 * 1024
+    wal = f"{path}-wal"
+    biggest = 0
+    async with open_sqlite_store(
+        path, wal_limit=limit, checkpoint_interval=10.0, index_lag=0
+    ) as store:
+        deadline = trio.current_time() + 2.0
+
+        async def writer(index: int) -> None:
+            version = 0
+            while trio.current_time() < deadline:
+                version = (await store.append(f"w/{index}", [_event(version)], version)).version
+
+        async def watch() -> None:
+            nonlocal biggest
+            while trio.current_time() < deadline:
+                with contextlib.suppress(FileNotFoundError):
+                    biggest = max(biggest, os.stat(wal).st_size)
+                await trio.sleep(0.002)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            for index in range(64):
+                nursery.start_soon(writer, index)
+        stats = store.statistics()
+    assert stats.wal_checkpoints >= 1, stats
+    assert biggest <= limit, (biggest, stats)
 
 
 async def test_the_wal_stays_under_its_bound_through_sustained_writes(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from protocols import (
     Usage,
     default_registry,
 )
+from protocols.errors import EventDecodeError
 from runtime import TimerFired, TimerScheduled, open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore
 
@@ -213,6 +214,7 @@ async def test_a_bad_snapshot_argument_is_refused() -> None:
     ("schema_version", "data", "message"),
     [
         (SESSION_STATE_VERSION + 1, b"{}", f"schema version {SESSION_STATE_VERSION + 1} is not"),
+        (SESSION_STATE_VERSION - 1, b"{}", f"schema version {SESSION_STATE_VERSION - 1} is not"),
         (SESSION_STATE_VERSION, b'{"history": 1}', "which does not decode"),
         (SESSION_STATE_VERSION, b"not json", "which does not decode"),
     ],
@@ -231,3 +233,29 @@ async def test_a_stale_or_broken_snapshot_is_ignored_and_the_log_folded(
     assert reopened == folded
     assert message in caplog.text
     assert "session/s: ignored the snapshot at version" in caplog.text
+
+
+def test_an_older_snapshot_is_not_upcast() -> None:
+    """The actor ignores an older snapshot before decoding it; anyone who decodes one
+    anyway is told to fold the log."""
+    with pytest.raises(EventDecodeError, match="is not upcast; fold the log instead"):
+        default_registry.decode("session.state", SESSION_STATE_VERSION - 1, b"{}")
+
+
+def test_a_malformed_map_chunk_does_not_decode() -> None:
+    """A map's chunk packs its keys apart from its values; a chunk without both, or a map
+    that is not an array of texts, makes the snapshot not decode (the log is folded)."""
+    state = _fold(
+        [
+            RunStarted(run_id="r", input="hi", max_rounds=3),
+            RunFinished(run_id="r", status="completed", text="done", rounds=1, usage=Usage()),
+        ]
+    )
+    assert _roundtrip(state) == state
+    raw = orjson.loads(default_registry.encode(state).data)
+    raw["results"] = ["keys-and-values-in-one"]
+    with pytest.raises(EventDecodeError, match="its packed keys and packed values"):
+        default_registry.decode("session.state", SESSION_STATE_VERSION, orjson.dumps(raw))
+    raw["results"] = {"keys": [], "chunks": []}  # version 1's form
+    with pytest.raises(EventDecodeError, match="a map must be a JSON array of chunk texts"):
+        default_registry.decode("session.state", SESSION_STATE_VERSION, orjson.dumps(raw))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 import pytest
 import trio
@@ -12,6 +13,7 @@ from protocols import (
     AssistantMessage,
     ImagePart,
     LLMRequest,
+    Message,
     ResponseFormat,
     SystemMessage,
     TextDelta,
@@ -35,6 +37,7 @@ from protocols.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
+from protocols.lowlevel import MessageView
 from protocols.transports import (
     AnthropicTransport,
     Attempt,
@@ -623,3 +626,29 @@ async def test_api_key_never_leaks(caplog: pytest.LogCaptureFixture) -> None:
     for text in texts:
         assert KEY not in text
     assert str(error).startswith("openai: HTTP 401: Incorrect API key provided: ***")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_request_holding_a_view_sends_the_same_body(
+    provider: Literal["openai", "anthropic"],
+) -> None:
+    """A session's request holds a view of its transcript, not a copy: the transports
+    build the same HTTP body from it as from the tuple of the same messages."""
+    config = ProviderConfig(
+        provider=provider, base_url="http://127.0.0.1:9", model="m", api_key=KEY
+    )
+    transport = (OpenAITransport if provider == "openai" else AnthropicTransport)(config)
+    buffer: list[Message] = [
+        UserMessage("older"),
+        UserMessage("What is the weather?"),
+        AssistantMessage(tool_calls=(ToolCall(id="c1", name="weather", arguments="{}"),)),
+        ToolResultMessage(tool_call_id="c1", content="sunny"),
+        UserMessage("not yet sent"),
+    ]
+    lead = (SystemMessage("Be brief."),)
+    view = MessageView(buffer, 1, 4).prefixed(lead)
+    copied: tuple[Message, ...] = (*lead, *buffer[1:4])
+    with_view = transport._build(LLMRequest(messages=view, max_tokens=50), stream=False)
+    with_tuple = transport._build(LLMRequest(messages=copied, max_tokens=50), stream=False)
+    assert with_view.content == with_tuple.content
+    assert b"not yet sent" not in with_view.content and b"older" not in with_view.content

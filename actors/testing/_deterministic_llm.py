@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, final
 
@@ -117,7 +117,7 @@ class DeterministicLLM:
         self._chain: dict[tuple[str, int], tuple[str, Message]] = {}
         # Each caller's last conversation and its chain: the next request of a session
         # extends it, which a tuple comparison (in C, by identity first) confirms.
-        self._last: dict[str | None, tuple[tuple[Message, ...], str]] = {}
+        self._last: dict[str | None, tuple[Sequence[Message], str]] = {}
         self._answers: dict[str, ScriptItem] = {}
         self._inner = FunctionLLM(self._answer, chunk_size=chunk_size)
         self.calls: list[LLMCall] = []
@@ -153,7 +153,7 @@ class DeterministicLLM:
         self._last[caller] = (rest, digest)
         return digest
 
-    def _chained(self, rest: tuple[Message, ...]) -> str:
+    def _chained(self, rest: Sequence[Message]) -> str:
         digest, memo = EMPTY_CHAIN, self._chain
         for message in rest:
             key = (digest, id(message))
