@@ -373,15 +373,16 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 
 def _canonical_default(value: object) -> object:
     """What orjson cannot write itself, as ``attrs.asdict`` would have it: an attrs
-    instance as the dict of its fields (their names looked up once per class), a set or a
-    tuple subclass as a list. orjson writes the rest (str, numbers, dicts, tuples, enums)
-    as ``asdict`` + ``orjson.dumps`` did, so the canonical bytes hashed here stay the
-    same; only the walk over the value moved from Python into orjson."""
+    instance as the dict of its fields (their names looked up once per class), a set, a
+    tuple subclass or another sequence (a ``MessageView``) as a list. orjson writes the
+    rest (str, numbers, dicts, tuples, enums) as ``asdict`` + ``orjson.dumps`` did, so the
+    canonical bytes hashed here stay the same; only the walk over the value moved from
+    Python into orjson."""
     cls = type(value)
     names = _FIELDS.get(cls)
     if names is None:
         if not attrs.has(cls):
-            if isinstance(value, tuple | list | set | frozenset):
+            if isinstance(value, Sequence | set | frozenset):
                 return list(value)
             raise TypeError(f"Type is not JSON serializable: {cls.__name__}")
         names = _FIELDS[cls] = tuple(a.name for a in attrs.fields(cls))

@@ -111,6 +111,8 @@ def test_a_transcript_view_is_the_tuple_it_stands_for(
         assert view[k] == model[k]
     assert view != (*model, UserMessage("x"))
     assert LLMRequest(messages=view) == LLMRequest(messages=model)
+    # The fingerprint hashes the view's messages as it would the tuple's.
+    assert LLMRequest(messages=view).fingerprint() == LLMRequest(messages=model).fingerprint()
 
 
 def test_a_view_outside_its_list_or_index_is_refused() -> None:
