@@ -14,7 +14,7 @@ import trio
 from hypothesis import given
 
 from actors import replay_session
-from actors.events import AssistantRecorded
+from actors.events import AssistantRecorded, ToolFinished
 from actors.testing import (
     Operation,
     RuntimeHarness,
@@ -41,6 +41,20 @@ async def _recorded_fingerprints(db: Path) -> list[str]:
     async with open_sqlite_store(db) as store:
         events = [decode_record(r) for r in await store.read_all()]
     return [e.request_fingerprint for e in events if isinstance(e, AssistantRecorded)]
+
+
+async def _board_writes(db: Path) -> tuple[int, int]:
+    """The researchers' ``board_write`` calls that finished ``ok`` and those the restart
+    closed as ``aborted`` (started before the kill, result unknown: the default crash
+    policy never runs a call twice)."""
+    async with open_sqlite_store(db) as store:
+        records = [r for r in await store.read_all() if r.stream.startswith("session/planner.")]
+    outcomes = [
+        e.outcome.status
+        for e in map(decode_record, records)
+        if isinstance(e, ToolFinished) and e.outcome.tool_name == "board_write"
+    ]
+    return outcomes.count("ok"), outcomes.count("aborted")
 
 
 async def test_the_app_killed_mid_run_finishes_without_asking_a_recorded_answer_again(
@@ -79,10 +93,15 @@ async def test_the_app_killed_mid_run_finishes_without_asking_a_recorded_answer_
     assert sorted(set(after) & set(recorded)) == [], "a recorded answer was asked again"
     assert {f: n for f, n in Counter(after).items() if n > 1} == {}
     assert len(before) == 4
+    # The kill lands while the researchers work: a write whose call was recorded as
+    # started but never finished is closed as aborted, not run again, so the daily check
+    # counts the findings that were written, plus the editor's.
+    written, aborted = await _board_writes(db)
+    assert written + aborted == 3
     assert done.stdout.splitlines() == [
         "[completed] published the report",
         "[completed] noted the board change",
-        "[completed] daily check: 4 findings",
+        f"[completed] daily check: {written + 1} findings",
     ]
     # The whole log replays, from Python with the app's spec and with the CLI.
     async with open_sqlite_store(db) as store:
