@@ -9,7 +9,7 @@ from typing import Any, Literal, TypeAlias, final
 import attrs
 
 from protocols import LLM, OutputType, ResponseFormat, schema_problems
-from protocols.errors import AgentSpecError, UnsupportedTypeError
+from protocols.errors import AgentSpecError, ConfigError, UnsupportedTypeError
 
 from ._budget import Budget
 from ._context import ContextPolicy
@@ -228,6 +228,23 @@ def child_tools(
         elif item in parent_tools and item != SPAWN_AGENT:
             registry.add(parent_tools.get(item))
     return registry, missing
+
+
+def top_level_tools(spec: AgentSpec) -> tuple[Tool[..., object], ...]:
+    """The tools of ``spec`` run as a top-level agent, which has no parent to take tools
+    from by name.
+
+    Raises:
+        ConfigError: ``spec.tools`` names a tool instead of giving it.
+    """
+    named = [t for t in spec.tools or () if isinstance(t, str)]
+    if named:
+        msg = (
+            f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level agent "
+            "has no parent to take them from: give Tool objects"
+        )
+        raise ConfigError(msg)
+    return spec.own_tools()
 
 
 def index_agents(agents: Iterable[AgentSpec]) -> Mapping[str, AgentSpec]:

@@ -12,7 +12,7 @@ from protocols.errors import ConfigError, StreamNotFoundError, ToolNotFoundError
 from runtime import EventStore, NewEvent, RecordedEvent, replay
 from runtime.lowlevel import CONTINUES
 
-from ._agents import AgentSpec, FormatArg
+from ._agents import AgentSpec, FormatArg, top_level_tools
 from ._budget import Budget, Price
 from ._context import ContextCompacted, ContextPolicy
 from ._request_header import RequestHeader
@@ -148,14 +148,7 @@ async def replay_session(
         if given:
             msg = f"replay_session: give spec or {', '.join(given)}, not both (the spec has them)"
             raise ConfigError(msg)
-        named = [t for t in spec.tools or () if isinstance(t, str)]
-        if named:
-            msg = (
-                f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level "
-                "agent has no parent to take them from: give Tool objects"
-            )
-            raise ConfigError(msg)
-        tools, system_prompt, model = spec.own_tools(), spec.system_prompt, spec.model
+        tools, system_prompt, model = top_level_tools(spec), spec.system_prompt, spec.model
         agents, response_format, budget = spec.agents, spec.response_format, spec.budget
         context = spec.context
         max_rounds = spec.max_rounds

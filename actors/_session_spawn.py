@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from protocols import LLM
 from protocols.errors import ConfigError
 
-from ._agents import AgentSpec, FormatArg
+from ._agents import AgentSpec, FormatArg, top_level_tools
 from ._budget import Budget, Price
 from ._context import ContextPolicy
 from ._mcp import expand_tool_sources
@@ -185,17 +185,10 @@ async def spawn_agent(
     if model is None:
         msg = f"agent spec {spec.name!r} has no llm: set AgentSpec.llm or pass llm="
         raise ConfigError(msg)
-    named = [t for t in spec.tools or () if isinstance(t, str)]
-    if named:
-        msg = (
-            f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level agent "
-            "has no parent to take them from: give Tool objects"
-        )
-        raise ConfigError(msg)
     return await spawn_session(
         runtime,
         llm=model,
-        tools=spec.own_tools(),
+        tools=top_level_tools(spec),
         system_prompt=spec.system_prompt,
         max_rounds=spec.max_rounds,
         model=spec.model,

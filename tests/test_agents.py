@@ -10,7 +10,15 @@ import pytest
 import trio
 import trio.testing
 
-from actors import AgentSpec, Budget, SessionState, spawn_agent, spawn_session, tool
+from actors import (
+    AgentSpec,
+    Budget,
+    SessionState,
+    replay_session,
+    spawn_agent,
+    spawn_session,
+    tool,
+)
 from actors.events import ChildFinished, ChildSpawned, RunFinished, ToolFinished
 from protocols import (
     LLMRequest,
@@ -155,6 +163,9 @@ async def test_a_top_level_agent_needs_a_model_and_tool_objects() -> None:
             await spawn_agent(runtime, ROOT)
         with pytest.raises(ConfigError, match=r"names tools \(add\) but a top-level agent"):
             await spawn_agent(runtime, AgentSpec(name="a", tools=["add"]), llm=ScriptedLLM())
+    # Replaying a top-level agent from its spec asks the same of the spec.
+    with pytest.raises(ConfigError, match=r"names tools \(add\) but a top-level agent"):
+        await replay_session(InMemoryEventStore(), "a", AgentSpec(name="a", tools=["add"]))
 
 
 # -- trees -----------------------------------------------------------------------------
