@@ -11,12 +11,14 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 from protocols.errors import ConcurrencyConflictError, CorruptLogError, StoreError
 from runtime import (
+    EventStoreStatistics,
     NewEvent,
     _sqlite_schema,
     _sqlite_store,
@@ -173,9 +175,10 @@ async def test_a_version_1_file_is_upgraded_on_open(tmp_path: Path) -> None:
     _make_v1_log(path)
     async with open_sqlite_store(path) as store:
         events = await store.read("a")
-        assert [
-            (e.version, e.data, e.metadata) for e in events
-        ] == [(1, b'{"n":1}', b'{"m":1}'), (2, _BIG, None)]
+        assert [(e.version, e.data, e.metadata) for e in events] == [
+            (1, b'{"n":1}', b'{"m":1}'),
+            (2, _BIG, None),
+        ]
         assert await store.stream_version("b") == 1
         with pytest.raises(ConcurrencyConflictError):
             await store.append("a", [_event(3)], 1)
@@ -188,12 +191,13 @@ async def test_a_version_1_file_is_upgraded_on_open(tmp_path: Path) -> None:
     )
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchall() == [(SCHEMA_VERSION,)]
-        assert conn.execute(
-            "SELECT count(*) FROM events WHERE checksum IS NULL"
-        ).fetchall() == [(0,)]
-        assert conn.execute(
-            "SELECT stream, version FROM heads ORDER BY stream"
-        ).fetchall() == [("a", 3), ("b", 1)]
+        assert conn.execute("SELECT count(*) FROM events WHERE checksum IS NULL").fetchall() == [
+            (0,)
+        ]
+        assert conn.execute("SELECT stream, version FROM heads ORDER BY stream").fetchall() == [
+            ("a", 3),
+            ("b", 1),
+        ]
     conn.close()
 
 
@@ -425,16 +429,15 @@ async def test_the_writer_truncates_before_the_group_that_would_cross_the_bound(
     assert room.step == 500
 
 
-async def test_the_wal_never_passes_its_bound_when_groups_are_small(tmp_path: Path) -> None:
-    """With every group small beside the bound (the index written in every commit, no
-    deferred sweep), the WAL never passes the bound at all: the writer truncates it
-    before the group that would take it past."""
-    path = tmp_path / "log.db"
-    limit = 1024 * 1024
+async def _largest_wal_under_writers(
+    path: Path, limit: int, **options: Any
+) -> tuple[int, EventStoreStatistics]:
+    """The largest the WAL file grew while 64 writers appended for two seconds to a store
+    with ``wal_limit=limit`` (and ``options``), with the store's statistics."""
     wal = f"{path}-wal"
     biggest = 0
     async with open_sqlite_store(
-        path, wal_limit=limit, checkpoint_interval=10.0, index_lag=0
+        path, wal_limit=limit, checkpoint_interval=10.0, **options
     ) as store:
         deadline = trio.current_time() + 2.0
 
@@ -454,7 +457,15 @@ async def test_the_wal_never_passes_its_bound_when_groups_are_small(tmp_path: Pa
             nursery.start_soon(watch)
             for index in range(64):
                 nursery.start_soon(writer, index)
-        stats = store.statistics()
+        return biggest, store.statistics()
+
+
+async def test_the_wal_never_passes_its_bound_when_groups_are_small(tmp_path: Path) -> None:
+    """With every group small beside the bound (the index written in every commit, no
+    deferred sweep), the WAL never passes the bound at all: the writer truncates it
+    before the group that would take it past."""
+    limit = 1024 * 1024
+    biggest, stats = await _largest_wal_under_writers(tmp_path / "log.db", limit, index_lag=0)
     assert stats.wal_checkpoints >= 1, stats
     assert biggest <= limit, (biggest, stats)
 
@@ -463,33 +474,11 @@ async def test_the_wal_stays_under_its_bound_through_sustained_writes(tmp_path: 
     """64 writers append for two seconds with a 1 MiB bound: the WAL file never passes
     the bound by more than one group's worth of pages, because the writer truncates it
     between groups."""
-    path = tmp_path / "log.db"
     limit = 1024 * 1024
     # One group's worth: at most 64 appends of ~100 bytes (a few dozen 1 KiB pages), but
     # the group that carries the deferred index sweep (every 16k events here) also writes
     # the index and streams pages of every stream: measured up to ~400 KiB on a busy box.
     slack = 512 * 1024
-    wal = f"{path}-wal"
-    biggest = 0
-    async with open_sqlite_store(path, wal_limit=limit, checkpoint_interval=10.0) as store:
-        deadline = trio.current_time() + 2.0
-
-        async def writer(index: int) -> None:
-            version = 0
-            while trio.current_time() < deadline:
-                version = (await store.append(f"w/{index}", [_event(version)], version)).version
-
-        async def watch() -> None:
-            nonlocal biggest
-            while trio.current_time() < deadline:
-                with contextlib.suppress(FileNotFoundError):
-                    biggest = max(biggest, os.stat(wal).st_size)
-                await trio.sleep(0.002)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch)
-            for index in range(64):
-                nursery.start_soon(writer, index)
-        stats = store.statistics()
+    biggest, stats = await _largest_wal_under_writers(tmp_path / "log.db", limit)
     assert stats.wal_checkpoints >= 1, stats
     assert biggest <= limit + slack, (biggest, stats)
