@@ -9,7 +9,8 @@ The tree (code in brackets)::
     PowertrioError                                [powertrio]
     ├── ConfigError (ValueError)                  [config.invalid]
     │   ├── MissingSettingError                   [config.missing]
-    │   └── AgentSpecError                        [config.agent_spec]
+    │   ├── AgentSpecError                        [config.agent_spec]
+    │   └── ConsoleTokenRequiredError             [config.console_token]
     ├── ActorError                                [actor]
     │   ├── ActorStoppedError                     [actor.stopped]
     │   │   └── ActorFailedError                  [actor.failed]
@@ -120,6 +121,7 @@ from ._errors_compose import (
     WorkflowError,
     WorkflowFailedError,
 )
+from ._errors_console import ConsoleTokenRequiredError
 from ._errors_files import (
     BadInputFileError,
     FileAccessError,
@@ -205,6 +207,7 @@ __all__ = [
     "CodecError",
     "ConcurrencyConflictError",
     "ConfigError",
+    "ConsoleTokenRequiredError",
     "CorruptLogError",
     "EventDecodeError",
     "EventEncodeError",

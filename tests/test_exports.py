@@ -32,6 +32,7 @@ PUBLIC_MODULES = (
     "actors.lowlevel",
     "actors.testing",
     "actors.cli",
+    "actors.console",
 )
 """Every module users import from; everything else is a private ``_module``."""
 

@@ -9,7 +9,7 @@ stable code (``error [store.corrupt]: ...``), never a traceback unless ``--debug
 The commands live in private modules loaded only when used, so ``--help`` stays quick:
 ``_run`` (run, send, reply, cancel; the model and tools in ``_model``), ``_inspect``
 (sessions, show, tree, log, timers), ``_replay`` (replay, fork), ``_ops`` (check, export,
-import, bench).
+import, bench), ``_ui`` (ui: the web console).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ _COMMANDS: dict[str, tuple[str, str, bool]] = {
     "replay": ("._replay", "cmd_replay", True),
     "fork": ("._replay", "cmd_fork", True),
     "bench": ("._ops", "cmd_bench", False),
+    "ui": ("._ui", "cmd_ui", True),
 }
 
 
@@ -221,7 +222,49 @@ def build_parser() -> argparse.ArgumentParser:
         help="only this suite (repeatable): actors, log, agents, providers, longevity",
     )
     bench.add_argument("--quick", action="store_true", help="small workloads (a smoke test)")
+
+    _ui_options(add)
     return parser
+
+
+def _ui_options(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """The ``ui`` command and its options."""
+    ui = add(
+        "ui",
+        "serve the web console over the log (live trees, log, replay, human requests)",
+        "Needs the console extra (pip install 'powertrio[console]'). Listens on 127.0.0.1; "
+        "any other address needs --token or POWERTRIO_UI_TOKEN. Its forms resume sessions "
+        "with the model the model options choose, as send and reply do.",
+    )
+    ui.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    ui.add_argument(
+        "--port", type=_port, default=8321, metavar="N", help="the port (0: any free one)"
+    )
+    ui.add_argument(
+        "--token",
+        default=None,
+        metavar="T",
+        help="a bearer token every request must carry (or $POWERTRIO_UI_TOKEN)",
+    )
+    ui.add_argument(
+        "--price",
+        action="append",
+        metavar="MODEL=IN,OUT",
+        help="a model's price in USD per million prompt and completion tokens (repeatable)",
+    )
+    _model_options(ui)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        msg = f"must be a port number, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    if not 0 <= value <= 65535:
+        msg = f"must be between 0 and 65535, got {value}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def _positive(text: str) -> int:

@@ -1,0 +1,60 @@
+"""The console's one script and one style sheet, served from ``/static`` (the pages have
+no inline script, so the Content-Security-Policy can forbid it)."""
+
+from __future__ import annotations
+
+__all__ = ["CONSOLE_CSS", "CONSOLE_JS"]
+
+CONSOLE_JS = """\
+// Live updates: the server sends whole fragments it rendered (and escaped); this script
+// only swaps them in. No data from the log is ever turned into HTML here.
+"use strict";
+document.addEventListener("DOMContentLoaded", () => {
+  const tree = document.getElementById("tree");
+  if (!tree || !window.EventSource) return;
+  const live = document.getElementById("live");
+  const source = new EventSource(tree.dataset.stream);
+  source.addEventListener("tree", (e) => { tree.innerHTML = e.data; });
+  source.addEventListener("requests", (e) => {
+    const box = document.getElementById("requests-box");
+    if (box) box.innerHTML = e.data;
+  });
+  source.onopen = () => { if (live) live.textContent = "(live)"; };
+  source.onerror = () => { if (live) live.textContent = "(reconnecting…)"; };
+});
+"""
+
+CONSOLE_CSS = """\
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f7f8fa; }
+header { display: flex; gap: 1.5em; align-items: baseline; padding: .6em 1.2em;
+  background: #1d2330; color: #e8ebf2; }
+header a { color: #e8ebf2; text-decoration: none; margin-right: 1em; }
+header .brand { font-weight: 700; }
+header .where { margin-left: auto; opacity: .7; font-size: 12px; }
+main { padding: 1em 1.5em; max-width: 1200px; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 1.4em; }
+table { border-collapse: collapse; background: #fff; }
+th, td { border-bottom: 1px solid #e3e6ec; padding: .3em .6em; text-align: left;
+  vertical-align: top; }
+td.data { font-family: ui-monospace, monospace; font-size: 12px;
+  max-width: 640px; overflow-wrap: anywhere; }
+code { font-family: ui-monospace, monospace; font-size: 12px; }
+.dim { color: #6b7280; }
+.status { font-weight: 600; padding: 0 .35em; border-radius: 3px; background: #eef0f4; }
+.status.running { background: #fff3c4; } .status.completed { background: #d7f5dd; }
+.status.failed { background: #ffd9d9; } .status.waiting_for_human { background: #dbe8ff; }
+.status.cancelled { background: #f1ddf7; } .status.interrupted { background: #ffe8c7; }
+ul.tree, ul.tree ul { list-style: none; padding-left: 1.4em; border-left: 1px dotted #b8bfcc; }
+ul.tree li { margin: .25em 0; }
+.tools { color: #0e7490; }
+ol.transcript li { margin: .4em 0; } .text { white-space: pre-wrap; overflow-wrap: anywhere; }
+.call { font-family: ui-monospace, monospace; font-size: 12px; color: #0e7490; }
+form.fork { display: inline; } form.fork button { font-size: 11px; }
+.flash { padding: .5em .8em; border-radius: 4px; background: #d7f5dd; }
+.flash.error { background: #ffd9d9; }
+pre.diff { background: #fff; padding: .8em; overflow: auto; }
+pre.diff .add { color: #166534; } pre.diff .del { color: #b91c1c; }
+.request { background: #fff; padding: .4em .8em; margin: .4em 0; border-left: 3px solid #3b82f6; }
+button.danger { color: #b91c1c; }
+figure.chart { background: #fff; padding: .6em; margin: 1em 0; display: inline-block; }
+"""
