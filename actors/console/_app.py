@@ -606,12 +606,7 @@ class _Guard:
                 message = message | {"headers": headers}
             await send(message)
 
-        try:
-            await self.app(scope, receive, send_with_headers)  # type: ignore[arg-type]
-        except PowertrioError as exc:
-            status = 404 if isinstance(exc, LookupError) else 400
-            response = self.console.error_page(request, exc, status)
-            await response(scope, receive, send_with_headers)  # type: ignore[arg-type]
+        await self.app(scope, receive, send_with_headers)  # type: ignore[arg-type]
 
 
 def _authorised(request: Request, token: str) -> bool:
@@ -686,4 +681,10 @@ def console_app(
         Route("/api/sessions/{sid}/replay", console.replay),
         Route("/api/sessions/{sid}/{action}", console.act, methods=["POST"]),
     ]
-    return _Guard(Starlette(routes=routes), console)
+
+    async def failed(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, PowertrioError)
+        return console.error_page(request, exc, 404 if isinstance(exc, LookupError) else 400)
+
+    app = Starlette(routes=routes, exception_handlers={PowertrioError: failed})
+    return _Guard(app, console)

@@ -1,0 +1,454 @@
+"""The web console over HTTP: a real server on loopback (Hypercorn's Trio worker), httpx
+as the client. The browser tests are in ``test_console_browser.py``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import trio
+
+pytest.importorskip("starlette", reason="the console extra is not installed")
+pytest.importorskip("hypercorn", reason="the console extra is not installed")
+
+from _console import PAYLOAD, SECRET, copy_log, record_log, serve
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from actors import Price
+from actors.cli import main
+from actors.cli._inspect import build_tree, summaries
+from actors.console import check_bind, console_app
+from protocols.errors import ConsoleTokenRequiredError
+from runtime import open_sqlite_store
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("console") / "recorded.sqlite"
+    trio.run(record_log, path)
+    return path
+
+
+@pytest.fixture
+def db(recorded: Path, tmp_path: Path) -> Path:
+    return copy_log(recorded, tmp_path / "powertrio.sqlite")
+
+
+def _inert(html: str) -> None:
+    """No markup of the payload survives: only its escaped text."""
+    assert "<script>window.__xss" not in html
+    assert "<img src=x" not in html
+    assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in html
+
+
+# -- pages ---------------------------------------------------------------------------------
+
+
+async def test_fleet_lists_every_agent_with_the_cli_usage_fold(db: Path) -> None:
+    async with serve(db) as console:
+        page = await console.client.get("/")
+        fleet = (await console.client.get("/api/fleet")).json()["sessions"]
+        cli = {s.session_id: s for s in await summaries(console.store)}
+    assert page.status_code == 200
+    assert {row["id"] for row in fleet} == set(cli) == {"demo", "demo.1", "demo.2", "xss", "ask"}
+    for row in fleet:
+        summary = cli[row["id"]]
+        assert row["tokens"] == summary.prompt_tokens + summary.completion_tokens
+        assert (row["runs"], row["rounds"]) == (summary.runs, summary.rounds)
+        assert row["today"] == row["tokens"]  # all recorded today
+    assert {r["id"]: r["status"] for r in fleet}["ask"] == "waiting_for_human"
+    assert "demo.1" in page.text and "agents and usage from the log" in page.text
+
+
+async def test_session_page_shows_the_cli_tree_with_rounds_and_tokens(db: Path) -> None:
+    async with serve(db) as console:
+        page = await console.client.get("/sessions/demo")
+        tree = (await console.client.get("/api/sessions/demo")).json()["tree"]
+        cli = await build_tree(console.store, "demo", live=True)
+    assert page.status_code == 200
+    assert tree == cli.to_json()
+    for node in cli.nodes.values():
+        assert f'id="node-{node.session_id}"' in page.text
+        assert f'<span class="tokens">{node.tokens:,}</span>' in page.text
+    assert f"{len(cli.nodes)} agents · {cli.total_tokens:,} tokens in all" in page.text
+
+
+async def test_a_session_prefix_resolves_and_an_unknown_one_is_a_404_with_its_code(
+    db: Path,
+) -> None:
+    async with serve(db) as console:
+        assert (await console.client.get("/api/sessions/xs")).json()["session_id"] == "xss"
+        missing = await console.client.get("/sessions/nobody")
+        api = await console.client.get("/api/sessions/nobody")
+    assert missing.status_code == 404 and "store.stream_not_found" in missing.text
+    assert api.json()["error"]["code"] == "store.stream_not_found"
+
+
+# -- security --------------------------------------------------------------------------------
+
+
+async def test_script_payloads_in_tool_results_and_answers_render_inert(db: Path) -> None:
+    async with serve(db) as console:
+        session = (await console.client.get("/sessions/xss")).text
+        log = (await console.client.get("/sessions/xss/log")).text
+        state = (await console.client.get("/sessions/xss/state?at=99")).text
+        fleet = (await console.client.get("/")).text
+    for html in (session, state):
+        _inert(html)
+    assert "The page said &lt;script&gt;" in session and "page says: &lt;script&gt;" in session
+    # The log shows the raw JSON of each event: the payload is there, escaped.
+    assert "<script>window" not in log and "&lt;script&gt;window.__xss=1" in log
+    assert "<script>window" not in fleet
+
+
+async def test_every_page_carries_a_content_security_policy(db: Path) -> None:
+    async with serve(db) as console:
+        for path in ("/", "/sessions/demo", "/sessions/demo/log", "/usage"):
+            response = await console.client.get(path)
+            policy = response.headers["content-security-policy"]
+            assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+            assert response.headers["x-content-type-options"] == "nosniff"
+            assert response.headers["x-frame-options"] == "DENY"
+            assert "<script>" not in response.text  # no inline script: only the file
+
+
+async def test_a_post_without_the_csrf_token_is_refused_and_records_nothing(db: Path) -> None:
+    async with serve(db) as console:
+        before = await console.store.head_position()
+        bare = await console.client.post("/sessions/demo/follow-up", data={"text": "hi"})
+        wrong = await console.client.post(
+            "/sessions/demo/follow-up", data={"text": "hi", "csrf": "guess"}
+        )
+        fork = await console.client.post("/sessions/demo/fork", data={"at": "3"})
+        after = await console.store.head_position()
+    for response in (bare, wrong, fork):
+        assert response.status_code == 403
+        assert response.text == "forbidden: this action needs the console's CSRF token"
+    assert after == before
+
+
+def test_binding_beyond_loopback_needs_a_token() -> None:
+    for host in ("127.0.0.1", "localhost", "::1"):
+        check_bind(host, None)
+    check_bind("0.0.0.0", "t0ken")
+    with pytest.raises(ConsoleTokenRequiredError) as raised:
+        check_bind("0.0.0.0", None)
+    assert raised.value.code == "config.console_token"
+    assert str(raised.value) == (
+        "the console would listen on '0.0.0.0', beyond this machine, with no token: anyone "
+        "reaching it could read every log and answer human requests; give --token T (or set "
+        "POWERTRIO_UI_TOKEN), or bind to 127.0.0.1"
+    )
+
+
+def test_powertrio_ui_refuses_to_start_beyond_loopback_without_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("POWERTRIO_UI_TOKEN", raising=False)
+    code = main(["ui", "--db", str(tmp_path / "none.sqlite"), "--host", "0.0.0.0"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error [config.console_token]: the console would listen on '0.0.0.0'" in err
+
+
+async def test_with_a_token_every_request_needs_it_and_no_page_shows_it(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "tok-9f8e7d6c5b4a"
+    async with serve(db, token=token) as console:
+        denied = await console.client.get("/")
+        assert denied.status_code == 401
+        assert denied.headers["www-authenticate"] == "Bearer"
+        bearer = await console.client.get(
+            "/sessions/demo", headers={"Authorization": f"Bearer {token}"}
+        )
+        wrong = await console.client.get("/", headers={"Authorization": "Bearer nope"})
+        login = await console.client.get(f"/sessions/demo?token={token}", follow_redirects=False)
+        cookie = login.cookies["powertrio_ui"]
+        by_cookie = await console.client.get(
+            "/sessions/demo", headers={"Cookie": f"powertrio_ui={cookie}"}
+        )
+    assert (bearer.status_code, wrong.status_code) == (200, 401)
+    assert login.status_code == 303 and login.headers["location"] == "/sessions/demo"
+    assert "httponly" in login.headers["set-cookie"].lower()
+    assert "samesite=strict" in login.headers["set-cookie"].lower()
+    assert by_cookie.status_code == 200
+    assert token not in bearer.text and token not in by_cookie.text
+
+
+async def test_no_page_renders_an_api_key_from_the_environment(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POWERTRIO_API_KEY", SECRET)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    async with serve(db) as console:
+        pages = [
+            (await console.client.get(path)).text
+            for path in (
+                "/",
+                "/usage",
+                "/sessions/demo",
+                "/sessions/demo/log",
+                "/sessions/demo/state?at=5",
+                "/sessions/demo/replay",
+                "/api/fleet",
+            )
+        ]
+    assert all(SECRET not in page for page in pages)
+
+
+# -- the log: keyset pages, filters, time travel ---------------------------------------------
+
+
+async def test_log_pages_walk_the_stream_newest_first_without_gaps(db: Path) -> None:
+    async with serve(db) as console:
+        length = await console.store.stream_version("session/demo")
+        seen: list[int] = []
+        query = "/api/sessions/demo/log"
+        while True:
+            page = (await console.client.get(query)).json()
+            seen += [e["version"] for e in page["events"]]
+            if page["older"] is None:
+                break
+            query = f"/api/sessions/demo/log?before={page['older']}"
+        small = (await console.client.get("/api/sessions/demo/log?before=4")).json()
+    assert seen == list(range(length, 0, -1))
+    assert [e["version"] for e in small["events"]] == [3, 2, 1] and small["older"] is None
+
+
+async def test_log_filters_by_kind_and_by_run(db: Path) -> None:
+    async with serve(db) as console:
+        tools = (await console.client.get("/api/sessions/xss/log?kind=session.tool")).json()
+        runs = (await console.client.get("/api/sessions/demo")).json()["runs"]
+        (run,) = runs
+        in_run = (await console.client.get(f"/api/sessions/demo/log?run={run['run_id']}")).json()
+        missing = await console.client.get("/sessions/demo/log?run=nope")
+        bad = await console.client.get("/sessions/demo/log?before=x")
+    assert {e["type"] for e in tools["events"]} == {"session.tool_started", "session.tool_finished"}
+    versions = [e["version"] for e in in_run["events"]]
+    assert versions == list(range(run["last"], run["first"] - 1, -1))
+    assert missing.status_code == 404 and "store.stream_not_found" in missing.text
+    assert bad.status_code == 400 and "before must be a whole number, got &#39;x&#39;" in bad.text
+
+
+async def test_state_at_a_version_is_the_fold_up_to_it(db: Path) -> None:
+    from actors.console._data import state_at
+
+    async with serve(db) as console:
+        early = (await console.client.get("/api/sessions/xss/state?at=2")).json()
+        late = (await console.client.get("/api/sessions/xss/state?at=999")).json()
+        folded = await state_at(console.store, "xss", 2)
+        html = (await console.client.get("/sessions/xss/state?at=3")).text
+    assert len(early["messages"]) == len(folded.transcript) + bool(folded.system_prompt)
+    assert early["facts"]["run"] != "(idle)" and late["facts"]["run"] == "(idle)"
+    assert late["at"] == (await _version(db, "xss"))
+    assert "State of" in html and "at version 3" in html
+
+
+async def _version(db: Path, session_id: str) -> int:
+    async with open_sqlite_store(db) as store:
+        return await store.stream_version("session/" + session_id)
+
+
+# -- replay, fork, follow-ups, human requests ------------------------------------------------
+
+
+async def test_replay_finds_no_divergence_in_an_untouched_log(db: Path) -> None:
+    async with serve(db) as console:
+        replay = (await console.client.get("/api/sessions/demo/replay")).json()
+        html = (await console.client.get("/sessions/demo/replay")).text
+    assert (replay["ok"], replay["checked"], replay["divergence"]) == (True, 6, None)
+    assert "no divergence: 6 model answers asked for again, identically" in html
+
+
+async def test_replay_of_a_tampered_log_shows_the_divergence(db: Path) -> None:
+    import sqlite3
+
+    from runtime._sqlite_schema import event_checksum
+
+    with sqlite3.connect(db) as conn:
+        [(data,)] = conn.execute(
+            "SELECT data FROM events WHERE stream = 'session/demo' AND version = 2"
+        ).fetchall()
+        conn.create_function("checksum", 6, event_checksum)
+        conn.execute(
+            "UPDATE events SET data = ?1, checksum = checksum(stream, version, type, "
+            "schema_version, ?1, metadata) WHERE stream = 'session/demo' AND version = 2",
+            (bytes(data).replace(b"Plan the launch", b"Plan a <b>party</b>"),),
+        )
+    async with serve(db) as console:
+        replay = (await console.client.get("/api/sessions/demo/replay")).json()
+        html = (await console.client.get("/sessions/demo/replay")).text
+    assert replay["ok"] is False
+    assert (replay["divergence"]["stream"], replay["divergence"]["version"]) == (
+        "session/demo",
+        3,
+    )
+    assert '<p class="status failed">diverges</p>' in html
+    assert "the transcript the code builds from the log changed" in html
+
+
+async def test_a_follow_up_through_the_api_runs_and_the_tree_grows(db: Path) -> None:
+    async with serve(db) as console:
+        before = (await console.client.get("/api/sessions/demo")).json()["tree"]
+        sent = await console.client.post(
+            "/api/sessions/demo/follow-up",
+            json={"text": "and the budget?"},
+            headers={"X-CSRF-Token": await console.csrf()},
+        )
+        assert sent.status_code == 200, sent.text
+        assert sent.json()["note"].startswith("follow-up sent to demo (run fu-")
+        await console.until("demo", "running")
+        tree = await console.until("demo", "completed")
+    assert tree["rounds"] == before["rounds"] + 1
+    assert tree["tokens"] > before["tokens"]
+
+
+async def test_the_stream_sends_the_tree_again_when_it_changes(db: Path) -> None:
+    async with serve(db) as console:
+        csrf = await console.csrf()
+        events: list[str] = []
+        async with console.client.stream("GET", "/sessions/demo/stream") as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines = stream.aiter_lines()
+            async for line in lines:
+                if line.startswith("event: "):
+                    events.append(line)
+                    break
+            await console.client.post(
+                "/api/sessions/demo/follow-up",
+                json={"text": "one more"},
+                headers={"X-CSRF-Token": csrf},
+            )
+            data = ""
+            with trio.fail_after(20):
+                async for line in lines:
+                    if line.startswith("event: "):
+                        events.append(line)
+                        data = ""
+                    elif line.startswith("data: "):
+                        data += line + "\n"
+                    elif not line and len(events) > 1 and _root_done(data, rounds=3):
+                        break
+    assert events[0] == "event: tree" and "event: tree" in events[1:]
+
+
+def _root_done(data: str, *, rounds: int) -> bool:
+    root = '<li id="node-demo" data-status="completed">'
+    return root in data and f'<span class="rounds">{rounds}</span>' in data
+
+
+async def test_answering_a_human_request_from_the_form_finishes_the_run(db: Path) -> None:
+    async with serve(db) as console:
+        page = (await console.client.get("/sessions/ask")).text
+        (request,) = (await console.client.get("/api/sessions/ask")).json()["requests"]
+        assert request["prompt"] == "Before I start: indoors or outdoors?"
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf is not None and 'name="request" value="' + request["request_id"] in page
+        answered = await console.client.post(
+            "/sessions/ask/answer",
+            data={
+                "csrf": csrf.group(1),
+                "request": request["request_id"],
+                "answer": "outdoors",
+                "verdict": "reply",
+                "back": "ask",
+            },
+        )
+        tree = await console.until("ask", "completed")
+        after = (await console.client.get("/api/sessions/ask")).json()
+    assert answered.status_code == 200  # followed the 303 back to the session page
+    assert f"answered {request['request_id']} of ask" in answered.text
+    assert after["requests"] == [] and tree["status"] == "completed"
+
+
+async def test_a_wrong_request_id_comes_back_as_a_flash_with_its_code(db: Path) -> None:
+    async with serve(db) as console:
+        csrf = await console.csrf()
+        answered = await console.client.post(
+            "/sessions/ask/answer",
+            data={"csrf": csrf, "request": "nope", "answer": "x", "verdict": "reply"},
+        )
+        cancel = await console.client.post(
+            "/api/sessions/demo/cancel", json={}, headers={"X-CSRF-Token": csrf}
+        )
+    assert "[session.unknown_request] session &#39;ask&#39; is not waiting for request" in (
+        answered.text
+    )
+    assert cancel.status_code == 409
+    assert cancel.json()["error"] == {
+        "code": "session.no_open_run",
+        "message": "session 'demo' has no open run: nothing to cancel",
+    }
+
+
+async def test_fork_from_a_version_makes_a_new_session(db: Path) -> None:
+    async with serve(db) as console:
+        csrf = await console.csrf()
+        forked = await console.client.post(
+            "/sessions/xss/fork", data={"csrf": csrf, "at": "4", "as": "branch"}
+        )
+        inside = await console.client.post(
+            "/sessions/xss/fork", data={"csrf": csrf, "at": "3", "as": "other"}
+        )
+        bad = await console.client.post(
+            "/sessions/xss/fork", data={"csrf": csrf, "at": "3", "as": "a.b"}
+        )
+        length = await console.store.stream_version("session/branch")
+    assert forked.status_code == 200
+    assert str(forked.url).startswith(console.url + "/sessions/branch")
+    assert "forked xss at version 4 as branch" in forked.text
+    assert length == 4
+    assert "[config.invalid] version 3 of &#39;session/xss&#39; is inside one decision" in (
+        inside.text
+    )
+    assert "[config.invalid] a session id has no &#39;/&#39; or &#39;.&#39;" in bad.text
+
+
+async def test_a_read_only_console_has_no_forms_and_refuses_actions(db: Path) -> None:
+    async with serve(db, writable=False) as console:
+        page = (await console.client.get("/sessions/ask")).text
+        refused = await console.client.post(
+            "/api/sessions/demo/follow-up",
+            json={"text": "hi"},
+            headers={"X-CSRF-Token": await console.csrf()},
+        )
+    assert '<form method="post"' not in page and "indoors or outdoors?" in page
+    assert refused.status_code == 409
+    assert refused.text == "this console is read-only: no operator drives its sessions"
+
+
+# -- usage, mounting -------------------------------------------------------------------------
+
+
+async def test_usage_per_agent_per_day_as_svg_with_cost(db: Path) -> None:
+    prices = {"payload-model": Price(prompt=1.0, completion=2.0)}
+    async with serve(db, prices=prices) as console:
+        html = (await console.client.get("/usage")).text
+        usage = (await console.client.get("/api/usage")).json()
+        cli = {s.session_id: s for s in await summaries(console.store)}
+    (day,) = usage["days"]
+    totals = {a["id"]: a["total"] for a in usage["agents"]}
+    assert totals == {
+        sid: s.prompt_tokens + s.completion_tokens for sid, s in cli.items() if s.rounds
+    }
+    assert html.count("<svg") == 2 and "cost per day (USD)" in html
+    # xss: 2 answers of 40 + 9 tokens at $1 and $2 per million.
+    assert f"xss · {day}: $0.0001" in html
+
+
+async def test_the_console_mounts_under_a_prefix(db: Path) -> None:
+    import httpx
+
+    async with open_sqlite_store(db) as store:
+        app = Starlette(routes=[Mount("/console", app=console_app(store))])
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            page = (await client.get("/console/sessions/demo")).text
+            css = await client.get("/console/static/console.css")
+    assert 'href="/console/static/console.css"' in page
+    assert 'data-stream="/console/sessions/demo/stream"' in page
+    assert css.status_code == 200
+    _ = PAYLOAD
