@@ -1,0 +1,181 @@
+"""The web console in a real browser: Debian's chromium, headless, driven by selenium.
+
+Skipped, with the reason, where chromium or its driver is missing or cannot start;
+``.ci/run`` installs both. Screenshots go to ``test-artifacts/console/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+pytest.importorskip("starlette", reason="the console extra is not installed")
+pytest.importorskip("selenium", reason="selenium (the test extra) is not installed")
+
+from _console import copy_log, record_log, serve
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "console"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if chromium is None or driver_path is None:
+        pytest.skip("chromium and chromium-driver are not installed (apt-get install them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,900",
+    ):
+        options.add_argument(flag)
+    try:
+        driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    except WebDriverException as exc:
+        pytest.skip(f"chromium cannot start here: {exc.msg}")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("console-browser") / "recorded.sqlite"
+    trio.run(record_log, path)
+    return path
+
+
+@pytest.fixture
+def db(recorded: Path, tmp_path: Path) -> Path:
+    return copy_log(recorded, tmp_path / "powertrio.sqlite")
+
+
+async def _in_browser(call: Callable[[], Any]) -> Any:
+    """Run a (blocking) selenium call off the Trio thread, so the server keeps serving."""
+    return await trio.to_thread.run_sync(call)
+
+
+async def _until(browser: webdriver.Chrome, script: str, expect: object = None) -> Any:
+    """Poll ``script`` in the page until it returns ``expect`` (or, with none given,
+    something truthy)."""
+    with trio.fail_after(20):
+        while True:
+            value = await _in_browser(lambda: browser.execute_script(script))
+            if value == expect or (expect is None and value):
+                return value
+            await trio.sleep(0.1)
+
+
+def _node(session_id: str, what: str) -> str:
+    node = f"document.getElementById('node-{session_id}')"
+    if what == "status":
+        return f"return {node} && {node}.dataset.status;"
+    return f"return {node} && {node}.querySelector('.{what}').textContent;"
+
+
+async def _shot(browser: webdriver.Chrome, name: str) -> Path:
+    path = ARTIFACTS / f"{name}.png"
+    await _in_browser(lambda: browser.save_screenshot(str(path)))
+    return path
+
+
+async def test_the_tree_changes_without_a_reload_after_a_follow_up_through_the_api(
+    browser: webdriver.Chrome, db: Path
+) -> None:
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/sessions/demo"))
+        await _until(browser, _node("demo", "rounds"), "2")
+        # A mark on this very page: a reload would lose it.
+        await _in_browser(lambda: browser.execute_script("window.__same_page = 42;"))
+        await _until(browser, "return document.getElementById('live').textContent;", "(live)")
+        await _shot(browser, "session-before-follow-up")
+        csrf = await console.csrf()
+        sent = await console.client.post(
+            "/api/sessions/demo/follow-up",
+            json={"text": "and what about the budget?"},
+            headers={"X-CSRF-Token": csrf},
+        )
+        assert sent.status_code == 200, sent.text
+        await _until(browser, _node("demo", "rounds"), "3")
+        await _until(browser, _node("demo", "status"), "completed")
+        assert await _in_browser(lambda: browser.execute_script("return window.__same_page;")) == 42
+        await _shot(browser, "session-after-follow-up")
+
+
+async def test_answering_a_human_request_from_the_page_finishes_the_run(
+    browser: webdriver.Chrome, db: Path
+) -> None:
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/sessions/ask"))
+        prompt = await _in_browser(
+            lambda: browser.find_element(By.CSS_SELECTOR, "#requests .prompt").text
+        )
+        assert prompt == "Before I start: indoors or outdoors?"
+        await _shot(browser, "human-request")
+
+        def answer() -> None:
+            form = browser.find_element(By.CSS_SELECTOR, "#requests form")
+            form.find_element(By.NAME, "answer").send_keys("outdoors, please")
+            form.find_element(By.CSS_SELECTOR, "button[value=reply]").click()
+
+        await _in_browser(answer)
+        await _until(browser, _node("ask", "status"), "completed")
+        await _until(browser, "return !document.getElementById('requests');")
+        flash = await _in_browser(lambda: browser.find_element(By.CSS_SELECTOR, ".flash").text)
+        assert flash.startswith("answered ") and flash.endswith(" of ask")
+        await _shot(browser, "human-request-answered")
+        await console.until("ask", "completed")
+
+
+async def test_script_payloads_stay_inert_in_the_browser(
+    browser: webdriver.Chrome, db: Path
+) -> None:
+    async with serve(db) as console:
+        for page in ("/sessions/xss", "/sessions/xss/log", "/sessions/xss/state?at=99", "/"):
+            await _in_browser(lambda page=page: browser.get(console.url + page))
+            await _until(browser, "return document.readyState === 'complete';")
+            ran = await _in_browser(lambda: browser.execute_script("return window.__xss;"))
+            assert ran is None, page
+            scripts = await _in_browser(
+                lambda: browser.execute_script(
+                    "return Array.from(document.scripts).map(s => s.src);"
+                )
+            )
+            assert scripts == [console.url + "/static/console.js"], page
+            images = await _in_browser(
+                lambda: browser.execute_script("return document.images.length;")
+            )
+            assert images == 0, page
+        await _in_browser(lambda: browser.get(console.url + "/sessions/xss"))
+        text = await _in_browser(lambda: browser.find_element(By.TAG_NAME, "main").text)
+        assert '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">' in text
+        await _shot(browser, "xss-inert")
+
+
+async def test_the_fleet_and_usage_pages_render(browser: webdriver.Chrome, db: Path) -> None:
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/"))
+        rows = await _in_browser(
+            lambda: len(browser.find_elements(By.CSS_SELECTOR, "#fleet tr")) - 1
+        )
+        assert rows == 5
+        await _shot(browser, "fleet")
+        await _in_browser(lambda: browser.get(console.url + "/usage"))
+        bars = await _in_browser(lambda: len(browser.find_elements(By.CSS_SELECTOR, "svg rect")))
+        assert bars >= 5
+        await _shot(browser, "usage")
