@@ -1,0 +1,170 @@
+"""Console benchmark: the log page of a session of a million events, beside one of 100.
+
+``python -m actors.bench console [--json] [--quick]`` prints:
+
+* ``build_s``: seconds to bulk-append the log through the store (batches of 3,000 events,
+  one commit each), and ``events``: how many (1,000,000; 100,000 with ``--quick``).
+* ``log_page_ms_1m_events``: the median time of ``GET /sessions/long/log`` (the newest
+  page, whole HTML received) from the console served on loopback, beside
+  ``log_page_ms_100_events`` (a session of 100 events in the same log: as full a page),
+  and the same with a kind filter (``log_page_kind_ms_1m_events``). Bar <= 200.
+* ``first_paint_ms_1m_events``: the log page's first paint in headless chromium
+  (``performance``'s ``first-contentful-paint``, from the navigation's start; the median
+  of nine), beside ``first_paint_ms_100_events`` and ``first_paint_ms_floor``: a page of
+  one heading, which no server serves (chromium's own floor on this machine).
+  ``response_end_ms_1m_events`` is when the browser had the whole HTML. Absent
+  (``first_paint`` says why) where chromium or its driver is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import httpx
+import trio
+
+from actors.events import AssistantRecorded, RunFinished, RunStarted, SessionCreated
+from protocols import AssistantMessage, Usage, default_registry
+from runtime import NewEvent, SqliteEventStore, open_sqlite_store
+from runtime.bench import Figures
+
+BATCH = 3000
+REPEATS = 15
+
+
+def _batches(session_id: str, events: int) -> list[list[NewEvent]]:
+    """A session's stream of ``events`` events: runs of a question and an answer."""
+    encode = default_registry.encode
+    created = SessionCreated(session_id=session_id, system_prompt="", max_rounds=10)
+    batches: list[list[NewEvent]] = []
+    batch = [NewEvent.from_encoded(encode(created))]
+    i = 0
+    while len(batch) + sum(len(b) for b in batches) + 3 <= events:
+        run_id = f"run-{i}"
+        for event in (
+            RunStarted(run_id=run_id, input=f"question {i}", max_rounds=10),
+            AssistantRecorded(
+                run_id=run_id,
+                round=1,
+                message=AssistantMessage(content=f"answer {i}"),
+                usage=Usage(prompt_tokens=10, completion_tokens=2),
+                model="m",
+                finish_reason="stop",
+                request_fingerprint="old",
+            ),
+            RunFinished(run_id=run_id, status="completed", text="", rounds=1, usage=Usage()),
+        ):
+            batch.append(NewEvent.from_encoded(encode(event)))
+        i += 1
+        if len(batch) >= BATCH:
+            batches.append(batch)
+            batch = []
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+async def _append(store: SqliteEventStore, stream: str, batches: list[list[NewEvent]]) -> int:
+    version = 0
+    for batch in batches:
+        version = (await store.append(stream, batch, version)).version
+    return version
+
+
+async def _measure(path: Path, events: int, figures: Figures) -> None:
+    from actors.console import console_app, serve_console  # noqa: PLC0415
+
+    long_batches = _batches("long", events)
+    short_batches = _batches("short", 100)
+    async with open_sqlite_store(path) as store:
+        start = time.perf_counter()
+        figures["events"] = await _append(store, "session/long", long_batches)
+        figures["build_s"] = round(time.perf_counter() - start, 2)
+        await _append(store, "session/short", short_batches)
+        app = console_app(store)
+        async with trio.open_nursery() as nursery:
+            url: str = await nursery.start(partial(serve_console, app, port=0))
+            async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+                for name, query in (
+                    ("log_page_ms_1m_events", "/sessions/long/log"),
+                    ("log_page_ms_100_events", "/sessions/short/log"),
+                    ("log_page_kind_ms_1m_events", "/sessions/long/log?kind=session.run"),
+                ):
+                    figures[name] = await _median_get(client, query)
+            paint = await trio.to_thread.run_sync(_first_paints, url)
+            figures.update(paint)
+            nursery.cancel_scope.cancel()
+
+
+async def _median_get(client: httpx.AsyncClient, query: str) -> float:
+    spent: list[float] = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        response = await client.get(query)
+        response.raise_for_status()
+        spent.append((time.perf_counter() - start) * 1e3)
+    return round(statistics.median(spent), 2)
+
+
+def _first_paints(url: str) -> dict[str, float | str]:
+    """First-contentful-paint of the two log pages in headless chromium, if it runs."""
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver_path is None:
+        return {"first_paint": "chromium or chromedriver is not installed"}
+    try:
+        from selenium import webdriver  # noqa: PLC0415
+        from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
+    except ImportError:
+        return {"first_paint": "selenium is not installed"}
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    script = (
+        "const p = performance.getEntriesByName('first-contentful-paint')[0];"
+        "const n = performance.getEntriesByType('navigation')[0];"
+        "return p ? [p.startTime, n ? n.responseEnd : 0] : null;"
+    )
+    figures: dict[str, float | str] = {}
+    try:
+        driver.get(url + "/sessions/short/log")  # the browser's own start-up is not the page's
+        for name, address in (
+            ("1m_events", url + "/sessions/long/log"),
+            ("100_events", url + "/sessions/short/log"),
+            ("floor", "data:text/html,<h1>powertrio</h1>"),
+        ):
+            spent: list[float] = []
+            ends: list[float] = []
+            for _ in range(9):
+                driver.get(address)
+                for _ in range(100):
+                    value = driver.execute_script(script)
+                    if value is not None:
+                        spent.append(float(value[0]))
+                        ends.append(float(value[1]))
+                        break
+                    time.sleep(0.02)
+            figures[f"first_paint_ms_{name}"] = (
+                round(statistics.median(spent), 1) if spent else "not painted"
+            )
+            if name == "1m_events" and ends:
+                figures["response_end_ms_1m_events"] = round(statistics.median(ends), 1)
+    finally:
+        driver.quit()
+    return figures
+
+
+def run(args: argparse.Namespace) -> Figures:
+    """The console's log page on a session of a million events (``--quick``: 100,000)."""
+    events = 100_000 if getattr(args, "quick", False) else 1_000_000
+    figures: Figures = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        trio.run(_measure, Path(tmp) / "console.sqlite", events, figures)
+    return figures
