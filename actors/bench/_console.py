@@ -164,6 +164,10 @@ def _first_paints(url: str) -> dict[str, float | str]:
 def run(args: argparse.Namespace) -> Figures:
     """The console's log page on a session of a million events (``--quick``: 100,000)."""
     events = 100_000 if getattr(args, "quick", False) else 1_000_000
+    try:
+        import actors.console  # noqa: F401, PLC0415
+    except ImportError as exc:
+        return {"skipped": f"the console extra is not installed ({exc.name})"}
     figures: Figures = {}
     with tempfile.TemporaryDirectory() as tmp:
         trio.run(_measure, Path(tmp) / "console.sqlite", events, figures)

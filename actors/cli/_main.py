@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--suite",
         action="append",
         metavar="NAME",
-        help="only this suite (repeatable): actors, log, agents, providers, longevity",
+        help="only this suite (repeatable): actors, log, agents, providers, longevity, console",
     )
     bench.add_argument("--quick", action="store_true", help="small workloads (a smoke test)")
 
