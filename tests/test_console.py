@@ -452,3 +452,33 @@ async def test_the_console_mounts_under_a_prefix(db: Path) -> None:
     assert 'data-stream="/console/sessions/demo/stream"' in page
     assert css.status_code == 200
     _ = PAYLOAD
+
+
+async def test_the_fleet_shows_each_agent_s_next_wake_up_from_its_timer_events(
+    db: Path,
+) -> None:
+    import time
+
+    from protocols import default_registry
+    from runtime import NewEvent, TimerCancelled, TimerScheduled
+
+    now = time.time()
+    events = [
+        TimerScheduled(timer_id="t-late", due_at=now + 7200, note="later"),
+        TimerScheduled(timer_id="t-soon", due_at=now + 1800, note="soon"),
+        TimerCancelled(timer_id="t-soon", reason="not needed"),
+    ]
+    async with serve(db) as console:
+        first = {
+            r["id"]: r["wake_up"]
+            for r in (await console.client.get("/api/fleet")).json()["sessions"]
+        }
+        version = await console.store.stream_version("session/xss")
+        encoded = [NewEvent.from_encoded(default_registry.encode(e)) for e in events]
+        await console.store.append("session/xss", encoded, version)
+        rows = (await console.client.get("/api/fleet")).json()["sessions"]
+        page = (await console.client.get("/")).text
+    assert set(first.values()) == {""}
+    wake_up = {r["id"]: r["wake_up"] for r in rows}
+    assert wake_up["xss"] in {"in 1h", "in 59m"}  # the cancelled earlier one is gone
+    assert wake_up["demo"] == "" and "<th>next wake-up</th>" in page

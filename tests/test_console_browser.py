@@ -73,12 +73,15 @@ async def _in_browser(call: Callable[[], Any]) -> Any:
 async def _until(browser: webdriver.Chrome, script: str, expect: object = None) -> Any:
     """Poll ``script`` in the page until it returns ``expect`` (or, with none given,
     something truthy)."""
-    with trio.fail_after(20):
+    value = None
+    with trio.move_on_after(30):
         while True:
             value = await _in_browser(lambda: browser.execute_script(script))
             if value == expect or (expect is None and value):
                 return value
             await trio.sleep(0.1)
+    text = await _in_browser(lambda: browser.find_element(By.TAG_NAME, "main").text)
+    raise AssertionError(f"{script} gave {value!r}, not {expect!r}; the page says:\n{text}")
 
 
 def _node(session_id: str, what: str) -> str:
@@ -102,7 +105,8 @@ async def test_the_tree_changes_without_a_reload_after_a_follow_up_through_the_a
         await _until(browser, _node("demo", "rounds"), "2")
         # A mark on this very page: a reload would lose it.
         await _in_browser(lambda: browser.execute_script("window.__same_page = 42;"))
-        await _until(browser, "return document.getElementById('live').textContent;", "(live)")
+        # The live stream is connected once it has swapped the tree in (its first event).
+        await _until(browser, "return document.getElementById('tree').dataset.updates;")
         await _shot(browser, "session-before-follow-up")
         csrf = await console.csrf()
         sent = await console.client.post(
@@ -122,6 +126,8 @@ async def test_answering_a_human_request_from_the_page_finishes_the_run(
 ) -> None:
     async with serve(db) as console:
         await _in_browser(lambda: browser.get(console.url + "/sessions/ask"))
+        # The live stream sends the requests once on connecting: wait for that swap.
+        await _until(browser, "return document.getElementById('requests-box').dataset.updates;")
         prompt = await _in_browser(
             lambda: browser.find_element(By.CSS_SELECTOR, "#requests .prompt").text
         )

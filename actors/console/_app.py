@@ -169,6 +169,7 @@ class _Console:
                     "last_run": row.last_run,
                     "updated": fmt_age(now - s.updated_at) + " ago",
                     "errors": sorted(row.errors.items()),
+                    "wake_up": _wake_up(row.next_wake_up, now),
                     "extra": extra.get(sid, {}),
                 }
             )
@@ -277,7 +278,9 @@ class _Console:
             view = await session_view(self.store, sid, live=self.live())
             tree, position = view.tree, view.position
             shown_requests = view.requests
+            # Both at once: the page may have been rendered before what this view saw.
             yield _sse("tree", self._tree_html(view))
+            yield _sse("requests", self._requests_html(request, sid, view))
             quiet = 0.0
             while True:
                 await trio.sleep(POLL_SECONDS)
@@ -288,12 +291,14 @@ class _Console:
                         quiet = 0.0
                         yield ": still here\n\n"
                     continue
-                position, changed = await tree_events_since(self.store, tree, position)
+                position, changed, asked = await tree_events_since(self.store, tree, position)
                 if not changed:
                     continue
                 quiet = 0.0
                 view = attrs.evolve(view, tree=tree)
                 yield _sse("tree", self._tree_html(view))
+                if not asked:
+                    continue
                 fresh = await session_view(self.store, sid, live=self.live())
                 if fresh.requests != shown_requests:
                     shown_requests = fresh.requests
@@ -551,6 +556,12 @@ def _int_param(text: str | None, name: str) -> int | None:
         return int(text)
     except ValueError:
         raise ConfigError(f"{name} must be a whole number, got {text!r}") from None
+
+
+def _wake_up(due: float | None, now: float) -> str:
+    if due is None:
+        return ""
+    return "due" if due <= now else "in " + fmt_age(due - now)
 
 
 def _shorten(text: str, width: int) -> str:

@@ -24,6 +24,7 @@ from actors.cli._tree import AgentTree
 from protocols import Usage, decode_record
 from protocols.errors import CodecError
 from runtime import EventStore, RecordedEvent
+from runtime.lowlevel import TimerBook
 
 from .._budget import Price, price_for
 
@@ -65,6 +66,13 @@ class AgentRow:
     last_run_at: float = 0.0
     errors: Counter[str] = attrs.Factory(Counter)
     """Failed runs by error code."""
+    timers: TimerBook = attrs.Factory(TimerBook)
+    """Its durable timers, folded from its own timer events (the runtime's own fold)."""
+
+    @property
+    def next_wake_up(self) -> float | None:
+        """When its next timer is due (epoch seconds), if any is pending."""
+        return self.timers.pending[0].due_at if self.timers.pending else None
 
 
 @final
@@ -109,6 +117,7 @@ class FleetFold:
                         row.summary.status = "failed"
                         continue
                     row.summary.apply(event)
+                    row.timers = row.timers.evolve(event)
                     if isinstance(event, RunStarted):
                         row.last_run, row.last_run_at = event.run_id, record.recorded_at
                     elif isinstance(event, RunFinished) and event.status == "failed":
@@ -238,12 +247,15 @@ async def session_view(store: EventStore, root_id: str, *, live: bool) -> Sessio
     )
 
 
-async def tree_events_since(store: EventStore, tree: AgentTree, position: int) -> tuple[int, bool]:
+async def tree_events_since(
+    store: EventStore, tree: AgentTree, position: int
+) -> tuple[int, bool, bool]:
     """Fold the tree's events appended after ``position`` into ``tree``; the new
-    position, and whether anything of the tree changed."""
+    position, whether anything of the tree changed, and whether its human requests may
+    have (a request, an answer or a run's end was among the events)."""
     from actors.cli._common import in_session_tree  # noqa: PLC0415
 
-    changed = False
+    changed = asked = False
     while True:
         page = await store.read_all(position + 1, limit=_PAGE)
         for record in page:
@@ -254,10 +266,11 @@ async def tree_events_since(store: EventStore, tree: AgentTree, position: int) -
             if event is not None:
                 tree.apply(sid, event)
                 changed = True
+                asked = asked or record.type.startswith(("session.human", "session.run_"))
         if page:
             position = page[-1].position
         if len(page) < _PAGE:
-            return position, changed
+            return position, changed, asked
 
 
 # -- the log: one keyset window of versions --------------------------------------------------

@@ -14,10 +14,15 @@ document.addEventListener("DOMContentLoaded", () => {
   if (!tree || !window.EventSource) return;
   const live = document.getElementById("live");
   const source = new EventSource(tree.dataset.stream);
-  source.addEventListener("tree", (e) => { tree.innerHTML = e.data; });
+  // data-updates counts the swaps, so a test (or a person's script) can wait for one.
+  const swap = (element, html) => {
+    element.innerHTML = html;
+    element.dataset.updates = String(Number(element.dataset.updates || 0) + 1);
+  };
+  source.addEventListener("tree", (e) => swap(tree, e.data));
   source.addEventListener("requests", (e) => {
     const box = document.getElementById("requests-box");
-    if (box) box.innerHTML = e.data;
+    if (box) swap(box, e.data);
   });
   source.onopen = () => { if (live) live.textContent = "(live)"; };
   source.onerror = () => { if (live) live.textContent = "(reconnecting…)"; };

@@ -38,15 +38,15 @@ _FLEET = """{% extends "base" %}{% block body %}
 {% for code, n in errors %}<tr><td><code>{{ code }}</code></td><td>{{ n }}</td></tr>{% endfor %}
 </table>{% endif %}
 <table id="fleet"><tr><th>agent</th><th>status</th>{% for c in extra_columns %}<th>{{ c }}</th>{% endfor %}
-<th>runs</th><th>rounds</th><th>tokens</th><th>today</th><th>last run</th><th>updated</th><th>errors</th></tr>
+<th>runs</th><th>rounds</th><th>tokens</th><th>today</th><th>last run</th><th>next wake-up</th><th>updated</th><th>errors</th></tr>
 {% for r in rows %}<tr class="depth{{ r.depth }}">
 <td><a href="{{ root }}/sessions/{{ r.root|urlencode }}{% if r.sub %}#node-{{ r.id }}{% endif %}">{{ r.id }}</a></td>
 <td><span class="status {{ r.status }}">{{ r.status_text }}</span></td>
 {% for c in extra_columns %}<td>{{ r.extra.get(c, "") }}</td>{% endfor %}
 <td>{{ r.runs }}</td><td>{{ r.rounds }}</td><td>{{ "{:,}".format(r.tokens) }}</td>
-<td>{{ "{:,}".format(r.today) }}</td><td>{{ r.last_run or "" }}</td><td>{{ r.updated }}</td>
+<td>{{ "{:,}".format(r.today) }}</td><td>{{ r.last_run or "" }}</td><td>{{ r.wake_up }}</td><td>{{ r.updated }}</td>
 <td>{% for code, n in r.errors %}<code>{{ code }}</code>×{{ n }} {% endfor %}</td></tr>
-{% else %}<tr><td colspan="10">no sessions in this log yet</td></tr>{% endfor %}
+{% else %}<tr><td colspan="11">no sessions in this log yet</td></tr>{% endfor %}
 </table>{% endblock %}
 """
 
