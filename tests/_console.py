@@ -38,6 +38,19 @@ def fetch_page() -> str:
     return "page says: " + PAYLOAD
 
 
+@tool(needs_approval=True)
+def deploy(target: str) -> str:
+    """Deploy to ``target`` (a person must approve each call)."""
+    return f"deployed to {target}"
+
+
+def _deploy_model(request: LLMRequest) -> LLMResponse:
+    call = ToolCall(id="call-deploy", name="deploy", arguments='{"target": "prod"}')
+    return LLMResponse(
+        content="Deploying.", tool_calls=(call,), finish_reason="tool_calls", model="m"
+    )
+
+
 def _payload_model(request: LLMRequest) -> LLMResponse:
     usage = Usage(prompt_tokens=40, completion_tokens=9)
     if not any(isinstance(m, ToolResultMessage) for m in request.messages):
@@ -63,7 +76,8 @@ async def _settle(store: SqliteEventStore, session_id: str) -> None:
 
 async def record_log(path: Path) -> None:
     """Three sessions: ``demo`` (the CLI's demo tree: a root and two helpers), ``xss``
-    (a tool result and answers carrying :data:`PAYLOAD`), ``ask`` (waits for a human)."""
+    (a tool result and answers carrying :data:`PAYLOAD`), ``ask`` (waits for a human's
+    answer), ``deploy`` (waits for a human's approval of a call)."""
     async with open_sqlite_store(path) as store, open_runtime(store=store) as runtime:
         demo = await spawn_cli_session(runtime, demo_llm(0), session_id="demo", interactive=False)
         assert (await demo.send("Plan the launch")).status == "completed"
@@ -74,6 +88,10 @@ async def record_log(path: Path) -> None:
         assert (await xss.send("Read the page " + PAYLOAD)).status == "completed"
         ask = await spawn_cli_session(runtime, demo_llm(0), session_id="ask", interactive=True)
         assert (await ask.send("ask me about the picnic")).status == "waiting_for_human"
+        gated = await spawn_session(
+            runtime, llm=FunctionLLM(_deploy_model), tools=[deploy], session_id="deploy"
+        )
+        assert (await gated.send("ship it")).status == "waiting_for_human"
 
 
 def copy_log(source: Path, target: Path) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import orjson
 import pytest
 import trio
 
@@ -52,7 +53,11 @@ async def test_fleet_lists_every_agent_with_the_cli_usage_fold(db: Path) -> None
         fleet = (await console.client.get("/api/fleet")).json()["sessions"]
         cli = {s.session_id: s for s in await summaries(console.store)}
     assert page.status_code == 200
-    assert {row["id"] for row in fleet} == set(cli) == {"demo", "demo.1", "demo.2", "xss", "ask"}
+    assert (
+        {row["id"] for row in fleet}
+        == set(cli)
+        == {"demo", "demo.1", "demo.2", "xss", "ask", "deploy"}
+    )
     for row in fleet:
         summary = cli[row["id"]]
         assert row["tokens"] == summary.prompt_tokens + summary.completion_tokens
@@ -364,6 +369,34 @@ async def test_answering_a_human_request_from_the_form_finishes_the_run(db: Path
     assert after["requests"] == [] and tree["status"] == "completed"
 
 
+@pytest.mark.parametrize(
+    ("verdict", "answer", "said"),
+    [("approve", "", "approved"), ("deny", "not on a Friday", "denied")],
+)
+async def test_an_approval_is_approved_or_denied_from_the_form(
+    db: Path, verdict: str, answer: str, said: str
+) -> None:
+    async with serve(db) as console:
+        (request,) = (await console.client.get("/api/sessions/deploy")).json()["requests"]
+        assert (request["kind"], request["request_id"]) == ("approval", "call-deploy")
+        page = await console.client.post(
+            "/sessions/deploy/answer",
+            data={
+                "csrf": await console.csrf(),
+                "request": "call-deploy",
+                "answer": answer,
+                "verdict": verdict,
+            },
+        )
+        await console.until("deploy", "completed")
+        log = (await console.client.get("/api/sessions/deploy/log?kind=session.human")).json()
+    assert f"{said} call-deploy of deploy" in page.text
+    answered = orjson.loads(log["events"][0]["data"])
+    assert answered["approve"] is (verdict == "approve")
+    if verdict == "deny":
+        assert answered["answer"] == "not on a Friday"
+
+
 async def test_a_wrong_request_id_comes_back_as_a_flash_with_its_code(db: Path) -> None:
     async with serve(db) as console:
         csrf = await console.csrf()
@@ -482,3 +515,24 @@ async def test_the_fleet_shows_each_agent_s_next_wake_up_from_its_timer_events(
     wake_up = {r["id"]: r["wake_up"] for r in rows}
     assert wake_up["xss"] in {"in 1h", "in 59m"}  # the cancelled earlier one is gone
     assert wake_up["demo"] == "" and "<th>next wake-up</th>" in page
+
+
+async def test_cancel_from_the_console_ends_the_open_run_without_asking_a_model(
+    db: Path,
+) -> None:
+    async with serve(db) as console:
+        cancelled = await console.client.post(
+            "/api/sessions/ask/cancel",
+            json={"reason": "not today"},
+            headers={"X-CSRF-Token": await console.csrf()},
+        )
+        tree = await console.until("ask", "cancelled")
+        log = (await console.client.get("/api/sessions/ask/log")).json()["events"]
+    assert cancelled.json()["note"].startswith("cancelled run run_")
+    assert tree["rounds"] == 1  # no model was asked again
+    assert [e["type"] for e in log[:3]] == [
+        "session.run_finished",
+        "session.cancel_requested",
+        "session.human_requested",
+    ]
+    assert orjson.loads(log[1]["data"])["reason"] == "not today"

@@ -179,7 +179,7 @@ async def test_the_fleet_and_usage_pages_render(browser: webdriver.Chrome, db: P
         rows = await _in_browser(
             lambda: len(browser.find_elements(By.CSS_SELECTOR, "#fleet tr")) - 1
         )
-        assert rows == 5
+        assert rows == 6
         await _shot(browser, "fleet")
         await _in_browser(lambda: browser.get(console.url + "/usage"))
         bars = await _in_browser(lambda: len(browser.find_elements(By.CSS_SELECTOR, "svg rect")))

@@ -19,7 +19,14 @@ from runtime import Clock, IdSource, Runtime, open_runtime
 
 from ._common import CliContext, db_in_use, db_lock, open_log
 from ._inspect import build_tree, load_actors, recorded_setup
-from ._model import choose_model, max_tokens_for, open_llm, spawn_cli_session
+from ._model import (
+    HaltLLM,
+    ModelChoice,
+    choose_model,
+    max_tokens_for,
+    open_llm,
+    spawn_cli_session,
+)
 from ._run import SETTLE_SECONDS, answer_request
 from ._tree import ACTIVE
 
@@ -88,7 +95,9 @@ class CliOperator:
             else:
                 reply = answer
             # The same messages as `powertrio reply` (a question's answer, or y/no+reason).
-            what = "answered" if request.kind == "question" else f"{verdict}d"
+            what = {"approve": "approved", "deny": "denied"}.get(verdict, "answered")
+            if request.kind == "question":
+                what = "answered"
             return f"{what} {request_id} of {session_id}", partial(
                 answer_request, session, request, reply
             )
@@ -106,7 +115,9 @@ class CliOperator:
             await session.cancel(reason, mode="immediate", by="console")
             return f"cancelled run {run_id} of {session_id}", partial(session.wait, run_id)
 
-        return await self._drive(session_id, act)
+        # As `powertrio cancel`: a model that never answers, so the resumed run asks
+        # nothing of a real one before the cancel lands.
+        return await self._drive(session_id, act, halt=True)
 
     async def fork(self, session_id: str, at_version: int, new_id: str | None) -> str:
         from actors import fork_session
@@ -118,8 +129,8 @@ class CliOperator:
         with db_lock(self.ctx.db, "ui", wait=0):
             return await fork_session(self.store, session_id, at_version=at_version, new_id=new_id)
 
-    async def _drive(self, session_id: str, act: Act) -> str:
-        note: str = await self.nursery.start(self._run, session_id, act)
+    async def _drive(self, session_id: str, act: Act, *, halt: bool = False) -> str:
+        note: str = await self.nursery.start(partial(self._run, session_id, act, halt=halt))
         return note
 
     async def _run(
@@ -127,18 +138,22 @@ class CliOperator:
         session_id: str,
         act: Act,
         *,
+        halt: bool = False,
         task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        choice = choose_model(self.args)
+        choice = ModelChoice(kind="demo", label="none") if halt else choose_model(self.args)
         with db_lock(self.ctx.db, "ui", wait=0):
             setup = await recorded_setup(self.store, session_id)
             max_tokens = max_tokens_for(self.args, choice)
             if max_tokens is None and self.args.max_tokens is None:
                 max_tokens = setup.max_tokens
-            async with open_llm(self.ctx, choice) as llm, open_runtime(store=self.store) as runtime:
+            async with (
+                open_llm(self.ctx, choice) as chosen,
+                open_runtime(store=self.store) as runtime,
+            ):
                 session = await spawn_cli_session(
                     runtime,
-                    llm,
+                    HaltLLM() if halt else chosen,
                     session_id=session_id,
                     interactive=setup.ask_human,
                     max_tokens=max_tokens,

@@ -15,7 +15,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import final
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import attrs
 import orjson
@@ -520,13 +520,14 @@ class _Console:
                 return self.error_page(request, exc, 409)
             flash_id = self.flash("error", f"[{exc.code}] {exc}")
             return RedirectResponse(
-                f"{_root(request)}/sessions/{back}?flash={flash_id}", status_code=303
+                f"{_root(request)}/sessions/{quote(back, safe='')}?flash={flash_id}",
+                status_code=303,
             )
         if _wants_json(request):
             return JSONResponse({"ok": True, "note": note, "session_id": new_id or sid})
         flash_id = self.flash("ok", note)
         return RedirectResponse(
-            f"{_root(request)}/sessions/{back}?flash={flash_id}", status_code=303
+            f"{_root(request)}/sessions/{quote(back, safe='')}?flash={flash_id}", status_code=303
         )
 
     async def csrf_token(self, request: Request) -> Response:
