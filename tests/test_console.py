@@ -536,3 +536,36 @@ async def test_cancel_from_the_console_ends_the_open_run_without_asking_a_model(
         "session.human_requested",
     ]
     assert orjson.loads(log[1]["data"])["reason"] == "not today"
+
+
+def test_powertrio_ui_serves_the_log_until_it_is_stopped(db: Path) -> None:
+    """The command itself: ``powertrio ui --port 0 --json`` prints its address, serves the
+    fleet, and stops on SIGINT with exit code 130 (Ctrl-C)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    root = Path(__file__).resolve().parent.parent
+    env = os.environ | {"PYTHONPATH": str(root)}
+    command = [sys.executable, "-m", "actors.cli", "--db", str(db), "ui", "--port", "0"]
+    with subprocess.Popen(
+        [*command, "--json", "--demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as process:
+        try:
+            assert process.stdout is not None
+            started = json.loads(process.stdout.readline())
+            assert started["url"].startswith("http://127.0.0.1:")
+            fleet = httpx.get(started["url"] + "api/fleet", timeout=30).json()
+        finally:
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=30)
+    assert {row["id"] for row in fleet["sessions"]} >= {"demo", "xss", "ask"}
+    assert code == 130
