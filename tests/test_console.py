@@ -569,3 +569,35 @@ def test_powertrio_ui_serves_the_log_until_it_is_stopped(db: Path) -> None:
             code = process.wait(timeout=30)
     assert {row["id"] for row in fleet["sessions"]} >= {"demo", "xss", "ask"}
     assert code == 130
+
+
+async def test_a_log_page_links_to_its_neighbours_and_the_state_page_forks(db: Path) -> None:
+    from runtime import NewEvent
+
+    # A longer stream: three of its events again, 60 more (a page is 50).
+    async with open_sqlite_store(db) as store:
+        records = await store.read("session/xss", 2, limit=3)
+        version = await store.stream_version("session/xss")
+        for _ in range(20):
+            again = [
+                NewEvent(type=r.type, schema_version=r.schema_version, data=r.data) for r in records
+            ]
+            version = (await store.append("session/xss", again, version)).version
+    async with serve(db) as console:
+        newest = (await console.client.get("/sessions/xss/log")).text
+        older_query = re.search(r'<a id="older" href="\?([^"]+)"', newest)
+        assert older_query is not None
+        older = (await console.client.get("/sessions/xss/log?" + older_query.group(1))).text
+        newer_query = re.search(r'<a href="\?([^"]+)">← newer</a>', older)
+        assert newer_query is not None
+        back = (await console.client.get("/sessions/xss/log?" + newer_query.group(1))).text
+        state = (await console.client.get("/sessions/xss/state?at=4")).text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', state)
+        assert csrf is not None and "Fork a new session from version 4" in state
+        forked = await console.client.post(
+            "/sessions/xss/fork", data={"csrf": csrf.group(1), "at": "4", "as": "from-state"}
+        )
+    assert older_query.group(1) == f"before={version - 49}"
+    assert f"<td>{version - 50}</td>" in older and f"<td>{version}</td>" not in older
+    assert f"<td>{version}</td>" in back and f"<td>{version - 50}</td>" not in back
+    assert "forked xss at version 4 as from-state" in forked.text

@@ -42,6 +42,7 @@ from runtime import EventStore
 from .._budget import Price
 from ._chart import stacked_bars
 from ._data import (
+    LOG_PAGE_SIZE,
     FleetFold,
     SessionView,
     log_page,
@@ -339,7 +340,7 @@ class _Console:
         older = urlencode(keep | {"before": page.older}) if page.older else ""
         newer = ""
         if before is not None and before <= page.version:
-            newer = urlencode(keep | {"before": min(page.version + 1, before + len(rows) + 50)})
+            newer = urlencode(keep | {"before": min(page.version + 1, before + LOG_PAGE_SIZE)})
         return self.page(
             request,
             "log",

@@ -126,6 +126,9 @@ run <input name="run" value="{{ run }}" size="16"> <button>filter</button>
 _STATE = """{% extends "base" %}{% block body %}
 <h1>State of <a href="{{ root }}/sessions/{{ sid|urlencode }}"><code>{{ sid }}</code></a> at version {{ at }}</h1>
 <p><a href="?at={{ at - 1 }}">← v{{ at - 1 }}</a> · <a href="?at={{ at + 1 }}">v{{ at + 1 }} →</a></p>
+{% if writable %}<form method="post" action="{{ root }}/sessions/{{ sid|urlencode }}/fork">
+<input type="hidden" name="csrf" value="{{ csrf }}"><input type="hidden" name="at" value="{{ at }}">
+<input name="as" placeholder="new id (optional)"> <button>Fork a new session from version {{ at }}</button></form>{% endif %}
 <table class="small">{% for k, v in facts %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>{% endfor %}</table>
 <h2>Transcript as of v{{ at }} ({{ messages|length }} messages)</h2>
 <ol class="transcript">{% for m in messages %}<li><b>{{ m.role }}</b><div class="text">{{ m.text }}</div></li>{% endfor %}</ol>
