@@ -601,3 +601,32 @@ async def test_a_log_page_links_to_its_neighbours_and_the_state_page_forks(db: P
     assert f"<td>{version - 50}</td>" in older and f"<td>{version}</td>" not in older
     assert f"<td>{version}</td>" in back and f"<td>{version - 50}</td>" not in back
     assert "forked xss at version 4 as from-state" in forked.text
+
+
+async def test_the_fleet_page_answers_before_a_long_log_is_folded_and_catches_up(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actors.console import _app
+    from runtime import NewEvent
+
+    async with open_sqlite_store(db) as store:
+        records = await store.read("session/xss", 2, limit=3)
+        version = await store.stream_version("session/xss")
+        again = [
+            NewEvent(type=r.type, schema_version=r.schema_version, data=r.data) for r in records
+        ]
+        version = (await store.append("session/xss", again * 1500, version)).version
+    monkeypatch.setattr(_app, "FOLD_BUDGET_SECONDS", 0.0)  # one page of the log a load
+    async with serve(db) as console:
+        first = await console.client.get("/")
+        loads = 1
+        while True:
+            fleet = (await console.client.get("/api/fleet")).json()
+            loads += 1
+            if fleet["position"] == fleet["head"]:
+                break
+        cli = {s.session_id: s for s in await summaries(console.store)}
+    assert "still folding the log: 2,000 of" in first.text
+    assert loads == 3  # 4,5xx events: three pages of 2,000
+    tokens = {row["id"]: row["tokens"] for row in fleet["sessions"]}
+    assert tokens == {sid: s.prompt_tokens + s.completion_tokens for sid, s in cli.items()}

@@ -61,6 +61,9 @@ __all__ = ["console_app"]
 POLL_SECONDS = 0.25
 """How often a live page's stream looks for new events (another process may write them)."""
 HEARTBEAT_SECONDS = 15.0
+FOLD_BUDGET_SECONDS = 1.0
+"""The most a fleet or usage page folds before it answers with what it has (a long log's
+first fold spreads over a few loads)."""
 TRANSCRIPT_ENTRIES = 200
 """The newest transcript entries the session page shows (the log page has them all)."""
 _COOKIE = "powertrio_ui"
@@ -143,7 +146,8 @@ class _Console:
     # -- pages ---------------------------------------------------------------------------
 
     async def fleet(self, request: Request) -> Response:
-        await self.fold.refresh(self.store)
+        # A page never waits for a whole long log: it shows what is folded so far.
+        caught_up = await self.fold.refresh(self.store, budget=FOLD_BUDGET_SECONDS)
         extra: Mapping[str, Mapping[str, str]] = {}
         columns: tuple[str, ...] = ()
         if self.fleet_source is not None:
@@ -174,8 +178,15 @@ class _Console:
                     "extra": extra.get(sid, {}),
                 }
             )
+        head = self.fold.position if caught_up else await self.store.head_position()
         if _wants_json(request):
-            return JSONResponse({"sessions": rows, "position": self.fold.position})
+            return JSONResponse({"sessions": rows, "position": self.fold.position, "head": head})
+        note = "" if self.fleet_source else "agents and usage from the log"
+        if not caught_up:
+            note = (
+                f"still folding the log: {self.fold.position:,} of {head:,} events so far "
+                "(reload for more)"
+            )
         return self.page(
             request,
             "fleet",
@@ -185,11 +196,11 @@ class _Console:
             today=today,
             errors=sorted(self.fold.errors_by_code().items()),
             extra_columns=columns,
-            fleet_note="" if self.fleet_source else "agents and usage from the log",
+            fleet_note=note,
         )
 
     async def usage(self, request: Request) -> Response:
-        await self.fold.refresh(self.store)
+        await self.fold.refresh(self.store, budget=FOLD_BUDGET_SECONDS)
         days = self.fold.days()
         tokens: dict[str, list[float]] = {}
         cost: dict[str, list[float]] = {}

@@ -93,10 +93,12 @@ class FleetFold:
     """(session, UTC day) → cost in USD at ``prices`` (models with no price cost 0)."""
     _lock: trio.Lock = attrs.Factory(trio.Lock)
 
-    async def refresh(self, store: EventStore) -> None:
-        """Fold the events appended since the last refresh."""
+    async def refresh(self, store: EventStore, *, budget: float | None = None) -> bool:
+        """Fold the events appended since the last refresh; with ``budget`` (seconds),
+        stop after the page that overruns it. Whether the fold reached the log's head."""
         from actors.events import AssistantRecorded, RunFinished, RunStarted  # noqa: PLC0415
 
+        deadline = None if budget is None else time.monotonic() + budget
         async with self._lock:
             while True:
                 page = await store.read_all(self.position + 1, limit=_PAGE)
@@ -134,7 +136,9 @@ class FleetFold:
                 if page:
                     self.position = page[-1].position
                 if len(page) < _PAGE:
-                    return
+                    return True
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
 
     def tokens_on(self, session_id: str, day: str) -> int:
         """Tokens ``session_id`` used on ``day`` (UTC), by the CLI's fold."""
