@@ -630,3 +630,47 @@ async def test_the_fleet_page_answers_before_a_long_log_is_folded_and_catches_up
     assert loads == 3  # 4,5xx events: three pages of 2,000
     tokens = {row["id"]: row["tokens"] for row in fleet["sessions"]}
     assert tokens == {sid: s.prompt_tokens + s.completion_tokens for sid, s in cli.items()}
+
+
+@pytest.mark.parametrize(
+    ("price", "message"),
+    [
+        ("m=1", "--price takes MODEL=PROMPT,COMPLETION in USD per million tokens, got 'm=1'"),
+        ("=1,2", "--price needs a model name before '=', got '=1,2'"),
+    ],
+)
+def test_a_bad_price_is_refused_with_what_to_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], price: str, message: str
+) -> None:
+    code = main(["ui", "--db", str(tmp_path / "none.sqlite"), "--price", price])
+    assert code == 2
+    assert f"error [config.invalid]: {message}" in capsys.readouterr().err
+
+
+async def test_bad_actions_are_refused_with_their_messages(db: Path) -> None:
+    async with serve(db) as console:
+        headers = {"X-CSRF-Token": await console.csrf()}
+        before = await console.store.head_position()
+        post = console.client.post
+        empty = await post("/api/sessions/demo/follow-up", json={"text": " "}, headers=headers)
+        verdict = await post(
+            "/api/sessions/ask/answer",
+            json={"request": "c2-ask", "verdict": "maybe"},
+            headers=headers,
+        )
+        fork = await post("/api/sessions/demo/fork", json={"at": "0"}, headers=headers)
+        unknown = await post("/api/sessions/demo/explode", json={}, headers=headers)
+    assert [r.status_code for r in (empty, verdict, fork)] == [409, 409, 409]
+    assert empty.json()["error"] == {
+        "code": "config.invalid",
+        "message": "the follow-up is empty: write something for the model",
+    }
+    assert verdict.json()["error"]["message"] == (
+        "verdict must be reply, approve or deny, got 'maybe'"
+    )
+    assert fork.json()["error"]["message"] == (
+        "fork needs a version of at least 1 (the last event to keep)"
+    )
+    assert (unknown.status_code, unknown.text) == (404, "no such action")
+    async with open_sqlite_store(db) as store:
+        assert await store.head_position() == before
