@@ -22,7 +22,7 @@ from actors.cli._tree import ACTIVE
 from actors.cli._ui import CliOperator
 from actors.console import console_app, serve_console
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
-from runtime import SqliteEventStore, open_runtime, open_sqlite_store
+from runtime import EventStore, SqliteEventStore, open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM
 
 PAYLOAD = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
@@ -65,20 +65,26 @@ def _payload_model(request: LLMRequest) -> LLMResponse:
     return LLMResponse(content="The page said " + PAYLOAD, usage=usage, model="payload-model")
 
 
-async def _settle(store: SqliteEventStore, session_id: str) -> None:
+async def _settle(store: EventStore, session_id: str) -> None:
     with trio.fail_after(10):
         while True:
-            tree = await build_tree(store, session_id, live=True)
+            tree = await build_tree(store, session_id, live=True)  # type: ignore[arg-type]
             if not any(n.status in ACTIVE for s, n in tree.nodes.items() if s != session_id):
                 return
             await trio.sleep(0.02)
 
 
 async def record_log(path: Path) -> None:
-    """Three sessions: ``demo`` (the CLI's demo tree: a root and two helpers), ``xss``
+    """:func:`record_into` a new SQLite log at ``path``."""
+    async with open_sqlite_store(path) as store:
+        await record_into(store)
+
+
+async def record_into(store: EventStore) -> None:
+    """Four sessions: ``demo`` (the CLI's demo tree: a root and two helpers), ``xss``
     (a tool result and answers carrying :data:`PAYLOAD`), ``ask`` (waits for a human's
     answer), ``deploy`` (waits for a human's approval of a call)."""
-    async with open_sqlite_store(path) as store, open_runtime(store=store) as runtime:
+    async with open_runtime(store=store) as runtime:
         demo = await spawn_cli_session(runtime, demo_llm(0), session_id="demo", interactive=False)
         assert (await demo.send("Plan the launch")).status == "completed"
         await _settle(store, "demo")

@@ -674,3 +674,31 @@ async def test_bad_actions_are_refused_with_their_messages(db: Path) -> None:
     assert (unknown.status_code, unknown.text) == (404, "no such action")
     async with open_sqlite_store(db) as store:
         assert await store.head_position() == before
+
+
+async def test_the_console_reads_a_postgresql_log_too(postgres_server: object) -> None:
+    import _postgres
+    import httpx
+    from _console import record_into
+
+    from runtime import open_postgres_store
+
+    schema = _postgres.fresh_schema()
+    try:
+        async with open_postgres_store(postgres_server.dsn(), schema=schema) as store:  # type: ignore[attr-defined]
+            await record_into(store)
+            cli = await build_tree(store, "demo", live=True)  # type: ignore[arg-type]
+            transport = httpx.ASGITransport(app=console_app(store))
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                fleet = (await client.get("/api/fleet")).json()["sessions"]
+                tree = (await client.get("/api/sessions/demo")).json()["tree"]
+                log = (await client.get("/api/sessions/xss/log")).json()
+                replay = (await client.get("/api/sessions/demo/replay")).json()
+                page = (await client.get("/sessions/xss")).text
+    finally:
+        await _postgres.drop_schema(postgres_server, schema)  # type: ignore[arg-type]
+    assert {r["id"] for r in fleet} == {"demo", "demo.1", "demo.2", "xss", "ask", "deploy"}
+    assert tree == cli.to_json()
+    assert [e["version"] for e in log["events"]][-1] == 1
+    assert replay["ok"] is True
+    _inert(page)
