@@ -119,6 +119,23 @@ async def test_every_page_carries_a_content_security_policy(db: Path) -> None:
             assert "<script>" not in response.text  # no inline script: only the file
 
 
+async def test_with_no_token_only_loopback_names_are_served(db: Path) -> None:
+    async with serve(db) as console:
+        served = {
+            host: (await console.client.get("/", headers={"Host": host})).status_code
+            for host in ("127.0.0.1:8321", "localhost", "[::1]:9000", "127.0.0.2")
+        }
+        rebound = await console.client.get("/", headers={"Host": "evil.example:8321"})
+        bare_ipv6 = await console.client.get("/", headers={"Host": "::1"})
+    assert set(served.values()) == {200}
+    assert rebound.status_code == 403
+    assert rebound.text == (
+        "forbidden: with no token this console answers only to a loopback address "
+        "(127.0.0.1, localhost, [::1]); give it --token to serve other names"
+    )
+    assert bare_ipv6.status_code == 403  # an IPv6 host must be bracketed: not read as one
+
+
 async def test_a_post_without_the_csrf_token_is_refused_and_records_nothing(db: Path) -> None:
     async with serve(db) as console:
         before = await console.store.head_position()
@@ -478,7 +495,7 @@ async def test_the_console_mounts_under_a_prefix(db: Path) -> None:
     async with open_sqlite_store(db) as store:
         app = Starlette(routes=[Mount("/console", app=console_app(store))])
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             page = (await client.get("/console/sessions/demo")).text
             css = await client.get("/console/static/console.css")
     assert 'href="/console/static/console.css"' in page
@@ -689,7 +706,8 @@ async def test_the_console_reads_a_postgresql_log_too(postgres_server: object) -
             await record_into(store)
             cli = await build_tree(store, "demo", live=True)  # type: ignore[arg-type]
             transport = httpx.ASGITransport(app=console_app(store))
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            local = "http://127.0.0.1"
+            async with httpx.AsyncClient(transport=transport, base_url=local) as client:
                 fleet = (await client.get("/api/fleet")).json()["sessions"]
                 tree = (await client.get("/api/sessions/demo")).json()["tree"]
                 log = (await client.get("/api/sessions/xss/log")).json()

@@ -600,6 +600,17 @@ class _Guard:
             return
         request = Request(scope, receive)
         token = self.console.token
+        if token is None and not _loopback_host(request.headers.get("host", "")):
+            # No token: the console trusts whoever reaches loopback. A page of another
+            # site whose name was re-pointed at 127.0.0.1 (DNS rebinding) comes with its
+            # own name in Host; it gets nothing.
+            response = PlainTextResponse(
+                "forbidden: with no token this console answers only to a loopback address "
+                "(127.0.0.1, localhost, [::1]); give it --token to serve other names",
+                status_code=403,
+            )
+            await response(scope, receive, send)
+            return
         if token is not None:
             given = request.query_params.get("token")
             if given is not None and hmac.compare_digest(given.encode(), token.encode()):
@@ -631,6 +642,16 @@ class _Guard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)  # type: ignore[arg-type]
+
+
+def _loopback_host(host: str) -> bool:
+    """Whether a Host header names this machine's loopback (any port)."""
+    from ._serve import is_loopback  # noqa: PLC0415
+
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if host.startswith("["):
+        name = host[1:].split("]", 1)[0]
+    return is_loopback(name)
 
 
 def _authorised(request: Request, token: str) -> bool:
