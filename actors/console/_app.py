@@ -600,6 +600,7 @@ class _Guard:
             return
         request = Request(scope, receive)
         token = self.console.token
+        response: Response
         if token is None and not _loopback_host(request.headers.get("host", "")):
             # No token: the console trusts whoever reaches loopback. A page of another
             # site whose name was re-pointed at 127.0.0.1 (DNS rebinding) comes with its
@@ -615,7 +616,7 @@ class _Guard:
             given = request.query_params.get("token")
             if given is not None and hmac.compare_digest(given.encode(), token.encode()):
                 # Trade the token in the address for a cookie, and drop it from the address.
-                response: Response = RedirectResponse(request.url.path, status_code=303)
+                response = RedirectResponse(request.url.path, status_code=303)
                 response.set_cookie(_COOKIE, token, httponly=True, samesite="strict")
                 await response(scope, receive, send)
                 return
