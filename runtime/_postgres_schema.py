@@ -36,8 +36,10 @@ if TYPE_CHECKING:
 __all__ = [
     "INSERT_BLOBS",
     "INSERT_EVENTS",
+    "LOAD_CHECKPOINT",
     "READ_ALL",
     "READ_SNAPSHOT",
+    "SAVE_CHECKPOINT",
     "READ_STREAM",
     "SAVE_SNAPSHOT",
     "SCHEMA_VERSION",
@@ -82,6 +84,16 @@ _DDL = (
         recorded_at double precision NOT NULL
     )""",
 )
+
+# Projections' checkpoints (the timers index, see runtime._timer_checkpoint): a cache of a
+# fold up to a log position, one row per projection. Its own statement, apart from the
+# log's tables above: older code opening the schema ignores the table, and it can be
+# dropped at any time (the projection then folds the whole log).
+_CHECKPOINTS_DDL = """CREATE TABLE IF NOT EXISTS checkpoints (
+    name text COLLATE "C" PRIMARY KEY,
+    position bigint NOT NULL,
+    data bytea NOT NULL
+)"""
 
 _EVENT_COLUMNS = (
     "e.stream, e.version, e.position, e.type, e.schema_version, coalesce(e.data, b.data), "
@@ -131,6 +143,11 @@ SAVE_SNAPSHOT = (
     "DO UPDATE SET version = excluded.version, type = excluded.type, "
     "schema_version = excluded.schema_version, data = excluded.data, "
     "recorded_at = excluded.recorded_at WHERE excluded.version >= snapshots.version"
+)
+LOAD_CHECKPOINT = "SELECT position, data FROM checkpoints WHERE name = %s"
+SAVE_CHECKPOINT = (
+    "INSERT INTO checkpoints VALUES (%s, %s, %s) ON CONFLICT (name) "
+    "DO UPDATE SET position = excluded.position, data = excluded.data"
 )
 DELETE_EVENTS = "DELETE FROM events WHERE stream = ANY(%s::text[])"
 DELETE_SNAPSHOTS = "DELETE FROM snapshots WHERE stream = ANY(%s::text[])"
@@ -250,6 +267,7 @@ def prepare_schema(conn: psycopg.Connection, schema: str, *, server: str) -> int
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         for statement in _DDL:
             conn.execute(statement)
+        conn.execute(_CHECKPOINTS_DDL)
         conn.execute(
             "INSERT INTO powertrio_meta VALUES ('schema_version', %s) ON CONFLICT DO NOTHING",
             (str(SCHEMA_VERSION),),

@@ -44,9 +44,11 @@ from ._postgres_schema import (
     DELETE_EVENTS,
     DELETE_ORPHAN_BLOBS,
     DELETE_SNAPSHOTS,
+    LOAD_CHECKPOINT,
     READ_ALL,
     READ_SNAPSHOT,
     READ_STREAM,
+    SAVE_CHECKPOINT,
     SAVE_SNAPSHOT,
     STREAM_VERSION,
     STREAMS_LISTING,
@@ -393,6 +395,41 @@ class PostgresEventStore:
             )
 
         return await self._run_read(run)
+
+    async def load_checkpoint(self, name: str) -> tuple[int, bytes] | None:
+        """A projection's checkpoint: the log position it folded up to, and its state.
+
+        As on SQLite (see ``SqliteEventStore.load_checkpoint``): the timers index keeps
+        one so that opening folds only the events after it. Its position is one the
+        projection reached through ``read_all``, so no event at or below it can still
+        commit late.
+
+        Raises:
+            StoreClosedError: the store is closed.
+            StoreUnavailableError: the server is unreachable or the connection broke.
+        """
+
+        def run(conn: psycopg.Connection) -> tuple[int, bytes] | None:
+            row = conn.execute(LOAD_CHECKPOINT, (name,), binary=True).fetchone()
+            return None if row is None else (int(row[0]), bytes(row[1]))
+
+        return await self._run_read(run)
+
+    async def save_checkpoint(self, name: str, position: int, data: bytes) -> None:
+        """Replace the checkpoint of projection ``name`` (see :meth:`load_checkpoint`).
+
+        Raises:
+            StoreClosedError: the store is closed.
+            StoreUnavailableError: the server is unreachable or the connection broke.
+            ValueError: ``position`` is negative.
+        """
+        if position < 0:
+            raise ValueError(f"checkpoint position must be >= 0, got {position}")
+
+        def run(conn: psycopg.Connection) -> None:
+            conn.execute(SAVE_CHECKPOINT, (name, position, data), binary=True)
+
+        await self._run_write(run)
 
     def subscribe(self, from_position: int = 1, *, prefix: str = "") -> Subscription:
         """Follow the log from ``from_position``; see ``EventStore.subscribe``.
