@@ -9,7 +9,8 @@ The tree (code in brackets)::
     PowertrioError                                [powertrio]
     ├── ConfigError (ValueError)                  [config.invalid]
     │   ├── MissingSettingError                   [config.missing]
-    │   └── AgentSpecError                        [config.agent_spec]
+    │   ├── AgentSpecError                        [config.agent_spec]
+    │   └── BadConnectionStringError              [config.connection_string]
     ├── ActorError                                [actor]
     │   ├── ActorStoppedError                     [actor.stopped]
     │   │   └── ActorFailedError                  [actor.failed]
@@ -31,7 +32,8 @@ The tree (code in brackets)::
     │   ├── StreamNotFoundError (LookupError)     [store.stream_not_found]
     │   ├── StoreNotFoundError (LookupError)      [store.not_found]
     │   ├── StoreLockedError                      [store.locked]
-    │   └── StoreUnavailableError                 [store.unavailable]
+    │   ├── StoreUnavailableError                 [store.unavailable]
+    │   └── StoreRefusedError                     [store.refused]
     ├── CodecError                                [codec]
     │   ├── UnknownEventTypeError                 [codec.unknown_type]
     │   ├── FutureEventVersionError               [codec.future_version]
@@ -182,7 +184,7 @@ from ._errors_log import (
     StreamNotFoundError,
     UnknownEventTypeError,
 )
-from ._errors_server import StoreUnavailableError
+from ._errors_server import BadConnectionStringError, StoreRefusedError, StoreUnavailableError
 from ._util import fixup_module_metadata as _fixup
 
 __all__ = [
@@ -194,6 +196,7 @@ __all__ = [
     "ActorStoppedError",
     "AgentSpecError",
     "AskTimeoutError",
+    "BadConnectionStringError",
     "BadInputFileError",
     "BoardBadKeyError",
     "BoardBadValueError",
@@ -245,6 +248,7 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreRefusedError",
     "StoreSchemaVersionError",
     "StoreUnavailableError",
     "StreamNotFoundError",

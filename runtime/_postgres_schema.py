@@ -16,9 +16,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal, cast
 
 from protocols.errors import (
+    BadConnectionStringError,
     CorruptLogError,
     ForeignDatabaseError,
     StoreError,
+    StoreNotFoundError,
+    StoreRefusedError,
     StoreSchemaVersionError,
     StoreUnavailableError,
 )
@@ -46,6 +49,7 @@ __all__ = [
     "STREAMS_LISTING",
     "STREAM_VERSION",
     "STREAM_VERSIONS",
+    "check_dsn",
     "connect",
     "describe",
     "lock_key",
@@ -156,6 +160,20 @@ DELETE_ORPHAN_BLOBS = (
 )
 
 
+def check_dsn(dsn: str) -> None:
+    """Refuse a connection string libpq cannot parse, before trying to connect.
+
+    Raises:
+        BadConnectionStringError: it does not parse (the message does not repeat it).
+    """
+    import psycopg  # noqa: PLC0415  # the optional extra, see above
+
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise BadConnectionStringError(_first_line(exc)) from None
+
+
 def describe(dsn: str) -> str:
     """A DSN fit for messages: host, port and database, never the password."""
     import psycopg  # noqa: PLC0415  # the optional extra, see above
@@ -231,20 +249,47 @@ def connect(dsn: str, schema: str, *, server: str, connect_timeout: float) -> ps
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(connect_timeout)))
     except psycopg.OperationalError as exc:
-        raise StoreUnavailableError(server, "connect", _first_line(exc)) from exc
+        detail = _connect_detail(exc)
+        if any(marker in detail.lower() for marker in _REFUSALS):
+            raise StoreRefusedError(server, detail) from exc
+        raise StoreUnavailableError(server, "connect", detail) from exc
+    except psycopg.ProgrammingError as exc:  # an unparsable string (check_dsn tells first)
+        raise BadConnectionStringError(_first_line(exc)) from None
     with map_errors(server):
         conn.execute("SELECT set_config('search_path', %s, false)", (_quoted(schema),))
     return conn
+
+
+# What a server says when it answers but will not let us in: waiting does not fix these.
+# Everything else at connect time (refused, unreachable, "starting up", "shutting down",
+# "too many clients") may heal, so it is StoreUnavailableError, which the store retries.
+_REFUSALS = (
+    "does not exist",
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "permission denied",
+    "no password supplied",
+)
+
+
+def _connect_detail(exc: BaseException) -> str:
+    """The server's own words from a failed connect (libpq prefixes them with the address)."""
+    text = " ".join(str(exc).split())
+    _, fatal, said = text.partition("FATAL: ")
+    return said.strip() if fatal else _first_line(exc)
 
 
 def _quoted(schema: str) -> str:
     return '"' + schema.replace('"', '""') + '"'
 
 
-def prepare_schema(conn: psycopg.Connection, schema: str, *, server: str) -> int:
+def prepare_schema(
+    conn: psycopg.Connection, schema: str, *, server: str, create: bool = True
+) -> int:
     """Create the schema and tables if missing, check an existing one; returns the head.
 
     Raises:
+        StoreNotFoundError: there is no log in ``schema`` and ``create`` is false.
         ForeignDatabaseError: the schema holds other tables and is not a powertrio log.
         StoreSchemaVersionError: a newer powertrio wrote it.
         StoreError: the server refused (e.g. no right to create the schema).
@@ -264,6 +309,9 @@ def prepare_schema(conn: psycopg.Connection, schema: str, *, server: str) -> int
         }
         if tables and "powertrio_meta" not in tables:
             raise ForeignDatabaseError(where)
+        if not create and not tables:
+            hint = "start one there with `powertrio run`, or check the database and schema"
+            raise StoreNotFoundError(where, hint)
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         for statement in _DDL:
             conn.execute(statement)

@@ -52,6 +52,7 @@ from ._postgres_schema import (
     SAVE_SNAPSHOT,
     STREAM_VERSION,
     STREAMS_LISTING,
+    check_dsn,
     connect,
     describe,
     map_errors,
@@ -493,6 +494,7 @@ async def open_postgres_store(
     connect_timeout: float = 10.0,
     poll_interval: float = 0.05,
     clock: Callable[[], float] = time.time,
+    create: bool = True,
 ) -> AsyncIterator[PostgresEventStore]:
     """Open (or create) the event log in ``schema`` of a PostgreSQL database.
 
@@ -513,12 +515,18 @@ async def open_postgres_store(
         poll_interval (float): how often a follower re-reads while an older transaction
             holds events back.
         clock (Callable[[], float]): the time source for ``recorded_at``.
+        create (bool): create the log's tables when ``schema`` has none; with false,
+            a missing log is ``StoreNotFoundError`` (so a typo does not leave one behind).
 
     Yields:
         PostgresEventStore: the open store.
 
     Raises:
+        BadConnectionStringError: ``dsn`` does not parse.
         StoreUnavailableError: the server cannot be reached.
+        StoreRefusedError: the server refused the connection (no such database or
+            user, bad password).
+        StoreNotFoundError: there is no log in ``schema`` and ``create`` is false.
         ForeignDatabaseError: ``schema`` holds another application's tables.
         StoreSchemaVersionError: a newer powertrio wrote the log.
         StoreError: the server refused (e.g. no right to create the schema).
@@ -536,12 +544,13 @@ async def open_postgres_store(
         raise ValueError(f"readers must be >= 1, got {readers}")
     if not schema:
         raise ValueError("schema must be a non-empty string")
+    check_dsn(dsn)
     server = describe(dsn)
 
     def opening() -> tuple[psycopg.Connection, int]:
         conn = connect(dsn, schema, server=server, connect_timeout=connect_timeout)
         try:
-            return conn, prepare_schema(conn, schema, server=server)
+            return conn, prepare_schema(conn, schema, server=server, create=create)
         except BaseException:
             conn.close()
             raise
