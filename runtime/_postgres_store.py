@@ -40,6 +40,7 @@ from ._event_store import (
     check_from,
     check_stream_name,
 )
+from ._postgres_retry import DEFAULT_RETRY_DEADLINE, Retrying
 from ._postgres_schema import (
     DELETE_EVENTS,
     DELETE_ORPHAN_BLOBS,
@@ -104,6 +105,13 @@ class _ReaderPool:
                 return
         conn.close()
 
+    def drop_idle(self) -> None:
+        """Close the idle connections (after a failure they are likely dead too)."""
+        with self._guard:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
     def close(self) -> None:
         """Close every idle connection; ones in use close when given back."""
         with self._guard:
@@ -137,6 +145,7 @@ class PostgresEventStore:
     _poll_interval: float
     _reader_limit: trio.CapacityLimiter
     _readers: _ReaderPool
+    _read_retrying: Retrying
     _closing: bool = False
 
     def __repr__(self) -> str:
@@ -201,13 +210,16 @@ class PostgresEventStore:
         finally:
             virtual.release()
 
-    async def _run_write(self, fn: Callable[[psycopg.Connection], T]) -> T:
-        """Run ``fn`` on the write connection, in the writer thread, between commits."""
+    async def _run_write(self, fn: Callable[[psycopg.Connection], T], *, retry: bool) -> T:
+        """Run ``fn`` on the write connection, in the writer thread, between commits.
+
+        ``retry``: ``fn`` is idempotent, so it is retried through an outage.
+        """
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise StoreClosedError()
         job = self._writer.enqueue_job(
-            fn, None if self._virtual is None else self._virtual.start_flight()
+            fn, None if self._virtual is None else self._virtual.start_flight(), retry=retry
         )
         if job is None:
             await trio.lowlevel.checkpoint()
@@ -240,7 +252,7 @@ class PostgresEventStore:
                     conn.execute(SAVE_SNAPSHOT, (stream, version, type, schema_version, data, now))
             return current
 
-        current = await self._run_write(run)
+        current = await self._run_write(run, retry=True)
         if version > current:
             raise ValueError(
                 f"snapshot of {stream!r} at version {version} is beyond the stream's "
@@ -267,7 +279,7 @@ class PostgresEventStore:
                 conn.execute(DELETE_ORPHAN_BLOBS)
             return deleted
 
-        return await self._run_write(run)
+        return await self._run_write(run, retry=True)
 
     # --- reading ---------------------------------------------------------------------
 
@@ -279,7 +291,10 @@ class PostgresEventStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         async with self._reader_limit:
-            return await run_in_thread(functools.partial(self._read_sync, fn))
+            return await self._read_retrying.acall(
+                functools.partial(run_in_thread, functools.partial(self._read_sync, fn)),
+                after_failure=self._readers.drop_idle,
+            )
 
     def _read_sync(self, fn: Callable[[psycopg.Connection], T]) -> T:
         conn = self._readers.take()
@@ -430,7 +445,7 @@ class PostgresEventStore:
         def run(conn: psycopg.Connection) -> None:
             conn.execute(SAVE_CHECKPOINT, (name, position, data), binary=True)
 
-        await self._run_write(run)
+        await self._run_write(run, retry=True)
 
     def subscribe(self, from_position: int = 1, *, prefix: str = "") -> Subscription:
         """Follow the log from ``from_position``; see ``EventStore.subscribe``.
@@ -495,6 +510,7 @@ async def open_postgres_store(
     poll_interval: float = 0.05,
     clock: Callable[[], float] = time.time,
     create: bool = True,
+    retry_deadline: float = DEFAULT_RETRY_DEADLINE,
 ) -> AsyncIterator[PostgresEventStore]:
     """Open (or create) the event log in ``schema`` of a PostgreSQL database.
 
@@ -517,6 +533,10 @@ async def open_postgres_store(
         clock (Callable[[], float]): the time source for ``recorded_at``.
         create (bool): create the log's tables when ``schema`` has none; with false,
             a missing log is ``StoreNotFoundError`` (so a typo does not leave one behind).
+        retry_deadline (float): seconds the open store keeps retrying reads and writes
+            through an outage (a restart, a failover) before ``StoreUnavailableError``;
+            0 reports the first failure. Acknowledged appends are never lost nor written
+            twice (see ``runtime._postgres_retry``). Opening itself does not retry.
 
     Yields:
         PostgresEventStore: the open store.
@@ -544,6 +564,8 @@ async def open_postgres_store(
         raise ValueError(f"readers must be >= 1, got {readers}")
     if not schema:
         raise ValueError("schema must be a non-empty string")
+    if not retry_deadline >= 0:
+        raise ValueError(f"retry_deadline must be >= 0 seconds, got {retry_deadline}")
     check_dsn(dsn)
     server = describe(dsn)
 
@@ -569,6 +591,7 @@ async def open_postgres_store(
         max_batch=max_batch,
         head=head,
         conn=conn,
+        retrying=Retrying(retry_deadline),
     )
     store = PostgresEventStore(
         dsn=dsn,
@@ -582,6 +605,7 @@ async def open_postgres_store(
         poll_interval=poll_interval,
         reader_limit=trio.CapacityLimiter(readers),
         readers=_ReaderPool(dsn=dsn, schema=schema, server=server, connect_timeout=connect_timeout),
+        read_retrying=Retrying(retry_deadline),
     )
     try:
         writer.start()
