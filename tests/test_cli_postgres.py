@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -158,3 +160,29 @@ def test_one_process_drives_a_database_log_at_a_time(dsn: str) -> None:
         assert "error [store.locked]" in done.stderr
         assert "is being driven by pid 4242 (`powertrio run`)" in done.stderr
     assert cli("run", "--demo", "hello", db=dsn).returncode == 0
+
+
+def _readme_commands() -> list[str]:
+    """The ``powertrio`` commands of the README's "More than one process" block."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## More than one process", 1)[1].split("\n## ", 1)[0]
+    [block] = re.findall(r"```sh\n(.*?)```", section, re.S)
+    found: list[str] = []
+    for line in block.splitlines():
+        for piece in line.split("#", 1)[0].split(";"):
+            command = piece.strip()
+            if command.startswith("powertrio ") and not re.search(r"\bID\b", command):
+                found.append(command)
+    return found
+
+
+def test_the_readme_commands_run_on_postgres(dsn: str, tmp_path: Path) -> None:
+    """The README's commands for a shared database run as written, against ``POWERTRIO_DB``
+    (the server set-up lines aside: the test's server stands in for them)."""
+    commands = _readme_commands()
+    assert commands[0].startswith("powertrio run"), commands
+    assert any(c.startswith("powertrio sessions") for c in commands), commands
+    for command in commands:
+        done = cli(*shlex.split(command)[1:], env={"POWERTRIO_DB": dsn}, cwd=tmp_path)
+        assert done.returncode == 0, (command, done.stderr)
+    assert (tmp_path / "fleet.jsonl").exists()
