@@ -60,6 +60,7 @@ from ._postgres_schema import (
     prepare_schema,
     row_to_event,
 )
+from ._postgres_text import TextIndexMethods, forget_streams
 from ._postgres_writer import PostgresWriter
 from ._virtual_time import VirtualRun, run_in_thread, virtual_run
 
@@ -123,7 +124,7 @@ class _ReaderPool:
 
 @final
 @attrs.define(eq=False, repr=False)
-class PostgresEventStore:
+class PostgresEventStore(TextIndexMethods):
     """The event store on a PostgreSQL schema, opened by :func:`open_postgres_store`.
 
     Appends are queued to one writer thread that commits each group in one transaction;
@@ -147,6 +148,7 @@ class PostgresEventStore:
     _readers: _ReaderPool
     _read_retrying: Retrying
     _closing: bool = False
+    _text_ready: bool = False
 
     def __repr__(self) -> str:
         return f"<PostgresEventStore {self._server} schema {self._schema!r}>"
@@ -277,6 +279,7 @@ class PostgresEventStore:
                 deleted = conn.execute(DELETE_EVENTS, (names,)).rowcount
                 conn.execute(DELETE_SNAPSHOTS, (names,))
                 conn.execute(DELETE_ORPHAN_BLOBS)
+                forget_streams(conn, names)  # the recall index's passages of them
             return deleted
 
         return await self._run_write(run, retry=True)
