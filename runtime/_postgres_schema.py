@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INSERT_BLOBS",
     "INSERT_EVENTS",
+    "NETWORK_DEFAULTS",
     "LOAD_CHECKPOINT",
     "READ_ALL",
     "READ_SNAPSHOT",
@@ -238,16 +239,37 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+# A server that vanishes without closing the connection (a cut cable, a failed-over
+# address) would leave a statement waiting for minutes of TCP retransmissions. These make
+# the kernel give up within about ten seconds, so the loss surfaces as "lost" and the
+# store's retry takes over. A connection string that sets any of them wins; libpq ignores
+# them on a Unix socket.
+NETWORK_DEFAULTS = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
+
+
 def connect(dsn: str, schema: str, *, server: str, connect_timeout: float) -> psycopg.Connection:
     """An autocommit connection whose ``search_path`` is the log's schema.
 
     Raises:
         StoreUnavailableError: the server cannot be reached.
+        StoreRefusedError: the server refused us (no such database or user, bad password).
+        BadConnectionStringError: ``dsn`` does not parse.
     """
     import psycopg  # noqa: PLC0415  # the optional extra, see above
 
     try:
-        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(connect_timeout)))
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+        network = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in given}
+        conninfo = psycopg.conninfo.make_conninfo(
+            dsn, connect_timeout=max(1, round(connect_timeout)), **network
+        )
+        conn = psycopg.connect(conninfo, autocommit=True)
     except psycopg.OperationalError as exc:
         detail = _connect_detail(exc)
         if any(marker in detail.lower() for marker in _REFUSALS):

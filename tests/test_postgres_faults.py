@@ -6,7 +6,9 @@ These tests stop and start a server of their own (not the session's shared one).
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -167,3 +169,22 @@ async def test_an_outage_longer_than_the_deadline_is_reported(
         result = await store.append("s", [_event(0, 2)], 1)  # version 2 is still free
         assert result.version == 2
         assert [e.version for e in await store.read("s")] == [1, 2]
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_USER_TIMEOUT"), reason="Linux socket options")
+async def test_connections_give_up_on_a_silent_network_in_seconds(
+    server: PostgresServer, schema: str
+) -> None:
+    """A server that vanishes without closing the connection is noticed by the kernel in
+    about ten seconds (keepalives, ``tcp_user_timeout``), not after minutes of TCP
+    retransmissions; an option the connection string sets wins."""
+    dsn = server.dsn() + " keepalives_idle=7"
+    async with open_postgres_store(dsn, schema=schema) as store:
+        conn = store._writer._conn
+        assert conn is not None
+        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 10_000
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 7
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 2
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
