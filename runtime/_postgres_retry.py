@@ -47,7 +47,9 @@ DEFAULT_RETRY_DEADLINE = 30.0
 a managed failover usually takes, short enough that a caller hears of a real outage."""
 
 _FIRST_PAUSE = 0.05
-_LONGEST_PAUSE = 1.0
+_LONGEST_PAUSE = 0.5
+"""The longest pause between two tries: at most this long is lost after the server is back
+(one connection attempt per pause is nothing to a server coming up)."""
 
 
 def _given_up(error: StoreUnavailableError, tried: float) -> StoreUnavailableError:

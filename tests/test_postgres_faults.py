@@ -188,3 +188,20 @@ async def test_connections_give_up_on_a_silent_network_in_seconds(
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 7
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 2
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+
+
+def test_the_outage_bench_reports_no_loss_and_the_stall_beside_the_restart() -> None:
+    """``python -m runtime.bench outage --quick``: a restart under 64 writers loses and
+    duplicates nothing, no error reaches a writer, and the stall is printed beside the
+    restart's own length."""
+    import argparse
+
+    from runtime.bench._outage import run
+
+    figures = run(argparse.Namespace(quick=True, json=True))
+    assert "skipped" not in figures, figures
+    assert (figures["lost"], figures["duplicates"], figures["append_errors"]) == (0, 0, 0)
+    assert figures["stored"] == figures["acked"]
+    assert int(figures["writer_retries"]) > 0  # the writers did meet the outage
+    assert float(figures["restart_s"]) > 0
+    assert float(figures["append_stall_s"]) > 0
