@@ -26,6 +26,7 @@ group makes one attempt, and the first success ends the outage.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar, final
@@ -35,10 +36,19 @@ import trio
 
 from protocols.errors import StoreUnavailableError
 
+from ._postgres_schema import map_errors
+
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["DEFAULT_RETRY_DEADLINE", "Retrying", "xact_committed"]
+__all__ = [
+    "DEFAULT_RETRY_DEADLINE",
+    "Backend",
+    "Retrying",
+    "end_orphan",
+    "identify",
+    "xact_committed",
+]
 
 T = TypeVar("T")
 
@@ -60,7 +70,6 @@ def _given_up(error: StoreUnavailableError, tried: float) -> StoreUnavailableErr
         outcome_unknown=error.outcome_unknown,
         retried_for=tried,
     )
-    given_up.__cause__ = error
     return given_up
 
 
@@ -89,7 +98,7 @@ class Retrying:
             self._down_since = now
         tried = now - self._down_since
         if tried + pause > self.deadline:
-            raise _given_up(error, tried) from error.__cause__
+            raise _given_up(error, tried if self.deadline > 0 else 0.0) from error.__cause__
         return pause
 
     def _healthy(self) -> None:
@@ -176,15 +185,70 @@ class Retrying:
             pause = min(pause * 2, _LONGEST_PAUSE)
 
 
-def xact_committed(conn: psycopg.Connection, xid: int) -> bool:
+_IN_PROGRESS_WAIT = 5.0
+"""Seconds to wait for an ended server process's transaction to be decided."""
+
+
+def xact_committed(conn: psycopg.Connection, xid: int, server: str) -> bool:
     """Whether transaction ``xid`` committed (``pg_xact_status``, PostgreSQL 13+).
 
-    ``in progress`` cannot last once its connection is gone; until the server has noticed,
-    it is asked again (a short wait, the caller retries through ``StoreUnavailableError``).
+    The lost connection's server process was ended when this connection was made (see
+    :func:`end_orphan`), so an ``in progress`` transaction is decided within moments;
+    it is asked again until then.
+
+    Raises:
+        StoreUnavailableError: still undecided after a few seconds (``timeout``); the
+            caller asks again until its deadline.
     """
+    waited = 0.0
     while True:
         row = conn.execute("SELECT pg_xact_status(%s::text::xid8)", (str(xid),)).fetchone()
         status = None if row is None else row[0]
         if status != "in progress":
             return status == "committed"
+        if waited >= _IN_PROGRESS_WAIT:
+            raise StoreUnavailableError(
+                server, "timeout", f"transaction {xid} of a lost connection is still in progress"
+            )
         time.sleep(0.01)
+        waited += 0.01
+
+
+Backend = tuple[int, float]
+"""A server process: its pid and start time (a pid alone may be reused)."""
+
+
+def identify(conn: psycopg.Connection, server: str) -> Backend:
+    """The server process behind ``conn``.
+
+    Raises:
+        StoreUnavailableError: the connection broke.
+    """
+    with map_errors(server):
+        row = conn.execute(
+            "SELECT pid, extract(epoch FROM backend_start)::float8 FROM pg_stat_activity "
+            "WHERE pid = pg_backend_pid()"
+        ).fetchone()
+    return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
+
+
+def end_orphan(conn: psycopg.Connection, orphan: Backend) -> None:
+    """End the server process of a lost connection, if it still runs.
+
+    A network cut leaves the server side of a connection waiting, maybe for hours (the
+    server's TCP keepalive), inside its transaction and holding the locks of the rows it
+    inserted: a retry inserting the same versions would wait on them, and a commit in
+    doubt would stay ``in progress``. Ending it rolls back whatever it had not committed.
+    A process we may not signal (another role) is left alone.
+    """
+    import psycopg  # noqa: PLC0415  # the optional extra
+
+    pid, started = orphan
+    if pid == 0:
+        return
+    with contextlib.suppress(psycopg.Error):
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s "
+            "AND extract(epoch FROM backend_start)::float8 = %s",
+            (pid, started),
+        )

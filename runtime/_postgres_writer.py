@@ -25,7 +25,14 @@ from protocols.errors import (
 )
 
 from ._event_store import CommitSignal, NewEvent
-from ._postgres_retry import DEFAULT_RETRY_DEADLINE, Retrying, xact_committed
+from ._postgres_retry import (
+    DEFAULT_RETRY_DEADLINE,
+    Backend,
+    Retrying,
+    end_orphan,
+    identify,
+    xact_committed,
+)
 from ._postgres_schema import (
     INSERT_BLOBS,
     INSERT_EVENTS,
@@ -198,6 +205,10 @@ class PostgresWriter:
     counters: _Counters = attrs.field(factory=_Counters)
     retrying: Retrying = attrs.field(factory=lambda: Retrying(DEFAULT_RETRY_DEADLINE))
     """How the writer rides out an outage (see ``_postgres_retry``)."""
+    _identity: Backend | None = None
+    """The write connection's server process (to end it if the connection is lost)."""
+    _orphan: Backend | None = None
+    """A lost write connection's server process, ended by the next connection."""
 
     # --- the Trio side ---------------------------------------------------------------
 
@@ -351,19 +362,36 @@ class PostgresWriter:
         """
         conn = self._conn
         if conn is not None and (conn.broken or conn.closed):
-            conn.close()
-            conn = self._conn = None
+            self._drop_connection()
+            conn = None
         if conn is None:
-            conn = self._conn = connect(
+            conn = connect(
                 self._dsn, self._schema, server=self._server, connect_timeout=self._connect_timeout
             )
+            try:
+                if self._orphan is not None:  # see _postgres_retry.end_orphan
+                    end_orphan(conn, self._orphan)
+                    self._orphan = None
+                self._identity = None
+                self._identity = identify(conn, self._server)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        elif self._identity is None:  # the connection opening the store handed over
+            self._identity = identify(conn, self._server)
         return conn
 
     def _drop_connection(self) -> None:
-        """After a failure: close the write connection, so the next try makes a new one."""
+        """After a failure: close the write connection, so the next try makes a new one.
+
+        Its server process may outlive it (a network cut leaves it waiting, in its
+        transaction, holding its rows' locks): the next connection ends it.
+        """
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+            self._orphan, self._identity = self._identity, None
 
     def _run_job(self, job: WriteJob) -> None:
         def attempt() -> object:
@@ -402,7 +430,7 @@ class PostgresWriter:
         self._drop_connection()
         conn = self._connection()
         with map_errors(self._server):
-            return xact_committed(conn, xid)
+            return xact_committed(conn, xid, self._server)
 
     def _commit(self, batch: list[PendingAppend]) -> int:
         """Commit one group, all or nothing per append; returns the head it reached.

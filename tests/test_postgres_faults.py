@@ -100,41 +100,66 @@ async def test_appends_ride_out_a_server_restart_under_load(
 
 
 class _BreaksAtCommit:
-    """The writer's connection, broken as ``COMMIT`` is sent: before or after it lands."""
+    """The writer's connection, lost as ``COMMIT`` is sent, in one of three ways:
+    ``landed`` (the commit reached the server), ``lost`` (it did not; the server saw the
+    connection close and rolled back) or ``cut`` (it did not, and the server never saw
+    the connection end: its process waits in the transaction, holding its rows' locks,
+    as behind a network cut)."""
 
-    def __init__(self, conn: psycopg.Connection, *, lands: bool) -> None:
-        self._conn = conn
-        self._lands = lands
+    def __init__(self, conn: psycopg.Connection, how: str) -> None:
+        self.real = conn
+        self._how = how
+        self._gone = False
 
     def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
         if query == "COMMIT":
-            if self._lands:
-                self._conn.execute("COMMIT")
-            self._conn.close()  # an open transaction rolls back on the server
+            if self._how == "landed":
+                self.real.execute("COMMIT")
+            self.close()
             raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return self._conn.execute(query, *args, **kwargs)
+        return self.real.execute(query, *args, **kwargs)
+
+    def close(self) -> None:
+        self._gone = True
+        if self._how != "cut":
+            self.real.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._gone
+
+    @property
+    def broken(self) -> bool:
+        return self._gone
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
+        return getattr(self.real, name)
 
 
-@pytest.mark.parametrize("lands", [True, False], ids=["commit-landed", "commit-lost"])
+@pytest.mark.parametrize("how", ["landed", "lost", "cut"])
 async def test_a_commit_in_doubt_is_settled_by_its_transaction_id(
-    server: PostgresServer, schema: str, lands: bool
+    server: PostgresServer, schema: str, how: str
 ) -> None:
     """The connection breaks during ``COMMIT``: the writer asks the server whether the
     transaction committed. If it did, the append is acknowledged as is; if not, it is
-    written again. Either way it is stored exactly once."""
+    written again; behind a cut, the lost connection's server process is ended first
+    (else it would hold the versions' locks and the answer for hours). Either way the
+    event is stored exactly once."""
     async with open_postgres_store(server.dsn(), schema=schema) as store:
         await store.append("s", [_event(0, 1)], 0)
         writer = store._writer
         assert writer._conn is not None
-        writer._conn = _BreaksAtCommit(writer._conn, lands=lands)  # type: ignore[assignment]  # a test double
-        result = await store.append("s", [_event(0, 2)], 1)
+        broken = _BreaksAtCommit(writer._conn, how)
+        writer._conn = broken  # type: ignore[assignment]  # a test double
+        try:
+            with trio.fail_after(30):
+                result = await store.append("s", [_event(0, 2)], 1)
+        finally:
+            broken.real.close()
         assert result.version == 2
-        assert [e.version for e in await store.read("s")] == [1, 2]
+        assert [e.data for e in await store.read("s")] == [_event(0, 1).data, _event(0, 2).data]
         # Settled by asking, or written again after one failed try.
-        assert writer.retrying.failures == (0 if lands else 1)
+        assert writer.retrying.failures == (0 if how == "landed" else 1)
         assert store.statistics().failed_appends == 0
 
 
