@@ -19,6 +19,12 @@ What is retried, and why it is safe:
   acknowledged append is durable and none is written twice;
 * maintenance writes that are idempotent (snapshots, checkpoints, deletions).
 
+Behind a network cut the server may not notice the lost connection for hours: its
+process stays in the transaction, holding the locks of the rows it inserted (a retry of
+the same versions would wait on them) and leaving the commit's fate ``in progress``. So
+the writer remembers its connection's server process, and the next connection ends it
+(``end_orphan``) before anything else.
+
 During a long outage the writer does not spend a whole deadline on every queued group:
 the deadline counts from the first failure of the outage, so once it has passed each
 group makes one attempt, and the first success ends the outage.
