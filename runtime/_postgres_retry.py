@@ -26,8 +26,9 @@ the writer remembers its connection's server process, and the next connection en
 (``end_orphan``) before anything else.
 
 During a long outage the writer does not spend a whole deadline on every queued group:
-the deadline counts from the first failure of the outage, so once it has passed each
-group makes one attempt, and the first success ends the outage.
+the deadline counts from the first failure of the outage, so the groups failing after it
+share it (together they never wait past it, the last ones give up after one try), and
+the first success ends the outage.
 """
 
 from __future__ import annotations
@@ -88,10 +89,12 @@ class Retrying:
         deadline (float): seconds to keep retrying, counted from the outage's first
             failure; 0 fails at once.
         clock (Callable[[], float]): the time source (monotonic seconds).
+        sleep (Callable[[float], None]): how a thread pauses between tries.
     """
 
     deadline: float
     clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
     failures: int = 0
     """Failed attempts so far (for tests and statistics)."""
     _down_since: float | None = None
@@ -131,7 +134,7 @@ class Retrying:
                 if exc.outcome_unknown:
                     raise
                 after_failure()
-                time.sleep(self._pause_or_give_up(exc, pause))
+                self.sleep(self._pause_or_give_up(exc, pause))
                 pause = min(pause * 2, _LONGEST_PAUSE)
                 continue
             self._healthy()
@@ -151,7 +154,7 @@ class Retrying:
                 committed = ask(xid)
             except StoreUnavailableError as exc:
                 try:
-                    time.sleep(self._pause_or_give_up(exc, pause))
+                    self.sleep(self._pause_or_give_up(exc, pause))
                 except StoreUnavailableError as final:
                     raise StoreUnavailableError(
                         final.server,

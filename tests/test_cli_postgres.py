@@ -83,6 +83,19 @@ def test_a_run_and_every_reading_command_work_on_postgres(dsn: str, tmp_path: Pa
     exported = tmp_path / "log.jsonl"
     assert cli("export", str(exported), db=dsn).returncode == 0
     assert len(exported.read_text().splitlines()) == sum(s["events"] for s in sessions)
+    # Driving commands too: a follow-up, and a fork continued with its own send.
+    sent = cli("send", sid, "one more thing", "--demo", db=dsn)
+    assert sent.returncode == 0, sent.stderr
+    first_run = str(roots[0]["events"])  # the end of the first run: a decision's edge
+    forked = json.loads(
+        cli("--json", "fork", sid, "--at", first_run, "--as", "branch", db=dsn).stdout
+    )
+    assert (forked["session_id"], forked["events"]) == ("branch", roots[0]["events"])
+    assert cli("send", "branch", "go on", "--demo", db=dsn).returncode == 0
+    runs = {
+        s["session_id"]: s["runs"] for s in json.loads(cli("sessions", "--json", db=dsn).stdout)
+    }
+    assert (runs[sid], runs["branch"]) == (2, 2)
     # The export imports into a SQLite log: the same sessions, readable there.
     local = str(tmp_path / "copy.sqlite")
     assert cli("import", str(exported), db=local).returncode == 0
@@ -186,3 +199,17 @@ def test_the_readme_commands_run_on_postgres(dsn: str, tmp_path: Path) -> None:
         done = cli(*shlex.split(command)[1:], env={"POWERTRIO_DB": dsn}, cwd=tmp_path)
         assert done.returncode == 0, (command, done.stderr)
     assert (tmp_path / "fleet.jsonl").exists()
+
+
+def test_without_psycopg_a_database_log_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--db postgresql://...`` with no psycopg: exit 2, naming the extra to install."""
+    from actors.cli import main
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg fails
+    assert main(["--db", "postgresql://localhost/fleet", "sessions"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error [config.invalid]: --db names a PostgreSQL database, which needs psycopg: "
+        "pip install 'powertrio[postgres]'"
+    )
