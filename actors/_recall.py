@@ -8,10 +8,10 @@ The index is a cache, rebuildable from the log at any time: an SQLite FTS5 table
 (``recall_passages``, with ``recall_progress``: how far each stream is indexed), built
 lazily from a session's stream at its first search and extended from the stream's tail
 at each later one (one read of the new events). With the SQLite store it lives in the
-log's own file, so it survives restarts and is shared by every process using the file;
-with the PostgreSQL and in-memory stores it lives in the process's memory, one per
-store, and a new process builds it again at its first search. Dropping the two tables
-loses nothing but time.
+log's own file, so it survives restarts and is shared by every process using the file.
+With the PostgreSQL store it lives in the log's schema (a ``tsvector`` column with a GIN
+index, ``runtime._postgres_text``), equally durable and shared; with the in-memory
+store, in the process's memory. Dropping the two tables loses nothing but time.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import logging
 import re
 import sqlite3
 import weakref
-from typing import TYPE_CHECKING, Final, final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final, Protocol, TypeGuard, final
 
 import attrs
 import trio
@@ -172,21 +173,85 @@ class _Index:
             (match, stream, _CANDIDATES),
         ).fetchall()
 
-        def score(row: tuple[object, ...]) -> tuple[int, float, int]:
-            # Most words of the query first, then BM25 (which alone favours short texts).
-            found = {w.lower() for w in _WORD.findall(str(row[3]))} & words
-            return (-len(found), float(str(row[4])), int(str(row[0])))
-
-        best = sorted(rows, key=score)[:limit]
-        return [RecallHit(int(v), str(k), str(e)) for v, k, e, _, _ in best]
+        return _best(rows, words, limit)
 
 
-_INDEXES: weakref.WeakKeyDictionary[EventStore, _Index] = weakref.WeakKeyDictionary()
+def _best(rows: Sequence[Sequence[object]], words: set[str], limit: int) -> list[RecallHit]:
+    """Rows ``(version, kind, excerpt, text, score)``, re-ranked: the hits to return."""
+
+    def score(row: Sequence[object]) -> tuple[int, float, int]:
+        # Most words of the query first, then the engine's rank (which alone favours
+        # short texts); a lower score ranks better.
+        found = {w.lower() for w in _WORD.findall(str(row[3]))} & words
+        return (-len(found), float(str(row[4])), int(str(row[0])))
+
+    best = sorted(rows, key=score)[:limit]
+    return [RecallHit(int(str(v)), str(k), str(e)) for v, k, e, _, _ in best]
 
 
-def _open_index(store: EventStore) -> _Index:
-    """The index of ``store``: in its own file for SQLite (it survives restarts), else
-    (or when that file cannot take it, as when it is read-only) in memory."""
+class _TextIndexStore(Protocol):
+    """A store that keeps the index itself (the PostgreSQL store)."""
+
+    async def indexed_version(self, stream: str) -> int: ...
+    async def index_passages(
+        self, stream: str, up_to: int, passages: Sequence[tuple[int, str, str]]
+    ) -> None: ...
+    async def reset_passages(self, stream: str) -> None: ...
+    async def search_passages(
+        self, stream: str, words: Sequence[str], limit: int
+    ) -> list[tuple[int, str, str, str, float]]: ...
+
+
+def _keeps_text_index(store: object) -> TypeGuard[_TextIndexStore]:
+    return all(
+        callable(getattr(store, name, None))
+        for name in ("indexed_version", "index_passages", "reset_passages", "search_passages")
+    )
+
+
+class _StoreIndex:
+    """The index kept by the store itself, in its database: durable and shared."""
+
+    def __init__(self, store: _TextIndexStore) -> None:
+        self._store = store
+        self._lock = trio.Lock()
+
+    async def catch_up(self, store: EventStore, stream: str) -> None:
+        async with self._lock:  # two searches of one round index the tail once
+            version = await self._store.indexed_version(stream)
+            if await store.stream_version(stream) < version:  # deleted, then written again
+                await self._store.reset_passages(stream)
+                version = 0
+            while True:
+                page = await store.read(stream, version + 1, limit=_PAGE)
+                if page:
+                    rows = [
+                        (record.version, kind, text)
+                        for record in page
+                        for kind, text in passages(default_registry.decode_record(record))
+                    ]
+                    version = page[-1].version
+                    await self._store.index_passages(stream, version, rows)
+                if len(page) < _PAGE:
+                    return
+
+    async def search(self, stream: str, query: str, limit: int) -> list[RecallHit]:
+        words = {w.lower() for w in _WORD.findall(query)}
+        if not words:
+            return []
+        rows = await self._store.search_passages(stream, sorted(words), _CANDIDATES)
+        return _best(rows, words, limit)
+
+
+_INDEXES: weakref.WeakKeyDictionary[EventStore, _Index | _StoreIndex] = weakref.WeakKeyDictionary()
+
+
+def _open_index(store: EventStore) -> _Index | _StoreIndex:
+    """The index of ``store``: in its own file for SQLite, in its database for a store
+    that keeps one (PostgreSQL), else (or when the SQLite file cannot take it, as when it
+    is read-only) in memory."""
+    if _keeps_text_index(store):
+        return _StoreIndex(store)
     if isinstance(store, SqliteEventStore):
         try:
             return _Index(store.path)
@@ -214,6 +279,8 @@ async def search_history(
         index = _INDEXES[store] = _open_index(store)
     stream = f"session/{session_id}"
     await index.catch_up(store, stream)
+    if isinstance(index, _StoreIndex):
+        return await index.search(stream, query, limit)
     return index.search(stream, query, limit)
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ._errors_base import ConfigError
 from ._errors_log import StoreError
 
-__all__ = ["StoreUnavailableError"]
+__all__ = ["BadConnectionStringError", "StoreRefusedError", "StoreUnavailableError"]
 
 
 class StoreUnavailableError(StoreError):
@@ -32,11 +33,14 @@ class StoreUnavailableError(StoreError):
         detail: str,
         *,
         outcome_unknown: bool = False,
+        retried_for: float = 0.0,
     ) -> None:
         self.server = server
         self.reason = reason
         self.detail = detail
         self.outcome_unknown = outcome_unknown
+        self.retried_for = retried_for
+        """Seconds the store kept retrying before giving up (0: it did not retry)."""
         what = {
             "connect": "cannot be reached",
             "lost": "dropped the connection",
@@ -47,4 +51,39 @@ class StoreUnavailableError(StoreError):
             if outcome_unknown
             else "nothing was written; retry once the server is back"
         )
-        super().__init__(f"event store server {server} {what} ({detail}); {after}")
+        tried = f", still after retrying for {retried_for:.1f}s" if retried_for > 0 else ""
+        super().__init__(f"event store server {server} {what}{tried} ({detail}); {after}")
+
+
+class StoreRefusedError(StoreError):
+    """The store's server answered but refused us: no such database or role, bad password.
+
+    Unlike :class:`StoreUnavailableError` this does not heal by waiting, so it is never
+    retried: fix the connection string (or the server's users and databases).
+    """
+
+    code = "store.refused"
+
+    def __init__(self, server: str, detail: str) -> None:
+        self.server = server
+        self.detail = detail
+        super().__init__(
+            f"event store server {server} refused the connection ({detail}); check the "
+            "database, user and password in the connection string"
+        )
+
+
+class BadConnectionStringError(ConfigError):
+    """A PostgreSQL connection string (``--db``, ``POWERTRIO_DB``) does not parse.
+
+    The message never repeats the string: it may hold a password.
+    """
+
+    code = "config.connection_string"
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(
+            f"the PostgreSQL connection string is not valid ({detail}); write it as "
+            "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or 'host=HOST dbname=DATABASE'"
+        )

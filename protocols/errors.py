@@ -10,7 +10,8 @@ The tree (code in brackets)::
     ├── ConfigError (ValueError)                  [config.invalid]
     │   ├── MissingSettingError                   [config.missing]
     │   ├── AgentSpecError                        [config.agent_spec]
-    │   └── ConsoleTokenRequiredError             [config.console_token]
+    │   ├── ConsoleTokenRequiredError             [config.console_token]
+    │   └── BadConnectionStringError              [config.connection_string]
     ├── ActorError                                [actor]
     │   ├── ActorStoppedError                     [actor.stopped]
     │   │   └── ActorFailedError                  [actor.failed]
@@ -32,7 +33,8 @@ The tree (code in brackets)::
     │   ├── StreamNotFoundError (LookupError)     [store.stream_not_found]
     │   ├── StoreNotFoundError (LookupError)      [store.not_found]
     │   ├── StoreLockedError                      [store.locked]
-    │   └── StoreUnavailableError                 [store.unavailable]
+    │   ├── StoreUnavailableError                 [store.unavailable]
+    │   └── StoreRefusedError                     [store.refused]
     ├── CodecError                                [codec]
     │   ├── UnknownEventTypeError                 [codec.unknown_type]
     │   ├── FutureEventVersionError               [codec.future_version]
@@ -184,7 +186,7 @@ from ._errors_log import (
     StreamNotFoundError,
     UnknownEventTypeError,
 )
-from ._errors_server import StoreUnavailableError
+from ._errors_server import BadConnectionStringError, StoreRefusedError, StoreUnavailableError
 from ._util import fixup_module_metadata as _fixup
 
 __all__ = [
@@ -196,6 +198,7 @@ __all__ = [
     "ActorStoppedError",
     "AgentSpecError",
     "AskTimeoutError",
+    "BadConnectionStringError",
     "BadInputFileError",
     "BoardBadKeyError",
     "BoardBadValueError",
@@ -248,6 +251,7 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreRefusedError",
     "StoreSchemaVersionError",
     "StoreUnavailableError",
     "StreamNotFoundError",

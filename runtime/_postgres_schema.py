@@ -16,9 +16,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal, cast
 
 from protocols.errors import (
+    BadConnectionStringError,
     CorruptLogError,
     ForeignDatabaseError,
     StoreError,
+    StoreNotFoundError,
+    StoreRefusedError,
     StoreSchemaVersionError,
     StoreUnavailableError,
 )
@@ -36,14 +39,18 @@ if TYPE_CHECKING:
 __all__ = [
     "INSERT_BLOBS",
     "INSERT_EVENTS",
+    "NETWORK_DEFAULTS",
+    "LOAD_CHECKPOINT",
     "READ_ALL",
     "READ_SNAPSHOT",
+    "SAVE_CHECKPOINT",
     "READ_STREAM",
     "SAVE_SNAPSHOT",
     "SCHEMA_VERSION",
     "STREAMS_LISTING",
     "STREAM_VERSION",
     "STREAM_VERSIONS",
+    "check_dsn",
     "connect",
     "describe",
     "lock_key",
@@ -82,6 +89,16 @@ _DDL = (
         recorded_at double precision NOT NULL
     )""",
 )
+
+# Projections' checkpoints (the timers index, see runtime._timer_checkpoint): a cache of a
+# fold up to a log position, one row per projection. Its own statement, apart from the
+# log's tables above: older code opening the schema ignores the table, and it can be
+# dropped at any time (the projection then folds the whole log).
+_CHECKPOINTS_DDL = """CREATE TABLE IF NOT EXISTS checkpoints (
+    name text COLLATE "C" PRIMARY KEY,
+    position bigint NOT NULL,
+    data bytea NOT NULL
+)"""
 
 _EVENT_COLUMNS = (
     "e.stream, e.version, e.position, e.type, e.schema_version, coalesce(e.data, b.data), "
@@ -132,11 +149,30 @@ SAVE_SNAPSHOT = (
     "schema_version = excluded.schema_version, data = excluded.data, "
     "recorded_at = excluded.recorded_at WHERE excluded.version >= snapshots.version"
 )
+LOAD_CHECKPOINT = "SELECT position, data FROM checkpoints WHERE name = %s"
+SAVE_CHECKPOINT = (
+    "INSERT INTO checkpoints VALUES (%s, %s, %s) ON CONFLICT (name) "
+    "DO UPDATE SET position = excluded.position, data = excluded.data"
+)
 DELETE_EVENTS = "DELETE FROM events WHERE stream = ANY(%s::text[])"
 DELETE_SNAPSHOTS = "DELETE FROM snapshots WHERE stream = ANY(%s::text[])"
 DELETE_ORPHAN_BLOBS = (
     "DELETE FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.blob_id = b.id)"
 )
+
+
+def check_dsn(dsn: str) -> None:
+    """Refuse a connection string libpq cannot parse, before trying to connect.
+
+    Raises:
+        BadConnectionStringError: it does not parse (the message does not repeat it).
+    """
+    import psycopg  # noqa: PLC0415  # the optional extra, see above
+
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise BadConnectionStringError(_first_line(exc)) from None
 
 
 def describe(dsn: str) -> str:
@@ -203,31 +239,79 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+# A server that vanishes without closing the connection (a cut cable, a failed-over
+# address) would leave a statement waiting for minutes of TCP retransmissions. These make
+# the kernel give up within about ten seconds, so the loss surfaces as "lost" and the
+# store's retry takes over. A connection string that sets any of them wins; libpq ignores
+# them on a Unix socket.
+NETWORK_DEFAULTS = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
+
+
 def connect(dsn: str, schema: str, *, server: str, connect_timeout: float) -> psycopg.Connection:
     """An autocommit connection whose ``search_path`` is the log's schema.
 
     Raises:
         StoreUnavailableError: the server cannot be reached.
+        StoreRefusedError: the server refused us (no such database or user, bad password).
+        BadConnectionStringError: ``dsn`` does not parse.
     """
     import psycopg  # noqa: PLC0415  # the optional extra, see above
 
     try:
-        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(connect_timeout)))
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+        network = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in given}
+        conninfo = psycopg.conninfo.make_conninfo(
+            dsn, connect_timeout=max(1, round(connect_timeout)), **network
+        )
+        conn = psycopg.connect(conninfo, autocommit=True)
     except psycopg.OperationalError as exc:
-        raise StoreUnavailableError(server, "connect", _first_line(exc)) from exc
+        detail = _connect_detail(exc)
+        if any(marker in detail.lower() for marker in _REFUSALS):
+            raise StoreRefusedError(server, detail) from exc
+        raise StoreUnavailableError(server, "connect", detail) from exc
+    except psycopg.ProgrammingError as exc:  # an unparsable string (check_dsn tells first)
+        raise BadConnectionStringError(_first_line(exc)) from None
     with map_errors(server):
         conn.execute("SELECT set_config('search_path', %s, false)", (_quoted(schema),))
     return conn
+
+
+# What a server says when it answers but will not let us in: waiting does not fix these.
+# Everything else at connect time (refused, unreachable, "starting up", "shutting down",
+# "too many clients") may heal, so it is StoreUnavailableError, which the store retries.
+_REFUSALS = (
+    "does not exist",
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "permission denied",
+    "no password supplied",
+)
+
+
+def _connect_detail(exc: BaseException) -> str:
+    """The server's own words from a failed connect (libpq prefixes them with the address)."""
+    text = " ".join(str(exc).split())
+    _, fatal, said = text.partition("FATAL: ")
+    return said.strip() if fatal else _first_line(exc)
 
 
 def _quoted(schema: str) -> str:
     return '"' + schema.replace('"', '""') + '"'
 
 
-def prepare_schema(conn: psycopg.Connection, schema: str, *, server: str) -> int:
+def prepare_schema(
+    conn: psycopg.Connection, schema: str, *, server: str, create: bool = True
+) -> int:
     """Create the schema and tables if missing, check an existing one; returns the head.
 
     Raises:
+        StoreNotFoundError: there is no log in ``schema`` and ``create`` is false.
         ForeignDatabaseError: the schema holds other tables and is not a powertrio log.
         StoreSchemaVersionError: a newer powertrio wrote it.
         StoreError: the server refused (e.g. no right to create the schema).
@@ -247,9 +331,13 @@ def prepare_schema(conn: psycopg.Connection, schema: str, *, server: str) -> int
         }
         if tables and "powertrio_meta" not in tables:
             raise ForeignDatabaseError(where)
+        if not create and not tables:
+            hint = "start one there with `powertrio run`, or check the database and schema"
+            raise StoreNotFoundError(where, hint)
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         for statement in _DDL:
             conn.execute(statement)
+        conn.execute(_CHECKPOINTS_DDL)
         conn.execute(
             "INSERT INTO powertrio_meta VALUES ('schema_version', %s) ON CONFLICT DO NOTHING",
             (str(SCHEMA_VERSION),),

@@ -17,7 +17,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import final
 
@@ -41,6 +41,34 @@ class PostgresServer:
     """The database created for the caller."""
     user: str
     """The superuser to connect as (no password: loopback ``trust``)."""
+    _pg_ctl: Callable[..., None] | None = attrs.field(
+        default=None, alias="pg_ctl", eq=False, repr=False
+    )
+
+    def stop(self) -> None:
+        """Stop the server, as an operator's restart does (fault tests).
+
+        A *fast* shutdown: open connections are dropped and transactions in flight
+        roll back, while everything committed is kept. :meth:`start` brings it back.
+
+        Raises:
+            RuntimeError: this server was not started by :func:`running_postgres`, or
+                ``pg_ctl`` failed.
+        """
+        self._control("stop", "-m", "fast")
+
+    def start(self) -> None:
+        """Start the server again after :meth:`stop`, on the same port and data.
+
+        Raises:
+            RuntimeError: as :meth:`stop`.
+        """
+        self._control("start")
+
+    def _control(self, *argv: str) -> None:
+        if self._pg_ctl is None:
+            raise RuntimeError("only a server from running_postgres() can be stopped and started")
+        self._pg_ctl(*argv)
 
     def dsn(self, database: str | None = None) -> str:
         """A libpq connection string for ``database`` (default: the created one)."""
@@ -142,10 +170,16 @@ def running_postgres(
         ]
         if not durable:
             settings += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
-        run("pg_ctl", "-D", str(data), "-l", str(log), "-w", "-t", "60",
-            "-o", " ".join(settings), "start")  # fmt: skip
+
+        def pg_ctl(action: str, *more: str) -> None:
+            run("pg_ctl", "-D", str(data), "-l", str(log), "-w", "-t", "60",
+                "-o", " ".join(settings), action, *more)  # fmt: skip
+
+        pg_ctl("start")
         started = True
-        server = PostgresServer(host="127.0.0.1", port=port, database=database, user=owner.pw_name)
+        server = PostgresServer(
+            host="127.0.0.1", port=port, database=database, user=owner.pw_name, pg_ctl=pg_ctl
+        )
         _create_database(server, database)
         yield server
     finally:

@@ -40,22 +40,27 @@ from ._event_store import (
     check_from,
     check_stream_name,
 )
+from ._postgres_retry import DEFAULT_RETRY_DEADLINE, Retrying
 from ._postgres_schema import (
     DELETE_EVENTS,
     DELETE_ORPHAN_BLOBS,
     DELETE_SNAPSHOTS,
+    LOAD_CHECKPOINT,
     READ_ALL,
     READ_SNAPSHOT,
     READ_STREAM,
+    SAVE_CHECKPOINT,
     SAVE_SNAPSHOT,
     STREAM_VERSION,
     STREAMS_LISTING,
+    check_dsn,
     connect,
     describe,
     map_errors,
     prepare_schema,
     row_to_event,
 )
+from ._postgres_text import TextIndexMethods, forget_streams
 from ._postgres_writer import PostgresWriter
 from ._virtual_time import VirtualRun, run_in_thread, virtual_run
 
@@ -101,6 +106,13 @@ class _ReaderPool:
                 return
         conn.close()
 
+    def drop_idle(self) -> None:
+        """Close the idle connections (after a failure they are likely dead too)."""
+        with self._guard:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
     def close(self) -> None:
         """Close every idle connection; ones in use close when given back."""
         with self._guard:
@@ -112,7 +124,7 @@ class _ReaderPool:
 
 @final
 @attrs.define(eq=False, repr=False)
-class PostgresEventStore:
+class PostgresEventStore(TextIndexMethods):
     """The event store on a PostgreSQL schema, opened by :func:`open_postgres_store`.
 
     Appends are queued to one writer thread that commits each group in one transaction;
@@ -134,7 +146,9 @@ class PostgresEventStore:
     _poll_interval: float
     _reader_limit: trio.CapacityLimiter
     _readers: _ReaderPool
+    _read_retrying: Retrying
     _closing: bool = False
+    _text_ready: bool = False
 
     def __repr__(self) -> str:
         return f"<PostgresEventStore {self._server} schema {self._schema!r}>"
@@ -198,13 +212,16 @@ class PostgresEventStore:
         finally:
             virtual.release()
 
-    async def _run_write(self, fn: Callable[[psycopg.Connection], T]) -> T:
-        """Run ``fn`` on the write connection, in the writer thread, between commits."""
+    async def _run_write(self, fn: Callable[[psycopg.Connection], T], *, retry: bool) -> T:
+        """Run ``fn`` on the write connection, in the writer thread, between commits.
+
+        ``retry``: ``fn`` is idempotent, so it is retried through an outage.
+        """
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise StoreClosedError()
         job = self._writer.enqueue_job(
-            fn, None if self._virtual is None else self._virtual.start_flight()
+            fn, None if self._virtual is None else self._virtual.start_flight(), retry=retry
         )
         if job is None:
             await trio.lowlevel.checkpoint()
@@ -237,7 +254,7 @@ class PostgresEventStore:
                     conn.execute(SAVE_SNAPSHOT, (stream, version, type, schema_version, data, now))
             return current
 
-        current = await self._run_write(run)
+        current = await self._run_write(run, retry=True)
         if version > current:
             raise ValueError(
                 f"snapshot of {stream!r} at version {version} is beyond the stream's "
@@ -262,9 +279,10 @@ class PostgresEventStore:
                 deleted = conn.execute(DELETE_EVENTS, (names,)).rowcount
                 conn.execute(DELETE_SNAPSHOTS, (names,))
                 conn.execute(DELETE_ORPHAN_BLOBS)
+                forget_streams(conn, names)  # the recall index's passages of them
             return deleted
 
-        return await self._run_write(run)
+        return await self._run_write(run, retry=True)
 
     # --- reading ---------------------------------------------------------------------
 
@@ -276,7 +294,10 @@ class PostgresEventStore:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         async with self._reader_limit:
-            return await run_in_thread(functools.partial(self._read_sync, fn))
+            return await self._read_retrying.acall(
+                functools.partial(run_in_thread, functools.partial(self._read_sync, fn)),
+                after_failure=self._readers.drop_idle,
+            )
 
     def _read_sync(self, fn: Callable[[psycopg.Connection], T]) -> T:
         conn = self._readers.take()
@@ -394,6 +415,41 @@ class PostgresEventStore:
 
         return await self._run_read(run)
 
+    async def load_checkpoint(self, name: str) -> tuple[int, bytes] | None:
+        """A projection's checkpoint: the log position it folded up to, and its state.
+
+        As on SQLite (see ``SqliteEventStore.load_checkpoint``): the timers index keeps
+        one so that opening folds only the events after it. Its position is one the
+        projection reached through ``read_all``, so no event at or below it can still
+        commit late.
+
+        Raises:
+            StoreClosedError: the store is closed.
+            StoreUnavailableError: the server is unreachable or the connection broke.
+        """
+
+        def run(conn: psycopg.Connection) -> tuple[int, bytes] | None:
+            row = conn.execute(LOAD_CHECKPOINT, (name,), binary=True).fetchone()
+            return None if row is None else (int(row[0]), bytes(row[1]))
+
+        return await self._run_read(run)
+
+    async def save_checkpoint(self, name: str, position: int, data: bytes) -> None:
+        """Replace the checkpoint of projection ``name`` (see :meth:`load_checkpoint`).
+
+        Raises:
+            StoreClosedError: the store is closed.
+            StoreUnavailableError: the server is unreachable or the connection broke.
+            ValueError: ``position`` is negative.
+        """
+        if position < 0:
+            raise ValueError(f"checkpoint position must be >= 0, got {position}")
+
+        def run(conn: psycopg.Connection) -> None:
+            conn.execute(SAVE_CHECKPOINT, (name, position, data), binary=True)
+
+        await self._run_write(run, retry=True)
+
     def subscribe(self, from_position: int = 1, *, prefix: str = "") -> Subscription:
         """Follow the log from ``from_position``; see ``EventStore.subscribe``.
 
@@ -456,6 +512,8 @@ async def open_postgres_store(
     connect_timeout: float = 10.0,
     poll_interval: float = 0.05,
     clock: Callable[[], float] = time.time,
+    create: bool = True,
+    retry_deadline: float = DEFAULT_RETRY_DEADLINE,
 ) -> AsyncIterator[PostgresEventStore]:
     """Open (or create) the event log in ``schema`` of a PostgreSQL database.
 
@@ -476,12 +534,22 @@ async def open_postgres_store(
         poll_interval (float): how often a follower re-reads while an older transaction
             holds events back.
         clock (Callable[[], float]): the time source for ``recorded_at``.
+        create (bool): create the log's tables when ``schema`` has none; with false,
+            a missing log is ``StoreNotFoundError`` (so a typo does not leave one behind).
+        retry_deadline (float): seconds the open store keeps retrying reads and writes
+            through an outage (a restart, a failover) before ``StoreUnavailableError``;
+            0 reports the first failure. Acknowledged appends are never lost nor written
+            twice (see ``runtime._postgres_retry``). Opening itself does not retry.
 
     Yields:
         PostgresEventStore: the open store.
 
     Raises:
+        BadConnectionStringError: ``dsn`` does not parse.
         StoreUnavailableError: the server cannot be reached.
+        StoreRefusedError: the server refused the connection (no such database or
+            user, bad password).
+        StoreNotFoundError: there is no log in ``schema`` and ``create`` is false.
         ForeignDatabaseError: ``schema`` holds another application's tables.
         StoreSchemaVersionError: a newer powertrio wrote the log.
         StoreError: the server refused (e.g. no right to create the schema).
@@ -499,12 +567,15 @@ async def open_postgres_store(
         raise ValueError(f"readers must be >= 1, got {readers}")
     if not schema:
         raise ValueError("schema must be a non-empty string")
+    if not retry_deadline >= 0:
+        raise ValueError(f"retry_deadline must be >= 0 seconds, got {retry_deadline}")
+    check_dsn(dsn)
     server = describe(dsn)
 
     def opening() -> tuple[psycopg.Connection, int]:
         conn = connect(dsn, schema, server=server, connect_timeout=connect_timeout)
         try:
-            return conn, prepare_schema(conn, schema, server=server)
+            return conn, prepare_schema(conn, schema, server=server, create=create)
         except BaseException:
             conn.close()
             raise
@@ -523,6 +594,7 @@ async def open_postgres_store(
         max_batch=max_batch,
         head=head,
         conn=conn,
+        retrying=Retrying(retry_deadline),
     )
     store = PostgresEventStore(
         dsn=dsn,
@@ -536,6 +608,7 @@ async def open_postgres_store(
         poll_interval=poll_interval,
         reader_limit=trio.CapacityLimiter(readers),
         readers=_ReaderPool(dsn=dsn, schema=schema, server=server, connect_timeout=connect_timeout),
+        read_retrying=Retrying(retry_deadline),
     )
     try:
         writer.start()

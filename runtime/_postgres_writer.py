@@ -17,9 +17,22 @@ from typing import TYPE_CHECKING, TypeVar, final
 import attrs
 import trio
 
-from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreError
+from protocols.errors import (
+    ConcurrencyConflictError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+)
 
 from ._event_store import CommitSignal, NewEvent
+from ._postgres_retry import (
+    DEFAULT_RETRY_DEADLINE,
+    Backend,
+    Retrying,
+    end_orphan,
+    identify,
+    xact_committed,
+)
 from ._postgres_schema import (
     INSERT_BLOBS,
     INSERT_EVENTS,
@@ -99,7 +112,7 @@ class PendingAppend:
 class WriteJob:
     """A maintenance write (snapshot, deletion) queued for the writer thread."""
 
-    __slots__ = ("error", "flight", "fn", "mutex", "queue", "result", "task")
+    __slots__ = ("error", "flight", "fn", "mutex", "queue", "result", "retry", "task")
 
     def __init__(
         self,
@@ -107,8 +120,12 @@ class WriteJob:
         queue: list[WriteJob],
         mutex: threading.Lock,
         flight: Flight | None = None,
+        *,
+        retry: bool = False,
     ) -> None:
         self.fn = fn
+        # Idempotent (running it twice does no harm): retried through an outage.
+        self.retry = retry
         self.queue = queue
         self.mutex = mutex
         self.flight = flight
@@ -186,6 +203,12 @@ class PostgresWriter:
     drained: trio.Event = attrs.field(factory=trio.Event)
     """Set (in the Trio thread) once the thread has answered everything and stopped."""
     counters: _Counters = attrs.field(factory=_Counters)
+    retrying: Retrying = attrs.field(factory=lambda: Retrying(DEFAULT_RETRY_DEADLINE))
+    """How the writer rides out an outage (see ``_postgres_retry``)."""
+    _identity: Backend | None = None
+    """The write connection's server process (to end it if the connection is lost)."""
+    _orphan: Backend | None = None
+    """A lost write connection's server process, ended by the next connection."""
 
     # --- the Trio side ---------------------------------------------------------------
 
@@ -214,10 +237,17 @@ class PostgresWriter:
         return pending if self._enqueue(self._queue, pending) else None
 
     def enqueue_job(
-        self, fn: Callable[[psycopg.Connection], object], flight: Flight | None = None
+        self,
+        fn: Callable[[psycopg.Connection], object],
+        flight: Flight | None = None,
+        *,
+        retry: bool = False,
     ) -> WriteJob | None:
-        """Queue a maintenance write between commits; ``None`` if the thread has stopped."""
-        job = WriteJob(fn, self._jobs, self._mutex, flight)
+        """Queue a maintenance write between commits; ``None`` if the thread has stopped.
+
+        ``retry``: ``fn`` is idempotent, so it is retried through an outage.
+        """
+        job = WriteJob(fn, self._jobs, self._mutex, flight, retry=retry)
         return job if self._enqueue(self._jobs, job) else None
 
     def _enqueue(self, queue: list[_Item], item: _Item) -> bool:
@@ -332,36 +362,85 @@ class PostgresWriter:
         """
         conn = self._conn
         if conn is not None and (conn.broken or conn.closed):
-            conn.close()
-            conn = self._conn = None
+            self._drop_connection()
+            conn = None
         if conn is None:
-            conn = self._conn = connect(
+            conn = connect(
                 self._dsn, self._schema, server=self._server, connect_timeout=self._connect_timeout
             )
+            try:
+                if self._orphan is not None:  # see _postgres_retry.end_orphan
+                    end_orphan(conn, self._orphan)
+                    self._orphan = None
+                self._identity = None
+                self._identity = identify(conn, self._server)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        elif self._identity is None:  # the connection opening the store handed over
+            self._identity = identify(conn, self._server)
         return conn
 
+    def _drop_connection(self) -> None:
+        """After a failure: close the write connection, so the next try makes a new one.
+
+        Its server process may outlive it (a network cut leaves it waiting, in its
+        transaction, holding its rows' locks): the next connection ends it.
+        """
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+            self._orphan, self._identity = self._identity, None
+
     def _run_job(self, job: WriteJob) -> None:
-        try:
+        def attempt() -> object:
             conn = self._connection()
             with map_errors(self._server):
-                job.result = job.fn(conn)
+                return job.fn(conn)
+
+        try:
+            if job.retry:
+                job.result = self.retrying.call(attempt, after_failure=self._drop_connection)
+            else:
+                job.result = attempt()
         except BaseException as exc:  # handed to the waiting task
             job.error = exc
 
+    def _commit_group(self, batch: list[PendingAppend]) -> tuple[_Plan, int]:
+        """One try at the group (a few more if other writers took its versions meanwhile).
+
+        Raises:
+            StoreUnavailableError: the server is out of reach; nothing was written.
+        """
+        conn = self._connection()
+        for attempt in range(_RETRIES + 1):
+            try:
+                return self._commit_once(conn, batch)
+            except _Retry:
+                if attempt == _RETRIES:
+                    raise StoreError(
+                        f"event store {self._server}: other writers kept taking the "
+                        "versions this group read; nothing was written"
+                    ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _ask_committed(self, xid: int) -> bool:
+        """Whether ``xid`` committed, asked on a new write connection."""
+        self._drop_connection()
+        conn = self._connection()
+        with map_errors(self._server):
+            return xact_committed(conn, xid, self._server)
+
     def _commit(self, batch: list[PendingAppend]) -> int:
-        """Commit one group, all or nothing per append; returns the head it reached."""
+        """Commit one group, all or nothing per append; returns the head it reached.
+
+        Through an outage the group is retried until the deadline (``_postgres_retry``).
+        """
         try:
-            conn = self._connection()
-            for attempt in range(_RETRIES + 1):
-                try:
-                    plan, head = self._commit_once(conn, batch)
-                    break
-                except _Retry:
-                    if attempt == _RETRIES:
-                        raise StoreError(
-                            f"event store {self._server}: other writers kept taking the "
-                            "versions this group read; nothing was written"
-                        ) from None
+            plan, head = self.retrying.call(
+                lambda: self._commit_group(batch), after_failure=self._drop_connection
+            )
         except BaseException as exc:  # the group fails; the next commit may succeed
             error = (
                 exc
@@ -444,12 +523,18 @@ class PostgresWriter:
                 rows = conn.execute(STREAM_VERSIONS, (names,)).fetchall()
                 plan = self._plan(batch, {name: version or 0 for name, version in rows})
                 positions: list[int] = []
+                xid: int | None = None
                 if plan.columns[0]:
                     conn.execute("SELECT pg_advisory_lock(%s)", (self._lock_key,))
                     locked = True
                     cursor = conn.execute(INSERT_EVENTS, plan.columns, binary=True)
                     positions = [row[0] for row in cursor.fetchall()]
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
+                    # The transaction's id, to settle a COMMIT the connection loses.
+                    unlocked = conn.execute(
+                        "SELECT pg_advisory_unlock(%s), pg_current_xact_id()::text",
+                        (self._lock_key,),
+                    ).fetchone()
+                    xid = None if unlocked is None else int(unlocked[1])
                     locked = False
                     if plan.blob_ids:
                         conn.execute(INSERT_BLOBS, (plan.blob_ids, plan.blob_data), binary=True)
@@ -458,8 +543,15 @@ class PostgresWriter:
                 if isinstance(exc, pg_errors.UniqueViolation):
                     raise _Retry from exc
                 raise
-        with map_errors(server, committing=True):
-            conn.execute("COMMIT")
+        try:
+            with map_errors(server, committing=True):
+                conn.execute("COMMIT")
+        except StoreUnavailableError as exc:
+            # Nothing to write (xid None) means nothing was; else ask the server.
+            if xid is not None and self.retrying.settle(xid, self._ask_committed):
+                pass  # it committed: acknowledge the group
+            else:
+                raise StoreUnavailableError(server, exc.reason, exc.detail) from exc
         index = 0
         for pending in plan.accepted:
             count = len(pending.events)

@@ -11,7 +11,8 @@ A checkpoint is a cache, like a snapshot: the index it gives is exactly the fold
 log up to its position, since it is itself built only from the log (never from what the
 service merely observed); one of another format or that does not decode is logged and
 ignored (the whole log is folded). A store without ``load_checkpoint``/``save_checkpoint``
-(an optional capability: the SQLite and in-memory stores have it) gets the full fold.
+(an optional capability: the SQLite, PostgreSQL and in-memory stores have it) gets
+the full fold.
 """
 
 from __future__ import annotations

@@ -440,9 +440,11 @@ class TimerService:
                     entry = self._entries[timer.timer_id] = _Entry(stream, timer)
                     self._arm(entry, self._clock.deadline_for(timer.due_at))
             position = folded + 1
-        await self._fold_log(position)
-        # No actor runs yet: the index is exactly the fold of the log up to its head.
-        end = await store.head_position()
+        # No actor runs yet: the index is exactly the fold of the log up to ``end``. That
+        # is the last position read, not the head: on a shared (PostgreSQL) log the head
+        # may be ahead of what ``read_all`` returns while another node's older
+        # transaction is in flight, and a checkpoint there would skip its events forever.
+        end = await self._fold_log(position)
         self._checkpoint_books = dict(self._books)
         self._checkpoint_position = end
         if end >= position:
@@ -473,7 +475,8 @@ class TimerService:
                 position = page[-1].position + 1
             await checkpoints.save(self._store, self._checkpoint_position, books)
 
-    async def _fold_log(self, position: int) -> None:
+    async def _fold_log(self, position: int) -> int:
+        """Index the log from ``position`` on; returns the last position folded."""
         store = self._store
         while True:
             try:
@@ -484,9 +487,10 @@ class TimerService:
                 position = await self._past_damage(position)
                 continue
             self._index(page)
+            if page:
+                position = page[-1].position + 1
             if len(page) < _PAGE:
-                return
-            position = page[-1].position + 1
+                return position - 1
 
     async def _past_damage(self, position: int) -> int:
         """Index the events from ``position`` one by one up to the first damaged one, and

@@ -9,6 +9,7 @@ from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._event_sourced import CONTINUES, Outcome
 from ._persist_listener import PersistListener
+from ._postgres_lock import postgres_lock, postgres_lock_held
 from ._timer_book import (
     TIMER_EVENT_NAMES,
     TimerBook,
@@ -28,6 +29,8 @@ __all__ = [
     "TimerOutcome",
     "hold_virtual_clock",
     "is_timer_event",
+    "postgres_lock",
+    "postgres_lock_held",
     "register_timer_events",
     "run_sync_in_thread",
     "timer_decision",

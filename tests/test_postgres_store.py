@@ -179,8 +179,9 @@ async def test_blobs_are_stored_once_and_verified(
 async def test_a_lost_connection_is_reported_and_the_store_reconnects(
     postgres_server: PostgresServer, schema: str
 ) -> None:
-    """The server drops every connection: the next call fails with ``lost``, then it heals."""
-    async with _store(postgres_server, schema) as store:
+    """The server drops every connection: with no retry the next call fails with ``lost``,
+    then it heals (``test_postgres_faults`` has the retrying default)."""
+    async with _store(postgres_server, schema, retry_deadline=0) as store:
         await store.append("s", [_event(1)], 0)
         assert [e.version for e in await store.read("s")] == [1]
         with _raw(postgres_server, schema) as conn:
@@ -219,7 +220,7 @@ async def test_a_statement_timeout_is_reported(
 ) -> None:
     """A statement the server cancels for running too long raises ``timeout``."""
     dsn = postgres_server.dsn() + " options='-c statement_timeout=200'"
-    async with open_postgres_store(dsn, schema=schema) as store:
+    async with open_postgres_store(dsn, schema=schema, retry_deadline=0) as store:
         await store.append("s", [_event(1)], 0)
         with _raw(postgres_server, schema) as conn:
             conn.execute("BEGIN")
@@ -262,6 +263,7 @@ async def test_foreign_and_future_schemas_are_refused(
         ("max_batch", 0, "max_batch"),
         ("readers", 0, "readers"),
         ("schema", "", "schema"),
+        ("retry_deadline", -1.0, "retry_deadline must be >= 0 seconds, got -1.0"),
     ],
 )
 async def test_bad_options_are_refused(option: str, value: object, text: str) -> None:

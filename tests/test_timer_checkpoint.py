@@ -6,14 +6,25 @@ import logging
 from pathlib import Path
 from unittest import mock
 
+import _postgres
+import psycopg
 import pytest
 import trio
 import trio.testing
 from _timer_owner import STREAM, Owner
 
 import runtime._timer_checkpoint as checkpoints
-from runtime import Clock, EventStore, PendingTimer, open_runtime, open_sqlite_store
-from runtime.testing import InMemoryEventStore
+from runtime import (
+    Clock,
+    EventStore,
+    NewEvent,
+    PendingTimer,
+    open_postgres_store,
+    open_runtime,
+    open_sqlite_store,
+)
+from runtime._postgres_schema import INSERT_EVENTS, lock_key
+from runtime.testing import InMemoryEventStore, PostgresServer
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0
@@ -134,3 +145,56 @@ async def test_the_memory_store_refuses_a_negative_position() -> None:
     store = InMemoryEventStore()
     with pytest.raises(ValueError, match="checkpoint position must be >= 0, got -2"):
         await store.save_checkpoint("timers", -2, b"x")
+
+
+async def test_the_postgres_store_keeps_checkpoints_and_opening_reads_only_the_tail(
+    autojump_clock: trio.testing.MockClock, postgres_server: PostgresServer
+) -> None:
+    """On PostgreSQL as on SQLite: the checkpoint survives reopening the store, and the
+    timers service opening on it reads the log only from the position after it."""
+    async with _postgres.postgres_backend(postgres_server)() as store:
+        assert await store.load_checkpoint("timers") is None  # type: ignore[attr-defined]  # the optional capability
+        with pytest.raises(ValueError, match="checkpoint position must be >= 0, got -1"):
+            await store.save_checkpoint("timers", -1, b"x")  # type: ignore[attr-defined]
+        await _schedule(store, STREAM, "a", "b", "c", cancel="b")
+        first = await _pending_after_open(store)  # folds the log, saves a checkpoint
+        position, _ = await store.load_checkpoint("timers") or (0, b"")  # type: ignore[attr-defined]
+        assert position == await store.head_position()
+        await _schedule(store, "owner/2", "d")  # the tail after the checkpoint
+        counting = _Reads(store)  # type: ignore[arg-type]  # a proxy of any store
+        reopened = await _pending_after_open(counting)  # type: ignore[arg-type]
+        assert counting.starts[0] == position + 1  # only the tail is read
+        assert [t.timer_id for t in reopened[STREAM]] == ["a", "c"]
+        assert [t.timer_id for t in reopened["owner/2"]] == ["d"]
+        assert reopened[STREAM] == first[STREAM]
+
+
+async def test_a_postgres_checkpoint_stops_below_a_transaction_still_in_flight(
+    autojump_clock: trio.testing.MockClock, postgres_server: PostgresServer
+) -> None:
+    """Another node's append is in flight while timers are scheduled after it: the
+    checkpoint is saved below it (where ``read_all`` stopped), not at the head, so once
+    it commits, the next open still folds it and the timers scheduled after it."""
+    schema = _postgres.fresh_schema()
+    try:
+        async with open_postgres_store(postgres_server.dsn(), schema=schema) as store:
+            await store.append("other/1", [NewEvent(type="t", schema_version=1, data=b"{}")], 0)
+            with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+                conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+                conn.execute("BEGIN")
+                conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(schema),))
+                columns = (["other/2"], [1], ["t"], [1], [b"{}"], [None], [None], [0.0])
+                row = conn.execute(INSERT_EVENTS, columns).fetchone()
+                conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(schema),))
+                assert row == (2,)  # in flight: read_all stops before it
+                await _schedule(store, STREAM, "a", "b")  # committed after it
+                assert await _pending_after_open(store) == {}  # held back, not yet seen
+                position, _ = await store.load_checkpoint("timers") or (0, b"")
+                assert position == 1
+                conn.execute("COMMIT")
+            reopened = await _pending_after_open(store)
+            assert [t.timer_id for t in reopened[STREAM]] == ["a", "b"]
+            position, _ = await store.load_checkpoint("timers") or (0, b"")
+            assert position == await store.head_position()
+    finally:
+        await _postgres.drop_schema(postgres_server, schema)

@@ -1,4 +1,8 @@
-"""What every ``powertrio`` command shares: output, the log file and its lock, session ids."""
+"""What every ``powertrio`` command shares: output, the log and its lock, session ids.
+
+The log is a SQLite file (the default, zero setup) or, when ``--db``/``POWERTRIO_DB`` is a
+``postgresql://`` URI, a PostgreSQL database shared by several processes.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +14,26 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, final
+from typing import IO, TYPE_CHECKING, TypeAlias, final
 
 import attrs
 import orjson
 
 from protocols.errors import (
+    BadConnectionStringError,
     ConfigError,
     StoreLockedError,
     StoreNotFoundError,
     StreamNotFoundError,
 )
-from runtime import SqliteEventStore, open_sqlite_store
+from runtime import PostgresEventStore, SqliteEventStore, open_postgres_store, open_sqlite_store
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
     "DEFAULT_DB",
+    "LogStore",
     "check_folder",
     "CliContext",
     "db_lock",
@@ -44,6 +50,14 @@ DEFAULT_DB = "powertrio.sqlite"
 
 SESSION_PREFIX = "session/"
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+"""``--db`` values starting so name a PostgreSQL database, not a file."""
+
+LogStore: TypeAlias = "SqliteEventStore | PostgresEventStore"
+"""What :func:`open_log` opens."""
+
+_LOCK_NAME = "powertrio-driver"
+
 _PIPE_WIDTH = 160
 
 
@@ -53,7 +67,8 @@ class CliContext:
     """The options every command takes, and the consoles it prints to."""
 
     db: Path
-    """The event log file."""
+    """The event log file; with :attr:`dsn` set, the server as ``host:port/database`` (for
+    messages: no file)."""
     json: bool
     """Print one JSON document (or JSON Lines, for streams of events) for machines."""
     debug: bool
@@ -62,14 +77,18 @@ class CliContext:
     """Where results go (stdout)."""
     err: Console
     """Where notes, progress and errors go (stderr), so ``--json`` output stays clean."""
+    dsn: str | None = None
+    """The PostgreSQL connection string when ``--db`` is a ``postgresql://`` URI."""
 
     @classmethod
     def create(cls, *, db: str | None, json: bool, debug: bool) -> CliContext:
         """The context from the options (``db`` ``None``: ``$POWERTRIO_DB`` or the default)."""
         from rich.console import Console  # noqa: PLC0415  # rich loads only for the CLI
 
-        path = Path(db or os.environ.get("POWERTRIO_DB") or DEFAULT_DB)
-        if path.is_dir():
+        value = db or os.environ.get("POWERTRIO_DB") or DEFAULT_DB
+        dsn = value if value.startswith(POSTGRES_SCHEMES) else None
+        path = Path(value) if dsn is None else Path(_server_label(dsn))
+        if dsn is None and path.is_dir():
             source = "--db" if db else "POWERTRIO_DB"
             msg = (
                 f"{source} names the folder {str(path)!r}; name the log's file, "
@@ -83,7 +102,7 @@ class CliContext:
         err = Console(stderr=True, highlight=False)
         if not err.is_terminal and "COLUMNS" not in os.environ:
             err = Console(stderr=True, highlight=False, width=_PIPE_WIDTH)
-        return cls(db=path, json=json, debug=debug, out=out, err=err)
+        return cls(db=path, json=json, debug=debug, out=out, err=err, dsn=dsn)
 
     def emit(self, document: object) -> None:
         """Print ``document`` as one line of JSON on stdout."""
@@ -91,21 +110,51 @@ class CliContext:
         sys.stdout.flush()
 
 
+def _server_label(dsn: str) -> str:
+    """``host:port/database`` of a connection string, never its password.
+
+    Raises:
+        ConfigError: psycopg (the ``postgres`` extra) is not installed.
+        BadConnectionStringError: the string does not parse.
+    """
+    try:
+        from psycopg import ProgrammingError, conninfo  # noqa: PLC0415  # the optional extra
+    except ImportError:
+        msg = (
+            "--db names a PostgreSQL database, which needs psycopg: "
+            "pip install 'powertrio[postgres]'"
+        )
+        raise ConfigError(msg) from None
+    try:
+        info = conninfo.conninfo_to_dict(dsn)
+    except ProgrammingError as exc:
+        raise BadConnectionStringError(str(exc).strip().splitlines()[0]) from None
+    host = info.get("host") or "localhost"
+    port = info.get("port") or "5432"
+    return f"{host}:{port}/{info.get('dbname') or info.get('user') or ''}"
+
+
 @asynccontextmanager
-async def open_log(ctx: CliContext, *, create: bool = False) -> AsyncIterator[SqliteEventStore]:
-    """Open the event log named by ``--db``.
+async def open_log(ctx: CliContext, *, create: bool = False) -> AsyncIterator[LogStore]:
+    """Open the event log named by ``--db``: a SQLite file or a PostgreSQL database.
 
     Args:
         ctx (CliContext): the options.
-        create (bool): create the file when it does not exist (``run``, ``import``); the
+        create (bool): create the log when it does not exist (``run``, ``import``); the
             other commands refuse, so a typo in ``--db`` does not leave an empty log behind.
 
     Raises:
-        StoreNotFoundError: there is no log at that path (and ``create`` is false), or
-            the folder to create it in does not exist.
+        StoreNotFoundError: there is no log at that path or in that database (and
+            ``create`` is false), or the folder to create it in does not exist.
         CorruptLogError, ForeignDatabaseError, StoreSchemaVersionError: as
-            :func:`open_sqlite_store`.
+            :func:`open_sqlite_store` and :func:`open_postgres_store`.
+        StoreUnavailableError, StoreRefusedError, BadConnectionStringError: the
+            PostgreSQL server cannot be reached, refused us, or ``--db`` does not parse.
     """
+    if ctx.dsn is not None:
+        async with open_postgres_store(ctx.dsn, create=create) as pg_store:
+            yield pg_store
+        return
     if not ctx.db.exists():
         if not create:
             hint = 'start one with `powertrio run "task"` here, or point at one with --db PATH'
@@ -125,7 +174,7 @@ def in_session_tree(root_id: str, session_id: str) -> bool:
     return session_id == root_id or session_id.startswith(root_id + ".")
 
 
-async def resolve_session(store: SqliteEventStore, given: str) -> str:
+async def resolve_session(store: LogStore, given: str) -> str:
     """The session id ``given`` names: an id, a ``session/<id>`` stream, or a unique prefix.
 
     Raises:
@@ -170,12 +219,14 @@ def check_folder(db: Path) -> None:
 
 
 @contextlib.contextmanager
-def db_lock(db: Path, command: str, *, wait: float = 1.0) -> Iterator[None]:
+def db_lock(db: Path | CliContext, command: str, *, wait: float = 1.0) -> Iterator[None]:
     """Hold the log's driver lock while this process runs sessions of it.
 
     Sessions are actors with one writer each (one writer per stream): two processes driving
     the same log would compete for their streams. ``run``, ``send``, ``reply``, ``cancel``
-    and ``import`` take this advisory lock (``<db>.lock``); reading commands do not.
+    and ``import`` take this advisory lock (``<db>.lock``); reading commands do not. Given
+    the context of a PostgreSQL log, it is an advisory lock on the server instead (see
+    ``runtime.lowlevel.postgres_lock``), released by the server if this process dies.
 
     The lock file stays beside the log after a clean exit, emptied: deleting it would let
     a process that opened it a moment before lock a file no one else can see, and two
@@ -185,6 +236,15 @@ def db_lock(db: Path, command: str, *, wait: float = 1.0) -> Iterator[None]:
         StoreNotFoundError: the log's folder does not exist.
         StoreLockedError: another process holds the lock (its pid and command are named).
     """
+    if isinstance(db, CliContext):
+        if db.dsn is not None:
+            from runtime.lowlevel import postgres_lock  # noqa: PLC0415
+
+            holder = f"pid {os.getpid()} (`powertrio {command}`)"
+            with postgres_lock(db.dsn, _LOCK_NAME, holder=holder, wait=wait):
+                yield
+            return
+        db = db.db
     try:
         import fcntl  # noqa: PLC0415  # POSIX only
     except ImportError:  # pragma: no cover - Windows: no advisory lock
@@ -220,8 +280,14 @@ def db_lock(db: Path, command: str, *, wait: float = 1.0) -> Iterator[None]:
         handle.close()
 
 
-def db_in_use(db: Path) -> bool:
+def db_in_use(db: Path | CliContext) -> bool:
     """Whether a process holds the log's driver lock right now (its runs are live)."""
+    if isinstance(db, CliContext):
+        if db.dsn is not None:
+            from runtime.lowlevel import postgres_lock_held  # noqa: PLC0415
+
+            return postgres_lock_held(db.dsn, _LOCK_NAME)
+        db = db.db
     try:
         import fcntl  # noqa: PLC0415  # POSIX only
     except ImportError:  # pragma: no cover

@@ -33,7 +33,7 @@ from ._common import (
 from ._tree import AgentTree
 
 if TYPE_CHECKING:
-    from runtime import SqliteEventStore
+    from ._common import LogStore
 
 __all__ = ["cmd_log", "cmd_sessions", "cmd_show", "cmd_timers", "cmd_tree"]
 
@@ -45,7 +45,7 @@ def load_actors() -> None:
     import actors  # noqa: F401
 
 
-async def read_stream(store: SqliteEventStore, stream: str) -> list[RecordedEvent]:
+async def read_stream(store: LogStore, stream: str) -> list[RecordedEvent]:
     """Every event of ``stream``, in order."""
     events: list[RecordedEvent] = []
     while True:
@@ -55,7 +55,7 @@ async def read_stream(store: SqliteEventStore, stream: str) -> list[RecordedEven
             return events
 
 
-async def tree_streams(store: SqliteEventStore, root_id: str) -> list[str]:
+async def tree_streams(store: LogStore, root_id: str) -> list[str]:
     """The streams of a session and of its sub-agents, sorted."""
     infos = await store.streams(SESSION_PREFIX + root_id)
     return [
@@ -65,7 +65,7 @@ async def tree_streams(store: SqliteEventStore, root_id: str) -> list[str]:
     ]
 
 
-async def read_tree(store: SqliteEventStore, root_id: str) -> list[RecordedEvent]:
+async def read_tree(store: LogStore, root_id: str) -> list[RecordedEvent]:
     """The events of a session tree, in global (commit) order."""
     events: list[RecordedEvent] = []
     for stream in await tree_streams(store, root_id):
@@ -82,7 +82,7 @@ def decode_or_none(record: RecordedEvent) -> object | None:
         return None
 
 
-async def build_tree(store: SqliteEventStore, root_id: str, *, live: bool) -> AgentTree:
+async def build_tree(store: LogStore, root_id: str, *, live: bool) -> AgentTree:
     """The agent tree of ``root_id`` folded from the log."""
     tree = AgentTree(root_id)
     for record in await read_tree(store, root_id):
@@ -112,7 +112,7 @@ class RecordedSetup:
     """The temperature its requests asked for."""
 
 
-async def recorded_setup(store: SqliteEventStore, session_id: str) -> RecordedSetup:
+async def recorded_setup(store: LogStore, session_id: str) -> RecordedSetup:
     """The setup of ``session_id`` from its first recorded request, so a resumed session
     (``send``, ``reply``) and a replay get the tools and parameters it had."""
     from actors.events import AssistantRecorded
@@ -219,7 +219,7 @@ class SessionSummary:
         }
 
 
-async def summaries(store: SqliteEventStore) -> list[SessionSummary]:
+async def summaries(store: LogStore) -> list[SessionSummary]:
     """A summary of every session in the log (one pass over the log): top-level sessions
     oldest first, each followed by its sub-agents."""
     found: dict[str, SessionSummary] = {}
@@ -268,7 +268,7 @@ async def cmd_sessions(ctx: CliContext, args: argparse.Namespace) -> int:
     async with open_log(ctx) as store:
         listed = await summaries(store)
         workflows = await workflow_summaries(store)
-    live = db_in_use(ctx.db)
+    live = db_in_use(ctx)
     for summary in listed:
         if summary.status == "running" and not live:
             summary.status = "interrupted"
@@ -621,7 +621,7 @@ async def cmd_tree(ctx: CliContext, args: argparse.Namespace) -> int:
     load_actors()
     async with open_log(ctx) as store:
         kind, session_id = await resolve_target(store, args.session)
-        live = db_in_use(ctx.db)
+        live = db_in_use(ctx)
         if kind == "workflow":
             tree = await build_workflow_tree(store, session_id, live=live)
         else:

@@ -1,6 +1,7 @@
 """The ``powertrio`` command line: run agents, watch their trees, read and keep the log.
 
-Every command takes ``--db PATH`` (default ``./powertrio.sqlite``, or ``POWERTRIO_DB``),
+Every command takes ``--db PATH`` (default ``./powertrio.sqlite``, or ``POWERTRIO_DB``; a
+``postgresql://`` URI names a PostgreSQL database instead of a file),
 ``--json`` (one JSON document on stdout, or JSON Lines for ``log``) and ``--debug`` (show
 tracebacks). Exit codes: 0 ok; 1 a run ended other than ``completed``, ``check`` found
 problems, or an error; 2 bad usage or configuration. An error prints its message and its
@@ -69,7 +70,8 @@ def _common() -> argparse.ArgumentParser:
         "--db",
         metavar="PATH",
         default=argparse.SUPPRESS,
-        help="the event log (default: ./powertrio.sqlite, or $POWERTRIO_DB)",
+        help="the event log: a SQLite file, or a postgresql:// URI "
+        "(default: ./powertrio.sqlite, or $POWERTRIO_DB)",
     )
     common.add_argument(
         "--json",

@@ -23,7 +23,8 @@ from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, resolve_sess
 
 if TYPE_CHECKING:
     from actors import SessionState
-    from runtime import SqliteEventStore
+
+    from ._common import LogStore
 
 __all__ = ["cmd_bench", "cmd_check", "cmd_export", "cmd_import"]
 
@@ -145,7 +146,7 @@ def _written_whole(path: str) -> Iterator[str]:
         partial.unlink(missing_ok=True)
 
 
-async def _stream_named(store: SqliteEventStore, given: str) -> str:
+async def _stream_named(store: LogStore, given: str) -> str:
     """The stream ``given`` names: a stream's full name, or a session's id or id prefix."""
     if await store.stream_version(given):
         return given
@@ -175,7 +176,7 @@ async def cmd_import(ctx: CliContext, args: argparse.Namespace) -> int:
     """``powertrio import FILE``: append an export to the log (all or nothing per check)."""
     if not await trio.Path(args.file).exists():  # before the lock: a typo leaves nothing
         raise InputFileNotFoundError(args.file)
-    with db_lock(ctx.db, "import"):
+    with db_lock(ctx, "import"):
         async with open_log(ctx, create=True) as store:
             result = await import_jsonl(store, args.file)
     if ctx.json:
@@ -190,8 +191,7 @@ async def cmd_import(ctx: CliContext, args: argparse.Namespace) -> int:
     else:
         already = f" ({result.skipped:,} already there, skipped)" if result.skipped else ""
         ctx.out.print(
-            f"imported {result.events:,} events of {result.streams} streams into "
-            f"{ctx.db}{already}"
+            f"imported {result.events:,} events of {result.streams} streams into {ctx.db}{already}"
         )
     return 0
 

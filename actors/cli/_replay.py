@@ -91,7 +91,7 @@ async def cmd_fork(ctx: CliContext, args: argparse.Namespace) -> int:
     """
     from actors import fork_session
 
-    with db_lock(ctx.db, "fork"):
+    with db_lock(ctx, "fork"):
         async with open_log(ctx) as store:
             session_id = await resolve_session(store, args.session)
             new_id = args.new_id or IdSource(Clock()).new("ses")

@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 
     from actors import RunResult, Session
     from actors.events import HumanRequested, Observation
-    from runtime import SqliteEventStore
+
+    from ._common import LogStore
 
 __all__ = ["cmd_cancel", "cmd_reply", "cmd_run", "cmd_send", "result_warnings"]
 
@@ -205,7 +206,7 @@ async def _refresh(view: RunView) -> None:
         await trio.sleep(0.1)
 
 
-async def _watch_children(store: SqliteEventStore, view: RunView, from_position: int) -> None:
+async def _watch_children(store: LogStore, view: RunView, from_position: int) -> None:
     """Name the sub-agents (their spec and task) from the ``ChildSpawned`` events."""
     root = view.tree.root_id
     async for record in store.subscribe(from_position, prefix=SESSION_PREFIX + root):
@@ -252,7 +253,7 @@ async def _ask_person(view: RunView, request: HumanRequested, drive: _Drive) -> 
     return answer
 
 
-async def _settle(view: RunView, store: SqliteEventStore) -> None:
+async def _settle(view: RunView, store: LogStore) -> None:
     """Let sub-agents record their ends (a cancel reaches them just after their parent's),
     then show the tree as the log has it: the log is the authority."""
     root = view.tree.root_id
@@ -277,7 +278,7 @@ async def answer_request(session: Session, request: HumanRequested, answer: str)
 
 async def drive(
     view: RunView,
-    store: SqliteEventStore,
+    store: LogStore,
     session: Session,
     start: Callable[[], Awaitable[RunResult]],
     *,
@@ -419,7 +420,7 @@ async def cmd_run(ctx: CliContext, args: argparse.Namespace) -> int:
         ctx.err.print(f"[yellow]{choice.note}[/]")
     interactive = _interactive(ctx)
     max_tokens = max_tokens_for(args, choice)
-    with db_lock(ctx.db, "run"):
+    with db_lock(ctx, "run"):
         async with (
             open_log(ctx, create=True) as store,
             open_llm(ctx, choice) as llm,
@@ -454,7 +455,7 @@ async def _resumed(
     if choice.note:
         ctx.err.print(f"[yellow]{choice.note}[/]")
     interactive = _interactive(ctx)
-    with db_lock(ctx.db, command):
+    with db_lock(ctx, command):
         async with open_log(ctx) as store:
             session_id = await resolve_session(store, args.session)
             tree = await build_tree(store, session_id, live=True)
@@ -527,7 +528,7 @@ async def cmd_cancel(ctx: CliContext, args: argparse.Namespace) -> int:
     cancelled with it. A session with no open run is an error (``session.no_open_run``).
     (A session a ``run`` is driving is cancelled with Ctrl-C in its terminal.)
     """
-    with db_lock(ctx.db, "cancel"):
+    with db_lock(ctx, "cancel"):
         async with open_log(ctx) as store:
             session_id = await resolve_session(store, args.session)
             async with open_runtime(store=store) as runtime:
@@ -546,9 +547,7 @@ async def cmd_cancel(ctx: CliContext, args: argparse.Namespace) -> int:
     if run_id is None:
         raise NoOpenRunError(session_id)
     if ctx.json:
-        ctx.emit(
-            {"session_id": session_id, "cancelled": True, "run_id": run_id, "status": status}
-        )
+        ctx.emit({"session_id": session_id, "cancelled": True, "run_id": run_id, "status": status})
     else:
         ctx.out.print(f"cancelled run {run_id} of session {session_id} ({status or 'stopping'})")
     return 0

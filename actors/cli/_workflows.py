@@ -29,7 +29,9 @@ from ._tree import AgentTree
 
 if TYPE_CHECKING:
     from actors.events import WorkflowState
-    from runtime import RecordedEvent, SqliteEventStore
+    from runtime import RecordedEvent
+
+    from ._common import LogStore
 
 __all__ = [
     "WORKFLOW_PREFIX",
@@ -50,9 +52,7 @@ def workflow_id_of(stream: str) -> str | None:
     return stream[len(WORKFLOW_PREFIX) :] if stream.startswith(WORKFLOW_PREFIX) else None
 
 
-async def resolve_target(
-    store: SqliteEventStore, given: str
-) -> tuple[Literal["session", "workflow"], str]:
+async def resolve_target(store: LogStore, given: str) -> tuple[Literal["session", "workflow"], str]:
     """What ``given`` names: a session (as :func:`resolve_session`) or a workflow (its id,
     ``workflow/<id>`` or a unique prefix of its id).
 
@@ -144,7 +144,7 @@ class WorkflowSummary:
         }
 
 
-async def workflow_summaries(store: SqliteEventStore) -> list[WorkflowSummary]:
+async def workflow_summaries(store: LogStore) -> list[WorkflowSummary]:
     """A summary of every workflow in the log, oldest first."""
     from ._inspect import read_stream
 
@@ -257,9 +257,7 @@ def print_workflow(ctx: CliContext, shown: dict[str, object]) -> None:
 # -- tree -----------------------------------------------------------------------------------
 
 
-async def build_workflow_tree(
-    store: SqliteEventStore, workflow_id: str, *, live: bool
-) -> AgentTree:
+async def build_workflow_tree(store: LogStore, workflow_id: str, *, live: bool) -> AgentTree:
     """The workflow as the root, its agent steps' sessions (and their sub-agents) below."""
     from actors.events import SessionCreated
 
@@ -327,9 +325,9 @@ async def cmd_signal(ctx: CliContext, args: argparse.Namespace) -> int:
     try:
         payload = orjson.loads(args.payload) if args.payload is not None else None
     except orjson.JSONDecodeError as exc:
-        msg = f"the payload must be JSON, e.g. '{{\"by\": \"ann\"}}' or '\"yes\"': {exc}"
+        msg = f'the payload must be JSON, e.g. \'{{"by": "ann"}}\' or \'"yes"\': {exc}'
         raise ConfigError(msg) from None
-    with db_lock(ctx.db, "signal"):
+    with db_lock(ctx, "signal"):
         async with open_log(ctx) as store:
             given = args.workflow
             if not given.startswith(WORKFLOW_PREFIX):

@@ -1,7 +1,8 @@
 """Kernel benchmarks: each figure is printed beside a physical-limit baseline of the same run.
 
 Run ``python -m runtime.bench SUITE [--json]`` with ``SUITE`` one of ``actors``, ``cluster``
-(the PostgreSQL store) and ``log`` (the agent suites live in ``actors.bench``). Suites
+(the PostgreSQL store), ``log`` and ``outage`` (the PostgreSQL store through a server
+restart; the agent suites live in ``actors.bench``). Suites
 live in private modules named ``_<suite>.py`` exposing
 ``run(args) -> dict[str, float | int | str]``.
 """
@@ -17,5 +18,6 @@ SUITES: dict[str, str] = {
     "actors": "runtime.bench._actors",
     "cluster": "runtime.bench._cluster",
     "log": "runtime.bench._log",
+    "outage": "runtime.bench._outage",
 }
 """Suite name -> the module whose ``run(args)`` measures it."""
