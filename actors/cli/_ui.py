@@ -33,7 +33,8 @@ from ._tree import ACTIVE
 if TYPE_CHECKING:
     from actors import Price, Session
     from actors.console import Verdict
-    from runtime import SqliteEventStore
+
+    from ._common import LogStore
 
 __all__ = ["CliOperator", "cmd_ui"]
 
@@ -55,7 +56,7 @@ class CliOperator:
     def __init__(
         self,
         ctx: CliContext,
-        store: SqliteEventStore,
+        store: LogStore,
         args: argparse.Namespace,
         nursery: trio.Nursery,
     ) -> None:
