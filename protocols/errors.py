@@ -9,7 +9,10 @@ The tree (code in brackets)::
     PowertrioError                                [powertrio]
     ├── ConfigError (ValueError)                  [config.invalid]
     │   ├── MissingSettingError                   [config.missing]
-    │   └── AgentSpecError                        [config.agent_spec]
+    │   ├── AgentSpecError                        [config.agent_spec]
+    │   ├── FleetFileError                        [config.fleet_file]
+    │   ├── CronSyntaxError                       [config.cron]
+    │   └── FleetAgentNotFoundError (LookupError) [config.fleet_agent]
     ├── ActorError                                [actor]
     │   ├── ActorStoppedError                     [actor.stopped]
     │   │   └── ActorFailedError                  [actor.failed]
@@ -128,6 +131,7 @@ from ._errors_files import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from ._errors_fleet import CronSyntaxError, FleetAgentNotFoundError, FleetFileError
 from ._errors_kernel import (
     ActorCrashedError,
     ActorError,
@@ -206,9 +210,12 @@ __all__ = [
     "ConcurrencyConflictError",
     "ConfigError",
     "CorruptLogError",
+    "CronSyntaxError",
     "EventDecodeError",
     "EventEncodeError",
     "FileAccessError",
+    "FleetAgentNotFoundError",
+    "FleetFileError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
     "HookVetoError",
