@@ -90,6 +90,8 @@ class FleetNode:
         self._drain_reason = ""
         self._stop_now = trio.Event()
         self.cancelled_runs = 0
+        self.stopped = trio.Event()
+        """Set once the node has recorded that it stopped."""
 
     # -- what the CLI (or a signal) asks ------------------------------------------------------
 
@@ -107,6 +109,10 @@ class FleetNode:
     @property
     def draining(self) -> bool:
         return self._drain.is_set()
+
+    def agents(self) -> list[str]:
+        """The agents this node hosts (retired ones included: their history is here)."""
+        return sorted(self._refs)
 
     def owns(self, name: str) -> bool:
         """Whether this node hosts agent ``name``: on SQLite, every agent."""
@@ -133,6 +139,7 @@ class FleetNode:
             await self._drain.wait()
             nursery.cancel_scope.cancel()
         await self._drain_runs()
+        self.stopped.set()
 
     async def _follow_control(self, start_version: int) -> None:
         while True:

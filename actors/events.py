@@ -11,6 +11,21 @@ from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._board_events import EntryDeleted, EntryPut, WatchAdded, WatchRemoved
 from ._context import ContextCompacted
+from ._fleet_events import (
+    FleetAgentChanged,
+    FleetAgentDeclared,
+    FleetAgentHosted,
+    FleetAgentPaused,
+    FleetAgentResumed,
+    FleetAgentRetired,
+    FleetNodeDraining,
+    FleetNodeDrainRequested,
+    FleetNodeStarted,
+    FleetNodeStopped,
+    FleetRunFinished,
+    FleetRunSkipped,
+    FleetRunStarted,
+)
 from ._observe import (
     DeltaReceived,
     LLMCallFinished,
@@ -62,6 +77,19 @@ __all__ = [
     "DeltaReceived",
     "EntryDeleted",
     "EntryPut",
+    "FleetAgentChanged",
+    "FleetAgentDeclared",
+    "FleetAgentHosted",
+    "FleetAgentPaused",
+    "FleetAgentResumed",
+    "FleetAgentRetired",
+    "FleetNodeDrainRequested",
+    "FleetNodeDraining",
+    "FleetNodeStarted",
+    "FleetNodeStopped",
+    "FleetRunFinished",
+    "FleetRunSkipped",
+    "FleetRunStarted",
     "FollowUpReceived",
     "FollowUpsInjected",
     "HumanAnswered",

@@ -190,8 +190,7 @@ async def cmd_import(ctx: CliContext, args: argparse.Namespace) -> int:
     else:
         already = f" ({result.skipped:,} already there, skipped)" if result.skipped else ""
         ctx.out.print(
-            f"imported {result.events:,} events of {result.streams} streams into "
-            f"{ctx.db}{already}"
+            f"imported {result.events:,} events of {result.streams} streams into {ctx.db}{already}"
         )
     return 0
 

@@ -546,9 +546,7 @@ async def cmd_cancel(ctx: CliContext, args: argparse.Namespace) -> int:
     if run_id is None:
         raise NoOpenRunError(session_id)
     if ctx.json:
-        ctx.emit(
-            {"session_id": session_id, "cancelled": True, "run_id": run_id, "status": status}
-        )
+        ctx.emit({"session_id": session_id, "cancelled": True, "run_id": run_id, "status": status})
     else:
         ctx.out.print(f"cancelled run {run_id} of session {session_id} ({status or 'stopping'})")
     return 0

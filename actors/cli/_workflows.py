@@ -327,7 +327,7 @@ async def cmd_signal(ctx: CliContext, args: argparse.Namespace) -> int:
     try:
         payload = orjson.loads(args.payload) if args.payload is not None else None
     except orjson.JSONDecodeError as exc:
-        msg = f"the payload must be JSON, e.g. '{{\"by\": \"ann\"}}' or '\"yes\"': {exc}"
+        msg = f'the payload must be JSON, e.g. \'{{"by": "ann"}}\' or \'"yes"\': {exc}'
         raise ConfigError(msg) from None
     with db_lock(ctx.db, "signal"):
         async with open_log(ctx) as store:
