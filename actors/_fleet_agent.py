@@ -113,11 +113,13 @@ class FleetAgentActor(EventSourcedActor[FleetAgentState]):
         run: RunHost,
         clock: Callable[[], float],
         on_finished: Callable[[str], None],
+        on_started: Callable[[str], None] = lambda _key: None,
     ) -> None:
         self.config = config
         self._run = run
         self._clock = clock
         self._on_finished = on_finished
+        self._on_started = on_started
 
     def stream_name(self) -> str:
         return AGENT_PREFIX + self.config.decl.name
@@ -144,6 +146,8 @@ class FleetAgentActor(EventSourcedActor[FleetAgentState]):
     # -- deciding -----------------------------------------------------------------------
 
     def recovered(self, state: FleetAgentState) -> Decision | None:
+        if state.open_run is not None:  # a run a previous node left: this node finishes it
+            self._on_started(f"{state.open_run.run_id}@{self.config.decl.name}")
         events = self._configure(state, self.config)
         return Decision(events=events) if events else None
 
@@ -268,5 +272,7 @@ class FleetAgentActor(EventSourcedActor[FleetAgentState]):
 
     def after_persist(self, events: Sequence[object]) -> None:
         for event in events:
-            if isinstance(event, FleetRunFinished):
+            if isinstance(event, FleetRunStarted):
+                self._on_started(f"{event.run_id}@{self.config.decl.name}")
+            elif isinstance(event, FleetRunFinished):
                 self._on_finished(f"{event.run_id}@{self.config.decl.name}")

@@ -58,6 +58,7 @@ NODE_PREFIX = "fleet/node/"
 
 
 @event_type("fleet.agent_declared")
+@final
 @attrs.frozen(kw_only=True)
 class FleetAgentDeclared:
     """An agent joined the fleet (or came back after being retired)."""
@@ -69,6 +70,7 @@ class FleetAgentDeclared:
 
 
 @event_type("fleet.agent_changed")
+@final
 @attrs.frozen(kw_only=True)
 class FleetAgentChanged:
     """An agent's declaration changed; its next run uses the new one."""
@@ -82,6 +84,7 @@ class FleetAgentChanged:
 
 
 @event_type("fleet.agent_retired")
+@final
 @attrs.frozen(kw_only=True)
 class FleetAgentRetired:
     """An agent left the fleet file: it runs no more; its history stays."""
@@ -90,6 +93,7 @@ class FleetAgentRetired:
 
 
 @event_type("fleet.agent_paused")
+@final
 @attrs.frozen(kw_only=True)
 class FleetAgentPaused:
     """No new runs until resumed (its schedule slots pass by, recorded as skipped)."""
@@ -99,12 +103,14 @@ class FleetAgentPaused:
 
 
 @event_type("fleet.agent_resumed")
+@final
 @attrs.frozen(kw_only=True)
 class FleetAgentResumed:
     name: str
 
 
 @event_type("fleet.node_drain_requested")
+@final
 @attrs.frozen(kw_only=True)
 class FleetNodeDrainRequested:
     """An operator asked a node to drain (``powertrio fleet drain NODE``)."""
@@ -116,6 +122,7 @@ class FleetNodeDrainRequested:
 
 
 @event_type("fleet.node_started")
+@final
 @attrs.frozen(kw_only=True)
 class FleetNodeStarted:
     node: str
@@ -126,6 +133,7 @@ class FleetNodeStarted:
 
 
 @event_type("fleet.node_draining")
+@final
 @attrs.frozen(kw_only=True)
 class FleetNodeDraining:
     node: str
@@ -135,6 +143,7 @@ class FleetNodeDraining:
 
 
 @event_type("fleet.node_stopped")
+@final
 @attrs.frozen(kw_only=True)
 class FleetNodeStopped:
     node: str
@@ -147,6 +156,7 @@ class FleetNodeStopped:
 
 
 @event_type("fleet.agent_hosted")
+@final
 @attrs.frozen(kw_only=True)
 class FleetAgentHosted:
     """The agent's actor started on a node (what a lease layer will hand over)."""
@@ -156,6 +166,7 @@ class FleetAgentHosted:
 
 
 @event_type("fleet.run_started")
+@final
 @attrs.frozen(kw_only=True)
 class FleetRunStarted:
     """A run of the agent started, with the code version it runs."""
@@ -172,6 +183,7 @@ class FleetRunStarted:
 
 
 @event_type("fleet.run_finished")
+@final
 @attrs.frozen(kw_only=True)
 class FleetRunFinished:
     run_id: str
@@ -184,6 +196,7 @@ class FleetRunFinished:
 
 
 @event_type("fleet.run_skipped")
+@final
 @attrs.frozen(kw_only=True)
 class FleetRunSkipped:
     """A schedule slot came and no run started: ``paused``, ``busy`` (a run was still

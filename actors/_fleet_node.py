@@ -185,7 +185,11 @@ class FleetNode:
         def factory() -> FleetAgentActor:
             # A restart starts from what the node knows now.
             return FleetAgentActor(
-                self._configs[config.decl.name], self._run, runtime.clock.now, self._recorded
+                self._configs[config.decl.name],
+                self._run,
+                runtime.clock.now,
+                self._recorded,
+                self._unrecorded.add,
             )
 
         return await runtime.spawn(factory, id=f"fleet-agent-{config.decl.name}", on_give_up="stop")
@@ -201,11 +205,13 @@ class FleetNode:
             session_id=started.session_id,
         )
         self._sessions[started.run_id + "@" + decl.name] = session
-        self._unrecorded.add(started.run_id + "@" + decl.name)
         try:
             return await session.send(started.input, id=started.run_id)
         finally:
             del self._sessions[started.run_id + "@" + decl.name]
+            # A run's session is done with its run: its actor goes (the log keeps it).
+            with trio.CancelScope(shield=True):
+                await self.runtime.stop(session.ref)
 
     def _recorded(self, key: str) -> None:
         self._unrecorded.discard(key)
@@ -232,6 +238,10 @@ class FleetNode:
                 await session.cancel("the node stopped at once", mode="immediate", by="fleet")
             with trio.move_on_after(5.0):
                 await self._wait_recorded(None)
+        for ref in self._refs.values():  # the agents go with their node
+            await runtime.stop(ref)
+        self._refs.clear()
+        runtime.timers.set_hook(None)  # the timers wait in the log for the next node
         await self._append(
             FleetNodeStopped(
                 node=self.node, stopped_at=runtime.clock.now(), cancelled_runs=self.cancelled_runs

@@ -1,0 +1,132 @@
+"""``powertrio serve`` as a real process: SIGTERM drains it, a second one stops it at once,
+``fleet drain NODE`` drains it from another process; each exits 0 with a valid log."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+FLEET = """
+[agents.ticker]
+prompt = "You tick."
+input = "Tick."
+[[agents.ticker.schedules]]
+every = "1s"
+"""
+
+
+def _cli(db: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "actors.cli", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def _serve(db: Path, delay: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "actors.cli", "--db", str(db), "serve", "--node", "n1"),
+            *("--poll", "0.2", "--drain-deadline", "60"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "POWERTRIO_DEMO_DELAY": delay},
+    )
+
+
+def _status(db: Path) -> dict[str, object]:
+    done = _cli(db, "fleet", "status", "--json")
+    assert done.returncode == 0, done.stderr
+    document: dict[str, object] = json.loads(done.stdout)
+    return document
+
+
+def _wait_for(db: Path, what: str, test: object) -> dict[str, object]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if db.exists():
+            status = _status(db)
+            agents = status["agents"]
+            assert isinstance(agents, list)
+            if agents and callable(test) and test(agents[0]):
+                return status
+        time.sleep(0.1)
+    pytest.fail(f"the node never got to: {what}")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "fleet.sqlite"
+    (tmp_path / "fleet.toml").write_text(FLEET, encoding="utf-8")
+    applied = _cli(path, "fleet", "apply", str(tmp_path / "fleet.toml"))
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.strip() == "created  ticker"
+    return path
+
+
+def test_sigterm_drains_the_node_and_it_exits_0(db: Path) -> None:
+    node = _serve(db, "0.05")
+    try:
+        _wait_for(db, "a finished run", lambda a: a["last_status"] == "completed")
+        node.send_signal(signal.SIGTERM)
+        _out, err = node.communicate(timeout=60)
+    finally:
+        node.kill()
+    assert node.returncode == 0, err
+    assert "SIGTERM: draining" in err
+    status = _status(db)
+    assert status["nodes"] == [
+        {**status["nodes"][0], "name": "n1", "state": "stopped"}  # type: ignore[index, dict-item]
+    ]
+    assert _cli(db, "check").returncode == 0
+
+
+def test_a_second_sigterm_cancels_at_once_and_the_log_stays_valid(db: Path) -> None:
+    node = _serve(db, "600")  # each model answer would take ten minutes
+    try:
+        _wait_for(db, "a run in flight", lambda a: a["state"] == "running")
+        node.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        node.send_signal(signal.SIGTERM)
+        _out, err = node.communicate(timeout=60)
+    finally:
+        node.kill()
+    assert node.returncode == 0, err
+    assert "SIGTERM again: stopping now" in err
+    assert "(1 runs cancelled at once)" in err
+    agent = _status(db)["agents"][0]  # type: ignore[index]
+    assert agent["last_status"] == "cancelled"
+    checked = _cli(db, "check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_fleet_drain_from_another_process(db: Path) -> None:
+    node = _serve(db, "0")
+    try:
+        _wait_for(db, "the agent hosted", lambda a: a["node"] == "n1")
+        asked = _cli(db, "fleet", "drain", "n1")
+        assert asked.stdout.strip() == "asked node n1 to drain"
+        _out, err = node.communicate(timeout=60)
+    finally:
+        node.kill()
+    assert node.returncode == 0, err
+    assert "node n1 drained" in err
+    paused = _cli(db, "fleet", "pause", "ticker", "--json")
+    assert json.loads(paused.stdout) == {"agent": "ticker", "state": "paused", "changed": True}
+    unknown = _cli(db, "fleet", "pause", "nobody")
+    assert unknown.returncode == 2
+    assert "[config.fleet_agent]" in unknown.stderr
