@@ -40,7 +40,8 @@ from ._fleet_events import (
     FleetRunSkipped,
     FleetRunStarted,
 )
-from ._fleet_file import AgentDecl, ScheduleDecl, code_version
+from ._fleet_file import AgentDecl, ScheduleDecl
+from ._fleet_file import _package_version as package_version
 
 if TYPE_CHECKING:
     from ._session_events import RunResult
@@ -256,7 +257,7 @@ class FleetAgentActor(EventSourcedActor[FleetAgentState]):
                 input=schedule.input or config.decl.input,
                 trigger=schedule.key,
                 spec_hash=config.spec_hash,
-                code_version=code_version(config.spec_hash),
+                package_version=package_version(),
                 started_at=fired.fired_at,
             )
         )

@@ -165,11 +165,26 @@ class FleetAgentHosted:
     spec_hash: str
 
 
-@event_type("fleet.run_started")
+def _run_started_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 kept the code version as one string, ``"powertrio 0.1.0 spec <hash>"``,
+    repeating the spec hash; version 2 keeps the package version as a field of its own."""
+    upgraded = dict(data)
+    text = str(upgraded.pop("code_version", ""))
+    words = text.split()
+    fits = len(words) == 4 and words[0] == "powertrio" and words[2] == "spec"
+    upgraded["package_version"] = words[1] if fits else "unknown"
+    return upgraded
+
+
+@event_type("fleet.run_started", version=2, upcasters={1: _run_started_v1_to_v2})
 @final
 @attrs.frozen(kw_only=True)
 class FleetRunStarted:
-    """A run of the agent started, with the code version it runs."""
+    """A run of the agent started, with the code version it runs.
+
+    Schema version 2 (version 1 had ``code_version: str`` in place of
+    ``package_version``; the upcaster splits it).
+    """
 
     run_id: str
     session_id: str
@@ -177,9 +192,15 @@ class FleetRunStarted:
     trigger: str
     """What started it: ``cron=0 7 * * *``, ``every=15m``..."""
     spec_hash: str
-    code_version: str
-    """The package version and the spec hash (:func:`~actors.code_version`)."""
+    """Of the declaration and the tools' schemas, as the node's code had them."""
+    package_version: str
+    """The powertrio version the node ran."""
     started_at: float
+
+    @property
+    def code_version(self) -> str:
+        """The package version and the spec hash (:func:`~actors.code_version`)."""
+        return f"powertrio {self.package_version} spec {self.spec_hash}"
 
 
 @event_type("fleet.run_finished")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
+import orjson
 import pytest
 import trio
 import trio.testing
@@ -29,9 +31,9 @@ from actors.events import (
     FleetRunSkipped,
     FleetRunStarted,
 )
-from protocols import LLM, decode_record
+from protocols import LLM, decode, decode_record
 from protocols.errors import FleetAgentNotFoundError, FleetFileError
-from runtime import Clock, EventStore, Runtime, TimerFired, open_runtime
+from runtime import Clock, EventStore, Runtime, TimerFired, import_jsonl, open_runtime
 
 START = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 HOUR = 3600.0
@@ -306,7 +308,7 @@ def test_fleet_status_is_a_pure_fold() -> None:
                 input="x",
                 trigger="every=1h",
                 spec_hash="h1",
-                code_version="powertrio 0 spec h1",
+                package_version="0",
                 started_at=START,
             ),
         ),
@@ -335,3 +337,62 @@ def test_fleet_status_is_a_pure_fold() -> None:
     assert digest.last_error == "[llm.server] boom"
     assert fleet_status(events[:3], now=START + DAY).agents[0].tokens_today == 0
     assert fleet_status(events, now=START).agents[0].state == "retired"
+
+
+# -- an old log ----------------------------------------------------------------------------
+
+OLD_LOG = Path(__file__).parent / "data" / "fleet_log_v1.jsonl"
+"""A fleet's log as the first fleet code wrote it: ``fleet.run_started`` at schema version
+1, whose ``code_version`` string version 2 split into ``package_version``."""
+
+OLD_FLEET = """
+[agents.pinger]
+prompt = "You ping."
+input = "Ping."
+[[agents.pinger.schedules]]
+every = "6h"
+"""
+
+
+def test_an_old_log_is_upcast_and_still_checked_for_upgrades() -> None:
+    async def main() -> None:
+        async with open_runtime(clock=Clock(START + DAY)) as runtime:
+            store = runtime.store
+            await import_jsonl(store, OLD_LOG)
+            records = await store.read("fleet/agent/pinger")
+            stored = [r for r in records if r.type == "fleet.run_started"]
+            assert {r.schema_version for r in stored} == {1}
+            started = [e for e in map(decode_record, stored) if isinstance(e, FleetRunStarted)]
+            assert [(e.run_id, e.package_version) for e in started] == [
+                ("run-1", "0.1.0"),
+                ("run-2", "0.1.0"),
+            ]
+            assert started[0].code_version == f"powertrio 0.1.0 spec {started[0].spec_hash}"
+            status = await read_fleet_status(store, now=START + HOUR)
+            pinger = status.agent("pinger")
+            assert pinger is not None
+            assert (pinger.last_run, pinger.node) == ("run-2", "old-node")
+            same = await upgrade_check(store, parse_fleet_file(OLD_FLEET))
+            assert [r.diverges for r in same[0].runs] == [False, False]
+            louder = OLD_FLEET.replace("You ping.", "You ping loudly.")
+            changed = await upgrade_check(store, parse_fleet_file(louder))
+            assert [r.diverges for r in changed[0].runs] == [True, True]
+            assert changed[0].runs[0].recorded_version.startswith("powertrio 0.1.0 spec ")
+
+    _run(main)
+
+
+def test_the_upcaster_names_an_unreadable_version() -> None:
+    """A version-1 event whose code version string has another shape still decodes."""
+    data = {
+        "run_id": "r",
+        "session_id": "s",
+        "input": "i",
+        "trigger": "t",
+        "spec_hash": "h",
+        "code_version": "something else",
+        "started_at": 1.0,
+    }
+    event = decode("fleet.run_started", 1, orjson.dumps(data))
+    assert isinstance(event, FleetRunStarted)
+    assert event.package_version == "unknown"
