@@ -68,6 +68,9 @@ class AgentConfig:
     retired: bool
     node: str
     now: float
+    draining: bool = False
+    """The node takes no new work: a firing is not recorded, so its timer stays pending
+    in the log for the next node."""
 
 
 @final
@@ -157,6 +160,8 @@ class FleetAgentActor(EventSourcedActor[FleetAgentState]):
             self.config = message
             return Decision(events=self._configure(state, message))
         if isinstance(message, TimerFired):
+            if self.config.draining:
+                return Decision()
             outcome = timer_decision(state.timers, message)
             if outcome is None or not outcome.events:
                 return Decision()

@@ -19,6 +19,7 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, final
 
+import attrs
 import trio
 
 from protocols import LLM, encode
@@ -206,12 +207,23 @@ class FleetNode:
         )
         self._sessions[started.run_id + "@" + decl.name] = session
         try:
-            return await session.send(started.input, id=started.run_id)
+            async with trio.open_nursery() as nursery:
+                if self.draining:  # a run that began as the drain did: one turn, then stop
+                    nursery.start_soon(self._cancel_after_turn, session)
+                result = await session.send(started.input, id=started.run_id)
+                nursery.cancel_scope.cancel()
+            return result
         finally:
             del self._sessions[started.run_id + "@" + decl.name]
             # A run's session is done with its run: its actor goes (the log keeps it).
             with trio.CancelScope(shield=True):
                 await self.runtime.stop(session.ref)
+
+    async def _cancel_after_turn(self, session: Session) -> None:
+        # The send has just been asked for: cancel once the session has taken it (a few
+        # scheduler passes; the send's end cancels this task).
+        while not await session.cancel("the node is draining", mode="after_turn", by="fleet"):  # noqa: ASYNC110
+            await trio.sleep(0.01)
 
     def _recorded(self, key: str) -> None:
         self._unrecorded.discard(key)
@@ -221,10 +233,13 @@ class FleetNode:
     async def _drain_runs(self) -> None:
         runtime = self.runtime
         deadline = runtime.clock.now() + self.drain_deadline
+        runtime.timers.set_hook(lambda _due: Postpone(3600.0))  # first: no new work
         await self._append(
             FleetNodeDraining(node=self.node, reason=self._drain_reason, deadline=deadline)
         )
-        runtime.timers.set_hook(lambda _due: Postpone(3600.0))
+        for name, ref in self._refs.items():
+            self._configs[name] = attrs.evolve(self._configs[name], draining=True)
+            await ref.tell(self._configs[name])
         for session in list(self._sessions.values()):
             await session.cancel("the node is draining", mode="after_turn", by="fleet")
         with trio.move_on_after(self.drain_deadline):

@@ -130,3 +130,42 @@ def test_fleet_drain_from_another_process(db: Path) -> None:
     unknown = _cli(db, "fleet", "pause", "nobody")
     assert unknown.returncode == 2
     assert "[config.fleet_agent]" in unknown.stderr
+
+
+def test_a_node_killed_mid_run_leaves_the_run_to_the_next_node(db: Path) -> None:
+    """SIGKILL during a run: the log holds its start, not its end; the next node's agent
+    takes the run up and the session's exactly-once send finishes that same run."""
+    node = _serve(db, "600")
+    try:
+        _wait_for(db, "a run in flight", lambda a: a["state"] == "running")
+        node.kill()
+        node.communicate(timeout=60)
+    finally:
+        node.kill()
+    agent = _status(db)["agents"][0]  # type: ignore[index]
+    assert (agent["state"], agent["last_run"]) == ("running", None)
+    node = _serve(db, "0")
+    try:
+        status = _wait_for(db, "run-1 finished", lambda a: a["last_run"] is not None)
+        node.send_signal(signal.SIGTERM)
+        _out, err = node.communicate(timeout=60)
+    finally:
+        node.kill()
+    assert node.returncode == 0, err
+    assert status["agents"][0]["last_status"] == "completed"  # type: ignore[index]
+    exported = db.with_name("agent.jsonl")
+    assert _cli(db, "export", str(exported), "--stream", "fleet/agent/ticker").returncode == 0
+    lines = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]
+    kinds = {"fleet.run_started", "fleet.run_finished"}
+    runs = [(e["type"], e["data"]["run_id"]) for e in lines if e["type"] in kinds]
+    assert runs[:3] == [
+        ("fleet.run_started", "run-1"),
+        ("fleet.run_finished", "run-1"),
+        ("fleet.run_started", "run-2"),
+    ]
+    first_end = next(e for e in lines if e["type"] == "fleet.run_finished")
+    assert first_end["data"]["status"] == "completed"
+    shown = _cli(db, "show", "ticker-1")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("user: Tick.") == 1  # one run
+    assert "run completed · 1 rounds" in shown.stdout  # its model call made once
