@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -169,3 +171,65 @@ def test_a_node_killed_mid_run_leaves_the_run_to_the_next_node(db: Path) -> None
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.count("user: Tick.") == 1  # one run
     assert "run completed · 1 rounds" in shown.stdout  # its model call made once
+
+
+# -- in a terminal --------------------------------------------------------------------------
+
+
+def _pane(tmux: list[str], window: str) -> str:
+    shown = subprocess.run(
+        [*tmux, "capture-pane", "-p", "-t", window], capture_output=True, text=True, check=False
+    )
+    return shown.stdout
+
+
+def _screen(tmux: list[str], window: str, needle: str) -> str:
+    deadline = time.monotonic() + 60
+    while True:
+        pane = _pane(tmux, window)
+        if needle in pane:
+            return pane
+        if time.monotonic() > deadline:
+            pytest.fail(f"{needle!r} not on the screen of {window} within 60 s:\n{pane}")
+        time.sleep(0.1)
+
+
+def test_serve_status_and_drain_in_a_terminal(db: Path, tmp_path: Path) -> None:
+    """In tmux: ``serve`` in one window; ``fleet status`` then ``fleet drain`` in another;
+    the node says it drained and exits 0."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed: the terminal test needs it (apt-get install tmux)")
+    tmux = ["tmux", "-S", str(tmp_path / "t.sock")]
+    kept = {k: os.environ[k] for k in ("PATH", "HOME", "PYTHONPATH") if k in os.environ}
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in kept.items())
+    cli = f"{shlex.quote(sys.executable)} -m actors.cli --db {shlex.quote(str(db))}"
+
+    def window(name: str, command: str) -> None:
+        shell = f"env -i {env} TERM=xterm-256color {command}; echo EXIT=$?; sleep 60"
+        where = ["-x", "150", "-y", "30", "-c", str(tmp_path)]
+        if name == "serve":
+            subprocess.run(
+                [*tmux, "new-session", "-d", "-s", "fleet", "-n", name, *where, shell], check=True
+            )
+        else:
+            where = ["-c", str(tmp_path)]
+            subprocess.run(
+                [*tmux, "new-window", "-t", "fleet", "-n", name, *where, shell], check=True
+            )
+
+    try:
+        window("serve", f"{cli} serve --node n1 --poll 0.2")
+        _screen(tmux, "fleet:serve", "node n1 serving 1 agents")
+        _wait_for(db, "a finished run", lambda a: a["last_status"] == "completed")
+        window("status", f"{cli} fleet status")
+        shown = _screen(tmux, "fleet:status", "EXIT=0")
+        assert "ticker  running" in shown or "ticker  active" in shown
+        assert "node n1: running" in shown
+        window("drain", f"{cli} fleet drain n1")
+        assert "asked node n1 to drain" in _screen(tmux, "fleet:drain", "EXIT=0")
+        drained = _screen(tmux, "fleet:serve", "EXIT=")
+        assert "node n1 drained (0 runs cancelled at once)" in drained
+        assert "EXIT=0" in drained
+        assert "Traceback" not in drained
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, check=False)

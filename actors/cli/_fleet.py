@@ -18,6 +18,7 @@ import argparse
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -81,6 +82,14 @@ def add_fleet_commands(
     )
 
 
+def tools_from_here() -> None:
+    """Let tool paths name modules of the current folder, as ``python -m`` would (the
+    ``powertrio`` script does not put the folder on ``sys.path``)."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def read_fleet_file(path: str) -> FleetFile:
     """The checked fleet file at ``path``.
 
@@ -90,6 +99,7 @@ def read_fleet_file(path: str) -> FleetFile:
     """
     from actors import parse_fleet_file
 
+    tools_from_here()
     file = Path(path)
     if not file.is_file():
         raise InputFileNotFoundError(path)
@@ -144,6 +154,7 @@ async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
     from actors import FleetNode
     from runtime import open_runtime
 
+    tools_from_here()
     name = args.node or socket.gethostname()
     if args.drain_deadline < 0 or args.poll <= 0:
         msg = "--drain-deadline must be >= 0 and --poll > 0 seconds"
@@ -263,7 +274,10 @@ async def _status(ctx: CliContext) -> int:
             today,
             errors,
         )
-    ctx.out.print(table)
+    if not status.agents:
+        ctx.out.print("no agents: declare them with `powertrio fleet apply FILE`")
+    else:
+        ctx.out.print(table)
     for n in status.nodes:
         ctx.out.print(f"node {n.name}: {n.state} (pid {n.pid}, powertrio {n.version})")
     return 0
