@@ -37,6 +37,7 @@ __all__ = [
     "FleetAgentPaused",
     "FleetAgentResumed",
     "FleetAgentRetired",
+    "FleetAgentUnavailable",
     "FleetNodeDrainRequested",
     "FleetNodeDraining",
     "FleetNodeStarted",
@@ -152,6 +153,18 @@ class FleetNodeStopped:
     """Runs cancelled at once (a second signal, or the drain deadline)."""
 
 
+@event_type("fleet.agent_unavailable")
+@final
+@attrs.frozen(kw_only=True)
+class FleetAgentUnavailable:
+    """The node cannot host an agent: its tools do not import in this node's code."""
+
+    node: str
+    name: str
+    error: str
+    error_code: str
+
+
 # -- an agent's stream -----------------------------------------------------------------------
 
 
@@ -255,7 +268,7 @@ class AgentStatus:
     tokens_today: int
     day_tokens: int | None
     errors: int
-    """Runs that ended ``failed``, ever."""
+    """Runs that ended ``failed``, and times a node could not host it, ever."""
     last_error: str | None
     skipped: int
 
@@ -350,6 +363,10 @@ def fleet_status(events: Iterable[tuple[str, object]], *, now: float) -> FleetSt
                 node.state = "draining"
             elif isinstance(event, FleetNodeStopped):
                 node.state = "stopped"
+            elif isinstance(event, FleetAgentUnavailable):
+                found = agent(event.name)
+                found.errors += 1
+                found.last_error = f"[{event.error_code}] {event.node}: {event.error}"
     return FleetStatus(
         agents=tuple(_agent_status(a) for a in sorted(agents.values(), key=lambda a: a.name)),
         nodes=tuple(

@@ -23,12 +23,14 @@ import attrs
 import trio
 
 from protocols import LLM, encode
+from protocols.errors import ConfigError
 from runtime import NewEvent, Postpone
 
 from ._fleet_agent import AgentConfig, FleetAgentActor
 from ._fleet_control import ControlState, read_control
 from ._fleet_events import (
     NODE_PREFIX,
+    FleetAgentUnavailable,
     FleetNodeDraining,
     FleetNodeStarted,
     FleetNodeStopped,
@@ -84,6 +86,7 @@ class FleetNode:
         self._refs: dict[str, ActorRef[object]] = {}
         self._configs: dict[str, AgentConfig] = {}
         self._tools: dict[str, tuple[Tool[..., object], ...]] = {}
+        self._unavailable: dict[str, AgentDecl] = {}
         self._sessions: dict[str, Session] = {}
         self._unrecorded: set[str] = set()
         self._changed = trio.Event()
@@ -163,7 +166,18 @@ class FleetNode:
             decl = declared.decl
             tools = self._tools.get(name)
             if tools is None or self._configs[name].decl != decl:
-                tools = self._tools[name] = decl.load_tools()
+                try:
+                    tools = decl.load_tools()
+                except ConfigError as exc:  # this node's code lacks a tool: say so, go on
+                    if self._unavailable.get(name) != decl:
+                        self._unavailable[name] = decl
+                        await self._append(
+                            FleetAgentUnavailable(
+                                node=self.node, name=name, error=str(exc), error_code=exc.code
+                            )
+                        )
+                    continue
+                self._tools[name] = tools
             config = AgentConfig(
                 decl=decl,
                 spec_hash=decl.spec_hash(tools),

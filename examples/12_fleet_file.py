@@ -72,7 +72,7 @@ async def main() -> None:
             node = FleetNode(runtime, node="node-1", llm_for=model, poll=3600)
             async with trio.open_nursery() as nursery:
                 await nursery.start(node.serve)
-                await trio.sleep(2 * 86_400)
+                await trio.sleep(2 * 86_400 + 1800)  # drain between two slots
                 node.drain("the example is over")
             status = await read_fleet_status(store, now=runtime.clock.now())
             for agent in status.agents:

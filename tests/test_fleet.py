@@ -31,9 +31,17 @@ from actors.events import (
     FleetRunSkipped,
     FleetRunStarted,
 )
-from protocols import LLM, decode, decode_record
+from protocols import LLM, decode, decode_record, encode
 from protocols.errors import FleetAgentNotFoundError, FleetFileError
-from runtime import Clock, EventStore, Runtime, TimerFired, import_jsonl, open_runtime
+from runtime import (
+    Clock,
+    EventStore,
+    NewEvent,
+    Runtime,
+    TimerFired,
+    import_jsonl,
+    open_runtime,
+)
 
 START = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 HOUR = 3600.0
@@ -402,3 +410,29 @@ def test_the_upcaster_names_an_unreadable_version() -> None:
     event = decode("fleet.run_started", 1, orjson.dumps(data))
     assert isinstance(event, FleetRunStarted)
     assert event.package_version == "unknown"
+
+
+def test_an_agent_whose_tools_do_not_import_on_this_node_is_reported() -> None:
+    """A node whose code lacks an agent's tool hosts the others and records why not."""
+    broken = AgentDecl(name="broken", prompt="p", tools=("nosuch.mod:fn",))
+
+    async def main() -> None:
+        async with open_runtime(clock=Clock(START)) as runtime:
+            store = runtime.store
+            await apply_fleet(store, parse_fleet_file(FLEET))
+            declared = FleetAgentDeclared(name="broken", decl=broken.to_json(), spec_hash="x")
+            await store.append("fleet", [NewEvent.from_encoded(encode(declared))], 2)
+            async with _node(runtime) as node:
+                await trio.sleep(HOUR)
+                hosted = node.agents()
+            status = await read_fleet_status(store, now=runtime.clock.now())
+        assert hosted == ["digest", "pinger"]
+        agent = status.agent("broken")
+        assert agent is not None
+        assert (agent.node, agent.errors) == (None, 1)
+        assert agent.last_error == (
+            "[config.invalid] n1: tool 'nosuch.mod:fn': module 'nosuch.mod' does not import "
+            "(No module named 'nosuch')"
+        )
+
+    _run(main)
