@@ -24,7 +24,7 @@ from typing import Any, Literal, final
 import attrs
 
 from protocols import event_type
-from runtime import TimerCancelled, TimerFired, TimerScheduled
+from runtime.lowlevel import TimerBook, is_timer_event
 
 __all__ = [
     "AGENT_PREFIX",
@@ -307,8 +307,8 @@ class _Agent:
     last_run: str | None = None
     last_status: str | None = None
     last_finished_at: float | None = None
-    timers: dict[str, tuple[float, float | None]] = attrs.Factory(dict)
-    """Pending timer id -> (due time, interval or ``None``)."""
+    timers: TimerBook = attrs.Factory(TimerBook)
+    """Folded as the agent's actor folds it."""
     runs_today: int = 0
     tokens_today: int = 0
     errors: int = 0
@@ -402,16 +402,8 @@ def _fold_control(agent: Any, nodes: dict[str, _Node], event: object) -> None:
 def _fold_agent(found: _Agent, event: object, today: str) -> None:
     if isinstance(event, FleetAgentHosted):
         found.node = event.node
-    elif isinstance(event, TimerScheduled):
-        found.timers[event.timer_id] = (event.due_at, event.every)
-    elif isinstance(event, TimerFired):
-        pending = found.timers.get(event.timer_id)
-        if pending is not None and pending[0] == event.due_at:  # as TimerBook folds it
-            del found.timers[event.timer_id]
-            if pending[1] is not None:  # recurring: fixed delay from the firing
-                found.timers[event.timer_id] = (event.fired_at + pending[1], pending[1])
-    elif isinstance(event, TimerCancelled):
-        found.timers.pop(event.timer_id, None)
+    elif is_timer_event(event):
+        found.timers = found.timers.evolve(event)
     elif isinstance(event, FleetRunStarted):
         found.open_run = event.run_id
         found.running_hash = event.spec_hash
@@ -448,9 +440,9 @@ def _agent_status(found: _Agent) -> AgentStatus:
         last_run=found.last_run,
         last_status=found.last_status,
         last_finished_at=found.last_finished_at,
-        next_wakeup=None
-        if found.retired or not found.timers
-        else min(due for due, _ in found.timers.values()),
+        next_wakeup=(
+            None if found.retired or not found.timers.pending else found.timers.pending[0].due_at
+        ),
         runs_today=found.runs_today,
         tokens_today=found.tokens_today,
         day_tokens=found.day_tokens,

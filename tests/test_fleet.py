@@ -11,9 +11,12 @@ import orjson
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors import (
     AgentDecl,
+    FleetFile,
     FleetNode,
     apply_fleet,
     fleet_status,
@@ -21,6 +24,7 @@ from actors import (
     read_fleet_status,
     set_paused,
 )
+from actors._fleet_control import read_control
 from actors._fleet_upgrade import upgrade_check
 from actors.cli._fleet_demo import fleet_demo_llm
 from actors.events import (
@@ -434,5 +438,60 @@ def test_an_agent_whose_tools_do_not_import_on_this_node_is_reported() -> None:
             "[config.invalid] n1: tool 'nosuch.mod:fn': module 'nosuch.mod' does not import "
             "(No module named 'nosuch')"
         )
+
+    _run(main)
+
+
+_FILES = st.lists(
+    st.dictionaries(
+        st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["p1", "p2"]), max_size=4
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(files=_FILES)
+def test_apply_converges_on_the_last_file_whatever_came_before(files: list[dict[str, str]]) -> None:
+    """After any sequence of applies, the live agents and their specs are the last file's,
+    retired agents are the others ever declared, and applying the last file again (twice,
+    concurrently) appends nothing."""
+
+    def fleet(agents: dict[str, str]) -> FleetFile:
+        return FleetFile(tuple(AgentDecl(name=n, prompt=p) for n, p in sorted(agents.items())))
+
+    async def main() -> None:
+        async with open_runtime(clock=Clock(START)) as runtime:
+            store = runtime.store
+            for agents in files:
+                await apply_fleet(store, fleet(agents))
+            version = await store.stream_version("fleet")
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):
+                    nursery.start_soon(apply_fleet, store, fleet(files[-1]))
+            assert await store.stream_version("fleet") == version
+            control = await read_control(store)
+        last = files[-1]
+        assert control.live() == sorted(last)
+        assert {n: a.decl.prompt for n, a in control.agents.items() if not a.retired} == last
+        ever = set().union(*files)
+        assert {n for n, a in control.agents.items() if a.retired} == ever - set(last)
+
+    _run(main)
+
+
+def test_concurrent_applies_declare_each_agent_once() -> None:
+    """Two operators apply the same new file at once: the control stream's optimistic
+    append makes one of them see the other's declarations and append nothing."""
+
+    async def main() -> None:
+        async with open_runtime(clock=Clock(START)) as runtime:
+            fleet_file = parse_fleet_file(FLEET)
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(apply_fleet, runtime.store, fleet_file)
+            kinds = [type(e).__name__ for e in await _events(runtime.store, "fleet")]
+        assert kinds == ["FleetAgentDeclared", "FleetAgentDeclared"]
 
     _run(main)
