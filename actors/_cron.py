@@ -153,13 +153,3 @@ class CronSchedule:
                             return candidate
             day += timedelta(days=1)
         return None
-
-    def latest_at_or_before(self, epoch: float, *, after: float) -> float | None:
-        """The last slot in ``(after, epoch]``, or ``None``: which missed slot one catch-up
-        firing stands for."""
-        slot = self.next_after(after)
-        latest: float | None = None
-        while slot is not None and slot <= epoch:
-            latest = slot
-            slot = self.next_after(slot)
-        return latest

@@ -17,7 +17,7 @@ CLI, a web console, a test) computes the same status; the log is the only author
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal, final
 
@@ -450,14 +450,3 @@ def _agent_status(found: _Agent) -> AgentStatus:
         last_error=found.last_error,
         skipped=found.skipped,
     )
-
-
-def usage_today(finished: Iterable[FleetRunFinished], now: float) -> int:
-    """Tokens of the runs that finished on ``now``'s UTC day."""
-    today = _day(now)
-    return sum(f.tokens for f in finished if _day(f.finished_at) == today)
-
-
-def as_mapping(status: FleetStatus) -> Mapping[str, object]:
-    """The status as JSON-ready data (``fleet status --json``)."""
-    return attrs.asdict(status, recurse=True)
