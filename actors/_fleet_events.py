@@ -260,6 +260,8 @@ class AgentStatus:
     running_hash: str | None
     """The spec of its latest run; differs from ``spec_hash`` until the next run adopts
     a change."""
+    code_version: str | None
+    """The code version its latest run recorded (package version and spec hash)."""
     last_run: str | None
     last_status: str | None
     last_finished_at: float | None
@@ -303,6 +305,7 @@ class _Agent:
     paused: bool = False
     node: str | None = None
     running_hash: str | None = None
+    code_version: str | None = None
     open_run: str | None = None
     last_run: str | None = None
     last_status: str | None = None
@@ -407,6 +410,7 @@ def _fold_agent(found: _Agent, event: object, today: str) -> None:
     elif isinstance(event, FleetRunStarted):
         found.open_run = event.run_id
         found.running_hash = event.spec_hash
+        found.code_version = event.code_version
     elif isinstance(event, FleetRunFinished):
         found.open_run = None
         found.last_run, found.last_status = event.run_id, event.status
@@ -437,6 +441,7 @@ def _agent_status(found: _Agent) -> AgentStatus:
         node=found.node,
         spec_hash=found.spec_hash,
         running_hash=found.running_hash,
+        code_version=found.code_version,
         last_run=found.last_run,
         last_status=found.last_status,
         last_finished_at=found.last_finished_at,

@@ -353,6 +353,7 @@ def test_fleet_status_is_a_pure_fold() -> None:
         1,
     )
     assert digest.last_error == "[llm.server] boom"
+    assert digest.code_version == "powertrio 0 spec h1"
     assert fleet_status(events[:3], now=START + DAY).agents[0].tokens_today == 0
     assert fleet_status(events, now=START).agents[0].state == "retired"
 
