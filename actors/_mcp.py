@@ -94,9 +94,7 @@ class McpServer:
     """Only these server tools (their names on the server); ``None``: all of them."""
     crash_policy: CrashPolicy = "abort"
     """What recovery does with a call that never finished (default for every tool)."""
-    crash_policies: Mapping[str, CrashPolicy] = attrs.field(
-        factory=dict, converter=_policy_map
-    )
+    crash_policies: Mapping[str, CrashPolicy] = attrs.field(factory=dict, converter=_policy_map)
     """Per-tool crash policies, by the tool's name on the server."""
     timeout: float | None = None
     """Seconds before a call ends with a ``timeout`` outcome; ``None``: no limit."""

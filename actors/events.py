@@ -11,6 +11,22 @@ from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._board_events import EntryDeleted, EntryPut, WatchAdded, WatchRemoved
 from ._context import ContextCompacted
+from ._fleet_events import (
+    FleetAgentChanged,
+    FleetAgentDeclared,
+    FleetAgentHosted,
+    FleetAgentPaused,
+    FleetAgentResumed,
+    FleetAgentRetired,
+    FleetAgentUnavailable,
+    FleetNodeDraining,
+    FleetNodeDrainRequested,
+    FleetNodeStarted,
+    FleetNodeStopped,
+    FleetRunFinished,
+    FleetRunSkipped,
+    FleetRunStarted,
+)
 from ._observe import (
     DeltaReceived,
     LLMCallFinished,
@@ -62,6 +78,20 @@ __all__ = [
     "DeltaReceived",
     "EntryDeleted",
     "EntryPut",
+    "FleetAgentChanged",
+    "FleetAgentDeclared",
+    "FleetAgentHosted",
+    "FleetAgentPaused",
+    "FleetAgentResumed",
+    "FleetAgentRetired",
+    "FleetAgentUnavailable",
+    "FleetNodeDrainRequested",
+    "FleetNodeDraining",
+    "FleetNodeStarted",
+    "FleetNodeStopped",
+    "FleetRunFinished",
+    "FleetRunSkipped",
+    "FleetRunStarted",
     "FollowUpReceived",
     "FollowUpsInjected",
     "HumanAnswered",

@@ -11,7 +11,10 @@ The tree (code in brackets)::
     │   ├── MissingSettingError                   [config.missing]
     │   ├── AgentSpecError                        [config.agent_spec]
     │   ├── ConsoleTokenRequiredError             [config.console_token]
-    │   └── BadConnectionStringError              [config.connection_string]
+    │   ├── BadConnectionStringError              [config.connection_string]
+    │   ├── FleetFileError                        [config.fleet_file]
+    │   ├── CronSyntaxError                       [config.cron]
+    │   └── FleetAgentNotFoundError (LookupError) [config.fleet_agent]
     ├── ActorError                                [actor]
     │   ├── ActorStoppedError                     [actor.stopped]
     │   │   └── ActorFailedError                  [actor.failed]
@@ -132,6 +135,7 @@ from ._errors_files import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from ._errors_fleet import CronSyntaxError, FleetAgentNotFoundError, FleetFileError
 from ._errors_kernel import (
     ActorCrashedError,
     ActorError,
@@ -212,9 +216,12 @@ __all__ = [
     "ConfigError",
     "ConsoleTokenRequiredError",
     "CorruptLogError",
+    "CronSyntaxError",
     "EventDecodeError",
     "EventEncodeError",
     "FileAccessError",
+    "FleetAgentNotFoundError",
+    "FleetFileError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
     "HookVetoError",

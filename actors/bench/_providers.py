@@ -27,19 +27,30 @@ from protocols import LLMRequest, TextDelta, UserMessage
 from protocols.transports import OpenAITransport, ProviderConfig, open_http_client
 from runtime import open_runtime, open_sqlite_store
 
-_CHUNK = {"id": "c", "model": "bench", "choices": [{"index": 0, "delta": {"content": "tok"},
-                                                    "finish_reason": None}]}
+_CHUNK = {
+    "id": "c",
+    "model": "bench",
+    "choices": [{"index": 0, "delta": {"content": "tok"}, "finish_reason": None}],
+}
 _STREAM = (
     b"".join(b"data: " + orjson.dumps(_CHUNK) + b"\n\n" for _ in range(20))
     + b'data: {"id":"c","model":"bench","choices":[{"index":0,"delta":{},'
     b'"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 )
-_BODY = orjson.dumps({
-    "id": "c", "model": "bench",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok" * 20},
-                 "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 20},
-})
+_BODY = orjson.dumps(
+    {
+        "id": "c",
+        "model": "bench",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "tok" * 20},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 20},
+    }
+)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -88,10 +99,10 @@ async def _measure(n: int) -> dict[str, float | int | str]:
     thread.start()
     host, port = server.server_address[:2]
     url = f"http://{host!s}:{port}/v1"
-    body = orjson.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}],
-                         "stream": True})
-    plain_body = orjson.dumps({"model": "bench",
-                               "messages": [{"role": "user", "content": "hi"}]})
+    body = orjson.dumps(
+        {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    )
+    plain_body = orjson.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}]})
     request = LLMRequest(messages=[UserMessage("hi")])
     try:
         async with open_http_client() as client:
@@ -100,8 +111,12 @@ async def _measure(n: int) -> dict[str, float | int | str]:
             )
 
             async def bare_ttft() -> float | None:
-                async with client.stream("POST", url + "/chat/completions", content=body,
-                                         headers={"content-type": "application/json"}) as r:
+                async with client.stream(
+                    "POST",
+                    url + "/chat/completions",
+                    content=body,
+                    headers={"content-type": "application/json"},
+                ) as r:
                     async for line in r.aiter_lines():
                         if line.startswith("data: "):
                             orjson.loads(line[6:])
@@ -116,8 +131,11 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                 return None
 
             async def bare_complete() -> float | None:
-                r = await client.post(url + "/chat/completions", content=plain_body,
-                                      headers={"content-type": "application/json"})
+                r = await client.post(
+                    url + "/chat/completions",
+                    content=plain_body,
+                    headers={"content-type": "application/json"},
+                )
                 orjson.loads(r.content)
                 return None
 

@@ -10,7 +10,7 @@ stable code (``error [store.corrupt]: ...``), never a traceback unless ``--debug
 The commands live in private modules loaded only when used, so ``--help`` stays quick:
 ``_run`` (run, send, reply, cancel; the model and tools in ``_model``), ``_inspect``
 (sessions, show, tree, log, timers), ``_replay`` (replay, fork), ``_ops`` (check, export,
-import, bench), ``_ui`` (ui: the web console).
+import, bench), ``_ui`` (ui: the web console), ``_fleet`` (serve, fleet).
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ _COMMANDS: dict[str, tuple[str, str, bool]] = {
     "fork": ("._replay", "cmd_fork", True),
     "bench": ("._ops", "cmd_bench", False),
     "ui": ("._ui", "cmd_ui", True),
+    "serve": ("._fleet", "cmd_serve", True),
+    "fleet": ("._fleet", "cmd_fleet", True),
 }
 
 
@@ -108,7 +110,7 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     """The argument parser of ``powertrio`` (every command and option)."""
     common = _common()
     parser = argparse.ArgumentParser(
@@ -226,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="small workloads (a smoke test)")
 
     _ui_options(add)
+    from ._fleet import add_fleet_commands  # noqa: PLC0415  # argparse only, no agents
+
+    add_fleet_commands(add, common)
     return parser
 
 

@@ -1,0 +1,308 @@
+"""``powertrio serve`` and ``powertrio fleet ...``: host a fleet, declare it, watch and steer it.
+
+``serve`` is one node: it holds the log's driver lock (on SQLite one node owns every
+agent), hosts the agents the control stream declares, and runs their schedules. SIGTERM
+(or Ctrl-C, or ``powertrio fleet drain NODE``) drains it: no new runs, running ones stop
+after their current turn within ``--drain-deadline``, exit 0. A second signal cancels
+what is left at once (transcripts stay valid: open tool calls are closed as interrupted).
+
+The ``fleet`` commands only append to the log's control stream and read it, so they run
+beside a serving node.
+"""
+
+# ruff: noqa: PLC0415
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from protocols import LLM
+from protocols.errors import ConfigError, InputFileNotFoundError
+
+from ._common import CliContext, db_lock, fmt_age, fmt_iso, fmt_time, open_log
+
+if TYPE_CHECKING:
+    from actors import AgentDecl, FleetFile, FleetStatus
+
+__all__ = ["add_fleet_commands", "cmd_fleet", "cmd_serve"]
+
+
+def add_fleet_commands(
+    add: Callable[..., argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """Add ``serve`` and ``fleet`` (with its sub-commands) to the parser."""
+    serve = add(
+        "serve",
+        "host the fleet's agents and run their schedules until drained",
+        "SIGTERM or Ctrl-C: drain (runs finish their turn, then exit 0); twice: stop now.",
+    )
+    serve.add_argument("--node", default=None, help="this node's name (default: the host name)")
+    serve.add_argument(
+        "--drain-deadline",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds runs get to finish their turn when draining (default 30)",
+    )
+    serve.add_argument(
+        "--poll",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between reads of the fleet's control stream (default 1)",
+    )
+    fleet = add("fleet", "declare, watch and steer a fleet of long-running agents")
+    commands = fleet.add_subparsers(dest="fleet_command", metavar="ACTION", required=True)
+
+    def sub(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, parents=[common])
+
+    sub("apply", "reconcile the log with a fleet file (TOML)").add_argument("file")
+    sub("status", "per agent: state, node, last run, next wake-up, usage today, errors")
+    sub("pause", "no new runs for an agent until resumed").add_argument("agent")
+    sub("resume", "let a paused agent run again").add_argument("agent")
+    sub("drain", "ask a serving node to drain and exit").add_argument("node")
+    upgrade = sub("upgrade", "check a new fleet file against the agents' recent runs")
+    upgrade.add_argument("file")
+    upgrade.add_argument(
+        "--check", action="store_true", required=True, help="replay, report, change nothing"
+    )
+    upgrade.add_argument(
+        "--sample", type=int, default=3, metavar="N", help="recent runs per agent (default 3)"
+    )
+
+
+def tools_from_here() -> None:
+    """Let tool paths name modules of the current folder, as ``python -m`` would (the
+    ``powertrio`` script does not put the folder on ``sys.path``)."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
+def read_fleet_file(path: str) -> FleetFile:
+    """The checked fleet file at ``path``.
+
+    Raises:
+        InputFileNotFoundError: no such file.
+        FleetFileError: the file has problems (each with its line).
+    """
+    from actors import parse_fleet_file
+
+    tools_from_here()
+    file = Path(path)
+    if not file.is_file():
+        raise InputFileNotFoundError(path)
+    return parse_fleet_file(file.read_text(encoding="utf-8"), path)
+
+
+# -- models -----------------------------------------------------------------------------------
+
+
+def _llm_for(ctx: CliContext) -> Callable[[AgentDecl], LLM]:
+    from protocols.transports import ProviderConfig, transport_from_config
+
+    from ._fleet_demo import fleet_demo_llm
+
+    made: dict[tuple[str, str | None], LLM] = {}
+
+    def llm_for(decl: AgentDecl) -> LLM:
+        key = (decl.provider, decl.model)
+        if key not in made:
+            if decl.provider == "demo":
+                made[key] = fleet_demo_llm(float(os.environ.get("POWERTRIO_DEMO_DELAY", "0")))
+            else:
+                environ = dict(os.environ, POWERTRIO_PROVIDER=decl.provider)
+                if decl.model:
+                    environ["POWERTRIO_MODEL"] = decl.model
+                made[key] = transport_from_config(ProviderConfig.from_env(environ))
+        return made[key]
+
+    return llm_for
+
+
+# -- serve ------------------------------------------------------------------------------------
+
+
+async def _signals(node: object, ctx: CliContext) -> None:
+    from actors import FleetNode
+
+    assert isinstance(node, FleetNode)
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            if not node.draining:
+                ctx.err.print(f"{name}: draining (again: stop now)")
+                node.drain(name)
+            else:
+                ctx.err.print(f"{name} again: stopping now")
+                node.stop_now()
+
+
+async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio serve``: one node hosting the fleet until drained."""
+    from actors import FleetNode
+    from runtime import open_runtime
+
+    tools_from_here()
+    name = args.node or socket.gethostname()
+    if args.drain_deadline < 0 or args.poll <= 0:
+        msg = "--drain-deadline must be >= 0 and --poll > 0 seconds"
+        raise ConfigError(msg)
+    with db_lock(ctx, "serve"):
+        async with open_log(ctx, create=True) as store, open_runtime(store=store) as runtime:
+            node = FleetNode(
+                runtime,
+                node=name,
+                llm_for=_llm_for(ctx),
+                drain_deadline=args.drain_deadline,
+                poll=args.poll,
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_signals, node, ctx)
+                await nursery.start(node.serve)
+                agents = len(node.agents())
+                ctx.err.print(f"node {name} serving {agents} agents · log {ctx.db}", soft_wrap=True)
+                await node.stopped.wait()
+                nursery.cancel_scope.cancel()
+    if ctx.json:
+        ctx.emit({"node": name, "drained": True, "cancelled_runs": node.cancelled_runs})
+    else:
+        ctx.err.print(f"node {name} drained ({node.cancelled_runs} runs cancelled at once)")
+    return 0
+
+
+# -- fleet ------------------------------------------------------------------------------------
+
+
+async def cmd_fleet(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``powertrio fleet ACTION``."""
+    action = args.fleet_command
+    if action == "apply":
+        return await _apply(ctx, args)
+    if action == "status":
+        return await _status(ctx)
+    if action in {"pause", "resume"}:
+        return await _pause(ctx, args.agent, paused=action == "pause")
+    if action == "drain":
+        return await _drain(ctx, args.node)
+    from ._fleet_upgrade import cmd_upgrade_check
+
+    return await cmd_upgrade_check(ctx, args, read_fleet_file(args.file))
+
+
+async def _apply(ctx: CliContext, args: argparse.Namespace) -> int:
+    from actors import apply_fleet
+
+    fleet = read_fleet_file(args.file)
+    async with open_log(ctx, create=True) as store:
+        report = await apply_fleet(store, fleet)
+    if ctx.json:
+        ctx.emit(attrs.asdict(report))
+        return 0
+    for name in report.created:
+        ctx.out.print(f"created  {name}")
+    for name, fields in report.changed.items():
+        ctx.out.print(f"changed  {name} ({', '.join(fields)}; its next run uses it)")
+    for name in report.retired:
+        ctx.out.print(f"retired  {name} (its history stays)")
+    if not (report.created or report.changed or report.retired):
+        ctx.out.print(f"up to date ({len(report.unchanged)} agents)")
+    return 0
+
+
+def status_json(status: FleetStatus) -> dict[str, object]:
+    """``fleet status --json``: times as ISO 8601 (UTC)."""
+
+    def when(value: float | None) -> str | None:
+        return None if value is None else fmt_iso(value)
+
+    return {
+        "agents": [
+            {
+                **attrs.asdict(a),
+                "last_finished_at": when(a.last_finished_at),
+                "next_wakeup": when(a.next_wakeup),
+            }
+            for a in status.agents
+        ],
+        "nodes": [{**attrs.asdict(n), "started_at": when(n.started_at)} for n in status.nodes],
+    }
+
+
+async def _status(ctx: CliContext) -> int:
+    import time
+
+    from rich.table import Table
+
+    from actors import read_fleet_status
+
+    async with open_log(ctx) as store:
+        now = time.time()
+        status = await read_fleet_status(store, now=now)
+    if ctx.json:
+        ctx.emit(status_json(status))
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in ("agent", "state", "node", "last run", "next wake-up", "today", "errors"):
+        table.add_column(column)
+    for a in status.agents:
+        last = "-"
+        if a.last_run is not None and a.last_finished_at is not None:
+            ago = fmt_age(now - a.last_finished_at)
+            last = f"{a.last_run} {a.last_status} {ago} ago"
+        limit = f"/{a.day_tokens}" if a.day_tokens else ""
+        today = f"{a.runs_today} runs {a.tokens_today}{limit} tok"
+        errors = str(a.errors) if not a.last_error else f"{a.errors} ({a.last_error})"
+        pending = " (new spec at next run)" if a.running_hash not in {None, a.spec_hash} else ""
+        table.add_row(
+            a.name,
+            a.state + pending,
+            a.node or "-",
+            last,
+            fmt_time(a.next_wakeup) if a.next_wakeup else "-",
+            today,
+            errors,
+        )
+    if not status.agents:
+        ctx.out.print("no agents: declare them with `powertrio fleet apply FILE`")
+    else:
+        ctx.out.print(table)
+    for n in status.nodes:
+        ctx.out.print(f"node {n.name}: {n.state} (pid {n.pid}, powertrio {n.version})")
+    return 0
+
+
+async def _pause(ctx: CliContext, name: str, *, paused: bool) -> int:
+    from actors import set_paused
+
+    async with open_log(ctx) as store:
+        changed = await set_paused(store, name, paused=paused, reason="powertrio fleet pause")
+    word = "paused" if paused else "resumed"
+    if ctx.json:
+        ctx.emit({"agent": name, "state": word, "changed": changed})
+    else:
+        ctx.out.print(f"{name} {word}" + ("" if changed else " already"))
+    return 0
+
+
+async def _drain(ctx: CliContext, node: str) -> int:
+    from actors import request_drain
+
+    async with open_log(ctx) as store:
+        await request_drain(store, node)
+    if ctx.json:
+        ctx.emit({"node": node, "drain_requested": True})
+    else:
+        ctx.out.print(f"asked node {node} to drain")
+    return 0
