@@ -216,7 +216,7 @@ async def cmd_ui(ctx: CliContext, args: argparse.Namespace) -> int:
             store,
             operator=operator,
             token=token,
-            live=lambda: db_in_use(ctx.db),
+            live=lambda: db_in_use(ctx),
             prices=prices,
             where=str(ctx.db),
         )
