@@ -25,6 +25,11 @@ from ._budget import Budget as Budget
 from ._budget import Price as Price
 from ._context import ContextPolicy as ContextPolicy
 from ._context import estimate_tokens as estimate_tokens
+from ._limiter import Limiter as Limiter
+from ._limiter import LimiterStatistics as LimiterStatistics
+from ._limiter import spawn_limiter as spawn_limiter
+from ._limiter_core import Limit as Limit
+from ._limiter_core import LimiterPolicy as LimiterPolicy
 from ._mcp import McpServer as McpServer
 from ._mcp import McpTransport as McpTransport
 from ._mcp import mcp_http as mcp_http

@@ -11,6 +11,7 @@ from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._board_events import EntryDeleted, EntryPut, WatchAdded, WatchRemoved
 from ._context import ContextCompacted
+from ._limiter_core import BackoffRecorded, GrantIssued, GrantSettled, GrantsExpired
 from ._observe import (
     DeltaReceived,
     LLMCallFinished,
@@ -55,6 +56,7 @@ from ._workflow_events import (
 __all__ = [
     "ActiveRun",
     "AssistantRecorded",
+    "BackoffRecorded",
     "CancelRequested",
     "ChildFinished",
     "ChildSpawned",
@@ -64,6 +66,9 @@ __all__ = [
     "EntryPut",
     "FollowUpReceived",
     "FollowUpsInjected",
+    "GrantIssued",
+    "GrantSettled",
+    "GrantsExpired",
     "HumanAnswered",
     "HumanRequested",
     "InputQueued",

@@ -71,6 +71,8 @@ The tree (code in brackets)::
     │   ├── OutputTypeError                       [session.output_type]
     │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
     │   └── HookVetoError                         [session.hook_vetoed]
+    ├── LimitError                                [limit]
+    │   └── LimitTooLargeError (ValueError)       [limit.too_large]
     ├── TimerError                                [timer]
     │   ├── TimerNotFoundError (LookupError)      [timer.not_found]
     │   ├── TimerArgumentError (ValueError)       [timer.invalid_args]
@@ -101,6 +103,8 @@ from ._errors_agents import (
     BoardWatchOverflowError,
     HookVetoError,
     HumanRequestNotFoundError,
+    LimitError,
+    LimitTooLargeError,
     NoOpenRunError,
     OutputInvalidError,
     OutputTypeError,
@@ -225,6 +229,8 @@ __all__ = [
     "LLMRateLimitedError",
     "LLMServerError",
     "LLMTimeoutError",
+    "LimitError",
+    "LimitTooLargeError",
     "MailboxFullError",
     "McpServerError",
     "McpToolError",

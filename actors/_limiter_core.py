@@ -1,0 +1,427 @@
+"""The fleet limiter's pure core: its policy, its events, their fold, and the fair admission.
+
+Everything here is a function of its arguments: the time is a parameter, the waiting
+callers are a :class:`FairQueue` the actor keeps in memory, and the state is the fold of
+the limiter's events. The actor (``actors/_limiter.py``) only adds the mailbox, the clock
+and the log; the property tests drive this module directly.
+
+The rules, for every bucket a call counts against (its provider and model, its tenant, its
+agent tree) that has a :class:`Limit`:
+
+* requests: a grant at time ``t`` is issued only if the bucket's grants in ``(t - 60, t]``
+  plus this one are at most ``requests_per_minute``; so every window ``(s, s + 60]`` holds
+  at most that many grants (the last grant of such a window saw all the others);
+* tokens: likewise with each grant's tokens: its estimate until the call settles, then the
+  usage the provider reported (reconciliation: a call that used more than estimated delays
+  later grants);
+* concurrency: grants not yet settled (or expired) are at most ``concurrent``;
+* a provider's 429 closes its provider-and-model bucket until its ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Generic, TypeVar, final
+
+import attrs
+
+from protocols import event_type
+
+WINDOW = 60.0
+"""Seconds of the sliding window that per-minute limits count over."""
+
+T = TypeVar("T")
+
+
+def _optional_positive_int(
+    instance: object, attribute: attrs.Attribute[int | None], value: object
+) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        msg = f"{attribute.name} must be a positive int or None, got {value!r}"
+        raise ValueError(msg)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Limit:
+    """The limits of one bucket; ``None`` leaves that dimension unlimited."""
+
+    requests_per_minute: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    tokens_per_minute: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    """Prompt plus completion tokens (estimated at the grant, reported at the settle)."""
+    concurrent: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    """Calls granted and not yet settled."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LimiterPolicy:
+    """What the limiter enforces, and how it estimates and recovers.
+
+    ``models`` is keyed by ``"provider/model"``, ``"provider/*"`` or ``"*"`` (the most
+    specific key applies); ``tenants`` by tenant name or ``"*"``; ``tree`` applies to each
+    agent tree (a top-level session and its sub-agents) on its own.
+    """
+
+    models: Mapping[str, Limit] = attrs.field(factory=dict)
+    tenants: Mapping[str, Limit] = attrs.field(factory=dict)
+    tree: Limit | None = None
+    completion_reserve: int = attrs.field(default=512, validator=attrs.validators.ge(0))
+    """Completion tokens a call is estimated to use when its request sets no ``max_tokens``."""
+    grant_ttl: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
+    """Seconds after which a grant never settled gives its concurrency slot back (its
+    caller is presumed dead)."""
+    default_retry_after: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+    """Seconds a 429 without ``Retry-After`` closes its bucket for."""
+    rate_limit_retries: int = attrs.field(default=2, validator=attrs.validators.ge(0))
+    """How often the session hook asks again, through the limiter, after a 429."""
+
+    def model_limit(self, provider: str, model: str) -> Limit | None:
+        models = self.models
+        return models.get(f"{provider}/{model}") or models.get(f"{provider}/*") or models.get("*")
+
+    def tenant_limit(self, tenant: str) -> Limit | None:
+        return self.tenants.get(tenant) or self.tenants.get("*")
+
+    def limit_of(self, bucket: str) -> Limit | None:
+        """The limit of a bucket named by :func:`buckets_of`."""
+        kind, _, name = bucket.partition(":")
+        if kind == "model":
+            provider, _, model = name.partition("/")
+            return self.model_limit(provider, model)
+        if kind == "tenant":
+            return self.tenant_limit(name)
+        return self.tree
+
+
+def model_bucket(provider: str, model: str) -> str:
+    return f"model:{provider}/{model}"
+
+
+def buckets_of(provider: str, model: str, tenant: str, tree: str) -> tuple[str, ...]:
+    """The buckets one call counts against."""
+    return (model_bucket(provider, model), f"tenant:{tenant}", f"tree:{tree}")
+
+
+# -- events -------------------------------------------------------------------------------
+
+
+@final
+@event_type("limiter.granted")
+@attrs.frozen(kw_only=True)
+class GrantIssued:
+    """A call may go to its provider now; it counts ``tokens`` (an estimate) until settled."""
+
+    grant_id: str
+    provider: str
+    model: str
+    tenant: str
+    tree: str
+    tokens: int
+    at: float
+    """Wall time of the grant (the runtime's clock)."""
+
+
+@final
+@event_type("limiter.settled")
+@attrs.frozen(kw_only=True)
+class GrantSettled:
+    """The granted call ended; ``tokens`` is what it used (the provider's usage, else the
+    estimate), and its concurrency slot is free."""
+
+    grant_id: str
+    tokens: int
+    at: float
+
+
+@final
+@event_type("limiter.expired")
+@attrs.frozen(kw_only=True)
+class GrantsExpired:
+    """Grants whose calls will never settle (their callers outlived ``grant_ttl``, or the
+    limiter restarted under them) give their concurrency slots back; their tokens keep
+    counting at their estimate until they leave the window."""
+
+    grant_ids: tuple[str, ...]
+    reason: str
+
+
+@final
+@event_type("limiter.backed_off")
+@attrs.frozen(kw_only=True)
+class BackoffRecorded:
+    """The provider answered 429: no grant for this provider and model before ``until``."""
+
+    provider: str
+    model: str
+    until: float
+    at: float
+
+
+# -- state --------------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen
+class Held:
+    """One grant as the window counts it."""
+
+    grant_id: str
+    buckets: tuple[str, ...]
+    tokens: int
+    at: float
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LimiterState:
+    """The fold of the limiter's stream: what the windows hold now."""
+
+    window: tuple[Held, ...] = ()
+    """Grants of the last :data:`WINDOW` seconds (as of the newest event), oldest first."""
+    open: Mapping[str, Held] = attrs.field(factory=dict)
+    """Grants holding a concurrency slot (granted, neither settled nor expired)."""
+    backoff: Mapping[str, float] = attrs.field(factory=dict)
+    """Provider-and-model bucket → the time its 429 lets grants start again."""
+    issued: int = 0
+    """Grants issued in the stream's life (the next grant's id is its number)."""
+    settled: int = 0
+    tokens_granted: int = 0
+    """Estimated tokens of every grant."""
+    tokens_used: int = 0
+    """Tokens settled (reported usage, or the estimate when none was reported)."""
+
+
+def _prune(window: tuple[Held, ...], now: float) -> tuple[Held, ...]:
+    start = 0
+    horizon = now - WINDOW
+    while start < len(window) and window[start].at <= horizon:
+        start += 1
+    return window[start:] if start else window
+
+
+def evolve(state: LimiterState, event: object) -> LimiterState:
+    """Apply one limiter event; pure and total."""
+    if isinstance(event, GrantIssued):
+        held = Held(
+            event.grant_id,
+            buckets_of(event.provider, event.model, event.tenant, event.tree),
+            event.tokens,
+            event.at,
+        )
+        backoff = {k: v for k, v in state.backoff.items() if v > event.at}
+        return attrs.evolve(
+            state,
+            window=(*_prune(state.window, event.at), held),
+            open={**state.open, event.grant_id: held},
+            backoff=backoff if len(backoff) != len(state.backoff) else state.backoff,
+            issued=state.issued + 1,
+            tokens_granted=state.tokens_granted + event.tokens,
+        )
+    if isinstance(event, GrantSettled):
+        window = tuple(
+            attrs.evolve(h, tokens=event.tokens) if h.grant_id == event.grant_id else h
+            for h in _prune(state.window, event.at)
+        )
+        still_open = {k: v for k, v in state.open.items() if k != event.grant_id}
+        return attrs.evolve(
+            state,
+            window=window,
+            open=still_open,
+            settled=state.settled + 1,
+            tokens_used=state.tokens_used + event.tokens,
+        )
+    if isinstance(event, GrantsExpired):
+        gone = set(event.grant_ids)
+        return attrs.evolve(state, open={k: v for k, v in state.open.items() if k not in gone})
+    if isinstance(event, BackoffRecorded):
+        bucket = model_bucket(event.provider, event.model)
+        until = max(event.until, state.backoff.get(bucket, event.until))
+        return attrs.evolve(state, backoff={**state.backoff, bucket: until})
+    return state
+
+
+# -- admission ----------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Ask(Generic[T]):
+    """A call waiting for a grant; ``token`` is whatever the actor needs to answer it."""
+
+    provider: str
+    model: str
+    tenant: str
+    tree: str
+    tokens: int
+    token: T
+
+    @property
+    def buckets(self) -> tuple[str, ...]:
+        return buckets_of(self.provider, self.model, self.tenant, self.tree)
+
+
+@final
+class FairQueue(Generic[T]):
+    """The waiting calls: first come first served within an agent tree, round-robin across
+    trees (a tree just served goes to the back of the rotation)."""
+
+    __slots__ = ("_trees",)
+
+    def __init__(self) -> None:
+        self._trees: dict[str, deque[Ask[T]]] = {}
+
+    def push(self, ask: Ask[T]) -> None:
+        self._trees.setdefault(ask.tree, deque()).append(ask)
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._trees.values())
+
+    def trees(self) -> list[str]:
+        """Trees with waiting calls, in rotation order."""
+        return list(self._trees)
+
+    def head(self, tree: str) -> Ask[T]:
+        """The call of ``tree`` to be served next."""
+        return self._trees[tree][0]
+
+    def drop(self, keep: Callable[[Ask[T]], bool]) -> list[Ask[T]]:
+        """Remove the calls for which ``keep(ask)`` is false; returns them."""
+        dropped: list[Ask[T]] = []
+        for tree in list(self._trees):
+            queue = self._trees[tree]
+            kept: deque[Ask[T]] = deque()
+            for ask in queue:
+                (kept if keep(ask) else dropped).append(ask)
+            if kept:
+                self._trees[tree] = kept
+            else:
+                del self._trees[tree]
+        return dropped
+
+    def served(self, tree: str) -> Ask[T]:
+        """Take the head of ``tree``, which goes to the back of the rotation."""
+        queue = self._trees.pop(tree)
+        ask = queue.popleft()
+        if queue:
+            self._trees[tree] = queue  # to the back of the rotation
+        return ask
+
+
+def too_large(policy: LimiterPolicy, ask: Ask[T]) -> tuple[str, int] | None:
+    """The bucket and limit a call's estimate exceeds on its own (it could never be
+    granted), else ``None``."""
+    for bucket in ask.buckets:
+        limit = policy.limit_of(bucket)
+        tpm = limit.tokens_per_minute if limit is not None else None
+        if tpm is not None and ask.tokens > tpm:
+            return bucket, tpm
+    return None
+
+
+@final
+class _Load:
+    """Per-bucket counts at one instant, updated as grants are planned."""
+
+    __slots__ = ("open", "requests", "tokens")
+
+    def __init__(self, state: LimiterState, now: float) -> None:
+        self.requests: dict[str, int] = {}
+        self.tokens: dict[str, int] = {}
+        self.open: dict[str, int] = {}
+        horizon = now - WINDOW
+        for held in state.window:
+            if held.at > horizon:
+                self.add(held.buckets, held.tokens, opened=False)
+        for held in state.open.values():
+            for bucket in held.buckets:
+                self.open[bucket] = self.open.get(bucket, 0) + 1
+
+    def add(self, buckets: Iterable[str], tokens: int, *, opened: bool) -> None:
+        for bucket in buckets:
+            self.requests[bucket] = self.requests.get(bucket, 0) + 1
+            self.tokens[bucket] = self.tokens.get(bucket, 0) + tokens
+            if opened:
+                self.open[bucket] = self.open.get(bucket, 0) + 1
+
+    def fits(self, policy: LimiterPolicy, buckets: Iterable[str], tokens: int) -> bool:
+        for bucket in buckets:
+            limit = policy.limit_of(bucket)
+            if limit is None:
+                continue
+            rpm, tpm, concurrent = (
+                limit.requests_per_minute,
+                limit.tokens_per_minute,
+                limit.concurrent,
+            )
+            if rpm is not None and self.requests.get(bucket, 0) + 1 > rpm:
+                return False
+            if tpm is not None and self.tokens.get(bucket, 0) + tokens > tpm:
+                return False
+            if concurrent is not None and self.open.get(bucket, 0) + 1 > concurrent:
+                return False
+        return True
+
+
+def admit(
+    state: LimiterState, policy: LimiterPolicy, queue: FairQueue[T], now: float
+) -> list[tuple[Ask[T], GrantIssued]]:
+    """Take from ``queue`` every call that may start at ``now``; returns them with their
+    grants, in order (fold the grants in this order).
+
+    Fairness: trees are visited in rotation order, one call per tree per turn, and a
+    served tree goes to the back. A tree whose first call does not fit reserves every
+    bucket that call needs: no later call takes from those buckets in this pass, so they
+    only drain until that call fits (no tree is starved by smaller calls of others).
+    """
+    load = _Load(state, now)
+    backoff = {b for b, until in state.backoff.items() if until > now}
+    reserved: set[str] = set()
+    granted: list[tuple[Ask[T], GrantIssued]] = []
+    issued = state.issued
+    progress = True
+    while progress:
+        progress = False
+        for tree in queue.trees():
+            ask = queue.head(tree)
+            buckets = ask.buckets
+            if (
+                reserved.isdisjoint(buckets)
+                and buckets[0] not in backoff
+                and load.fits(policy, buckets, ask.tokens)
+            ):
+                queue.served(tree)
+                load.add(buckets, ask.tokens, opened=True)
+                issued += 1
+                grant = GrantIssued(
+                    grant_id=str(issued),
+                    provider=ask.provider,
+                    model=ask.model,
+                    tenant=ask.tenant,
+                    tree=ask.tree,
+                    tokens=ask.tokens,
+                    at=now,
+                )
+                granted.append((ask, grant))
+                progress = True
+            else:
+                reserved.update(buckets)
+    return granted
+
+
+def next_change(state: LimiterState, policy: LimiterPolicy, now: float) -> float | None:
+    """The earliest time after ``now`` at which a waiting call may fit without a settle: a
+    grant leaves the window, a backoff ends, or an open grant expires."""
+    times = [held.at + WINDOW for held in state.window if held.at + WINDOW > now]
+    times.extend(until for until in state.backoff.values() if until > now)
+    times.extend(held.at + policy.grant_ttl for held in state.open.values())
+    later = [t for t in times if t > now]
+    return min(later) if later else None
+
+
+def expired(state: LimiterState, policy: LimiterPolicy, now: float) -> tuple[str, ...]:
+    """Open grants older than the policy's ``grant_ttl``."""
+    return tuple(
+        grant_id for grant_id, held in state.open.items() if held.at + policy.grant_ttl <= now
+    )

@@ -1,0 +1,431 @@
+"""The fleet limiter: its windows, fairness and reconciliation (pure core, by Hypothesis),
+and the actor under virtual time: grants in the log, a restart, 429 feedback, sessions."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors import Limit, LimiterPolicy, spawn_limiter, spawn_session
+from actors._limiter_core import (
+    WINDOW,
+    Ask,
+    FairQueue,
+    GrantIssued,
+    GrantSettled,
+    LimiterState,
+    admit,
+    evolve,
+    next_change,
+)
+from actors.events import BackoffRecorded, GrantsExpired
+from protocols import LLMResponse, Usage, decode_record
+from protocols.errors import LimitTooLargeError, LLMRateLimitedError
+from runtime import Clock, open_runtime
+from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
+
+# -- the pure core, by Hypothesis ---------------------------------------------------------
+
+limits = st.builds(
+    Limit,
+    requests_per_minute=st.none() | st.integers(1, 6),
+    tokens_per_minute=st.none() | st.integers(100, 2000),
+    concurrent=st.none() | st.integers(1, 4),
+)
+policies = st.builds(
+    LimiterPolicy,
+    models=st.fixed_dictionaries({"p/*": limits}),
+    tenants=st.fixed_dictionaries({"*": limits}),
+    tree=st.none() | limits,
+)
+
+ask_op = st.tuples(
+    st.just("ask"),
+    st.sampled_from(["m1", "m2"]),
+    st.sampled_from(["t1", "t2"]),
+    st.sampled_from(["a", "b", "c"]),
+    st.integers(1, 100),
+)
+settle_op = st.tuples(st.just("settle"), st.integers(0, 50), st.integers(0, 300))
+time_op = st.tuples(st.just("time"), st.floats(0.5, 70.0))
+backoff_op = st.tuples(st.just("429"), st.sampled_from(["m1", "m2"]), st.floats(0.0, 30.0))
+operations = st.lists(st.one_of(ask_op, ask_op, settle_op, time_op, backoff_op), max_size=80)
+
+
+class Model:
+    """The limiter's core driven by hand: what was granted, when, and what it counted."""
+
+    def __init__(self, policy: LimiterPolicy) -> None:
+        self.policy = policy
+        self.state = LimiterState()
+        self.queue: FairQueue[int] = FairQueue()
+        self.now = 1000.0
+        self.asked = 0
+        self.grants: list[GrantIssued] = []
+        self.counted: dict[str, int] = {}  # grant id -> tokens the window counts now
+        self.settled: dict[str, int] = {}
+        self.backoff: dict[str, float] = {}
+
+    def fold(self, event: object) -> None:
+        self.state = evolve(self.state, event)
+
+    def pump(self) -> list[GrantIssued]:
+        granted = [g for _, g in admit(self.state, self.policy, self.queue, self.now)]
+        for grant in granted:
+            self.check_grant(grant)
+            self.fold(grant)
+            self.grants.append(grant)
+            self.counted[grant.grant_id] = grant.tokens
+        return granted
+
+    def check_grant(self, grant: GrantIssued) -> None:
+        """Before the grant is folded: it fits every window and slot of its buckets."""
+        assert self.backoff.get(grant.model, 0.0) <= grant.at
+        mine = Ask(
+            provider="p",
+            model=grant.model,
+            tenant=grant.tenant,
+            tree=grant.tree,
+            tokens=grant.tokens,
+            token=0,
+        ).buckets
+        for bucket in mine:
+            limit = self.policy.limit_of(bucket)
+            if limit is None:
+                continue
+            recent = [
+                g for g in self.grants if g.at > grant.at - WINDOW and bucket in self.buckets(g)
+            ]
+            if limit.requests_per_minute is not None:
+                assert len(recent) + 1 <= limit.requests_per_minute
+            if limit.tokens_per_minute is not None:
+                used = sum(self.counted[g.grant_id] for g in recent)
+                assert used + grant.tokens <= limit.tokens_per_minute
+            if limit.concurrent is not None:
+                open_ = [
+                    g
+                    for g in self.grants
+                    if g.grant_id not in self.settled and bucket in self.buckets(g)
+                ]
+                assert len(open_) + 1 <= limit.concurrent
+
+    @staticmethod
+    def buckets(grant: GrantIssued) -> tuple[str, ...]:
+        return (
+            f"model:{grant.provider}/{grant.model}",
+            f"tenant:{grant.tenant}",
+            f"tree:{grant.tree}",
+        )
+
+
+@settings(max_examples=300, deadline=None)
+@given(policy=policies, ops=operations)
+def test_grants_never_exceed_a_limit_in_any_window_and_settles_reconcile(policy, ops):
+    model = Model(policy)
+    for op in ops:
+        if op[0] == "ask":
+            _, name, tenant, tree, tokens = op
+            ask = Ask(
+                provider="p", model=name, tenant=tenant, tree=tree, tokens=tokens, token=model.asked
+            )
+            model.asked += 1
+            from actors._limiter_core import too_large
+
+            if too_large(policy, ask) is None:
+                model.queue.push(ask)
+        elif op[0] == "settle":
+            _, pick, tokens = op
+            open_ = [g for g in model.grants if g.grant_id not in model.settled]
+            if open_:
+                grant = open_[pick % len(open_)]
+                model.fold(GrantSettled(grant_id=grant.grant_id, tokens=tokens, at=model.now))
+                model.settled[grant.grant_id] = tokens
+                model.counted[grant.grant_id] = tokens  # reconciled: usage replaces estimate
+        elif op[0] == "time":
+            model.now += op[1]
+        else:
+            _, name, wait = op
+            model.fold(
+                BackoffRecorded(provider="p", model=name, until=model.now + wait, at=model.now)
+            )
+            model.backoff[name] = max(model.backoff.get(name, 0.0), model.now + wait)
+        model.pump()
+    state = model.state
+    # Reconciliation: the fold counts what the settles reported.
+    assert state.tokens_used == sum(model.settled.values())
+    assert state.tokens_granted == sum(g.tokens for g in model.grants)
+    assert set(state.open) == {g.grant_id for g in model.grants} - set(model.settled)
+    for held in state.window:
+        assert held.tokens == model.counted[held.grant_id]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    policy=policies,
+    asks=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.integers(1, 100)),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_every_waiting_call_is_granted_in_time(policy, asks):
+    """No starvation: with every call settled at once, the windows keep moving and every
+    call that could ever fit is granted."""
+    model = Model(policy)
+    for i, (tree, tokens) in enumerate(asks):
+        model.queue.push(
+            Ask(provider="p", model="m", tenant="t", tree=tree, tokens=tokens, token=i)
+        )
+    from actors._limiter_core import too_large
+
+    model.queue.drop(lambda a: too_large(policy, a) is None)
+    expected = len(model.queue)
+    for _ in range(4 * len(asks) + 4):
+        for grant in model.pump():
+            model.fold(GrantSettled(grant_id=grant.grant_id, tokens=grant.tokens, at=model.now))
+            model.settled[grant.grant_id] = grant.tokens
+        if not len(model.queue):
+            break
+        wake = next_change(model.state, policy, model.now)
+        assert wake is not None, "calls wait but nothing will ever change"
+        model.now = wake
+    assert len(model.grants) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    trees=st.integers(2, 5),
+    per_tree=st.lists(st.integers(1, 12), min_size=5, max_size=5),
+    rpm=st.integers(1, 7),
+)
+def test_trees_take_turns(trees, per_tree, rpm):
+    """Round-robin: while two trees both wait, their grant counts never differ by more
+    than one, however many calls each queued and in whatever order they came."""
+    policy = LimiterPolicy(models={"*": Limit(requests_per_minute=rpm)})
+    model = Model(policy)
+    names = [f"tree{i}" for i in range(trees)]
+    # The first tree queues all its calls first: it must not run ahead for that.
+    n = 0
+    for name, count in zip(names, per_tree, strict=False):
+        for _ in range(count):
+            model.queue.push(Ask(provider="p", model="m", tenant="t", tree=name, tokens=1, token=n))
+            n += 1
+    queued = dict(zip(names, per_tree, strict=False))
+    granted = dict.fromkeys(names, 0)
+    while len(model.queue):
+        for grant in model.pump():
+            granted[grant.tree] += 1
+            waiting = [t for t in names if granted[t] < queued[t]]
+            if waiting:
+                counts = [granted[t] for t in waiting]
+                assert max(counts) - min(counts) <= 1, granted
+        model.now += WINDOW
+    assert granted == queued
+
+
+def test_a_blocked_large_call_is_not_overtaken_by_small_ones():
+    policy = LimiterPolicy(models={"*": Limit(tokens_per_minute=100)})
+    model = Model(policy)
+    model.queue.push(Ask(provider="p", model="m", tenant="t", tree="a", tokens=60, token=0))
+    assert [g.tree for g in model.pump()] == ["a"]
+    model.queue.push(Ask(provider="p", model="m", tenant="t", tree="big", tokens=90, token=1))
+    model.queue.push(Ask(provider="p", model="m", tenant="t", tree="small", tokens=10, token=2))
+    # 40 tokens are left: the small call would fit, but the big one came first and waits.
+    assert model.pump() == []
+    model.now += WINDOW
+    assert [g.tree for g in model.pump()] == ["big", "small"]  # 90 + 10 fit a new window
+
+
+# -- the actor, under virtual time -------------------------------------------------------
+
+
+async def _events(store, stream):
+    return [decode_record(r) for r in await store.read(stream)]
+
+
+async def test_the_limiter_grants_from_the_log_and_survives_a_restart(virtual_clock):
+    store = InMemoryEventStore()
+    clock = Clock(start=1_000_000.0)  # one wall clock for both runtimes, as on one host
+    policy = LimiterPolicy(models={"*": Limit(requests_per_minute=2)})
+    started = trio.current_time()
+    times: list[float] = []
+    async with open_runtime(store=store, clock=clock, seed=1) as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+
+        async def call(tree: str) -> None:
+            grant = await limiter.acquire(provider="p", model="m", tenant="t", tree=tree, tokens=10)
+            times.append(trio.current_time() - started)
+            limiter.settle(grant, 7)
+
+        async with trio.open_nursery() as nursery:
+            for tree in ["a", "a", "b", "b", "c"]:
+                nursery.start_soon(call, tree)
+        stats = await limiter.statistics()
+        assert (stats.issued, stats.settled, stats.open, stats.waiting) == (5, 5, 0, 0)
+    # Two a minute: the third and fourth calls waited a window, the fifth two.
+    assert times == [0, 0, WINDOW, WINDOW, 2 * WINDOW]
+    events = await _events(store, "limiter/fleet")
+    grants = [e for e in events if isinstance(e, GrantIssued)]
+    assert sorted(g.tree for g in grants) == ["a", "a", "b", "b", "c"]
+    assert sum(e.tokens for e in events if isinstance(e, GrantSettled)) == 35
+    # A new runtime on the same log folds the windows back: the next grant waits for them.
+    async with open_runtime(store=store, clock=clock, seed=2) as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        stats = await limiter.statistics()
+        assert (stats.issued, stats.tokens_used) == (5, 35)
+        # The fifth grant, a moment ago, still counts: one more fits now, the next waits.
+        before = trio.current_time()
+        await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=1)
+        assert trio.current_time() - before == 0
+        await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=1)
+        assert trio.current_time() - before == WINDOW
+
+
+async def test_a_restart_frees_the_slots_of_calls_granted_before_it(virtual_clock):
+    store = InMemoryEventStore()
+    policy = LimiterPolicy(models={"*": Limit(concurrent=1)})
+    async with open_runtime(store=store) as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=1)
+    async with open_runtime(store=store) as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        with trio.fail_after(1):
+            await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=1)
+    expired = [e for e in await _events(store, "limiter/fleet") if isinstance(e, GrantsExpired)]
+    assert expired == [GrantsExpired(grant_ids=("1",), reason="limiter restarted")]
+
+
+async def test_a_grant_never_settled_expires_after_its_ttl(virtual_clock):
+    policy = LimiterPolicy(models={"*": Limit(concurrent=1)}, grant_ttl=30)
+    async with open_runtime() as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=1)
+        before = trio.current_time()
+        await limiter.acquire(provider="p", model="m", tenant="t", tree="b", tokens=1)
+        assert trio.current_time() - before == 30
+
+
+async def test_a_call_too_large_for_any_window_fails_at_once():
+    policy = LimiterPolicy(tenants={"acme": Limit(tokens_per_minute=1000)})
+    async with open_runtime() as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        with pytest.raises(LimitTooLargeError) as caught:
+            await limiter.acquire(provider="p", model="m", tenant="acme", tree="a", tokens=1500)
+    assert caught.value.code == "limit.too_large"
+    assert str(caught.value) == (
+        "a call estimated at 1500 tokens can never fit 'tenant:acme', whose limit is 1000 "
+        "tokens per minute: lower the request's max_tokens or its context, or raise the limit"
+    )
+
+
+def test_limits_must_be_positive():
+    with pytest.raises(ValueError, match="requests_per_minute must be a positive int or None"):
+        Limit(requests_per_minute=0)
+
+
+# -- sessions ----------------------------------------------------------------------------
+
+
+async def test_a_session_waits_for_grants_and_settles_with_the_reported_usage(virtual_clock):
+    store = InMemoryEventStore()
+    llm = ScriptedLLM(
+        [
+            LLMResponse(content=f"answer {i}", usage=Usage(prompt_tokens=40, completion_tokens=2))
+            for i in range(3)
+        ]
+    )
+    policy = LimiterPolicy(
+        models={"openai/*": Limit(requests_per_minute=2)}, completion_reserve=100
+    )
+    async with open_runtime(store=store) as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        session = await spawn_session(
+            runtime,
+            llm=llm,
+            model="gpt-x",
+            llm_hooks=[limiter.hook(provider="openai", tenant="acme")],
+        )
+        start = trio.current_time()
+        for i in range(3):
+            assert (await session.send(f"q{i}")).text == f"answer {i}"
+        assert trio.current_time() - start == WINDOW
+    events = await _events(store, "limiter/fleet")
+    grants = [e for e in events if isinstance(e, GrantIssued)]
+    assert {(g.provider, g.model, g.tenant, g.tree) for g in grants} == {
+        ("openai", "gpt-x", "acme", session.id)
+    }
+    assert all(g.tokens > 100 for g in grants)  # the prompt's estimate plus the reserve
+    assert [e.tokens for e in events if isinstance(e, GrantSettled)] == [42, 42, 42]
+
+
+async def test_a_429_closes_the_model_until_its_retry_after(virtual_clock):
+    store = InMemoryEventStore()
+    calls: list[float] = []
+
+    async def answer(request):
+        calls.append(trio.current_time())
+        if len(calls) == 1:
+            raise LLMRateLimitedError("slow down", status=429, provider="p", retry_after=7.0)
+        return LLMResponse(content="ok")
+
+    policy = LimiterPolicy(models={"*": Limit(concurrent=4)})
+    async with open_runtime(store=store) as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        session = await spawn_session(
+            runtime, llm=FunctionLLM(answer), llm_hooks=[limiter.hook(provider="p")]
+        )
+        assert (await session.send("hi")).text == "ok"
+    assert calls[1] - calls[0] == 7.0
+    events = await _events(store, "limiter/fleet")
+    assert [type(e).__name__ for e in events] == [
+        "GrantIssued",
+        "GrantSettled",
+        "BackoffRecorded",
+        "GrantIssued",
+        "GrantSettled",
+    ] or [type(e).__name__ for e in events] == [
+        "GrantIssued",
+        "BackoffRecorded",
+        "GrantSettled",
+        "GrantIssued",
+        "GrantSettled",
+    ]
+    backoff = next(e for e in events if isinstance(e, BackoffRecorded))
+    assert backoff.until - backoff.at == 7.0
+
+
+async def test_a_session_gives_up_after_the_policy_s_429_retries(virtual_clock):
+    async def answer(request):
+        raise LLMRateLimitedError("slow down", status=429, provider="p", retry_after=1.0)
+
+    policy = LimiterPolicy(rate_limit_retries=1)
+    async with open_runtime() as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        session = await spawn_session(
+            runtime, llm=FunctionLLM(answer), llm_hooks=[limiter.hook(provider="p")]
+        )
+        result = await session.send("hi")
+        stats = await limiter.statistics()
+    assert result.status == "failed"
+    assert result.error_code == "llm.rate_limited"
+    assert (stats.issued, stats.settled) == (2, 2)
+
+
+def test_the_attempt_observer_feeds_a_transport_s_429s():
+    from protocols.transports import Attempt
+
+    told = []
+
+    class FakeLimiter:
+        def rate_limited(self, provider, model, retry_after):
+            told.append((provider, model, retry_after))
+
+    from actors import Limiter
+
+    observe = Limiter.on_attempt(FakeLimiter(), "gpt-x")  # type: ignore[arg-type]
+    base = dict(number=1, error_message="x", status=429, elapsed=0.0)
+    observe(Attempt(provider="openai", error_code="llm.rate_limited", next_delay=3.0, **base))
+    observe(Attempt(provider="openai", error_code="llm.server", next_delay=3.0, **base))
+    assert told == [("openai", "gpt-x", 3.0)]
