@@ -174,12 +174,15 @@ class Held:
 
 
 @final
+@event_type("limiter.state")
 @attrs.frozen(kw_only=True)
 class LimiterState:
     """The fold of the limiter's stream: what the windows hold now."""
 
     window: tuple[Held, ...] = ()
     """Grants of the last :data:`WINDOW` seconds (as of the newest event), oldest first."""
+    totals: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
+    """Bucket → the requests and tokens of its grants in :attr:`window`."""
     open: Mapping[str, Held] = attrs.field(factory=dict)
     """Grants holding a concurrency slot (granted, neither settled nor expired)."""
     backoff: Mapping[str, float] = attrs.field(factory=dict)
@@ -193,12 +196,36 @@ class LimiterState:
     """Tokens settled (reported usage, or the estimate when none was reported)."""
 
 
-def _prune(window: tuple[Held, ...], now: float) -> tuple[Held, ...]:
+def _prune(
+    window: tuple[Held, ...], totals: dict[str, tuple[int, int]], now: float
+) -> tuple[Held, ...]:
+    """``window`` without the grants of more than :data:`WINDOW` seconds before ``now``,
+    taking them out of ``totals`` (a copy the caller owns)."""
     start = 0
     horizon = now - WINDOW
     while start < len(window) and window[start].at <= horizon:
+        held = window[start]
+        for bucket in held.buckets:
+            requests, tokens = totals[bucket]
+            if requests == 1:
+                del totals[bucket]
+            else:
+                totals[bucket] = (requests - 1, tokens - held.tokens)
         start += 1
     return window[start:] if start else window
+
+
+def _find(window: tuple[Held, ...], grant_id: str) -> int:
+    """The index of a grant in the window (ids are issue numbers, in window order), or -1."""
+    number = int(grant_id)
+    low, high = 0, len(window)
+    while low < high:
+        middle = (low + high) // 2
+        if int(window[middle].grant_id) < number:
+            low = middle + 1
+        else:
+            high = middle
+    return low if low < len(window) and window[low].grant_id == grant_id else -1
 
 
 def evolve(state: LimiterState, event: object) -> LimiterState:
@@ -210,24 +237,40 @@ def evolve(state: LimiterState, event: object) -> LimiterState:
             event.tokens,
             event.at,
         )
-        backoff = {k: v for k, v in state.backoff.items() if v > event.at}
+        totals = dict(state.totals)
+        window = _prune(state.window, totals, event.at)
+        for bucket in held.buckets:
+            requests, tokens = totals.get(bucket, (0, 0))
+            totals[bucket] = (requests + 1, tokens + held.tokens)
+        backoff = state.backoff
+        if any(until <= event.at for until in backoff.values()):
+            backoff = {k: v for k, v in backoff.items() if v > event.at}
         return attrs.evolve(
             state,
-            window=(*_prune(state.window, event.at), held),
+            window=(*window, held),
+            totals=totals,
             open={**state.open, event.grant_id: held},
-            backoff=backoff if len(backoff) != len(state.backoff) else state.backoff,
+            backoff=backoff,
             issued=state.issued + 1,
             tokens_granted=state.tokens_granted + event.tokens,
         )
     if isinstance(event, GrantSettled):
-        window = tuple(
-            attrs.evolve(h, tokens=event.tokens) if h.grant_id == event.grant_id else h
-            for h in _prune(state.window, event.at)
-        )
-        still_open = {k: v for k, v in state.open.items() if k != event.grant_id}
+        totals = dict(state.totals)
+        window = _prune(state.window, totals, event.at)
+        index = _find(window, event.grant_id) if event.grant_id.isdigit() else -1
+        if index >= 0:
+            held = window[index]
+            for bucket in held.buckets:
+                requests, tokens = totals[bucket]
+                totals[bucket] = (requests, tokens - held.tokens + event.tokens)
+            settled = attrs.evolve(held, tokens=event.tokens)
+            window = (*window[:index], settled, *window[index + 1 :])
+        still_open = dict(state.open)
+        still_open.pop(event.grant_id, None)
         return attrs.evolve(
             state,
             window=window,
+            totals=totals,
             open=still_open,
             settled=state.settled + 1,
             tokens_used=state.tokens_used + event.tokens,
@@ -327,13 +370,17 @@ class _Load:
     __slots__ = ("open", "requests", "tokens")
 
     def __init__(self, state: LimiterState, now: float) -> None:
-        self.requests: dict[str, int] = {}
-        self.tokens: dict[str, int] = {}
+        self.requests: dict[str, int] = {b: r for b, (r, _) in state.totals.items()}
+        self.tokens: dict[str, int] = {b: t for b, (_, t) in state.totals.items()}
         self.open: dict[str, int] = {}
+        # The totals are as of the newest event: take out what has left the window since.
         horizon = now - WINDOW
         for held in state.window:
             if held.at > horizon:
-                self.add(held.buckets, held.tokens, opened=False)
+                break
+            for bucket in held.buckets:
+                self.requests[bucket] -= 1
+                self.tokens[bucket] -= held.tokens
         for held in state.open.values():
             for bucket in held.buckets:
                 self.open[bucket] = self.open.get(bucket, 0) + 1
@@ -413,8 +460,11 @@ def admit(
 def next_change(state: LimiterState, policy: LimiterPolicy, now: float) -> float | None:
     """The earliest time after ``now`` at which a waiting call may fit without a settle: a
     grant leaves the window, a backoff ends, or an open grant expires."""
-    times = [held.at + WINDOW for held in state.window if held.at + WINDOW > now]
-    times.extend(until for until in state.backoff.values() if until > now)
+    times = [until for until in state.backoff.values() if until > now]
+    for held in state.window:  # oldest first: the first still in the window leaves next
+        if held.at + WINDOW > now:
+            times.append(held.at + WINDOW)
+            break
     times.extend(held.at + policy.grant_ttl for held in state.open.values())
     later = [t for t in times if t > now]
     return min(later) if later else None

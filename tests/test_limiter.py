@@ -157,8 +157,13 @@ def test_grants_never_exceed_a_limit_in_any_window_and_settles_reconcile(policy,
     assert state.tokens_used == sum(model.settled.values())
     assert state.tokens_granted == sum(g.tokens for g in model.grants)
     assert set(state.open) == {g.grant_id for g in model.grants} - set(model.settled)
+    totals: dict[str, tuple[int, int]] = {}
     for held in state.window:
         assert held.tokens == model.counted[held.grant_id]
+        for bucket in held.buckets:
+            requests, tokens = totals.get(bucket, (0, 0))
+            totals[bucket] = (requests + 1, tokens + held.tokens)
+    assert state.totals == totals  # the running sums are the window's
 
 
 @settings(max_examples=200, deadline=None)
@@ -281,6 +286,23 @@ async def test_the_limiter_grants_from_the_log_and_survives_a_restart(virtual_cl
         assert trio.current_time() - before == 0
         await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=1)
         assert trio.current_time() - before == WINDOW
+
+
+async def test_the_limiter_snapshots_its_small_state_and_folds_it_back():
+    store = InMemoryEventStore()
+    async with open_runtime(store=store) as runtime:
+        limiter = await spawn_limiter(runtime, LimiterPolicy())
+        for _ in range(600):
+            grant = await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=3)
+            limiter.settle(grant, 2)
+        before = await limiter.statistics()
+    snapshot = await store.load_snapshot("limiter/fleet")
+    assert snapshot is not None
+    assert snapshot.type == "limiter.state"
+    async with open_runtime(store=store) as runtime:
+        limiter = await spawn_limiter(runtime, LimiterPolicy())
+        assert await limiter.statistics() == before
+    assert (before.issued, before.tokens_granted, before.tokens_used) == (600, 1800, 1200)
 
 
 async def test_a_restart_frees_the_slots_of_calls_granted_before_it(virtual_clock):
