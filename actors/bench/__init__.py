@@ -2,7 +2,7 @@
 
 Run ``python -m actors.bench SUITE [--json] [--quick]`` with ``SUITE`` one of ``actors``,
 ``log`` (the kernel's suites, from ``runtime.bench``), ``agents``, ``providers`` and
-``longevity`` (what a session of months costs).
+``longevity`` (what a session of months costs) and ``limits`` (the fleet limiter).
 """
 
 from __future__ import annotations
@@ -14,5 +14,6 @@ SUITES: dict[str, str] = {
     "agents": "actors.bench._agents",
     "providers": "actors.bench._providers",
     "longevity": "actors.bench._longevity",
+    "limits": "actors.bench._limits",
 }
 """Suite name -> the module whose ``run(args)`` measures it: the kernel's and the agents'."""
