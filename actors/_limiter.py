@@ -362,6 +362,7 @@ class _LimiterHook:
             try:
                 response = await call_next(request)
             except LLMRateLimitedError as error:
+                used = 0  # refused: the provider counted no tokens (the request still counts)
                 limiter.rate_limited(self._provider, model, error.retry_after)
                 if retries <= 0:
                     raise

@@ -414,6 +414,11 @@ async def test_a_429_closes_the_model_until_its_retry_after(virtual_clock):
         "GrantIssued",
         "GrantSettled",
     ]
+    # The refused call counted as a request but used no tokens; the second used its estimate
+    # (the function model reports no usage).
+    settled = [e.tokens for e in events if isinstance(e, GrantSettled)]
+    assert settled[0] == 0
+    assert settled[1] > 0
     backoff = next(e for e in events if isinstance(e, BackoffRecorded))
     assert backoff.until - backoff.at == 7.0
 
