@@ -32,6 +32,12 @@ from runtime.testing import FunctionLLM, InMemoryEventStore
 TREES = ("alpha", "beta", "gamma")
 START = 1_800_000_000.0  # the wall clock's origin: a fixed instant, for a fixed output
 calls = Counter[str]()
+SHOWN = (
+    "powertrio_runs_total",
+    "powertrio_llm_tokens_total",
+    "powertrio_limiter_grants_total",
+    "powertrio_limiter_backoffs_total",
+)
 
 
 async def model(request: LLMRequest) -> LLMResponse:
@@ -112,11 +118,7 @@ async def main() -> None:
     print("metrics:")
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
-            if sample.name in (
-                "powertrio_runs_total",
-                "powertrio_llm_tokens_total",
-                "powertrio_errors_total",
-            ):
+            if sample.name in SHOWN:
                 labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
                 print(f"  {sample.name}{{{labels}}} {sample.value:g}")
 

@@ -311,6 +311,23 @@ async def test_metrics_are_scraped_over_loopback_http():
     assert found[("powertrio_actors", ())] >= 1
 
 
+async def test_the_limiter_s_grants_and_backoffs_are_counted():
+    from actors import LimiterPolicy, spawn_limiter
+
+    metrics = FleetMetrics()
+    async with open_runtime() as runtime:
+        Telemetry(metrics=metrics).install(runtime)
+        limiter = await spawn_limiter(runtime, LimiterPolicy())
+        for _ in range(3):
+            grant = await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=1)
+            limiter.settle(grant, 1)
+        limiter.rate_limited("p", "m", 0.0)
+        await limiter.statistics()  # the told messages are handled before this ask
+    found = samples(metrics.render()[0].decode())
+    assert found[("powertrio_limiter_grants_total", (("model", "p/m"),))] == 3
+    assert found[("powertrio_limiter_backoffs_total", (("model", "p/m"),))] == 1
+
+
 # -- logs ---------------------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from actors._limiter_core import BackoffRecorded, GrantIssued
 from actors._session_events import AssistantRecorded, RunFinished, RunStarted, ToolFinished
 
 if TYPE_CHECKING:
@@ -78,6 +79,18 @@ class FleetMetrics:
         self.events = Counter(
             "powertrio_events_appended", "Events appended by this node's actors.", registry=r
         )
+        self.grants = Counter(
+            "powertrio_limiter_grants",
+            "Grants the fleet limiter issued, by provider and model.",
+            ["model"],
+            registry=r,
+        )
+        self.backoffs = Counter(
+            "powertrio_limiter_backoffs",
+            "429s that closed a provider and model in the fleet limiter.",
+            ["model"],
+            registry=r,
+        )
         self.commit_seconds = Histogram(
             "powertrio_commit_seconds",
             "How long an actor's append took, from the call to the acknowledgement.",
@@ -105,6 +118,13 @@ class FleetMetrics:
     def persisted(self, stream: str, events: Sequence[object]) -> None:
         """Count what an actor has just appended."""
         self.events.inc(len(events))
+        if stream.startswith("limiter/"):
+            for event in events:
+                if isinstance(event, GrantIssued):
+                    self.grants.labels(f"{event.provider}/{event.model}").inc()
+                elif isinstance(event, BackoffRecorded):
+                    self.backoffs.labels(f"{event.provider}/{event.model}").inc()
+            return
         if not stream.startswith("session/"):
             return
         for event in events:
