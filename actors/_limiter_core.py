@@ -183,6 +183,8 @@ class LimiterState:
     """Grants of the last :data:`WINDOW` seconds (as of the newest event), oldest first."""
     totals: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
     """Bucket → the requests and tokens of its grants in :attr:`window`."""
+    busy: Mapping[str, int] = attrs.field(factory=dict)
+    """Bucket → its grants in :attr:`open` (buckets with none are absent)."""
     open: Mapping[str, Held] = attrs.field(factory=dict)
     """Grants holding a concurrency slot (granted, neither settled nor expired)."""
     backoff: Mapping[str, float] = attrs.field(factory=dict)
@@ -228,6 +230,18 @@ def _find(window: tuple[Held, ...], grant_id: str) -> int:
     return low if low < len(window) and window[low].grant_id == grant_id else -1
 
 
+def _release(busy: Mapping[str, int], closed: Iterable[Held]) -> Mapping[str, int]:
+    """``busy`` less the slots of the ``closed`` grants."""
+    left = dict(busy)
+    for held in closed:
+        for bucket in held.buckets:
+            if left[bucket] == 1:
+                del left[bucket]
+            else:
+                left[bucket] -= 1
+    return left
+
+
 def evolve(state: LimiterState, event: object) -> LimiterState:
     """Apply one limiter event; pure and total."""
     if isinstance(event, GrantIssued):
@@ -245,10 +259,14 @@ def evolve(state: LimiterState, event: object) -> LimiterState:
         backoff = state.backoff
         if any(until <= event.at for until in backoff.values()):
             backoff = {k: v for k, v in backoff.items() if v > event.at}
+        busy = dict(state.busy)
+        for bucket in held.buckets:
+            busy[bucket] = busy.get(bucket, 0) + 1
         return attrs.evolve(
             state,
             window=(*window, held),
             totals=totals,
+            busy=busy,
             open={**state.open, event.grant_id: held},
             backoff=backoff,
             issued=state.issued + 1,
@@ -266,18 +284,24 @@ def evolve(state: LimiterState, event: object) -> LimiterState:
             settled = attrs.evolve(held, tokens=event.tokens)
             window = (*window[:index], settled, *window[index + 1 :])
         still_open = dict(state.open)
-        still_open.pop(event.grant_id, None)
+        closed = still_open.pop(event.grant_id, None)
         return attrs.evolve(
             state,
             window=window,
             totals=totals,
+            busy=_release(state.busy, () if closed is None else (closed,)),
             open=still_open,
             settled=state.settled + 1,
             tokens_used=state.tokens_used + event.tokens,
         )
     if isinstance(event, GrantsExpired):
         gone = set(event.grant_ids)
-        return attrs.evolve(state, open={k: v for k, v in state.open.items() if k not in gone})
+        expired = [held for grant_id, held in state.open.items() if grant_id in gone]
+        return attrs.evolve(
+            state,
+            busy=_release(state.busy, expired),
+            open={k: v for k, v in state.open.items() if k not in gone},
+        )
     if isinstance(event, BackoffRecorded):
         bucket = model_bucket(event.provider, event.model)
         until = max(event.until, state.backoff.get(bucket, event.until))
@@ -365,32 +389,40 @@ def too_large(policy: LimiterPolicy, ask: Ask[T]) -> tuple[str, int] | None:
 
 @final
 class _Load:
-    """Per-bucket counts at one instant, updated as grants are planned."""
+    """Per-bucket counts at one instant, updated as grants are planned: the fold's running
+    sums, less what has left the window since the newest event, plus the planned grants.
+    Only the buckets asked about are looked at."""
 
-    __slots__ = ("open", "requests", "tokens")
+    __slots__ = ("_busy", "_delta", "_totals")
 
     def __init__(self, state: LimiterState, now: float) -> None:
-        self.requests: dict[str, int] = {b: r for b, (r, _) in state.totals.items()}
-        self.tokens: dict[str, int] = {b: t for b, (_, t) in state.totals.items()}
-        self.open: dict[str, int] = {}
-        # The totals are as of the newest event: take out what has left the window since.
+        self._totals = state.totals
+        self._busy = state.busy
+        self._delta: dict[str, list[int]] = {}  # bucket -> [requests, tokens, open]
         horizon = now - WINDOW
         for held in state.window:
             if held.at > horizon:
                 break
             for bucket in held.buckets:
-                self.requests[bucket] -= 1
-                self.tokens[bucket] -= held.tokens
-        for held in state.open.values():
-            for bucket in held.buckets:
-                self.open[bucket] = self.open.get(bucket, 0) + 1
+                delta = self._delta.setdefault(bucket, [0, 0, 0])
+                delta[0] -= 1
+                delta[1] -= held.tokens
 
     def add(self, buckets: Iterable[str], tokens: int, *, opened: bool) -> None:
         for bucket in buckets:
-            self.requests[bucket] = self.requests.get(bucket, 0) + 1
-            self.tokens[bucket] = self.tokens.get(bucket, 0) + tokens
-            if opened:
-                self.open[bucket] = self.open.get(bucket, 0) + 1
+            delta = self._delta.setdefault(bucket, [0, 0, 0])
+            delta[0] += 1
+            delta[1] += tokens
+            delta[2] += opened
+
+    def counts(self, bucket: str) -> tuple[int, int, int]:
+        """Requests and tokens in the window, and open grants, of ``bucket``."""
+        requests, tokens = self._totals.get(bucket, (0, 0))
+        busy = self._busy.get(bucket, 0)
+        delta = self._delta.get(bucket)
+        if delta is None:
+            return requests, tokens, busy
+        return requests + delta[0], tokens + delta[1], busy + delta[2]
 
     def fits(self, policy: LimiterPolicy, buckets: Iterable[str], tokens: int) -> bool:
         for bucket in buckets:
@@ -402,11 +434,12 @@ class _Load:
                 limit.tokens_per_minute,
                 limit.concurrent,
             )
-            if rpm is not None and self.requests.get(bucket, 0) + 1 > rpm:
+            requests, used, busy = self.counts(bucket)
+            if rpm is not None and requests + 1 > rpm:
                 return False
-            if tpm is not None and self.tokens.get(bucket, 0) + tokens > tpm:
+            if tpm is not None and used + tokens > tpm:
                 return False
-            if concurrent is not None and self.open.get(bucket, 0) + 1 > concurrent:
+            if concurrent is not None and busy + 1 > concurrent:
                 return False
         return True
 
@@ -465,13 +498,18 @@ def next_change(state: LimiterState, policy: LimiterPolicy, now: float) -> float
         if held.at + WINDOW > now:
             times.append(held.at + WINDOW)
             break
-    times.extend(held.at + policy.grant_ttl for held in state.open.values())
+    for held in state.open.values():  # the oldest open grant expires first
+        times.append(held.at + policy.grant_ttl)
+        break
     later = [t for t in times if t > now]
     return min(later) if later else None
 
 
 def expired(state: LimiterState, policy: LimiterPolicy, now: float) -> tuple[str, ...]:
     """Open grants older than the policy's ``grant_ttl``."""
-    return tuple(
-        grant_id for grant_id, held in state.open.items() if held.at + policy.grant_ttl <= now
-    )
+    found: list[str] = []
+    for grant_id, held in state.open.items():  # in grant order, so oldest first
+        if held.at + policy.grant_ttl > now:
+            break
+        found.append(grant_id)
+    return tuple(found)

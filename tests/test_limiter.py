@@ -165,6 +165,11 @@ def test_grants_never_exceed_a_limit_in_any_window_and_settles_reconcile(policy,
             requests, tokens = totals.get(bucket, (0, 0))
             totals[bucket] = (requests + 1, tokens + held.tokens)
     assert state.totals == totals  # the running sums are the window's
+    busy: dict[str, int] = {}
+    for held in state.open.values():
+        for bucket in held.buckets:
+            busy[bucket] = busy.get(bucket, 0) + 1
+    assert state.busy == busy
 
 
 @settings(max_examples=200, deadline=None)
