@@ -143,6 +143,27 @@ async def test_a_failed_run_and_a_failed_tool_carry_their_error_codes():
     assert run.attributes["error.type"] == result.error_code
 
 
+async def test_a_failed_model_call_ends_with_its_run_as_an_error_span():
+    from protocols.errors import LLMServerError
+
+    provider, exporter = traced()
+
+    def answer(request):
+        raise LLMServerError("the provider is down", status=503, provider="p")
+
+    async with open_runtime() as runtime:
+        Telemetry(tracer_provider=provider).install(runtime)
+        session = await spawn_session(runtime, llm=FunctionLLM(answer), session_id="s")
+        result = await session.send("go")
+    assert result.error_code == "llm.server"
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    chat = spans["chat unknown"]
+    assert chat.status.status_code.name == "ERROR"
+    assert chat.attributes["error.type"] == "llm.server"
+    assert chat.context.span_id == llm_span_id("s", result.run_id, 1)
+    assert chat.parent.span_id == spans["invoke_agent s"].context.span_id
+
+
 async def test_a_resumed_run_continues_its_trace_with_the_same_ids(virtual_clock):
     """Kill the runtime while the second model call is in flight; a new runtime on the same
     log resumes the run: its spans join the trace the first one began, and exporting the

@@ -135,7 +135,10 @@ class Telemetry:
     def on_persisted(self, stream: str, events: Sequence[object]) -> None:
         metrics = self.metrics
         if metrics is not None:
-            metrics.persisted(stream, events)
+            try:
+                metrics.persisted(stream, events)
+            except Exception:  # a listener must not raise into the actor
+                logger.exception("telemetry: could not count the events of %s", stream)
         if self._tracer is None or not stream.startswith(_SESSION):
             return
         assert self._clock is not None

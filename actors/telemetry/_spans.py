@@ -237,6 +237,30 @@ class SpanBuilder:
         )
 
     def _finish(self, stream: _Stream, run: _Run, event: RunFinished, at: float) -> None:
+        code = event.error_code
+        if event.status == "failed" and code is not None and code.startswith("llm."):
+            # The model call in flight failed: its span ends with the run, in error.
+            round_ = event.rounds + 1
+            self._emit(
+                SpanRecord(
+                    name="chat unknown",
+                    trace_id=run.trace_id,
+                    span_id=llm_span_id(stream.session_id, run.run_id, round_),
+                    parent_id=run.span_id,
+                    start=run.last,
+                    end=at,
+                    attributes={
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.system": self.system,
+                        "gen_ai.conversation.id": stream.session_id,
+                        "powertrio.run.id": run.run_id,
+                        "powertrio.round": round_,
+                        "error.type": code,
+                    },
+                    error=event.error,
+                    kind="client",
+                )
+            )
         attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.id": stream.session_id,
