@@ -147,7 +147,8 @@ class FleetMetrics:
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type (for any HTTP server to answer
-        ``GET /metrics`` with)."""
+        ``GET /metrics`` with). Call it in the runtime's Trio thread: the gauges read the
+        runtime's live actors."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
