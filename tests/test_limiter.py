@@ -552,3 +552,23 @@ def test_agents_under_contention_stay_within_every_limit(policy, agents):
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     events = trio.run(_events, store, "limiter/fleet")
     _check_log(events, policy)
+
+
+async def test_the_limiter_works_on_sqlite_and_folds_its_windows_back(virtual_clock, tmp_path):
+    from runtime import open_sqlite_store
+
+    clock = Clock(start=1_000_000.0)
+    policy = LimiterPolicy(models={"*": Limit(requests_per_minute=1)})
+    path = tmp_path / "log.sqlite"
+    async with open_sqlite_store(path) as store, open_runtime(store=store, clock=clock) as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        grant = await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=5)
+        limiter.settle(grant, 4)
+        await limiter.statistics()
+    await trio.sleep(30)
+    async with open_sqlite_store(path) as store, open_runtime(store=store, clock=clock) as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        assert (await limiter.statistics()).tokens_used == 4
+        before = trio.current_time()
+        await limiter.acquire(provider="p", model="m", tenant="t", tree="b", tokens=5)
+        assert trio.current_time() - before == 30  # the first grant's minute, from the log
