@@ -21,7 +21,7 @@ agent tree) that has a :class:`Limit`:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, TypeVar, final
 
 import attrs
@@ -30,6 +30,9 @@ from protocols import event_type
 
 WINDOW = 60.0
 """Seconds of the sliding window that per-minute limits count over."""
+
+CHUNK = 64
+"""Grants per chunk of the folded window."""
 
 T = TypeVar("T")
 
@@ -179,8 +182,10 @@ class Held:
 class LimiterState:
     """The fold of the limiter's stream: what the windows hold now."""
 
-    window: tuple[Held, ...] = ()
-    """Grants of the last :data:`WINDOW` seconds (as of the newest event), oldest first."""
+    window: tuple[tuple[Held, ...], ...] = ()
+    """Grants of the last :data:`WINDOW` seconds (as of the newest event), oldest first, in
+    chunks of at most :data:`CHUNK` (so that adding, settling or dropping one copies a chunk
+    and the list of chunks, not every grant)."""
     totals: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
     """Bucket → the requests and tokens of its grants in :attr:`window`."""
     busy: Mapping[str, int] = attrs.field(factory=dict)
@@ -198,36 +203,64 @@ class LimiterState:
     """Tokens settled (reported usage, or the estimate when none was reported)."""
 
 
+def in_window(state: LimiterState) -> Iterator[Held]:
+    """The grants of the state's window, oldest first."""
+    for chunk in state.window:
+        yield from chunk
+
+
 def _prune(
-    window: tuple[Held, ...], totals: dict[str, tuple[int, int]], now: float
-) -> tuple[Held, ...]:
+    window: tuple[tuple[Held, ...], ...], totals: dict[str, tuple[int, int]], now: float
+) -> tuple[tuple[Held, ...], ...]:
     """``window`` without the grants of more than :data:`WINDOW` seconds before ``now``,
     taking them out of ``totals`` (a copy the caller owns)."""
-    start = 0
     horizon = now - WINDOW
-    while start < len(window) and window[start].at <= horizon:
-        held = window[start]
-        for bucket in held.buckets:
-            requests, tokens = totals[bucket]
-            if requests == 1:
-                del totals[bucket]
-            else:
-                totals[bucket] = (requests - 1, tokens - held.tokens)
-        start += 1
-    return window[start:] if start else window
+    while window and window[0][0].at <= horizon:
+        chunk = window[0]
+        gone = 0
+        while gone < len(chunk) and chunk[gone].at <= horizon:
+            held = chunk[gone]
+            for bucket in held.buckets:
+                requests, tokens = totals[bucket]
+                if requests == 1:
+                    del totals[bucket]
+                else:
+                    totals[bucket] = (requests - 1, tokens - held.tokens)
+            gone += 1
+        if gone < len(chunk):
+            return (chunk[gone:], *window[1:])
+        window = window[1:]
+    return window
 
 
-def _find(window: tuple[Held, ...], grant_id: str) -> int:
-    """The index of a grant in the window (ids are issue numbers, in window order), or -1."""
+def _find(window: tuple[tuple[Held, ...], ...], grant_id: str) -> tuple[int, int] | None:
+    """Where a grant is in the window (its chunk and its place there), or ``None``. Ids are
+    issue numbers, so the window is in id order."""
     number = int(grant_id)
     low, high = 0, len(window)
-    while low < high:
+    while low < high:  # the last chunk whose first id is at most the number
         middle = (low + high) // 2
-        if int(window[middle].grant_id) < number:
+        if int(window[middle][0].grant_id) <= number:
             low = middle + 1
         else:
             high = middle
-    return low if low < len(window) and window[low].grant_id == grant_id else -1
+    if low == 0:
+        return None
+    chunk = window[low - 1]
+    first = int(chunk[0].grant_id)
+    place = number - first  # ids within a chunk are consecutive but for pruned heads
+    if 0 <= place < len(chunk) and chunk[place].grant_id == grant_id:
+        return low - 1, place
+    for place, held in enumerate(chunk):
+        if held.grant_id == grant_id:
+            return low - 1, place
+    return None
+
+
+def _appended(window: tuple[tuple[Held, ...], ...], held: Held) -> tuple[tuple[Held, ...], ...]:
+    if window and len(window[-1]) < CHUNK:
+        return (*window[:-1], (*window[-1], held))
+    return (*window, (held,))
 
 
 def _release(busy: Mapping[str, int], closed: Iterable[Held]) -> Mapping[str, int]:
@@ -264,7 +297,7 @@ def evolve(state: LimiterState, event: object) -> LimiterState:
             busy[bucket] = busy.get(bucket, 0) + 1
         return attrs.evolve(
             state,
-            window=(*window, held),
+            window=_appended(window, held),
             totals=totals,
             busy=busy,
             open={**state.open, event.grant_id: held},
@@ -275,14 +308,17 @@ def evolve(state: LimiterState, event: object) -> LimiterState:
     if isinstance(event, GrantSettled):
         totals = dict(state.totals)
         window = _prune(state.window, totals, event.at)
-        index = _find(window, event.grant_id) if event.grant_id.isdigit() else -1
-        if index >= 0:
-            held = window[index]
+        where = _find(window, event.grant_id) if event.grant_id.isdigit() else None
+        if where is not None:
+            number, place = where
+            chunk = window[number]
+            held = chunk[place]
             for bucket in held.buckets:
                 requests, tokens = totals[bucket]
                 totals[bucket] = (requests, tokens - held.tokens + event.tokens)
             settled = attrs.evolve(held, tokens=event.tokens)
-            window = (*window[:index], settled, *window[index + 1 :])
+            chunk = (*chunk[:place], settled, *chunk[place + 1 :])
+            window = (*window[:number], chunk, *window[number + 1 :])
         still_open = dict(state.open)
         closed = still_open.pop(event.grant_id, None)
         return attrs.evolve(
@@ -400,7 +436,7 @@ class _Load:
         self._busy = state.busy
         self._delta: dict[str, list[int]] = {}  # bucket -> [requests, tokens, open]
         horizon = now - WINDOW
-        for held in state.window:
+        for held in in_window(state):
             if held.at > horizon:
                 break
             for bucket in held.buckets:
@@ -494,7 +530,7 @@ def next_change(state: LimiterState, policy: LimiterPolicy, now: float) -> float
     """The earliest time after ``now`` at which a waiting call may fit without a settle: a
     grant leaves the window, a backoff ends, or an open grant expires."""
     times = [until for until in state.backoff.values() if until > now]
-    for held in state.window:  # oldest first: the first still in the window leaves next
+    for held in in_window(state):  # oldest first: the first still in the window leaves next
         if held.at + WINDOW > now:
             times.append(held.at + WINDOW)
             break

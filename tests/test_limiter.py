@@ -3,13 +3,16 @@ and the actor under virtual time: grants in the log, a restart, 429 feedback, se
 
 from __future__ import annotations
 
+import math
+import unittest.mock
+
 import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import Limit, LimiterPolicy, spawn_limiter, spawn_session
+from actors import Limit, LimiterPolicy, _limiter_core, spawn_limiter, spawn_session
 from actors._limiter_core import (
     WINDOW,
     Ask,
@@ -19,6 +22,7 @@ from actors._limiter_core import (
     LimiterState,
     admit,
     evolve,
+    in_window,
     next_change,
 )
 from actors.events import BackoffRecorded, GrantsExpired
@@ -68,9 +72,12 @@ class Model:
         self.counted: dict[str, int] = {}  # grant id -> tokens the window counts now
         self.settled: dict[str, int] = {}
         self.backoff: dict[str, float] = {}
+        self.pruned_at = -math.inf
 
     def fold(self, event: object) -> None:
         self.state = evolve(self.state, event)
+        if isinstance(event, GrantIssued | GrantSettled):
+            self.pruned_at = event.at  # the fold drops what is older than a minute before
 
     def pump(self) -> list[GrantIssued]:
         granted = [g for _, g in admit(self.state, self.policy, self.queue, self.now)]
@@ -124,6 +131,19 @@ class Model:
 @settings(max_examples=300, deadline=None)
 @given(policy=policies, ops=operations)
 def test_grants_never_exceed_a_limit_in_any_window_and_settles_reconcile(policy, ops):
+    check_operations(policy, ops)
+
+
+@settings(max_examples=150, deadline=None)
+@given(policy=policies, ops=operations)
+def test_the_window_in_chunks_of_two_folds_the_same(policy, ops):
+    """The window is kept in chunks (64 grants each); with chunks of 2 every append, settle
+    and prune crosses chunk boundaries."""
+    with unittest.mock.patch.object(_limiter_core, "CHUNK", 2):
+        check_operations(policy, ops)
+
+
+def check_operations(policy, ops):
     model = Model(policy)
     for op in ops:
         if op[0] == "ask":
@@ -153,21 +173,30 @@ def test_grants_never_exceed_a_limit_in_any_window_and_settles_reconcile(policy,
             )
             model.backoff[name] = max(model.backoff.get(name, 0.0), model.now + wait)
         model.pump()
+        check_fold(model)
+
+
+def check_fold(model: Model) -> None:
+    """The folded state agrees with the model: reconciliation, the window, its sums."""
     state = model.state
     # Reconciliation: the fold counts what the settles reported.
     assert state.tokens_used == sum(model.settled.values())
     assert state.tokens_granted == sum(g.tokens for g in model.grants)
     assert set(state.open) == {g.grant_id for g in model.grants} - set(model.settled)
+    # The window holds the grants of the minute before the newest grant or settle.
+    held = list(in_window(state))
+    expected = [g.grant_id for g in model.grants if g.at > model.pruned_at - WINDOW]
+    assert [h.grant_id for h in held] == expected
     totals: dict[str, tuple[int, int]] = {}
-    for held in state.window:
-        assert held.tokens == model.counted[held.grant_id]
-        for bucket in held.buckets:
+    for one in held:
+        assert one.tokens == model.counted[one.grant_id]
+        for bucket in one.buckets:
             requests, tokens = totals.get(bucket, (0, 0))
-            totals[bucket] = (requests + 1, tokens + held.tokens)
+            totals[bucket] = (requests + 1, tokens + one.tokens)
     assert state.totals == totals  # the running sums are the window's
     busy: dict[str, int] = {}
-    for held in state.open.values():
-        for bucket in held.buckets:
+    for one in state.open.values():
+        for bucket in one.buckets:
             busy[bucket] = busy.get(bucket, 0) + 1
     assert state.busy == busy
 
