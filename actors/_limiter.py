@@ -118,6 +118,8 @@ class LimiterActor(EventSourcedActor[LimiterState]):
         self._policy = policy
         self._queue: FairQueue[Reply[object]] = FairQueue()
         self._wake_at: float | None = None
+        self._pending: list[object] = []
+        """Settles and backoffs decided since the last pump, appended by the next."""
 
     def stream_name(self) -> str:
         return f"limiter/{self._name}"
@@ -159,44 +161,59 @@ class LimiterActor(EventSourcedActor[LimiterState]):
                 return None
             self._queue.push(ask)
         elif isinstance(message, _Settle):
-            await self.persist(
-                [GrantSettled(grant_id=message.grant_id, tokens=message.tokens, at=clock.now())]
+            self._pending.append(
+                GrantSettled(grant_id=message.grant_id, tokens=message.tokens, at=clock.now())
             )
         elif isinstance(message, _RateLimited):
             now = clock.now()
-            await self.persist(
-                [
-                    BackoffRecorded(
-                        provider=message.provider,
-                        model=message.model,
-                        until=now + message.retry_after,
-                        at=now,
-                    )
-                ]
+            self._pending.append(
+                BackoffRecorded(
+                    provider=message.provider,
+                    model=message.model,
+                    until=now + message.retry_after,
+                    at=now,
+                )
             )
         elif isinstance(message, _Statistics):
+            await self._pump()
             return self._statistics()
         elif not isinstance(message, _Tick):
             msg = f"the limiter takes no {type(message).__name__} message"
             raise TypeError(msg)
+        mailbox = self.context.ref.statistics()
+        if mailbox.queued or mailbox.queued_system:
+            return None  # take those first: the whole burst gets one append
         await self._pump()
         return None
 
     async def _pump(self) -> None:
-        """Expire dead grants, issue every grant that fits now (one append), then wake up
-        again when the windows next change, if anyone still waits."""
+        """Append what the messages since the last pump decided (settles, backoffs), the
+        expiries due and every grant that fits now, as one append; then wake up again when
+        the windows next change, if anyone still waits.
+
+        A settle or a backoff is thus appended with the next grant or when the mailbox
+        runs dry, never after a grant it made room for; a crash before that loses it (the
+        restart expires the open grants, and a lost settle's tokens count at their
+        estimate until they leave the window)."""
         now = self.context.runtime.clock.now()
-        dead = expired(self.state, self._policy, now)
+        events, self._pending = self._pending, []
+        state = self.state
+        for event in events:
+            state = evolve(state, event)
+        dead = expired(state, self._policy, now)
         if dead:
-            await self.persist([GrantsExpired(grant_ids=dead, reason="grant_ttl passed")])
+            expiry = GrantsExpired(grant_ids=dead, reason="grant_ttl passed")
+            events.append(expiry)
+            state = evolve(state, expiry)
         self._queue.drop(lambda ask: not ask.token.abandoned)
-        granted = admit(self.state, self._policy, self._queue, now)
-        if granted:
-            await self.persist([grant for _, grant in granted])
-            for ask, grant in granted:
-                ask.token.send(grant)
-                if ask.token.abandoned:  # the asker left before hearing it: free the slot
-                    self.context.ref.tell_nowait(_Settle(grant_id=grant.grant_id, tokens=0))
+        granted = admit(state, self._policy, self._queue, now)
+        events.extend(grant for _, grant in granted)
+        if events:
+            await self.persist(events)
+        for ask, grant in granted:
+            ask.token.send(grant)
+            if ask.token.abandoned:  # the asker left before hearing it: free the slot
+                self.context.ref.tell_nowait(_Settle(grant_id=grant.grant_id, tokens=0))
         if len(self._queue):
             wake = next_change(self.state, self._policy, now)
             if wake is not None and (self._wake_at is None or wake < self._wake_at):
