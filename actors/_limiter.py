@@ -40,6 +40,9 @@ from ._observe import HookContext, LLMCallNext, LLMHook
 
 logger = logging.getLogger("powertrio.limiter")
 
+_BURST = 64
+"""The most messages taken between two appends, however busy the mailbox."""
+
 
 # -- messages -----------------------------------------------------------------------------
 
@@ -120,6 +123,9 @@ class LimiterActor(EventSourcedActor[LimiterState]):
         self._wake_at: float | None = None
         self._pending: list[object] = []
         """Settles and backoffs decided since the last pump, appended by the next."""
+        self._deferred = 0
+        """Messages taken since the last pump (a busy mailbox still pumps every
+        :data:`_BURST`)."""
 
     def stream_name(self) -> str:
         return f"limiter/{self._name}"
@@ -181,8 +187,9 @@ class LimiterActor(EventSourcedActor[LimiterState]):
             msg = f"the limiter takes no {type(message).__name__} message"
             raise TypeError(msg)
         mailbox = self.context.ref.statistics()
-        if mailbox.queued or mailbox.queued_system:
-            return None  # take those first: the whole burst gets one append
+        self._deferred += 1
+        if (mailbox.queued or mailbox.queued_system) and self._deferred < _BURST:
+            return None  # take those first: the burst gets one append
         await self._pump()
         return None
 
@@ -196,6 +203,7 @@ class LimiterActor(EventSourcedActor[LimiterState]):
         restart expires the open grants, and a lost settle's tokens count at their
         estimate until they leave the window)."""
         now = self.context.runtime.clock.now()
+        self._deferred = 0
         events, self._pending = self._pending, []
         state = self.state
         for event in events:

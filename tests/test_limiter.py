@@ -601,3 +601,27 @@ async def test_the_limiter_works_on_sqlite_and_folds_its_windows_back(virtual_cl
         before = trio.current_time()
         await limiter.acquire(provider="p", model="m", tenant="t", tree="b", tokens=5)
         assert trio.current_time() - before == 30  # the first grant's minute, from the log
+
+
+async def test_calls_that_arrive_together_share_one_append(virtual_clock):
+    """A burst of asks and settles is taken before the limiter appends: fewer appends than
+    events, and every settle is in the log before the grant it made room for."""
+    store = InMemoryEventStore()
+    policy = LimiterPolicy(models={"*": Limit(concurrent=5)})
+    async with open_runtime(store=store) as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+
+        async def call(tree: str) -> None:
+            grant = await limiter.acquire(provider="p", model="m", tenant="t", tree=tree, tokens=1)
+            await trio.sleep(1)
+            limiter.settle(grant, 1)
+
+        async with trio.open_nursery() as nursery:
+            for number in range(20):
+                nursery.start_soon(call, f"tree{number}")
+        await limiter.statistics()
+    records = await store.read("limiter/fleet")
+    appends = sum(1 for r in records if r.metadata is None)  # the last event of each append
+    assert len(records) == 40
+    assert appends < 20
+    _check_log([decode_record(r) for r in records], policy)
