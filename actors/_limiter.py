@@ -16,7 +16,7 @@ import attrs
 import trio
 
 from protocols import LLMRequest, LLMResponse
-from protocols.errors import LimitTooLargeError, LLMRateLimitedError
+from protocols.errors import ActorStoppedError, LimitTooLargeError, LLMRateLimitedError
 from protocols.transports import Attempt
 from runtime import ActorRef, Decision, EventSourcedActor, PriorityMessage, Reply, Runtime
 
@@ -301,14 +301,22 @@ class Limiter:
         return grant
 
     def settle(self, grant: GrantIssued, tokens: int) -> None:
-        """The granted call ended having used ``tokens``; frees its slot (never blocks)."""
-        self._ref.tell_nowait(_Settle(grant_id=grant.grant_id, tokens=tokens))
+        """The granted call ended having used ``tokens``; frees its slot (never blocks).
+
+        A limiter that has stopped is not told (logged): its restart frees the slot."""
+        self._tell(_Settle(grant_id=grant.grant_id, tokens=tokens))
 
     def rate_limited(self, provider: str, model: str, retry_after: float | None) -> None:
         """The provider answered 429: hold every grant for this model until ``retry_after``
         seconds from now (the policy's ``default_retry_after`` when ``None``)."""
         wait = self._policy.default_retry_after if retry_after is None else retry_after
-        self._ref.tell_nowait(_RateLimited(provider=provider, model=model, retry_after=wait))
+        self._tell(_RateLimited(provider=provider, model=model, retry_after=wait))
+
+    def _tell(self, message: object) -> None:
+        try:
+            self._ref.tell_nowait(message)
+        except ActorStoppedError:
+            logger.warning("limiter %s has stopped; %s not told", self.name, message)
 
     def on_attempt(self, model: str) -> Callable[[Attempt], None]:
         """An attempt observer for a provider transport (``on_attempt=``): the 429s its

@@ -625,3 +625,11 @@ async def test_calls_that_arrive_together_share_one_append(virtual_clock):
     assert len(records) == 40
     assert appends < 20
     _check_log([decode_record(r) for r in records], policy)
+
+
+async def test_a_settle_after_the_limiter_stopped_is_logged_not_raised(caplog):
+    async with open_runtime() as runtime:
+        limiter = await spawn_limiter(runtime, LimiterPolicy())
+        grant = await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=1)
+    limiter.settle(grant, 1)  # the runtime has closed: the hook's finally must not raise
+    assert "limiter fleet has stopped; _Settle(grant_id='1', tokens=1) not told" in caplog.text
