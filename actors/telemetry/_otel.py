@@ -85,7 +85,7 @@ class Telemetry:
         ConfigError: the tracer provider does not take its ids from a ``LogIdGenerator``.
     """
 
-    __slots__ = ("_builder", "_clock", "_ids", "_tracer", "metrics")
+    __slots__ = ("_builder", "_ids", "_runtime", "_tracer", "metrics")
 
     def __init__(
         self,
@@ -108,11 +108,11 @@ class Telemetry:
             self._ids = ids
             self._tracer = tracer_provider.get_tracer("powertrio")
         self._builder = SpanBuilder(self._emit, system=system)
-        self._clock: Runtime | None = None
+        self._runtime: Runtime | None = None
 
     def install(self, runtime: Runtime) -> None:
         """Follow ``runtime``'s streams and commits from now on."""
-        self._clock = runtime
+        self._runtime = runtime
         runtime.add_persist_listener(self)
         if self.metrics is not None:
             self.metrics.follow(runtime)
@@ -123,8 +123,8 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.owner_ready(stream)
         if self._tracer is not None and stream.startswith(_SESSION):
-            assert self._clock is not None
-            self._builder.ready(stream[len(_SESSION) :], self._clock.clock.now())
+            assert self._runtime is not None
+            self._builder.ready(stream[len(_SESSION) :], self._runtime.clock.now())
 
     def on_owner_gone(self, stream: str, owner: ActorRef[object]) -> None:
         if self.metrics is not None:
@@ -141,8 +141,8 @@ class Telemetry:
                 logger.exception("telemetry: could not count the events of %s", stream)
         if self._tracer is None or not stream.startswith(_SESSION):
             return
-        assert self._clock is not None
-        now = self._clock.clock.now()
+        assert self._runtime is not None
+        now = self._runtime.clock.now()
         session_id = stream[len(_SESSION) :]
         feed = self._builder.feed
         try:
