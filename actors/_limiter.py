@@ -9,6 +9,7 @@ ask). See docs/limits.md.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import final
 
@@ -262,6 +263,66 @@ def estimate_request(request: LLMRequest, completion_reserve: int) -> int:
     return prompt + completion
 
 
+@final
+@attrs.frozen
+class _Estimated:
+    """What the hook counted of a session's last request: its first and last messages,
+    their number, their estimate, and its tool definitions' estimate."""
+
+    first: object
+    last: object
+    count: int
+    messages: int
+    tools: object
+    tools_tokens: int
+
+
+_REMEMBERED = 4096
+"""Sessions whose last estimate a hook keeps (the least recently used are forgotten)."""
+
+
+@final
+class _Estimator:
+    """Estimates a session's requests in time proportional to what each adds: a request
+    that extends the previous one (the same first message, and the previous last one at
+    its place; messages are immutable and shared) adds the estimates of the new messages
+    to the previous sum, instead of counting the whole conversation again."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: OrderedDict[str, _Estimated] = OrderedDict()
+
+    def __call__(self, session_id: str, request: LLMRequest, completion_reserve: int) -> int:
+        messages = request.messages
+        size = len(messages)
+        before = self._seen.pop(session_id, None)
+        if (
+            before is not None
+            and 0 < before.count <= size
+            and messages[0] is before.first
+            and messages[before.count - 1] is before.last
+        ):
+            start, total = before.count, before.messages
+        else:
+            start, total = 0, 0
+        for index in range(start, size):
+            total += estimate_tokens(messages[index])
+        tools = request.tools
+        if before is not None and tools is before.tools:
+            tools_estimate = before.tools_tokens
+        else:
+            tools_estimate = tools_tokens(tools)
+        if size:
+            self._seen[session_id] = _Estimated(
+                messages[0], messages[size - 1], size, total, tools, tools_estimate
+            )
+            if len(self._seen) > _REMEMBERED:
+                self._seen.popitem(last=False)
+        reserve = request.max_tokens if request.max_tokens is not None else completion_reserve
+        return total + tools_estimate + reserve
+
+
 def root_of(context: HookContext) -> str:
     """The agent tree of a hooked call: its top-level session (a sub-agent's id is its
     parent's followed by ``.n``)."""
@@ -358,7 +419,7 @@ class Limiter:
 
 @final
 class _LimiterHook:
-    __slots__ = ("_limiter", "_model", "_provider", "_tenant", "_tree")
+    __slots__ = ("_estimate", "_limiter", "_model", "_provider", "_tenant", "_tree")
 
     def __init__(
         self,
@@ -373,6 +434,7 @@ class _LimiterHook:
         self._model = model
         self._tenant = tenant
         self._tree = tree
+        self._estimate = _Estimator()
 
     async def __call__(
         self, request: LLMRequest, call_next: LLMCallNext, context: HookContext
@@ -380,7 +442,7 @@ class _LimiterHook:
         limiter = self._limiter
         policy = limiter.policy
         model = self._model or request.model or "default"
-        tokens = estimate_request(request, policy.completion_reserve)
+        tokens = self._estimate(context.session_id, request, policy.completion_reserve)
         tree = self._tree(context)
         retries = policy.rate_limit_retries
         while True:

@@ -633,3 +633,43 @@ async def test_a_settle_after_the_limiter_stopped_is_logged_not_raised(caplog):
         grant = await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=1)
     limiter.settle(grant, 1)  # the runtime has closed: the hook's finally must not raise
     assert "limiter fleet has stopped; _Settle(grant_id='1', tokens=1) not told" in caplog.text
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["extend", "extend", "compact", "reprompt", "new_tools", "same"]),
+            st.integers(1, 3),
+            st.sampled_from(["s1", "s2"]),
+        ),
+        max_size=25,
+    )
+)
+def test_the_hook_s_running_estimate_equals_counting_the_whole_request(steps):
+    """The hook counts only what a request adds to the session's previous one; whatever
+    the conversation does (grow, be compacted, change its tools), it gets the full count."""
+    from actors._limiter import _Estimator, estimate_request
+    from protocols import AssistantMessage, LLMRequest, SystemMessage, ToolDefinition, UserMessage
+
+    estimator = _Estimator()
+    conversations = {"s1": [SystemMessage("be brief")], "s2": [SystemMessage("be long")]}
+    tools = {"s1": (), "s2": ()}
+    for number, (step, count, session) in enumerate(steps):
+        messages = conversations[session]
+        if step == "extend":
+            for i in range(count):
+                turn = (
+                    UserMessage(f"q{number}.{i}")
+                    if i % 2
+                    else AssistantMessage(content=f"a{number}")
+                )
+                messages.append(turn)
+        elif step == "compact":
+            messages[:] = [SystemMessage(f"summary {number}"), *messages[-count:]]
+        elif step == "reprompt":  # a send's own system prompt: the same length, a new head
+            messages[0] = SystemMessage(f"prompt {number} " * count)
+        elif step == "new_tools":
+            tools[session] = (ToolDefinition(name=f"t{number}", description="x" * number),)
+        request = LLMRequest(messages=tuple(messages), tools=tools[session], max_tokens=7)
+        assert estimator(session, request, 100) == estimate_request(request, 100)
