@@ -43,6 +43,11 @@ from ._fleet_file import load_tool as load_tool
 from ._fleet_file import parse_fleet_file as parse_fleet_file
 from ._fleet_node import FleetNode as FleetNode
 from ._fleet_node import NodeService as NodeService
+from ._limiter import Limiter as Limiter
+from ._limiter import LimiterStatistics as LimiterStatistics
+from ._limiter import spawn_limiter as spawn_limiter
+from ._limiter_core import Limit as Limit
+from ._limiter_core import LimiterPolicy as LimiterPolicy
 from ._mcp import McpServer as McpServer
 from ._mcp import McpTransport as McpTransport
 from ._mcp import mcp_http as mcp_http

@@ -27,6 +27,7 @@ from ._fleet_events import (
     FleetRunSkipped,
     FleetRunStarted,
 )
+from ._limiter_core import BackoffRecorded, GrantIssued, GrantSettled, GrantsExpired
 from ._observe import (
     DeltaReceived,
     LLMCallFinished,
@@ -71,6 +72,7 @@ from ._workflow_events import (
 __all__ = [
     "ActiveRun",
     "AssistantRecorded",
+    "BackoffRecorded",
     "CancelRequested",
     "ChildFinished",
     "ChildSpawned",
@@ -94,6 +96,9 @@ __all__ = [
     "FleetRunStarted",
     "FollowUpReceived",
     "FollowUpsInjected",
+    "GrantIssued",
+    "GrantSettled",
+    "GrantsExpired",
     "HumanAnswered",
     "HumanRequested",
     "InputQueued",

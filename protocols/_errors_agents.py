@@ -20,6 +20,8 @@ __all__ = [
     "BoardWatchOverflowError",
     "HookVetoError",
     "HumanRequestNotFoundError",
+    "LimitError",
+    "LimitTooLargeError",
     "NoOpenRunError",
     "OutputInvalidError",
     "OutputTypeError",
@@ -234,3 +236,29 @@ class HookVetoError(SessionError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"vetoed by a hook: {reason}")
+
+
+# --- the fleet limiter ---------------------------------------------------------------
+
+
+class LimitError(PowertrioError):
+    """The fleet limiter refused a call."""
+
+    code = "limit"
+
+
+class LimitTooLargeError(LimitError, ValueError):
+    """A call's token estimate alone exceeds a tokens-per-minute limit: no window could
+    ever grant it, so it fails at once instead of waiting forever."""
+
+    code = "limit.too_large"
+
+    def __init__(self, bucket: str, tokens: int, limit: int) -> None:
+        self.bucket = bucket
+        self.tokens = tokens
+        self.limit = limit
+        super().__init__(
+            f"a call estimated at {tokens} tokens can never fit {bucket!r}, whose limit is "
+            f"{limit} tokens per minute: lower the request's max_tokens or its context, "
+            "or raise the limit"
+        )

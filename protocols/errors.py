@@ -77,6 +77,8 @@ The tree (code in brackets)::
     │   ├── OutputTypeError                       [session.output_type]
     │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
     │   └── HookVetoError                         [session.hook_vetoed]
+    ├── LimitError                                [limit]
+    │   └── LimitTooLargeError (ValueError)       [limit.too_large]
     ├── TimerError                                [timer]
     │   ├── TimerNotFoundError (LookupError)      [timer.not_found]
     │   ├── TimerArgumentError (ValueError)       [timer.invalid_args]
@@ -107,6 +109,8 @@ from ._errors_agents import (
     BoardWatchOverflowError,
     HookVetoError,
     HumanRequestNotFoundError,
+    LimitError,
+    LimitTooLargeError,
     NoOpenRunError,
     OutputInvalidError,
     OutputTypeError,
@@ -238,6 +242,8 @@ __all__ = [
     "LLMRateLimitedError",
     "LLMServerError",
     "LLMTimeoutError",
+    "LimitError",
+    "LimitTooLargeError",
     "MailboxFullError",
     "McpServerError",
     "McpToolError",

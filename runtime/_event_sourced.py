@@ -392,7 +392,15 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             NewEvent.from_encoded(encode(event), metadata=CONTINUES if i < last else None)
             for i, event in enumerate(events)
         ]
-        result = await self.store.append(self._stream, new, self.version)
+        observers = self.context.runtime.commit_observers
+        if observers:
+            began = trio.current_time()
+            result = await self.store.append(self._stream, new, self.version)
+            took = trio.current_time() - began
+            for observe in observers:
+                observe(self._stream, len(new), took)
+        else:
+            result = await self.store.append(self._stream, new, self.version)
         self._unwritten = []
         self.state = state
         previous, self.version = self.version, result.version

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeAlias
 
 from ._ref import ActorRef
 
@@ -41,3 +41,8 @@ class PersistListener(Protocol):
 
         An owner that crashed is not reported: its ref is no longer ``alive``.
         """
+
+
+CommitObserver: TypeAlias = Callable[[str, int, float], None]
+"""Told ``(stream, events, seconds)`` after each append of an event-sourced actor: which
+stream, how many events, and how long the append took on the Trio clock."""

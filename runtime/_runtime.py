@@ -22,9 +22,9 @@ from ._actor import Actor, ActorContext
 from ._cell import _Cell
 from ._clock import Clock, IdSource
 from ._event_store import EventStore
-from ._mailbox import DEFAULT_CAPACITY, OverflowPolicy
+from ._mailbox import DEFAULT_CAPACITY, MailboxStatistics, OverflowPolicy
 from ._memory_store import InMemoryEventStore
-from ._persist_listener import PersistListener
+from ._persist_listener import CommitObserver, PersistListener
 from ._ref import ActorRef
 from ._supervision import (
     ActorCrashed,
@@ -78,6 +78,7 @@ class Runtime:
         "_by_id",
         "_by_path",
         "_closed",
+        "_commit_observers",
         "_crashes",
         "_dropped",
         "_persist_listeners",
@@ -111,6 +112,7 @@ class Runtime:
     _crashes: int
     _dropped: int
     _persist_listeners: tuple[PersistListener, ...]
+    _commit_observers: tuple[CommitObserver, ...]
     _root: _Cell
 
     def __init__(self) -> None:
@@ -133,6 +135,7 @@ class Runtime:
         self._crashes = 0
         self._dropped = 0
         self._persist_listeners = ()
+        self._commit_observers = ()
         return self
 
     # -- actors ----------------------------------------------------------------------
@@ -299,6 +302,25 @@ class Runtime:
     def persist_listeners(self) -> tuple[PersistListener, ...]:
         """The listeners event-sourced actors tell about their streams, in order."""
         return self._persist_listeners
+
+    def add_commit_observer(self, observer: CommitObserver) -> None:
+        """Have ``observer`` told how long each append of an event-sourced actor took
+        (``observer(stream, events, seconds)``, Trio clock), from now on.
+
+        For metrics (commit latency). With no observer an append is not timed at all.
+        The call runs in the actor's task after the append: it must neither block nor
+        raise.
+        """
+        self._commit_observers = (*self._commit_observers, observer)
+
+    @property
+    def commit_observers(self) -> tuple[CommitObserver, ...]:
+        """The observers told how long each append took."""
+        return self._commit_observers
+
+    def mailboxes(self) -> dict[str, MailboxStatistics]:
+        """Each live actor's mailbox now, by actor path (the root excluded)."""
+        return {path: cell.mailbox.statistics() for path, cell in self._by_path.items()}
 
     # -- registry --------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._event_sourced import CONTINUES, Outcome
-from ._persist_listener import PersistListener
+from ._persist_listener import CommitObserver, PersistListener
 from ._postgres_lock import postgres_lock, postgres_lock_held
 from ._timer_book import (
     TIMER_EVENT_NAMES,
@@ -22,6 +22,7 @@ from ._virtual_time import hold_virtual_clock, run_sync_in_thread
 
 __all__ = [
     "CONTINUES",
+    "CommitObserver",
     "Outcome",
     "PersistListener",
     "TIMER_EVENT_NAMES",

@@ -46,6 +46,7 @@ BRANCH_PREFIX = {
     "ReplayError": "replay",
     "BoardError": "board",
     "TimerError": "timer",
+    "LimitError": "limit",
     "FileAccessError": "io",
     "WorkflowError": "workflow",
 }

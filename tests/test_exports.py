@@ -31,6 +31,7 @@ PUBLIC_MODULES = (
     "actors.events",
     "actors.lowlevel",
     "actors.testing",
+    "actors.telemetry",
     "actors.cli",
     "actors.console",
 )
@@ -248,7 +249,13 @@ def test_importing_a_package_does_not_load_the_test_kits_or_the_cli(module_name:
 
     Runs in a fresh interpreter, because this test session has long imported the kits.
     """
-    unwanted = ["runtime.testing", "actors.testing", "actors.cli", "runtime.bench"]
+    unwanted = [
+        "runtime.testing",
+        "actors.testing",
+        "actors.cli",
+        "runtime.bench",
+        "actors.telemetry",
+    ]
     code = f"import sys, {module_name}; print([m for m in {unwanted!r} if m in sys.modules])"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60

@@ -2,8 +2,8 @@
 
 Run ``python -m actors.bench SUITE [--json] [--quick]`` with ``SUITE`` one of ``actors``,
 ``log`` (the kernel's suites, from ``runtime.bench``), ``agents``, ``providers`` and
-``longevity`` (what a session of months costs) and ``console`` (the web console's log
-page on a session of a million events).
+``longevity`` (what a session of months costs), ``console`` (the web console's log page
+on a session of a million events) and ``limits`` (the fleet limiter).
 """
 
 from __future__ import annotations
@@ -16,5 +16,6 @@ SUITES: dict[str, str] = {
     "providers": "actors.bench._providers",
     "longevity": "actors.bench._longevity",
     "console": "actors.bench._console",
+    "limits": "actors.bench._limits",
 }
 """Suite name -> the module whose ``run(args)`` measures it: the kernel's and the agents'."""

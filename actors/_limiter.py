@@ -1,0 +1,489 @@
+"""The fleet limiter: one actor that grants model calls, every grant an event in its stream.
+
+Sessions reach it through an LLM hook (:meth:`Limiter.hook`), so a session without one
+pays nothing. The actor folds its stream at start, so the windows survive a restart; the
+calls waiting for a grant are in memory only (their askers see the restart as a failed
+ask). See docs/limits.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import final
+
+import attrs
+import trio
+
+from protocols import LLMRequest, LLMResponse
+from protocols.errors import ActorStoppedError, LimitTooLargeError, LLMRateLimitedError
+from protocols.transports import Attempt
+from runtime import ActorRef, Decision, EventSourcedActor, PriorityMessage, Reply, Runtime
+
+from ._context import estimate_tokens, tools_tokens
+from ._limiter_core import (
+    Ask,
+    BackoffRecorded,
+    FairQueue,
+    GrantIssued,
+    GrantSettled,
+    GrantsExpired,
+    LimiterPolicy,
+    LimiterState,
+    admit,
+    evolve,
+    expired,
+    next_change,
+    too_large,
+)
+from ._observe import HookContext, LLMCallNext, LLMHook
+
+logger = logging.getLogger("powertrio.limiter")
+
+_BURST = 64
+"""The most messages taken between two appends, however busy the mailbox."""
+
+
+# -- messages -----------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen(kw_only=True)
+class _Acquire:
+    provider: str
+    model: str
+    tenant: str
+    tree: str
+    tokens: int
+
+
+@final
+@attrs.frozen(kw_only=True)
+class _Settle(PriorityMessage):
+    grant_id: str
+    tokens: int
+
+
+@final
+@attrs.frozen(kw_only=True)
+class _RateLimited(PriorityMessage):
+    provider: str
+    model: str
+    retry_after: float
+
+
+@final
+class _Tick(PriorityMessage):
+    __slots__ = ()
+
+
+@final
+class _Statistics:
+    __slots__ = ()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LimiterStatistics:
+    """What the limiter holds now (folded from its stream) and who waits."""
+
+    issued: int
+    """Grants in the stream's life."""
+    settled: int
+    open: int
+    """Grants whose calls are in flight."""
+    waiting: int
+    """Calls waiting for a grant (in this process)."""
+    waiting_trees: int
+    tokens_granted: int
+    """Estimated tokens of every grant."""
+    tokens_used: int
+    """Tokens the settled calls used (reported usage, else the estimate)."""
+    backoffs: tuple[tuple[str, float], ...]
+    """Buckets closed by a 429 and the wall time they open again."""
+
+
+# -- the actor ----------------------------------------------------------------------------
+
+
+@final
+class LimiterActor(EventSourcedActor[LimiterState]):
+    """Issues grants in the order :func:`~actors._limiter_core.admit` decides; each grant,
+    settle, expiry and 429 backoff is appended before anyone is told.
+
+    Its state is small (the last minute of grants, the open ones, the backoffs), so it
+    snapshots every 1000 events and a restart folds at most that many."""
+
+    snapshot_every = 1000
+
+    def __init__(self, name: str, policy: LimiterPolicy) -> None:
+        self._name = name
+        self._policy = policy
+        self._queue: FairQueue[Reply[object]] = FairQueue()
+        self._wake_at: float | None = None
+        self._pending: list[object] = []
+        """Settles and backoffs decided since the last pump, appended by the next."""
+        self._deferred = 0
+        """Messages taken since the last pump (a busy mailbox still pumps every
+        :data:`_BURST`)."""
+
+    def stream_name(self) -> str:
+        return f"limiter/{self._name}"
+
+    def initial_state(self) -> LimiterState:
+        return LimiterState()
+
+    def evolve(self, state: LimiterState, event: object) -> LimiterState:
+        return evolve(state, event)
+
+    def recovered(self, state: LimiterState) -> Decision | None:
+        # Calls granted by an earlier incarnation were asked of it: whoever still holds
+        # one settles it (tokens are reconciled), but no slot stays taken on its account.
+        if not state.open:
+            return None
+        return Decision(
+            events=[GrantsExpired(grant_ids=tuple(state.open), reason="limiter restarted")]
+        )
+
+    def handle(self, state: LimiterState, message: object) -> Decision:  # pragma: no cover
+        raise NotImplementedError  # receive answers every message itself
+
+    async def receive(self, message: object) -> object:
+        clock = self.context.runtime.clock
+        if isinstance(message, _Acquire):
+            reply = self.context.defer_reply()
+            ask = Ask(
+                provider=message.provider,
+                model=message.model,
+                tenant=message.tenant,
+                tree=message.tree,
+                tokens=message.tokens,
+                token=reply,
+            )
+            big = too_large(self._policy, ask)
+            if big is not None:
+                bucket, limit = big
+                reply.fail(LimitTooLargeError(bucket, message.tokens, limit))
+                return None
+            self._queue.push(ask)
+        elif isinstance(message, _Settle):
+            self._pending.append(
+                GrantSettled(grant_id=message.grant_id, tokens=message.tokens, at=clock.now())
+            )
+        elif isinstance(message, _RateLimited):
+            now = clock.now()
+            self._pending.append(
+                BackoffRecorded(
+                    provider=message.provider,
+                    model=message.model,
+                    until=now + message.retry_after,
+                    at=now,
+                )
+            )
+        elif isinstance(message, _Statistics):
+            await self._pump()
+            return self._statistics()
+        elif not isinstance(message, _Tick):
+            msg = f"the limiter takes no {type(message).__name__} message"
+            raise TypeError(msg)
+        mailbox = self.context.ref.statistics()
+        self._deferred += 1
+        if (mailbox.queued or mailbox.queued_system) and self._deferred < _BURST:
+            return None  # take those first: the burst gets one append
+        await self._pump()
+        return None
+
+    async def _pump(self) -> None:
+        """Append what the messages since the last pump decided (settles, backoffs), the
+        expiries due and every grant that fits now, as one append; then wake up again when
+        the windows next change, if anyone still waits.
+
+        A settle or a backoff is thus appended with the next grant or when the mailbox
+        runs dry, never after a grant it made room for; a crash before that loses it (the
+        restart expires the open grants, and a lost settle's tokens count at their
+        estimate until they leave the window)."""
+        now = self.context.runtime.clock.now()
+        self._deferred = 0
+        events, self._pending = self._pending, []
+        state = self.state
+        for event in events:
+            state = evolve(state, event)
+        dead = expired(state, self._policy, now)
+        if dead:
+            expiry = GrantsExpired(grant_ids=dead, reason="grant_ttl passed")
+            events.append(expiry)
+            state = evolve(state, expiry)
+        self._queue.drop(lambda ask: not ask.token.abandoned)
+        granted = admit(state, self._policy, self._queue, now)
+        events.extend(grant for _, grant in granted)
+        if events:
+            await self.persist(events)
+        for ask, grant in granted:
+            ask.token.send(grant)
+            if ask.token.abandoned:  # the asker left before hearing it: free the slot
+                self.context.ref.tell_nowait(_Settle(grant_id=grant.grant_id, tokens=0))
+        if len(self._queue):
+            wake = next_change(self.state, self._policy, now)
+            if wake is not None and (self._wake_at is None or wake < self._wake_at):
+                self._wake_at = wake
+                self.context.start_soon(self._tick_at, wake, name=f"{self.context.path} tick")
+
+    async def _tick_at(self, wall: float) -> None:
+        clock = self.context.runtime.clock
+        await trio.sleep_until(clock.deadline_for(wall))
+        if self._wake_at == wall:
+            self._wake_at = None
+        self.context.ref.tell_nowait(_Tick())
+
+    def _statistics(self) -> LimiterStatistics:
+        state = self.state
+        now = self.context.runtime.clock.now()
+        return LimiterStatistics(
+            issued=state.issued,
+            settled=state.settled,
+            open=len(state.open),
+            waiting=len(self._queue),
+            waiting_trees=len(self._queue.trees()),
+            tokens_granted=state.tokens_granted,
+            tokens_used=state.tokens_used,
+            backoffs=tuple(sorted((b, u) for b, u in state.backoff.items() if u > now)),
+        )
+
+
+# -- the handle ---------------------------------------------------------------------------
+
+
+def estimate_request(request: LLMRequest, completion_reserve: int) -> int:
+    """Tokens a call is estimated to use before it is made: its messages and tool
+    definitions (the context estimate, characters / 4) plus its ``max_tokens``, or
+    ``completion_reserve`` when it sets none."""
+    prompt = sum(estimate_tokens(m) for m in request.messages) + tools_tokens(request.tools)
+    completion = request.max_tokens if request.max_tokens is not None else completion_reserve
+    return prompt + completion
+
+
+@final
+@attrs.frozen
+class _Estimated:
+    """What the hook counted of a session's last request: its first and last messages,
+    their number, their estimate, and its tool definitions' estimate."""
+
+    first: object
+    last: object
+    count: int
+    messages: int
+    tools: object
+    tools_tokens: int
+
+
+_REMEMBERED = 4096
+"""Sessions whose last estimate a hook keeps (the least recently used are forgotten)."""
+
+
+@final
+class _Estimator:
+    """Estimates a session's requests in time proportional to what each adds: a request
+    that extends the previous one (the same first message, and the previous last one at
+    its place; messages are immutable and shared) adds the estimates of the new messages
+    to the previous sum, instead of counting the whole conversation again."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: OrderedDict[str, _Estimated] = OrderedDict()
+
+    def __call__(self, session_id: str, request: LLMRequest, completion_reserve: int) -> int:
+        messages = request.messages
+        size = len(messages)
+        before = self._seen.pop(session_id, None)
+        if (
+            before is not None
+            and 0 < before.count <= size
+            and messages[0] is before.first
+            and messages[before.count - 1] is before.last
+        ):
+            start, total = before.count, before.messages
+        else:
+            start, total = 0, 0
+        for index in range(start, size):
+            total += estimate_tokens(messages[index])
+        tools = request.tools
+        if before is not None and tools is before.tools:
+            tools_estimate = before.tools_tokens
+        else:
+            tools_estimate = tools_tokens(tools)
+        if size:
+            self._seen[session_id] = _Estimated(
+                messages[0], messages[size - 1], size, total, tools, tools_estimate
+            )
+            if len(self._seen) > _REMEMBERED:
+                self._seen.popitem(last=False)
+        reserve = request.max_tokens if request.max_tokens is not None else completion_reserve
+        return total + tools_estimate + reserve
+
+
+def root_of(context: HookContext) -> str:
+    """The agent tree of a hooked call: its top-level session (a sub-agent's id is its
+    parent's followed by ``.n``)."""
+    return context.session_id.split(".", 1)[0]
+
+
+@final
+class Limiter:
+    """The handle of a fleet limiter actor: grants, settles, and the session hook.
+
+    Made by :func:`spawn_limiter`.
+    """
+
+    __slots__ = ("_policy", "_ref", "name")
+
+    def __init__(self, ref: ActorRef[object], name: str, policy: LimiterPolicy) -> None:
+        self._ref = ref
+        self._policy = policy
+        self.name = name
+
+    @property
+    def policy(self) -> LimiterPolicy:
+        return self._policy
+
+    async def acquire(
+        self, *, provider: str, model: str, tenant: str, tree: str, tokens: int
+    ) -> GrantIssued:
+        """Wait for a grant for one call of ``tokens`` estimated tokens.
+
+        Raises:
+            LimitTooLargeError: the estimate alone exceeds a tokens-per-minute limit.
+        """
+        grant = await self._ref.ask(
+            _Acquire(provider=provider, model=model, tenant=tenant, tree=tree, tokens=tokens)
+        )
+        assert isinstance(grant, GrantIssued)
+        return grant
+
+    def settle(self, grant: GrantIssued, tokens: int) -> None:
+        """The granted call ended having used ``tokens``; frees its slot (never blocks).
+
+        A limiter that has stopped is not told (logged): its restart frees the slot."""
+        self._tell(_Settle(grant_id=grant.grant_id, tokens=tokens))
+
+    def rate_limited(self, provider: str, model: str, retry_after: float | None) -> None:
+        """The provider answered 429: hold every grant for this model until ``retry_after``
+        seconds from now (the policy's ``default_retry_after`` when ``None``)."""
+        wait = self._policy.default_retry_after if retry_after is None else retry_after
+        self._tell(_RateLimited(provider=provider, model=model, retry_after=wait))
+
+    def _tell(self, message: object) -> None:
+        try:
+            self._ref.tell_nowait(message)
+        except ActorStoppedError:
+            logger.warning("limiter %s has stopped; %s not told", self.name, message)
+
+    def on_attempt(self, model: str) -> Callable[[Attempt], None]:
+        """An attempt observer for a provider transport (``on_attempt=``): the 429s its
+        own retries absorb close the bucket of ``model`` too."""
+
+        def observe(attempt: Attempt) -> None:
+            if attempt.error_code == LLMRateLimitedError.code:
+                self.rate_limited(attempt.provider, model, attempt.next_delay)
+
+        return observe
+
+    async def statistics(self) -> LimiterStatistics:
+        """The limiter's counts now."""
+        stats = await self._ref.ask(_Statistics())
+        assert isinstance(stats, LimiterStatistics)
+        return stats
+
+    def hook(
+        self,
+        *,
+        provider: str = "default",
+        model: str | None = None,
+        tenant: str = "default",
+        tree: Callable[[HookContext], str] = root_of,
+    ) -> LLMHook:
+        """The LLM hook that makes a session's model calls (and its sub-agents') wait
+        for grants: ``spawn_session(..., llm_hooks=[limiter.hook(tenant="acme")])``.
+
+        Args:
+            provider (str): the provider name the bucket is keyed by.
+            model (str | None): the model name; the request's ``model`` when ``None``
+                (``"default"`` if that is unset too).
+            tenant (str): the tenant the calls count against.
+            tree (Callable[[HookContext], str]): the agent tree of a call (its top-level
+                session, by default).
+        """
+        return _LimiterHook(self, provider, model, tenant, tree)
+
+
+@final
+class _LimiterHook:
+    __slots__ = ("_estimate", "_limiter", "_model", "_provider", "_tenant", "_tree")
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        provider: str,
+        model: str | None,
+        tenant: str,
+        tree: Callable[[HookContext], str],
+    ) -> None:
+        self._limiter = limiter
+        self._provider = provider
+        self._model = model
+        self._tenant = tenant
+        self._tree = tree
+        self._estimate = _Estimator()
+
+    async def __call__(
+        self, request: LLMRequest, call_next: LLMCallNext, context: HookContext
+    ) -> LLMResponse:
+        limiter = self._limiter
+        policy = limiter.policy
+        model = self._model or request.model or "default"
+        tokens = self._estimate(context.session_id, request, policy.completion_reserve)
+        tree = self._tree(context)
+        retries = policy.rate_limit_retries
+        while True:
+            grant = await limiter.acquire(
+                provider=self._provider,
+                model=model,
+                tenant=self._tenant,
+                tree=tree,
+                tokens=tokens,
+            )
+            used = tokens
+            try:
+                response = await call_next(request)
+            except LLMRateLimitedError as error:
+                used = 0  # refused: the provider counted no tokens (the request still counts)
+                limiter.rate_limited(self._provider, model, error.retry_after)
+                if retries <= 0:
+                    raise
+                retries -= 1
+                logger.info(
+                    "%s/%s answered 429; asking the limiter again (%d retries left)",
+                    self._provider,
+                    model,
+                    retries,
+                )
+                continue
+            else:
+                reported = response.usage.total_tokens
+                used = reported if reported > 0 else tokens
+                return response
+            finally:
+                limiter.settle(grant, used)
+
+
+async def spawn_limiter(runtime: Runtime, policy: LimiterPolicy, *, name: str = "fleet") -> Limiter:
+    """Start (or resume from its stream ``limiter/<name>``) the fleet limiter.
+
+    Give its :meth:`Limiter.hook` to the sessions it limits; they may live in any number
+    of agent trees and tenants. One limiter per runtime and name.
+    """
+    ref = await runtime.spawn(
+        lambda: LimiterActor(name, policy), id=f"limiter-{name}", name=f"limiter-{name}"
+    )
+    return Limiter(ref, name, policy)

@@ -1,0 +1,290 @@
+"""Spans as a fold of session events: what a run, a model call and a tool call looked like.
+
+Pure: :class:`SpanBuilder` takes each session event with the time it was committed and
+emits a :class:`SpanRecord` when the event that closes a span arrives (the answer of a model
+call, the result of a tool call, the end of a run). The live exporter feeds it from the
+runtime's persist listener (the time is the commit's), the log exporter from a stream's
+records (the time is ``recorded_at``): both emit the same spans.
+
+Ids come from the log, never from randomness: a run's trace id and span id hash its session
+and run ids, a model call's span id its round, a tool call's its call id. A span is emitted
+once, when its closing event is committed, and that event is committed once; so a run
+resumed after a crash (in this process or another) continues the same trace with the same
+ids, and exporting a finished session from its log gives the spans the live run gave.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import final
+
+import attrs
+
+from actors._session_events import (
+    AssistantRecorded,
+    ChildSpawned,
+    RunFinished,
+    RunStarted,
+    SessionCreated,
+    ToolFinished,
+    ToolStarted,
+)
+
+AttributeValue = str | int | float | bool
+
+
+def _id(size: int, *parts: str) -> int:
+    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=size).digest()
+    return int.from_bytes(digest, "big") or 1  # 0 is the invalid id
+
+
+def trace_id_of(session_id: str, run_id: str) -> int:
+    """The trace of a top-level run (128 bits)."""
+    return _id(16, "trace", session_id, run_id)
+
+
+def run_span_id(session_id: str, run_id: str) -> int:
+    return _id(8, "run", session_id, run_id)
+
+
+def llm_span_id(session_id: str, run_id: str, round_: int) -> int:
+    return _id(8, "llm", session_id, run_id, str(round_))
+
+
+def tool_span_id(session_id: str, run_id: str, call_id: str) -> int:
+    return _id(8, "tool", session_id, run_id, call_id)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class SpanRecord:
+    """One finished span, with log-derived ids and times in epoch seconds."""
+
+    name: str
+    trace_id: int
+    span_id: int
+    parent_id: int | None
+    start: float
+    end: float
+    attributes: Mapping[str, AttributeValue]
+    error: str | None = None
+    """The error's description when the span failed."""
+    kind: str = "internal"
+    """``internal`` (runs, tools) or ``client`` (model calls)."""
+
+
+@attrs.define
+class _Run:
+    run_id: str
+    trace_id: int
+    span_id: int
+    parent_id: int | None
+    start: float
+    last: float
+    """When the newest event of the run was committed: a model call starts after it."""
+    resumed: bool
+    tools: dict[str, tuple[str, float]] = attrs.Factory(dict)
+
+
+@attrs.define
+class _Stream:
+    session_id: str
+    parent_id: str | None = None
+    run: _Run | None = None
+    ready_at: float | None = None
+    """When this process's actor of the session started (a resumed run's spans that
+    began in an earlier process start here)."""
+
+
+@final
+class SpanBuilder:
+    """Folds the events of session streams into spans, handing each to ``emit``.
+
+    Args:
+        emit: told every finished span, in order.
+        system (str): the ``gen_ai.system`` of the model calls (the provider).
+    """
+
+    __slots__ = ("_children", "_emit", "_streams", "system")
+
+    def __init__(self, emit: Callable[[SpanRecord], None], *, system: str = "unknown") -> None:
+        self._emit = emit
+        self.system = system
+        self._streams: dict[str, _Stream] = {}
+        self._children: dict[str, tuple[int, int]] = {}
+        """Child session id → (trace id, span id of the spawning tool call)."""
+
+    def ready(self, session_id: str, at: float) -> None:
+        """The session's actor started at ``at`` (its state folded from the log)."""
+        stream = self._streams.get(session_id)
+        if stream is None:
+            stream = self._streams[session_id] = _Stream(session_id)
+        stream.ready_at = at
+
+    def forget(self, session_id: str) -> None:
+        """Drop what is kept of a session between its events (its actor stopped)."""
+        self._streams.pop(session_id, None)
+
+    def feed(self, session_id: str, event: object, at: float) -> None:
+        """One event of ``session/<session_id>``, committed at ``at`` (epoch seconds)."""
+        stream = self._streams.get(session_id)
+        if stream is None:
+            stream = self._streams[session_id] = _Stream(session_id)
+        if isinstance(event, SessionCreated):
+            stream.parent_id = event.parent_id
+            return
+        run_id = getattr(event, "run_id", None)
+        if not isinstance(run_id, str) or not run_id:
+            return
+        run = stream.run
+        if isinstance(event, RunStarted) or run is None or run.run_id != run_id:
+            if isinstance(event, RunStarted):
+                start = event.started_at or at
+                run = stream.run = self._open(stream, run_id, start, at, resumed=False)
+            else:  # the run began before this process saw the stream: it resumed
+                since = stream.ready_at if stream.ready_at is not None else at
+                run = stream.run = self._open(stream, run_id, since, since, resumed=True)
+        if isinstance(event, AssistantRecorded):
+            self._llm(stream, run, event, at)
+        elif isinstance(event, ToolStarted):
+            run.tools[event.call_id] = (event.name, at)
+        elif isinstance(event, ToolFinished):
+            self._tool(stream, run, event, at)
+        elif isinstance(event, ChildSpawned):
+            parent = tool_span_id(session_id, run_id, event.call_id)
+            self._children[event.child_id] = (run.trace_id, parent)
+        elif isinstance(event, RunFinished):
+            self._finish(stream, run, event, at)
+            stream.run = None
+            return
+        run.last = at
+
+    def _open(
+        self, stream: _Stream, run_id: str, start: float, at: float, *, resumed: bool
+    ) -> _Run:
+        link = self._children.get(stream.session_id)
+        if link is not None:
+            trace_id, parent_id = link
+        else:
+            trace_id, parent_id = trace_id_of(stream.session_id, run_id), None
+        return _Run(
+            run_id=run_id,
+            trace_id=trace_id,
+            span_id=run_span_id(stream.session_id, run_id),
+            parent_id=parent_id,
+            start=min(start, at),
+            last=at,
+            resumed=resumed,
+        )
+
+    def _llm(self, stream: _Stream, run: _Run, event: AssistantRecorded, at: float) -> None:
+        header = event.request_header
+        requested = (header.model if header is not None else None) or event.model or "unknown"
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": self.system,
+            "gen_ai.request.model": requested,
+            "gen_ai.response.model": event.model,
+            "gen_ai.response.finish_reasons": event.finish_reason,
+            "gen_ai.usage.input_tokens": event.usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": event.usage.completion_tokens,
+            "gen_ai.conversation.id": stream.session_id,
+            "powertrio.run.id": run.run_id,
+            "powertrio.round": event.round,
+        }
+        if header is not None and header.max_tokens is not None:
+            attributes["gen_ai.request.max_tokens"] = header.max_tokens
+        if header is not None and header.temperature is not None:
+            attributes["gen_ai.request.temperature"] = header.temperature
+        self._emit(
+            SpanRecord(
+                name=f"chat {requested}",
+                trace_id=run.trace_id,
+                span_id=llm_span_id(stream.session_id, run.run_id, event.round),
+                parent_id=run.span_id,
+                start=run.last,
+                end=at,
+                attributes=attributes,
+                kind="client",
+            )
+        )
+
+    def _tool(self, stream: _Stream, run: _Run, event: ToolFinished, at: float) -> None:
+        outcome = event.outcome
+        name, start = run.tools.pop(outcome.call_id, (outcome.tool_name, run.last))
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": outcome.call_id,
+            "gen_ai.conversation.id": stream.session_id,
+            "powertrio.run.id": run.run_id,
+            "powertrio.tool.status": outcome.status,
+        }
+        if outcome.error_code is not None:
+            attributes["error.type"] = outcome.error_code
+        self._emit(
+            SpanRecord(
+                name=f"execute_tool {name}",
+                trace_id=run.trace_id,
+                span_id=tool_span_id(stream.session_id, run.run_id, outcome.call_id),
+                parent_id=run.span_id,
+                start=start,
+                end=at,
+                attributes=attributes,
+                error=None if outcome.status == "ok" else f"{outcome.status}: {outcome.content}",
+            )
+        )
+
+    def _finish(self, stream: _Stream, run: _Run, event: RunFinished, at: float) -> None:
+        code = event.error_code
+        if event.status == "failed" and code is not None and code.startswith("llm."):
+            # The model call in flight failed: its span ends with the run, in error.
+            round_ = event.rounds + 1
+            self._emit(
+                SpanRecord(
+                    name="chat unknown",
+                    trace_id=run.trace_id,
+                    span_id=llm_span_id(stream.session_id, run.run_id, round_),
+                    parent_id=run.span_id,
+                    start=run.last,
+                    end=at,
+                    attributes={
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.system": self.system,
+                        "gen_ai.conversation.id": stream.session_id,
+                        "powertrio.run.id": run.run_id,
+                        "powertrio.round": round_,
+                        "error.type": code,
+                    },
+                    error=event.error,
+                    kind="client",
+                )
+            )
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.id": stream.session_id,
+            "gen_ai.conversation.id": stream.session_id,
+            "gen_ai.usage.input_tokens": event.usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": event.usage.completion_tokens,
+            "powertrio.run.id": run.run_id,
+            "powertrio.run.status": event.status,
+            "powertrio.run.rounds": event.rounds,
+            "powertrio.run.resumed": run.resumed,
+        }
+        if stream.parent_id is not None:
+            attributes["powertrio.parent_session.id"] = stream.parent_id
+        if event.error_code is not None:
+            attributes["error.type"] = event.error_code
+        self._emit(
+            SpanRecord(
+                name=f"invoke_agent {stream.session_id}",
+                trace_id=run.trace_id,
+                span_id=run.span_id,
+                parent_id=run.parent_id,
+                start=run.start,
+                end=at,
+                attributes=attributes,
+                error=event.error if event.status == "failed" else None,
+            )
+        )
