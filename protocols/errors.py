@@ -31,7 +31,8 @@ The tree (code in brackets)::
     │   ├── StreamNotFoundError (LookupError)     [store.stream_not_found]
     │   ├── StoreNotFoundError (LookupError)      [store.not_found]
     │   ├── StoreLockedError                      [store.locked]
-    │   └── StoreUnavailableError                 [store.unavailable]
+    │   ├── StoreUnavailableError                 [store.unavailable]
+    │   └── FencedError                           [store.fenced]
     ├── CodecError                                [codec]
     │   ├── UnknownEventTypeError                 [codec.unknown_type]
     │   ├── FutureEventVersionError               [codec.future_version]
@@ -70,7 +71,8 @@ The tree (code in brackets)::
     │   ├── OutputInvalidError                    [session.output_invalid]
     │   ├── OutputTypeError                       [session.output_type]
     │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
-    │   └── HookVetoError                         [session.hook_vetoed]
+    │   ├── HookVetoError                         [session.hook_vetoed]
+    │   └── RemoteSessionError                    [session.remote]
     ├── TimerError                                [timer]
     │   ├── TimerNotFoundError (LookupError)      [timer.not_found]
     │   ├── TimerArgumentError (ValueError)       [timer.invalid_args]
@@ -113,6 +115,7 @@ from ._errors_base import (
     MissingSettingError,
     PowertrioError,
 )
+from ._errors_cluster import FencedError, RemoteSessionError
 from ._errors_compose import (
     McpServerError,
     McpToolError,
@@ -208,6 +211,7 @@ __all__ = [
     "CorruptLogError",
     "EventDecodeError",
     "EventEncodeError",
+    "FencedError",
     "FileAccessError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
@@ -234,6 +238,7 @@ __all__ = [
     "OutputInvalidError",
     "OutputTypeError",
     "PowertrioError",
+    "RemoteSessionError",
     "ReplayDivergenceError",
     "ReplayError",
     "RuntimeClosedError",

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, TypeVar, final
 import attrs
 import trio
 
-from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreError
+from protocols.errors import ConcurrencyConflictError, FencedError, StoreClosedError, StoreError
 
 from ._event_store import CommitSignal, NewEvent
+from ._postgres_cluster import CHECK_LEASES
 from ._postgres_schema import (
     INSERT_BLOBS,
     INSERT_EVENTS,
@@ -49,6 +50,7 @@ class PendingAppend:
     __slots__ = (
         "events",
         "expected_version",
+        "fence",
         "first_position",
         "flight",
         "last_position",
@@ -69,8 +71,11 @@ class PendingAppend:
         mutex: threading.Lock,
         *,
         flight: Flight | None = None,
+        fence: tuple[int, int] | None = None,
     ) -> None:
         self.stream = stream
+        # (shard, epoch) of the lease the append is made under; None: not fenced.
+        self.fence = fence
         self.events = events
         self.expected_version = expected_version
         self.queue = queue
@@ -170,6 +175,10 @@ class PostgresWriter:
     _max_batch: int
     _head: int
     _conn: psycopg.Connection | None = None
+    fence_node: str | None = None
+    """The node whose leases fenced appends are checked against (set by the node)."""
+    fence_idle: float = 0.0
+    """Seconds a transaction may sit idle before the server ends it (when fencing)."""
     _lock_key: int = attrs.field(
         default=attrs.Factory(lambda self: lock_key(self._schema), takes_self=True)
     )
@@ -203,13 +212,15 @@ class PostgresWriter:
         events: tuple[NewEvent, ...],
         expected_version: int,
         flight: Flight | None = None,
+        fence: tuple[int, int] | None = None,
     ) -> PendingAppend | None:
         """Queue an append for the next group; ``None`` if the thread has stopped.
 
-        ``flight`` (under virtual time) lands once the caller's wake-up is posted.
+        ``flight`` (under virtual time) lands once the caller's wake-up is posted;
+        ``fence`` is the ``(shard, epoch)`` the commit must find this node still holding.
         """
         pending = PendingAppend(
-            stream, events, expected_version, self._queue, self._mutex, flight=flight
+            stream, events, expected_version, self._queue, self._mutex, flight=flight, fence=fence
         )
         return pending if self._enqueue(self._queue, pending) else None
 
@@ -338,7 +349,19 @@ class PostgresWriter:
             conn = self._conn = connect(
                 self._dsn, self._schema, server=self._server, connect_timeout=self._connect_timeout
             )
+            self.limit_idle(conn)
         return conn
+
+    def limit_idle(self, conn: psycopg.Connection) -> None:
+        """A fenced writer paused inside a transaction (SIGSTOP) holds its lease rows
+        ``FOR SHARE``: the server ends such a transaction after ``fence_idle`` seconds,
+        so a takeover waits at most that long."""
+        if self.fence_node is not None and self.fence_idle > 0:
+            with map_errors(self._server):
+                conn.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                    (f"{int(self.fence_idle * 1000)}ms",),
+                )
 
     def _run_job(self, job: WriteJob) -> None:
         try:
@@ -442,7 +465,8 @@ class PostgresWriter:
             conn.execute("BEGIN")
             try:
                 rows = conn.execute(STREAM_VERSIONS, (names,)).fetchall()
-                plan = self._plan(batch, {name: version or 0 for name, version in rows})
+                live = self._fence(conn, batch)
+                plan = self._plan(live, {name: version or 0 for name, version in rows})
                 positions: list[int] = []
                 if plan.columns[0]:
                     conn.execute("SELECT pg_advisory_lock(%s)", (self._lock_key,))
@@ -475,6 +499,36 @@ class PostgresWriter:
                 pending.first_position = self._head + 1
                 pending.last_position = self._head
         return plan, self._head
+
+    def _fence(self, conn: psycopg.Connection, batch: list[PendingAppend]) -> list[PendingAppend]:
+        """The appends whose lease this node still holds; the others are refused, fenced.
+
+        The lease rows are read ``FOR SHARE`` in the append's transaction: a takeover
+        waits for this commit, so no append lands after its shard changed hands.
+        """
+        fenced = [pending for pending in batch if pending.fence is not None]
+        if not fenced:
+            return batch
+        node = self.fence_node or ""
+        shards = sorted({pending.fence[0] for pending in fenced if pending.fence is not None})
+        held = {
+            (int(shard), int(epoch))
+            for shard, epoch in conn.execute(CHECK_LEASES, (node, shards)).fetchall()
+        }
+        live: list[PendingAppend] = []
+        for pending in batch:
+            fence = pending.fence
+            if fence is None or fence in held:
+                live.append(pending)
+                continue
+            pending.outcome = FencedError(
+                pending.stream,
+                fence[0],
+                node,
+                f"its lease of epoch {fence[1]} has expired or was taken over",
+            )
+            self.counters.failed_appends += 1
+        return live
 
     def _abandon(self, conn: psycopg.Connection, *, locked: bool) -> None:
         """Roll back after a failure, releasing the position lock if we held it."""
