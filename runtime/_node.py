@@ -173,9 +173,10 @@ class ClusterNode:
             raise FencedError(stream, shard, self.name, "this node does not hold its shard's lease")
         return shard, epoch
 
-    async def changed(self) -> None:
-        """Wait until the held shards or the surplus change."""
-        await self._changed.wait()
+    @property
+    def change_event(self) -> trio.Event:
+        """Set when the held shards or the surplus change (take it, read, then wait)."""
+        return self._changed
 
     def _notify_change(self) -> None:
         self._changed.set()
@@ -199,7 +200,7 @@ class ClusterNode:
 
     async def _tick(self) -> None:
         config = self.config
-        held = dict(self._held)
+        held = {**self._held, **self._surplus}
         try:
             tick = await self._store._call(
                 lambda conn: sql.lease_tick(
@@ -216,12 +217,13 @@ class ClusterNode:
             logger.warning("node %s could not renew its leases: %s", config.name, exc)
             return
         before = self._held
-        now = {s: e for s, e in tick.held.items() if s not in self._surplus}
+        renewed = tick.held
+        surplus = {s: e for s, e in self._surplus.items() if renewed.get(s) == e}
+        now = {s: e for s, e in renewed.items() if s not in surplus}
         self._fair = tick.fair_share
         lost = [s for s, e in before.items() if now.get(s) != e]
         if lost:
             logger.warning("node %s lost shards %s", config.name, sorted(lost))
-        surplus = dict(self._surplus)
         extra = len(now) - tick.fair_share
         if extra > 0:
             for shard in sorted(now, reverse=True)[:extra]:
