@@ -129,6 +129,7 @@ class ClusterNode:
         self._channel = _channel(store.schema)
         self._stop_listening = threading.Event()
         self._closed = False
+        self._refused = 0
 
     def __repr__(self) -> str:
         return f"<ClusterNode {self.config.name!r} holding {sorted(self._held)}>"
@@ -170,8 +171,15 @@ class ClusterNode:
         shard = shard_of(key, self.config.shards)
         epoch = self._held.get(shard)
         if epoch is None:
+            self._refused += 1
             raise FencedError(stream, shard, self.name, "this node does not hold its shard's lease")
         return shard, epoch
+
+    @property
+    def fenced_appends(self) -> int:
+        """Appends refused because this node did not hold (or no longer held) the lease:
+        before queueing, or in the commit's own check."""
+        return self._refused + self._store._writer.counters.fenced
 
     @property
     def change_event(self) -> trio.Event:

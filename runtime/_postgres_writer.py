@@ -142,6 +142,7 @@ class _Counters:
     conflicts: int = 0
     failed_appends: int = 0
     commits: int = 0
+    fenced: int = 0
 
 
 @attrs.define(eq=False)
@@ -528,6 +529,7 @@ class PostgresWriter:
                 f"its lease of epoch {fence[1]} has expired or was taken over",
             )
             self.counters.failed_appends += 1
+            self.counters.fenced += 1
         return live
 
     def _abandon(self, conn: psycopg.Connection, *, locked: bool) -> None:
