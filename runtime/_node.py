@@ -134,6 +134,11 @@ class ClusterNode:
     def __repr__(self) -> str:
         return f"<ClusterNode {self.config.name!r} holding {sorted(self._held)}>"
 
+    @property
+    def store(self) -> PostgresEventStore:
+        """The log the node's fleet shares."""
+        return self._store
+
     # -- placement --------------------------------------------------------------------
 
     @property
@@ -169,7 +174,8 @@ class ClusterNode:
         if key is None:
             return None
         shard = shard_of(key, self.config.shards)
-        epoch = self._held.get(shard)
+        # A surplus shard is still ours until its actors have stopped and it is released.
+        epoch = self._held.get(shard, self._surplus.get(shard))
         if epoch is None:
             self._refused += 1
             raise FencedError(stream, shard, self.name, "this node does not hold its shard's lease")

@@ -25,6 +25,7 @@ from ._event_store import EventStore
 from ._mailbox import DEFAULT_CAPACITY, OverflowPolicy
 from ._memory_store import InMemoryEventStore
 from ._node import ClusterNode, Node, check_node_store
+from ._node_timers import NodeTimers
 from ._persist_listener import PersistListener
 from ._ref import ActorRef
 from ._supervision import (
@@ -398,7 +399,8 @@ async def open_runtime(
     runtime.node = cluster
     timers = TimerRunner(clock, ids, store)
     runtime.timers = timers.service
-    runtime.add_persist_listener(timers)
+    node_timers = None if cluster is None else NodeTimers(timers, cluster, cluster.store)
+    runtime.add_persist_listener(timers if node_timers is None else node_timers)
     root = _Cell(
         runtime,
         None,
@@ -412,8 +414,9 @@ async def open_runtime(
             root.incarnation = 1
             root.running = True
             await nursery.start(root.run_task)
-            if cluster is not None:  # leases and the fence before any actor appends
-                await nursery.start(cluster.run)
+            if cluster is not None and node_timers is not None:
+                await nursery.start(cluster.run)  # leases and the fence before any append
+                node_timers.start(nursery)
             # Re-arms every pending timer from the log before anyone can spawn an owner.
             await nursery.start(timers.run)
             try:

@@ -2,7 +2,9 @@
 
 The model double calls ``work`` once with the run's input, then answers with the tool's
 result. ``work`` leaves a line per execution in a file (``CLUSTER_TOOL_LOG``) when that
-variable is set, so a test can count how often each call really ran.
+variable is set, so a test can count how often each call really ran. With
+``CLUSTER_WAKE_SECONDS`` set, the model also schedules a wake-up (a durable timer) that
+many seconds ahead, and answers the wake-up's message with no tool call.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import os
 
 import trio
 
-from actors import AgentSpec, tool
+from actors import AgentSpec, tool, wakeup_tools
 from protocols import LLMRequest, LLMResponse, Message, ToolCall, UserMessage
 from runtime.testing import FunctionLLM
 
 TOOL_SECONDS = float(os.environ.get("CLUSTER_TOOL_SECONDS", "0"))
+WAKE_SECONDS = float(os.environ.get("CLUSTER_WAKE_SECONDS", "0"))
 
 
 @tool
@@ -41,12 +44,20 @@ def _text(message: Message) -> str:
 def _model(request: LLMRequest) -> LLMResponse:
     last = request.messages[-1]
     if last.role == "tool":
-        return LLMResponse(content=f"answer ({_text(last)})")
-    arguments = json.dumps({"task": _text(last)})
-    return LLMResponse(tool_calls=[ToolCall(id="c1", name="work", arguments=arguments)])
+        results = [_text(m) for m in request.messages[-2:] if m.role == "tool"]
+        return LLMResponse(content=f"answer ({results[0]})")
+    task = _text(last)
+    if task.startswith("[timer "):
+        return LLMResponse(content="woke")
+    calls = [ToolCall(id="c1", name="work", arguments=json.dumps({"task": task}))]
+    if WAKE_SECONDS:
+        wake = {"action": "schedule", "delay_seconds": WAKE_SECONDS, "note": f"wake {task}"}
+        calls.append(ToolCall(id="c2", name="schedule_wakeup", arguments=json.dumps(wake)))
+    return LLMResponse(tool_calls=calls)
 
 
 def catalog() -> dict[str, AgentSpec]:
     """The catalog: ``worker`` runs ``work`` once per send."""
-    spec = AgentSpec(name="worker", tools=(work,), llm=FunctionLLM(_model))
+    tools = (work, *wakeup_tools()) if WAKE_SECONDS else (work,)
+    spec = AgentSpec(name="worker", tools=tools, llm=FunctionLLM(_model))
     return {"worker": spec}

@@ -3,7 +3,7 @@
 Usage: ``python _cluster_node.py DSN SCHEMA NAME FIRST LAST ROUNDS``. Prints ``ready``,
 waits for ``go`` on stdin, then sends ``ROUNDS`` runs to each session ``s<k>`` with
 ``FIRST <= k < LAST`` (every session of the fleet is created by whoever drives it, and
-runs on whichever node holds its shard), printing ``answered <k> <round> <status>`` as
+runs on whichever node holds its shard), printing ``answered <k> <round> <error code> <status>`` as
 each answer comes back, then ``driven``. It keeps hosting until ``stop`` arrives, then
 prints ``stats fenced=<n> resumed=<n>``.
 """
@@ -33,7 +33,7 @@ async def drive(host: NodeHost, k: int, rounds: int) -> None:
     session = await host.create("worker", session_id=f"s{k}")
     for j in range(rounds):
         result = await session.send(f"task {k}-{j}", id=f"run-{k}-{j}")
-        say(f"answered {k} {j} {result.status}")
+        say(f"answered {k} {j} {result.error_code} {result.status}")
 
 
 async def main(dsn: str, schema: str, name: str, first: int, last: int, rounds: int) -> None:

@@ -79,15 +79,19 @@ def schema(postgres_server: PostgresServer) -> Iterator[str]:
     trio.run(_postgres.drop_schema, postgres_server, name)
 
 
-def _unfinished(server: PostgresServer, schema: str) -> int:
-    """Runs started in the log and not yet finished."""
+def _settled(server: PostgresServer, schema: str) -> bool:
+    """Every run the log started has ended, and every timer it scheduled has fired."""
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
         row = conn.execute(
-            "SELECT (SELECT count(*) FROM events WHERE type = 'session.run_started') - "
-            "(SELECT count(*) FROM events WHERE type = 'session.run_finished')"
+            "SELECT count(*) FILTER (WHERE type = 'session.run_started'), "
+            "count(*) FILTER (WHERE type = 'session.run_finished'), "
+            "count(*) FILTER (WHERE type = 'timer.scheduled'), "
+            "count(*) FILTER (WHERE type = 'timer.fired') FROM events"
         ).fetchone()
-    return -1 if row is None else int(row[0])
+    assert row is not None
+    started, finished, scheduled, fired = row
+    return bool(started == finished and scheduled == fired)
 
 
 async def _records(server: PostgresServer, schema: str) -> list[RecordedEvent]:
@@ -104,6 +108,7 @@ def test_three_nodes_survive_a_kill_and_a_pause(
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
         "CLUSTER_TOOL_LOG": str(tool_log),
         "CLUSTER_TOOL_SECONDS": "0.4",
+        "CLUSTER_WAKE_SECONDS": "1.0",
     }
     thirds = [(0, 34), (34, 67), (67, SESSIONS)]
     base = [sys.executable, str(CHILD), postgres_server.dsn(), schema]
@@ -132,7 +137,7 @@ def test_three_nodes_survive_a_kill_and_a_pause(
         paused.proc.send_signal(signal.SIGCONT)
         for child in (paused, calm):
             _wait(f"{child.name} driven", lambda c=child: "driven" in c.lines())
-        _wait("every run started to end", lambda: _unfinished(postgres_server, schema) == 0)
+        _wait("the log to settle", lambda: _settled(postgres_server, schema))
         for child in (paused, calm):
             child.tell("stop")
             _wait(f"{child.name} stats", lambda c=child: any(x[:5] == "stats" for x in c.lines()))
@@ -152,7 +157,11 @@ def test_three_nodes_survive_a_kill_and_a_pause(
     records = trio.run(_records, postgres_server, schema)
     # Every acknowledged send (a run the log started, the killed driver's too) ended once.
     assert_runs_end_once(records)
+    # Every timer fired once, by whoever owned its session when it was due.
     assert_timers_fire_once(records)
+    scheduled = [r for r in records if r.type == "timer.scheduled"]
+    fired = [r for r in records if r.type == "timer.fired"]
+    assert len(scheduled) == len(fired) >= (SESSIONS - 34) * ROUNDS
     started = [r for r in records if r.type == "session.run_started"]
     assert len(started) >= (SESSIONS - 34) * ROUNDS
     # No tool ran twice (the default crash policy aborts a call that may have run).
