@@ -79,7 +79,7 @@ class Node:
     """This node's name, unique in the fleet while it runs (a restarted node may reuse it)."""
     shards: int = attrs.field(default=16, validator=_check_shards)
     """How many shards the placed streams are split into; the same on every node."""
-    ttl: float = attrs.field(default=5.0, validator=_check_ttl)
+    ttl: float = attrs.field(default=3.0, validator=_check_ttl)
     """Seconds a lease lasts unrenewed: a dead node's shards move after at most this."""
     poll_interval: float = attrs.field(default=0.5, validator=_check_poll)
     """The inbox's backstop: how often pending messages and answers are read even when

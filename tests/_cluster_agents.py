@@ -14,7 +14,7 @@ import os
 
 import trio
 
-from actors import AgentSpec, tool, wakeup_tools
+from actors import AgentSpec, ToolContext, tool, wakeup_tools
 from protocols import LLMRequest, LLMResponse, Message, ToolCall, UserMessage
 from runtime.testing import FunctionLLM
 
@@ -23,11 +23,11 @@ WAKE_SECONDS = float(os.environ.get("CLUSTER_WAKE_SECONDS", "0"))
 
 
 @tool
-async def work(task: str) -> str:
+async def work(context: ToolContext, task: str) -> str:
     """Do the task."""
     path = os.environ.get("CLUSTER_TOOL_LOG")
-    if path:
-        line = json.dumps({"task": task, "pid": os.getpid()}) + "\n"
+    if path:  # one line per execution of one call (its key survives crash resumes)
+        line = json.dumps({"call": context.idempotency_key, "task": task}) + "\n"
         with open(path, "a", encoding="utf-8") as log:  # noqa: ASYNC230  # one short line
             log.write(line)
     if TOOL_SECONDS:

@@ -1,8 +1,9 @@
 """Benchmarks of the agents, beside the kernel's: every figure next to its same-run baseline.
 
 Run ``python -m actors.bench SUITE [--json] [--quick]`` with ``SUITE`` one of ``actors``,
-``log`` (the kernel's suites, from ``runtime.bench``), ``agents``, ``providers`` and
-``longevity`` (what a session of months costs).
+``log`` (the kernel's suites, from ``runtime.bench``), ``cluster`` (the kernel's store
+figures, then a fleet of node processes: sends/s, failover, lost, duplicates),
+``agents``, ``providers`` and ``longevity`` (what a session of months costs).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from runtime.bench import SUITES as _KERNEL_SUITES
 
 SUITES: dict[str, str] = {
     **_KERNEL_SUITES,
+    "cluster": "actors.bench._cluster",
     "agents": "actors.bench._agents",
     "providers": "actors.bench._providers",
     "longevity": "actors.bench._longevity",
