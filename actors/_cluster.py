@@ -19,7 +19,15 @@ import orjson
 import trio
 
 from protocols import CancelMode, default_registry
-from protocols.errors import ConfigError, PowertrioError, RemoteSessionError
+from protocols.errors import (
+    ActorFailedError,
+    ActorStoppedError,
+    ConfigError,
+    FencedError,
+    PowertrioError,
+    RemoteSessionError,
+    RuntimeClosedError,
+)
 
 from ._agents import AgentSpec
 from ._session_events import RunResult
@@ -32,6 +40,18 @@ if TYPE_CHECKING:
 __all__ = ["ClusterSession", "NodeHost", "host_node"]
 
 logger = logging.getLogger("powertrio.cluster")
+
+
+_SETTLE_ROUNDS = 20
+"""Lease rounds a local call fenced by a lease still believed held waits for the node's
+view to catch up, before giving up with the error."""
+
+
+def _fenced(exc: BaseException) -> bool:
+    """Whether a local call failed because this node's lease is gone (or going)."""
+    if isinstance(exc, FencedError | ActorStoppedError | RuntimeClosedError):
+        return True
+    return isinstance(exc, ActorFailedError) and exc.cause_code == FencedError.code
 
 
 def _encode(value: object) -> bytes:
@@ -127,13 +147,23 @@ class ClusterSession:
 
     async def _call(self, key: str, body: Mapping[str, object]) -> object:
         host = self._host
-        if host.node.owns(self._id):
+        node = host.node
+        for _ in range(_SETTLE_ROUNDS):
+            if not node.owns(self._id):
+                break
             try:
                 return await host.perform(self._id, body)
-            except Exception:
-                if host.node.owns(self._id):
+            except Exception as exc:
+                if not _fenced(exc):
                     raise
-                # The shard moved while the call ran: its new owner answers it.
+                if node.owns(self._id):
+                    # Fenced while this node still believes it holds the shard: its
+                    # next lease round tells (the sends are idempotent by id).
+                    await trio.sleep(node.config.ttl / 3)
+        else:
+            if node.owns(self._id):
+                return await host.perform(self._id, body)
+        # Another node owns the session (or it moved while the call ran): its inbox.
         reply = await host.node.post(self._id, f"{self._id}/{key}", orjson.dumps(body))
         return _decode(self._id, reply)
 
@@ -294,8 +324,8 @@ class NodeHost:
             try:
                 reply = _encode(await self.perform(session_id, orjson.loads(body)))
             except Exception as exc:
-                if not self.node.owns(session_id):
-                    return  # the shard moved on (fenced here): its new owner answers
+                if not self.node.owns(session_id) or _fenced(exc):
+                    return  # the shard moved on (or is moving): whoever owns it answers
                 logger.warning("node %s: %s failed: %r", self.node.name, message_id, exc)
                 reply = _encode_error(exc)
             await self.node.answer(message_id, reply)
@@ -328,4 +358,5 @@ async def host_node(runtime: Runtime, catalog: Mapping[str, AgentSpec]) -> Async
         try:
             yield host
         finally:
+            node.hosted = False
             nursery.cancel_scope.cancel()

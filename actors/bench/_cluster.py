@@ -123,15 +123,14 @@ def _cluster(dsn: str, *, quick: bool) -> Figures:
     seconds = 2.0 if quick else 5.0
     with tempfile.TemporaryDirectory(prefix="powertrio-bench-") as tmp:
         base = Path(tmp)
-        tools = base / "tools.jsonl"
-        env = {**os.environ, "BENCH_TOOL_LOG": str(tools)}
-        one = _nodes(dsn, "one", "a", base, env)
+        tools = base / "tools.jsonl"  # of the fleet's run (run ids restart per process)
+        one = _nodes(dsn, "one", "a", base, dict(os.environ))
         try:
             single = _drive(one, sessions, seconds)
         finally:
             for child in one:
                 child.close()
-        three = _nodes(dsn, "three", "abc", base, env)
+        three = _nodes(dsn, "three", "abc", base, {**os.environ, "BENCH_TOOL_LOG": str(tools)})
         try:
             time.sleep(TTL)  # the first node took every shard: let the others take theirs
             fleet = _drive(three, sessions, seconds)
