@@ -31,6 +31,8 @@ from protocols.errors import ConfigError, FencedError, StoreError
 
 from . import _postgres_cluster as sql
 from ._postgres_cluster import check_shards
+from ._postgres_schema import map_errors
+from ._virtual_time import run_in_thread
 
 if TYPE_CHECKING:
     import psycopg
@@ -42,6 +44,11 @@ __all__ = ["ClusterNode", "Node", "placement_key", "shard_of"]
 logger = logging.getLogger("powertrio.node")
 
 T = TypeVar("T")
+
+_KEEP_ANSWERS = 3600.0
+"""Seconds an answered inbox message is kept (a retry within it gets the answer at once)."""
+_PRUNE_EVERY = 180
+"""Lease rounds between two prunings of old answers."""
 
 
 def _check_ttl(_instance: object, _attribute: object, value: float) -> None:
@@ -130,6 +137,9 @@ class ClusterNode:
         self._stop_listening = threading.Event()
         self._closed = False
         self._refused = 0
+        # The lease loop's own connection: renewals never queue behind inbox traffic.
+        self._lease_conn: psycopg.Connection | None = None
+        self._lease_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<ClusterNode {self.config.name!r} holding {sorted(self._held)}>"
@@ -208,27 +218,38 @@ class ClusterNode:
             nursery.start_soon(self._listen)
             nursery.start_soon(self._backstop)
             task_status.started()
+            rounds = 0
             while True:
                 await trio.sleep(config.ttl / 3)
                 await self._tick()
+                rounds += 1
+                if rounds % _PRUNE_EVERY == 0:
+                    with contextlib.suppress(StoreError):
+                        await self._store._call(lambda conn: sql.prune_answers(conn, _KEEP_ANSWERS))
 
     async def _tick(self) -> None:
         config = self.config
         held = {**self._held, **self._surplus}
         try:
-            tick = await self._store._call(
-                lambda conn: sql.lease_tick(
-                    conn,
-                    config.name,
-                    held,
-                    ttl=config.ttl,
-                    shards=config.shards,
-                    take=not self._surplus,
+            tick = await self._lease_call(
+                lambda conn: (
+                    None
+                    if self._closed  # left meanwhile: take nothing again
+                    else sql.lease_tick(
+                        conn,
+                        config.name,
+                        held,
+                        ttl=config.ttl,
+                        shards=config.shards,
+                        take=not self._surplus,
+                    )
                 )
             )
         except StoreError as exc:
             # Leases lapse on their own; the fence keeps writes safe meanwhile.
             logger.warning("node %s could not renew its leases: %s", config.name, exc)
+            return
+        if tick is None:
             return
         before = self._held
         renewed = tick.held
@@ -249,6 +270,25 @@ class ClusterNode:
         if self._surplus and not self.hosted:
             await self.release(self._surplus)
 
+    async def _lease_call(self, fn: Callable[[psycopg.Connection], T]) -> T:
+        """Run ``fn`` on the lease loop's connection in a worker thread.
+
+        Raises:
+            StoreUnavailableError: the server cannot be reached.
+            StoreError: the server refused.
+        """
+        store = self._store
+
+        def run() -> T:
+            with self._lease_lock:
+                conn = self._lease_conn
+                if conn is None or conn.broken or conn.closed:
+                    conn = self._lease_conn = store._connect()
+                with map_errors(store._server):
+                    return fn(conn)
+
+        return await run_in_thread(run)
+
     async def release(self, shards: dict[int, int]) -> None:
         """Hand shards back now (their actors have stopped): another node may take them."""
         name = self.name
@@ -256,7 +296,7 @@ class ClusterNode:
         for shard in shards:
             self._held.pop(shard, None)
             self._surplus.pop(shard, None)
-        await self._store._call(lambda conn: sql.release_shards(conn, name, dict(shards)))
+        await self._lease_call(lambda conn: sql.release_shards(conn, name, dict(shards)))
         self._notify_change()
 
     async def aclose(self) -> None:
@@ -273,9 +313,13 @@ class ClusterNode:
 
             def leave(conn: psycopg.Connection) -> None:
                 sql.release_shards(conn, name, held)
-                sql.leave(conn, name)
+                sql.leave(conn, name)  # and whatever a tick in flight took meanwhile
 
-            await self._store._call(leave)
+            await self._lease_call(leave)
+        with self._lease_lock:
+            conn, self._lease_conn = self._lease_conn, None
+        if conn is not None:
+            conn.close()
 
     # -- placements -------------------------------------------------------------------
 

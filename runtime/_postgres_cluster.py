@@ -62,6 +62,7 @@ _CLUSTER_DDL = (
         answered_at timestamptz
     )""",
     "CREATE INDEX IF NOT EXISTS inbox_pending ON inbox (shard, created_at) WHERE reply IS NULL",
+    "CREATE INDEX IF NOT EXISTS inbox_answered ON inbox (answered_at) WHERE reply IS NOT NULL",
 )
 
 
@@ -196,7 +197,11 @@ def release_shards(conn: psycopg.Connection, node: str, held: dict[int, int]) ->
 
 
 def leave(conn: psycopg.Connection, node: str) -> None:
-    """Forget this node's heartbeat (it no longer counts towards the fair share)."""
+    """Release every shard still leased to this node and forget its heartbeat (it no
+    longer counts towards the fair share)."""
+    conn.execute(
+        "UPDATE shard_leases SET node = NULL, expires_at = '-infinity' WHERE node = %s", (node,)
+    )
     conn.execute("DELETE FROM cluster_nodes WHERE node = %s", (node,))
 
 
@@ -255,6 +260,19 @@ def answer_message(conn: psycopg.Connection, channel: str, message_id: str, repl
         "WHERE id = %s AND reply IS NULL RETURNING id) SELECT pg_notify(%s, 'r' || id) FROM a",
         (reply, message_id, channel),
     )
+
+
+def prune_answers(conn: psycopg.Connection, keep: float) -> int:
+    """Delete answers older than ``keep`` seconds; how many.
+
+    Safe: a caller retrying a pruned message posts it again, and the session answers a
+    known run id or follow-up id from its log, so a retry never runs anything twice.
+    """
+    return conn.execute(
+        "DELETE FROM inbox WHERE reply IS NOT NULL "
+        "AND answered_at < clock_timestamp() - %s::interval",
+        (f"{keep} seconds",),
+    ).rowcount
 
 
 def read_replies(conn: psycopg.Connection, ids: list[str]) -> dict[str, bytes]:

@@ -50,14 +50,21 @@ def _model(request: LLMRequest) -> LLMResponse:
     if task.startswith("[timer "):
         return LLMResponse(content="woke")
     calls = [ToolCall(id="c1", name="work", arguments=json.dumps({"task": task}))]
-    if WAKE_SECONDS:
-        wake = {"action": "schedule", "delay_seconds": WAKE_SECONDS, "note": f"wake {task}"}
+    tools = {tool.name for tool in request.tools}
+    if "schedule_wakeup" in tools:
+        delay = WAKE_SECONDS or 1.0
+        wake = {"action": "schedule", "delay_seconds": delay, "note": f"wake {task}"}
         calls.append(ToolCall(id="c2", name="schedule_wakeup", arguments=json.dumps(wake)))
     return LLMResponse(tool_calls=calls)
 
 
 def catalog() -> dict[str, AgentSpec]:
-    """The catalog: ``worker`` runs ``work`` once per send."""
+    """The catalog: ``worker`` runs ``work`` once per send (and schedules a wake-up when
+    ``CLUSTER_WAKE_SECONDS`` is set); ``sleeper`` always schedules one, a second ahead."""
     tools = (work, *wakeup_tools()) if WAKE_SECONDS else (work,)
-    spec = AgentSpec(name="worker", tools=tools, llm=FunctionLLM(_model))
-    return {"worker": spec}
+    return {
+        "worker": AgentSpec(name="worker", tools=tools, llm=FunctionLLM(_model)),
+        "sleeper": AgentSpec(
+            name="sleeper", tools=(work, *wakeup_tools()), llm=FunctionLLM(_model)
+        ),
+    }

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -64,11 +64,23 @@ class Child:
         self._out.close()
 
 
-def _wait(what: str, done: object, seconds: float = 120) -> None:
+def _wait(
+    what: str | Callable[[], str],
+    done: Callable[[], bool],
+    seconds: float = 120,
+    *,
+    child: Child | None = None,
+) -> None:
     deadline = time.monotonic() + seconds
-    while not done():  # type: ignore[operator]
+    while not done():
+        if child is not None and child.proc.poll() is not None:
+            tail = "\n".join(child.lines()[-30:])
+            name = what if isinstance(what, str) else what()
+            raise AssertionError(f"node {child.name} exited waiting for {name}:\n{tail}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            tail = "" if child is None else "\n".join(child.lines()[-30:])
+            name = what if isinstance(what, str) else what()
+            raise AssertionError(f"timed out waiting for {name}\n{tail}")
         time.sleep(0.05)
 
 
@@ -79,7 +91,7 @@ def schema(postgres_server: PostgresServer) -> Iterator[str]:
     trio.run(_postgres.drop_schema, postgres_server, name)
 
 
-def _settled(server: PostgresServer, schema: str) -> bool:
+def _settled(server: PostgresServer, schema: str) -> bool | str:
     """Every run the log started has ended, and every timer it scheduled has fired."""
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
@@ -91,7 +103,9 @@ def _settled(server: PostgresServer, schema: str) -> bool:
         ).fetchone()
     assert row is not None
     started, finished, scheduled, fired = row
-    return bool(started == finished and scheduled == fired)
+    if started == finished and scheduled == fired:
+        return True
+    return f"runs {started} started, {finished} ended; timers {scheduled} set, {fired} fired"
 
 
 async def _records(server: PostgresServer, schema: str) -> list[RecordedEvent]:
@@ -124,7 +138,7 @@ def test_three_nodes_survive_a_kill_and_a_pause(
     killed, paused, calm = children
     try:
         for child in children:
-            _wait(f"{child.name} ready", lambda c=child: "ready" in c.lines())
+            _wait(f"{child.name} ready", lambda c=child: "ready" in c.lines(), child=child)
         for child in children:
             child.tell("go")
         # Kill a mid-run, then pause b while it still has sends in flight.
@@ -136,8 +150,12 @@ def test_three_nodes_survive_a_kill_and_a_pause(
         time.sleep(2 * TTL + 1)
         paused.proc.send_signal(signal.SIGCONT)
         for child in (paused, calm):
-            _wait(f"{child.name} driven", lambda c=child: "driven" in c.lines())
-        _wait("the log to settle", lambda: _settled(postgres_server, schema))
+            _wait(f"{child.name} driven", lambda c=child: "driven" in c.lines(), child=child)
+        _wait(
+            lambda: f"the log to settle: {_settled(postgres_server, schema)}",
+            lambda: _settled(postgres_server, schema) is True,
+            child=calm,
+        )
         for child in (paused, calm):
             child.tell("stop")
             _wait(f"{child.name} stats", lambda c=child: any(x[:5] == "stats" for x in c.lines()))
@@ -175,6 +193,7 @@ def test_three_nodes_survive_a_kill_and_a_pause(
         if record.stream.startswith("session/"):
             state = states.get(record.stream, actors.SessionState())
             states[record.stream] = session_evolve(state, decode_record(record))
-    assert len(states) == SESSIONS
+    # (The killed driver may not have reached all of its sessions.)
+    assert {f"session/s{k}" for k in range(34, SESSIONS)} <= set(states)
     for stream, state in states.items():
         assert is_provider_valid(state.transcript), stream

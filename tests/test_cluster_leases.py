@@ -146,3 +146,22 @@ async def test_every_node_must_use_the_same_shard_count(
     with pytest.raises(ConfigError, match=r"this log is split into 4 shards, the node asks for 8"):
         async with _node(postgres_server, schema, Node(name="b", shards=8)):
             pass
+
+
+async def test_old_answers_are_pruned_pending_messages_kept(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    from runtime import _postgres_cluster as sql
+
+    async with _node(postgres_server, schema, Node(name="a", shards=2)):
+        pass
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+        conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+        for message in ("old", "new", "pending"):
+            sql.post_message(conn, "ch", message, target="s", shard=0, body=b"{}")
+        sql.answer_message(conn, "ch", "old", b"1")
+        sql.answer_message(conn, "ch", "new", b"2")
+        conn.execute("UPDATE inbox SET answered_at = now() - interval '2 hours' WHERE id = 'old'")
+        assert sql.prune_answers(conn, 3600) == 1
+        assert sql.read_replies(conn, ["old", "new", "pending"]) == {"new": b"2"}
+        assert sql.pending_messages(conn, [0], 10) == [("pending", "s", b"{}")]

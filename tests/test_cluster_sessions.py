@@ -130,3 +130,26 @@ async def test_the_next_owner_resumes_the_sessions_of_a_node_that_left(
         assert await moving.send("whatever", id="r1") == first
         after = await moving.send("after", id="r2")
         assert after.text == "answer (done: after)"
+
+
+async def test_a_timer_fires_once_on_the_node_that_took_its_session_over(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """Node b schedules a wake-up and leaves before it is due: node a learns the timer
+    from the log when it takes the session, and fires it, once."""
+    async with _host(postgres_server, schema, "a") as a:
+        async with _host(postgres_server, schema, "b") as b:
+            await _split(a, b)
+            moving = await a.create("sleeper", session_id=_session_in(a, owned=False))
+            await moving.send("nap", id="r1")  # runs on b; its wake-up is due in 1 s
+            assert moving.id in b.sessions
+        with trio.fail_after(20):
+            for _ in range(2000):
+                if any(r.type == "timer.fired" for r in await a.runtime.store.read_all()):
+                    break
+                await trio.sleep(0.05)
+        state = await a._local[moving.id].state()
+        assert state.timers.pending == ()
+        records = await a.runtime.store.read(f"session/{moving.id}")
+        assert [r.type for r in records].count("timer.scheduled") == 1
+        assert [r.type for r in records].count("timer.fired") == 1
