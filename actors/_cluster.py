@@ -21,6 +21,7 @@ import trio
 from protocols import CancelMode, default_registry
 from protocols.errors import (
     ActorFailedError,
+    ActorNotFoundError,
     ActorStoppedError,
     ConfigError,
     FencedError,
@@ -232,14 +233,26 @@ class NodeHost:
 
     # -- local sessions ---------------------------------------------------------------
 
+    def _running(self, session_id: str) -> Session | None:
+        """The local handle, if its actor is registered (running, or restarting after a
+        crash: its handle's calls wait for the restart)."""
+        session = self._local.get(session_id)
+        if session is None:
+            return None
+        try:
+            self.runtime.lookup(session_id)
+        except ActorNotFoundError:
+            return None
+        return session
+
     async def _session(self, session_id: str) -> Session:
         """The local session's handle, spawning (resuming) its actor if needed."""
-        session = self._local.get(session_id)
-        if session is not None and session.ref.alive:
+        session = self._running(session_id)
+        if session is not None:
             return session
         async with self._spawning:
-            session = self._local.get(session_id)
-            if session is not None and session.ref.alive:
+            session = self._running(session_id)
+            if session is not None:
                 return session
             agent = self._agents.get(session_id) or await self.node.placement(session_id)
             if agent is None or agent not in self._catalog:
@@ -290,7 +303,7 @@ class NodeHost:
             try:
                 await self._session(session_id)
                 self.resumed += 1
-            except ConfigError as exc:
+            except PowertrioError as exc:  # that session alone; a call retries it
                 logger.warning("node %s cannot resume %s: %s", self.node.name, session_id, exc)
 
     async def _follow_shards(self) -> None:
