@@ -327,7 +327,7 @@ class NodeHost:
 
     async def _serve_inbox(self, nursery: trio.Nursery) -> None:
         while True:
-            for message_id, session_id, body in await self.node.messages():
+            for message_id, session_id, body in await self.node.messages(skip=self._serving):
                 if message_id not in self._serving and self.node.owns(session_id):
                     self._serving.add(message_id)
                     nursery.start_soon(self._serve_one, message_id, session_id, body)

@@ -21,7 +21,7 @@ import hashlib
 import logging
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, TypeVar, final
 
 import attrs
@@ -372,15 +372,21 @@ class ClusterNode:
                 self._replies[message_id] = reply
                 self._waiting[message_id].set()
 
-    async def messages(self, limit: int = 256) -> list[tuple[str, str, bytes]]:
+    async def messages(
+        self, limit: int = 256, *, skip: Collection[str] = ()
+    ) -> list[tuple[str, str, bytes]]:
         """Wait for the doorbell (or the backstop), then ``(id, session_id, body)`` of the
-        unanswered messages to the shards this node holds, oldest first."""
+        unanswered messages to the shards this node holds, oldest first, but ``skip``
+        (the ones being performed now)."""
         await self._doorbell.wait()
         self._doorbell = trio.Event()
         shards = sorted(self._held)
         if not shards:
             return []
-        return await self._store._call(lambda conn: sql.pending_messages(conn, shards, limit))
+        skipped = list(skip)
+        return await self._store._call(
+            lambda conn: sql.pending_messages(conn, shards, limit, skipped)
+        )
 
     def ring(self) -> None:
         """Have :meth:`messages` read the inbox again now."""

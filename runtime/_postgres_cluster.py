@@ -15,6 +15,8 @@ import attrs
 from protocols.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import psycopg
 
 __all__ = [
@@ -242,13 +244,14 @@ def post_message(
 
 
 def pending_messages(
-    conn: psycopg.Connection, shards: list[int], limit: int
+    conn: psycopg.Connection, shards: list[int], limit: int, skip: Sequence[str] = ()
 ) -> list[tuple[str, str, bytes]]:
-    """``(id, target, body)`` of unanswered messages to ``shards``, oldest first."""
+    """``(id, target, body)`` of unanswered messages to ``shards`` but ``skip`` (those
+    being performed now), oldest first."""
     rows = conn.execute(
         "SELECT id, target, body FROM inbox WHERE reply IS NULL AND shard = ANY(%s::int[]) "
-        "ORDER BY created_at LIMIT %s",
-        (shards, limit),
+        "AND id <> ALL(%s::text[]) ORDER BY created_at LIMIT %s",
+        (shards, list(skip), limit),
     )
     return [(str(i), str(t), bytes(b)) for i, t, b in rows]
 

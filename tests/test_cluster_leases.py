@@ -165,3 +165,4 @@ async def test_old_answers_are_pruned_pending_messages_kept(
         assert sql.prune_answers(conn, 3600) == 1
         assert sql.read_replies(conn, ["old", "new", "pending"]) == {"new": b"2"}
         assert sql.pending_messages(conn, [0], 10) == [("pending", "s", b"{}")]
+        assert sql.pending_messages(conn, [0], 10, ["pending"]) == []
