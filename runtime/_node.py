@@ -21,7 +21,7 @@ import hashlib
 import logging
 import threading
 import zlib
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, TypeVar, final
 
 import attrs
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from ._postgres_store import PostgresEventStore
+    from ._ref import ActorRef
 
 __all__ = ["ClusterNode", "Node", "placement_key", "shard_of"]
 
@@ -137,6 +138,11 @@ class ClusterNode:
         self._stop_listening = threading.Event()
         self._closed = False
         self._refused = 0
+        # The live owners of placed streams here (this node is a persist listener), so
+        # that losing a shard stops them whether or not a host runs.
+        self._owners: dict[str, ActorRef[object]] = {}
+        self._stop_owner: Callable[[ActorRef[object]], Awaitable[None]] | None = None
+        self._nursery: trio.Nursery | None = None
         # The lease loop's own connection: renewals never queue behind inbox traffic.
         self._lease_conn: psycopg.Connection | None = None
         self._lease_lock = threading.Lock()
@@ -215,6 +221,7 @@ class ClusterNode:
         await self._store._attach_fence(self, config.name, config.ttl)
         await self._tick()
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._listen)
             nursery.start_soon(self._backstop)
             task_status.started()
@@ -259,6 +266,7 @@ class ClusterNode:
         lost = [s for s, e in before.items() if now.get(s) != e]
         if lost:
             logger.warning("node %s lost shards %s", config.name, sorted(lost))
+            self._stop_owners(set(lost))
         extra = len(now) - tick.fair_share
         if extra > 0:
             for shard in sorted(now, reverse=True)[:extra]:
@@ -269,6 +277,36 @@ class ClusterNode:
             self._notify_change()
         if self._surplus and not self.hosted:
             await self.release(self._surplus)
+
+    # -- the owners of placed streams (a PersistListener) --------------------------------
+
+    def on_owner_ready(self, stream: str, owner: ActorRef[object]) -> None:
+        """Remember who owns a placed stream here."""
+        if placement_key(stream, self.config.placed) is not None:
+            self._owners[stream] = owner
+
+    def on_persisted(self, stream: str, events: Sequence[object]) -> None:
+        """Nothing: the fence is in the store."""
+
+    def on_owner_gone(self, stream: str, owner: ActorRef[object]) -> None:
+        """Forget an owner that stopped."""
+        if self._owners.get(stream) is owner:
+            del self._owners[stream]
+
+    def attach(self, stop: Callable[[ActorRef[object]], Awaitable[None]]) -> None:
+        """How to stop an actor for good (the runtime's ``stop``)."""
+        self._stop_owner = stop
+
+    def _stop_owners(self, shards: set[int]) -> None:
+        """Stop the actors of streams in lost shards: whatever they would append is fenced."""
+        stop, nursery = self._stop_owner, self._nursery
+        if stop is None or nursery is None:
+            return
+        for stream, owner in list(self._owners.items()):
+            key = placement_key(stream, self.config.placed)
+            if key is not None and shard_of(key, self.config.shards) in shards:
+                del self._owners[stream]
+                nursery.start_soon(stop, owner)
 
     async def _lease_call(self, fn: Callable[[psycopg.Connection], T]) -> T:
         """Run ``fn`` on the lease loop's connection in a worker thread.

@@ -401,6 +401,9 @@ async def open_runtime(
     runtime.timers = timers.service
     node_timers = None if cluster is None else NodeTimers(timers, cluster, cluster.store)
     runtime.add_persist_listener(timers if node_timers is None else node_timers)
+    if cluster is not None:  # a lost shard stops its actors, hosted or not
+        runtime.add_persist_listener(cluster)
+        cluster.attach(runtime.stop)
     root = _Cell(
         runtime,
         None,

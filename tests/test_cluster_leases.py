@@ -166,3 +166,29 @@ async def test_old_answers_are_pruned_pending_messages_kept(
         assert sql.read_replies(conn, ["old", "new", "pending"]) == {"new": b"2"}
         assert sql.pending_messages(conn, [0], 10) == [("pending", "s", b"{}")]
         assert sql.pending_messages(conn, [0], 10, ["pending"]) == []
+
+
+async def test_a_lost_shard_stops_its_actors_without_a_host(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """Another node took the shard over: the next lease round stops the local owner."""
+    from actors import spawn_session
+    from protocols import LLMResponse
+    from runtime.testing import FunctionLLM
+
+    async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=0.6)) as runtime:
+        assert runtime.node is not None
+        session_id = _stream_in(0, 2).removeprefix("session/")
+        llm = FunctionLLM(lambda request: LLMResponse(content="hi"))
+        session = await spawn_session(runtime, llm=llm, session_id=session_id)
+        await session.send("hello")
+        assert session.ref.alive
+        with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+            conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+            conn.execute(
+                "UPDATE shard_leases SET node = 'b', epoch = epoch + 1, "
+                "expires_at = now() + interval '1 hour' WHERE shard = 0"
+            )
+        await _until(lambda: not session.ref.alive)
+        assert 0 not in runtime.node.held
+        assert runtime.node.fenced_appends == 0  # stopped before it tried to write
