@@ -23,6 +23,9 @@ from ._board_events import Entry as Entry
 from ._board_tools import board_tools as board_tools
 from ._budget import Budget as Budget
 from ._budget import Price as Price
+from ._cluster import ClusterSession as ClusterSession
+from ._cluster import NodeHost as NodeHost
+from ._cluster import host_node as host_node
 from ._context import ContextPolicy as ContextPolicy
 from ._context import estimate_tokens as estimate_tokens
 from ._cron import CronSchedule as CronSchedule

@@ -37,7 +37,8 @@ The tree (code in brackets)::
     │   ├── StoreNotFoundError (LookupError)      [store.not_found]
     │   ├── StoreLockedError                      [store.locked]
     │   ├── StoreUnavailableError                 [store.unavailable]
-    │   └── StoreRefusedError                     [store.refused]
+    │   ├── StoreRefusedError                     [store.refused]
+    │   └── FencedError                           [store.fenced]
     ├── CodecError                                [codec]
     │   ├── UnknownEventTypeError                 [codec.unknown_type]
     │   ├── FutureEventVersionError               [codec.future_version]
@@ -76,7 +77,8 @@ The tree (code in brackets)::
     │   ├── OutputInvalidError                    [session.output_invalid]
     │   ├── OutputTypeError                       [session.output_type]
     │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
-    │   └── HookVetoError                         [session.hook_vetoed]
+    │   ├── HookVetoError                         [session.hook_vetoed]
+    │   └── RemoteSessionError                    [session.remote]
     ├── LimitError                                [limit]
     │   └── LimitTooLargeError (ValueError)       [limit.too_large]
     ├── TimerError                                [timer]
@@ -123,6 +125,7 @@ from ._errors_base import (
     MissingSettingError,
     PowertrioError,
 )
+from ._errors_cluster import FencedError, RemoteSessionError
 from ._errors_compose import (
     McpServerError,
     McpToolError,
@@ -223,6 +226,7 @@ __all__ = [
     "CronSyntaxError",
     "EventDecodeError",
     "EventEncodeError",
+    "FencedError",
     "FileAccessError",
     "FleetAgentNotFoundError",
     "FleetFileError",
@@ -253,6 +257,7 @@ __all__ = [
     "OutputInvalidError",
     "OutputTypeError",
     "PowertrioError",
+    "RemoteSessionError",
     "ReplayDivergenceError",
     "ReplayError",
     "RuntimeClosedError",

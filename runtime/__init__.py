@@ -22,6 +22,8 @@ from ._event_store import StreamInfo as StreamInfo
 from ._event_store import Subscription as Subscription
 from ._mailbox import MailboxStatistics as MailboxStatistics
 from ._mailbox import OverflowPolicy as OverflowPolicy
+from ._node import ClusterNode as ClusterNode
+from ._node import Node as Node
 from ._postgres_store import PostgresEventStore as PostgresEventStore
 from ._postgres_store import open_postgres_store as open_postgres_store
 from ._ref import ActorRef as ActorRef

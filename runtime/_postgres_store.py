@@ -40,6 +40,7 @@ from ._event_store import (
     check_from,
     check_stream_name,
 )
+from ._postgres_cluster import Fence
 from ._postgres_retry import DEFAULT_RETRY_DEADLINE, Retrying
 from ._postgres_schema import (
     DELETE_EVENTS,
@@ -149,6 +150,8 @@ class PostgresEventStore(TextIndexMethods):
     _read_retrying: Retrying
     _closing: bool = False
     _text_ready: bool = False
+    # The node's leases when the store serves a node (see ``_node``); None: no fencing.
+    _fence: Fence | None = None
 
     def __repr__(self) -> str:
         return f"<PostgresEventStore {self._server} schema {self._schema!r}>"
@@ -181,11 +184,13 @@ class PostgresEventStore(TextIndexMethods):
         if self._closing:
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
+        fence = None if self._fence is None else self._fence.claim(stream)
         pending = self._writer.enqueue_append(
             stream,
             events if type(events) is tuple else tuple(events),
             expected_version,
             None if self._virtual is None else self._virtual.start_flight(),
+            fence,
         )
         if pending is None:
             await trio.lowlevel.checkpoint()
@@ -465,6 +470,30 @@ class PostgresEventStore(TextIndexMethods):
             return batch
 
         return Subscription(read_batch, self._signal, from_position, prefix)
+
+    # --- a node's fence -----------------------------------------------------------------
+
+    async def _attach_fence(self, fence: Fence, node: str, idle: float) -> None:
+        """Check every append of a placed stream against ``fence`` (a node's leases)."""
+        writer = self._writer
+        writer.fence_node = node
+        writer.fence_idle = idle
+        await self._run_write(writer.limit_idle, retry=True)
+        self._fence = fence
+
+    def _connect(self) -> psycopg.Connection:
+        """A new autocommit connection of the log's schema (the node's ``LISTEN``).
+
+        Raises:
+            StoreUnavailableError: the server cannot be reached.
+        """
+        return connect(
+            self._dsn, self._schema, server=self._server, connect_timeout=self._connect_timeout
+        )
+
+    async def _call(self, fn: Callable[[psycopg.Connection], T]) -> T:
+        """Run ``fn`` on a pooled autocommit connection in a worker thread (the node's SQL)."""
+        return await self._run_read(fn)
 
     # --- lifecycle -------------------------------------------------------------------
 

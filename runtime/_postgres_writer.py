@@ -19,12 +19,14 @@ import trio
 
 from protocols.errors import (
     ConcurrencyConflictError,
+    FencedError,
     StoreClosedError,
     StoreError,
     StoreUnavailableError,
 )
 
 from ._event_store import CommitSignal, NewEvent
+from ._postgres_cluster import CHECK_LEASES
 from ._postgres_retry import (
     DEFAULT_RETRY_DEADLINE,
     Backend,
@@ -62,6 +64,7 @@ class PendingAppend:
     __slots__ = (
         "events",
         "expected_version",
+        "fence",
         "first_position",
         "flight",
         "last_position",
@@ -82,8 +85,11 @@ class PendingAppend:
         mutex: threading.Lock,
         *,
         flight: Flight | None = None,
+        fence: tuple[int, int] | None = None,
     ) -> None:
         self.stream = stream
+        # (shard, epoch) of the lease the append is made under; None: not fenced.
+        self.fence = fence
         self.events = events
         self.expected_version = expected_version
         self.queue = queue
@@ -154,6 +160,7 @@ class _Counters:
     conflicts: int = 0
     failed_appends: int = 0
     commits: int = 0
+    fenced: int = 0
 
 
 @attrs.define(eq=False)
@@ -187,6 +194,10 @@ class PostgresWriter:
     _max_batch: int
     _head: int
     _conn: psycopg.Connection | None = None
+    fence_node: str | None = None
+    """The node whose leases fenced appends are checked against (set by the node)."""
+    fence_idle: float = 0.0
+    """Seconds a transaction may sit idle before the server ends it (when fencing)."""
     _lock_key: int = attrs.field(
         default=attrs.Factory(lambda self: lock_key(self._schema), takes_self=True)
     )
@@ -226,13 +237,15 @@ class PostgresWriter:
         events: tuple[NewEvent, ...],
         expected_version: int,
         flight: Flight | None = None,
+        fence: tuple[int, int] | None = None,
     ) -> PendingAppend | None:
         """Queue an append for the next group; ``None`` if the thread has stopped.
 
-        ``flight`` (under virtual time) lands once the caller's wake-up is posted.
+        ``flight`` (under virtual time) lands once the caller's wake-up is posted;
+        ``fence`` is the ``(shard, epoch)`` the commit must find this node still holding.
         """
         pending = PendingAppend(
-            stream, events, expected_version, self._queue, self._mutex, flight=flight
+            stream, events, expected_version, self._queue, self._mutex, flight=flight, fence=fence
         )
         return pending if self._enqueue(self._queue, pending) else None
 
@@ -374,6 +387,7 @@ class PostgresWriter:
                     self._orphan = None
                 self._identity = None
                 self._identity = identify(conn, self._server)
+                self.limit_idle(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -392,6 +406,17 @@ class PostgresWriter:
             self._conn.close()
             self._conn = None
             self._orphan, self._identity = self._identity, None
+
+    def limit_idle(self, conn: psycopg.Connection) -> None:
+        """A fenced writer paused inside a transaction (SIGSTOP) holds its lease rows
+        ``FOR SHARE``: the server ends such a transaction after ``fence_idle`` seconds,
+        so a takeover waits at most that long."""
+        if self.fence_node is not None and self.fence_idle > 0:
+            with map_errors(self._server):
+                conn.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                    (f"{int(self.fence_idle * 1000)}ms",),
+                )
 
     def _run_job(self, job: WriteJob) -> None:
         def attempt() -> object:
@@ -521,7 +546,8 @@ class PostgresWriter:
             conn.execute("BEGIN")
             try:
                 rows = conn.execute(STREAM_VERSIONS, (names,)).fetchall()
-                plan = self._plan(batch, {name: version or 0 for name, version in rows})
+                live = self._fence(conn, batch)
+                plan = self._plan(live, {name: version or 0 for name, version in rows})
                 positions: list[int] = []
                 xid: int | None = None
                 if plan.columns[0]:
@@ -567,6 +593,37 @@ class PostgresWriter:
                 pending.first_position = self._head + 1
                 pending.last_position = self._head
         return plan, self._head
+
+    def _fence(self, conn: psycopg.Connection, batch: list[PendingAppend]) -> list[PendingAppend]:
+        """The appends whose lease this node still holds; the others are refused, fenced.
+
+        The lease rows are read ``FOR SHARE`` in the append's transaction: a takeover
+        waits for this commit, so no append lands after its shard changed hands.
+        """
+        fenced = [pending for pending in batch if pending.fence is not None]
+        if not fenced:
+            return batch
+        node = self.fence_node or ""
+        shards = sorted({pending.fence[0] for pending in fenced if pending.fence is not None})
+        held = {
+            (int(shard), int(epoch))
+            for shard, epoch in conn.execute(CHECK_LEASES, (node, shards)).fetchall()
+        }
+        live: list[PendingAppend] = []
+        for pending in batch:
+            fence = pending.fence
+            if fence is None or fence in held:
+                live.append(pending)
+                continue
+            pending.outcome = FencedError(
+                pending.stream,
+                fence[0],
+                node,
+                f"its lease of epoch {fence[1]} has expired or was taken over",
+            )
+            self.counters.failed_appends += 1
+            self.counters.fenced += 1
+        return live
 
     def _abandon(self, conn: psycopg.Connection, *, locked: bool) -> None:
         """Roll back after a failure, releasing the position lock if we held it."""

@@ -24,6 +24,8 @@ from ._clock import Clock, IdSource
 from ._event_store import EventStore
 from ._mailbox import DEFAULT_CAPACITY, MailboxStatistics, OverflowPolicy
 from ._memory_store import InMemoryEventStore
+from ._node import ClusterNode, Node, check_node_store
+from ._node_timers import NodeTimers
 from ._persist_listener import CommitObserver, PersistListener
 from ._ref import ActorRef
 from ._supervision import (
@@ -88,6 +90,7 @@ class Runtime:
         "_subscribers",
         "clock",
         "ids",
+        "node",
         "store",
         "timers",
         "trio_token",
@@ -101,6 +104,8 @@ class Runtime:
     """The event log: the only authority for the history of event-sourced actors."""
     timers: TimerService
     """The durable timers service: schedule, cancel and list timers of event-sourced actors."""
+    node: ClusterNode | None
+    """This runtime's place in a fleet (``open_runtime(node=...)``); ``None``: alone."""
     trio_token: trio.lowlevel.TrioToken
     """Token of the Trio run this runtime lives in (for ``tell_from_thread``)."""
     _by_id: dict[str, _Cell]
@@ -125,6 +130,7 @@ class Runtime:
         self.clock = clock
         self.ids = ids
         self.store = store
+        self.node = None
         self.trio_token = trio.lowlevel.current_trio_token()
         self._by_id = {}
         self._by_path = {}
@@ -383,6 +389,7 @@ async def open_runtime(
     seed: int | None = None,
     supervision: Supervision | None = None,
     store: EventStore | None = None,
+    node: Node | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: the root supervisor runs for the duration of the block.
 
@@ -394,19 +401,31 @@ async def open_runtime(
         supervision (Supervision | None): how the root supervises top-level actors.
         store (EventStore | None): the event log. ``None`` keeps events in memory (lost
             when the process ends): pass ``open_sqlite_store(path)`` for durability.
+        node (Node | None): join a fleet of runtimes sharing ``store`` (a PostgreSQL
+            store): the node takes leases on shards of the sessions' streams, and its
+            appends to streams of shards it does not hold fail with ``store.fenced``.
+            ``actors.host_node`` runs the sessions of its shards. ``None``: this runtime
+            owns its log alone, with no leases (the SQLite and in-memory default).
 
     Raises:
+        ConfigError: ``node`` is given with a store that is not PostgreSQL.
         IntensityExceededError: top-level actors crashed faster than ``supervision``
             allows; every actor has been stopped.
     """
+    cluster = None if node is None else ClusterNode(node, check_node_store(store))
     clock = clock or Clock()
     if store is None:
         store = InMemoryEventStore(clock.now)
     ids = IdSource(clock, seed)
     runtime = Runtime._create(clock, ids, store)
+    runtime.node = cluster
     timers = TimerRunner(clock, ids, store)
     runtime.timers = timers.service
-    runtime.add_persist_listener(timers)
+    node_timers = None if cluster is None else NodeTimers(timers, cluster, cluster.store)
+    runtime.add_persist_listener(timers if node_timers is None else node_timers)
+    if cluster is not None:  # a lost shard stops its actors, hosted or not
+        runtime.add_persist_listener(cluster)
+        cluster.attach(runtime.stop)
     root = _Cell(
         runtime,
         None,
@@ -420,6 +439,9 @@ async def open_runtime(
             root.incarnation = 1
             root.running = True
             await nursery.start(root.run_task)
+            if cluster is not None and node_timers is not None:
+                await nursery.start(cluster.run)  # leases and the fence before any append
+                node_timers.start(nursery)
             # Re-arms every pending timer from the log before anyone can spawn an owner.
             await nursery.start(timers.run)
             try:
@@ -429,3 +451,6 @@ async def open_runtime(
                     await runtime.aclose()
                 finally:
                     timers.close()
+                    if cluster is not None:
+                        await cluster.aclose()
+                        nursery.cancel_scope.cancel()

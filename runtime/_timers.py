@@ -421,6 +421,18 @@ class TimerService:
                 # Its deadline has passed: it goes out now, in due order with the others.
                 self._arm(entry, entry.deadline)
 
+    def _reload(self, stream: str, events: Sequence[object]) -> None:
+        """Index ``stream``'s timers anew from ``events`` (its timer events, in order): a
+        node taking a stream over learns what the nodes before it recorded."""
+        book = self._books.pop(stream, None)
+        for timer in () if book is None else book.pending:
+            entry = self._entries.get(timer.timer_id)
+            if entry is not None and entry.stream == stream:
+                del self._entries[timer.timer_id]
+                entry.generation += 1
+        for event in events:
+            self._apply(stream, event)
+
     def _unregister(self, stream: str, owner: ActorRef[object]) -> None:
         if self._owners.get(stream) is owner:
             del self._owners[stream]

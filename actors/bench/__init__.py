@@ -1,9 +1,11 @@
 """Benchmarks of the agents, beside the kernel's: every figure next to its same-run baseline.
 
 Run ``python -m actors.bench SUITE [--json] [--quick]`` with ``SUITE`` one of ``actors``,
-``log`` (the kernel's suites, from ``runtime.bench``), ``agents``, ``providers`` and
-``longevity`` (what a session of months costs), ``console`` (the web console's log page
-on a session of a million events) and ``limits`` (the fleet limiter).
+``log`` (the kernel's suites, from ``runtime.bench``), ``cluster`` (the kernel's store
+figures, then a fleet of node processes: sends/s, failover, lost, duplicates),
+``agents``, ``providers``, ``longevity`` (what a session of months costs), ``console``
+(the web console's log page on a session of a million events) and ``limits`` (the fleet
+limiter).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from runtime.bench import SUITES as _KERNEL_SUITES
 
 SUITES: dict[str, str] = {
     **_KERNEL_SUITES,
+    "cluster": "actors.bench._cluster",
     "agents": "actors.bench._agents",
     "providers": "actors.bench._providers",
     "longevity": "actors.bench._longevity",

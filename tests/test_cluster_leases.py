@@ -1,0 +1,194 @@
+"""Leases and the fence: nodes sharing one PostgreSQL log split its shards, and a node that
+lost a shard writes nothing to it (``store.fenced``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import _postgres
+import psycopg
+import pytest
+import trio
+
+from protocols.errors import ConfigError, FencedError
+from runtime import NewEvent, Node, Runtime, open_postgres_store, open_runtime
+from runtime._node import placement_key, shard_of
+from runtime.testing import PostgresServer
+
+
+@pytest.fixture
+async def schema(postgres_server: PostgresServer) -> AsyncIterator[str]:
+    name = _postgres.fresh_schema()
+    yield name
+    await _postgres.drop_schema(postgres_server, name)
+
+
+@asynccontextmanager
+async def _node(server: PostgresServer, schema: str, node: Node) -> AsyncIterator[Runtime]:
+    async with (
+        open_postgres_store(server.dsn(), schema=schema) as store,
+        open_runtime(store=store, node=node) as runtime,
+    ):
+        yield runtime
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    """Wait (10 s at most) until ``done()``: leases move at the nodes' own pace."""
+    with trio.fail_after(10):
+        for _ in range(1000):
+            if done():
+                return
+            await trio.sleep(0.05)
+
+
+def _event() -> NewEvent:
+    return NewEvent(type="t", schema_version=1, data=b"{}")
+
+
+def _stream_in(shard: int, shards: int) -> str:
+    """A session stream whose key falls in ``shard``."""
+    n = 0
+    while shard_of(f"ses_{n}", shards) != shard:
+        n += 1
+    return f"session/ses_{n}"
+
+
+def test_placement_key_puts_a_tree_in_its_roots_shard() -> None:
+    assert placement_key("session/ses_a.1.2") == "ses_a"
+    assert placement_key("session/ses_a") == "ses_a"
+    assert placement_key("board/main") is None
+    assert placement_key("timers") is None
+    assert placement_key("board/main", ("board",)) == "main"
+
+
+def test_node_options_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"ttl must be a number of seconds from 0\.1 to 600"):
+        Node(name="a", ttl=0)
+    with pytest.raises(ValueError, match="shards must be an int from 1 to 4096, got 0"):
+        Node(name="a", shards=0)
+    with pytest.raises(ValueError, match="name must be a non-empty string"):
+        Node(name="")
+    with pytest.raises(ValueError, match="poll_interval must be a positive number"):
+        Node(name="a", poll_interval=-1)
+
+
+async def test_a_node_needs_a_postgres_store() -> None:
+    with pytest.raises(ConfigError, match=r"open_runtime\(node=\.\.\.\) needs a PostgreSQL store"):
+        async with open_runtime(node=Node(name="a")):
+            pass
+
+
+async def test_a_lone_node_holds_every_shard_and_appends(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with _node(postgres_server, schema, Node(name="a", shards=4)) as runtime:
+        assert runtime.node is not None
+        assert sorted(runtime.node.held) == [0, 1, 2, 3]
+        result = await runtime.store.append("session/ses_x", [_event()], 0)
+        assert result.version == 1
+        # Unplaced streams are not fenced.
+        await runtime.store.append("board/main", [_event()], 0)
+
+
+async def test_two_nodes_split_the_shards(postgres_server: PostgresServer, schema: str) -> None:
+    async with _node(postgres_server, schema, Node(name="a", shards=4, ttl=0.6)) as a:
+        assert a.node is not None
+        async with _node(postgres_server, schema, Node(name="b", shards=4, ttl=0.6)) as b:
+            assert b.node is not None
+            await _until(lambda: len(b.node.held) == 2 == len(a.node.held))
+            assert set(a.node.held).isdisjoint(b.node.held)
+            # A stream of b's shard: a may not write it.
+            stream = _stream_in(min(b.node.held), 4)
+            with pytest.raises(FencedError) as caught:
+                await a.store.append(stream, [_event()], 0)
+            assert caught.value.code == "store.fenced"
+            assert str(caught.value) == (
+                f"node 'a' may not write stream {stream!r}: this node does not hold its "
+                f"shard's lease (shard {min(b.node.held)}); nothing was written, the "
+                "shard's current owner serves it"
+            )
+            await b.store.append(stream, [_event()], 0)
+        # b left in order: a takes its shards back.
+        await _until(lambda: len(a.node.held) == 4)
+
+
+async def test_a_stale_epoch_is_fenced_in_the_commit(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """The node believes it holds the shard, but another took it over: the commit refuses."""
+    async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=30)) as runtime:
+        node = runtime.node
+        assert node is not None
+        stream = _stream_in(0, 2)
+        await runtime.store.append(stream, [_event()], 0)
+        with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+            conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+            conn.execute("UPDATE shard_leases SET node = 'b', epoch = epoch + 1 WHERE shard = 0")
+        assert 0 in node.held  # not renewed yet: the node still believes
+        with pytest.raises(FencedError) as caught:
+            await runtime.store.append(stream, [_event()], 1)
+        assert str(caught.value) == (
+            f"node 'a' may not write stream {stream!r}: its lease of epoch "
+            f"{node.held[0]} has expired or was taken over (shard 0); nothing was written, "
+            "the shard's current owner serves it"
+        )
+        assert await runtime.store.stream_version(stream) == 1
+        # Other shards' appends in the same group go through.
+        await runtime.store.append(_stream_in(1, 2), [_event()], 0)
+
+
+async def test_every_node_must_use_the_same_shard_count(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with _node(postgres_server, schema, Node(name="a", shards=4)):
+        pass
+    with pytest.raises(ConfigError, match=r"this log is split into 4 shards, the node asks for 8"):
+        async with _node(postgres_server, schema, Node(name="b", shards=8)):
+            pass
+
+
+async def test_old_answers_are_pruned_pending_messages_kept(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    from runtime import _postgres_cluster as sql
+
+    async with _node(postgres_server, schema, Node(name="a", shards=2)):
+        pass
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+        conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+        for message in ("old", "new", "pending"):
+            sql.post_message(conn, "ch", message, target="s", shard=0, body=b"{}")
+        sql.answer_message(conn, "ch", "old", b"1")
+        sql.answer_message(conn, "ch", "new", b"2")
+        conn.execute("UPDATE inbox SET answered_at = now() - interval '2 hours' WHERE id = 'old'")
+        assert sql.prune_answers(conn, 3600) == 1
+        assert sql.read_replies(conn, ["old", "new", "pending"]) == {"new": b"2"}
+        assert sql.pending_messages(conn, [0], 10) == [("pending", "s", b"{}")]
+        assert sql.pending_messages(conn, [0], 10, ["pending"]) == []
+
+
+async def test_a_lost_shard_stops_its_actors_without_a_host(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """Another node took the shard over: the next lease round stops the local owner."""
+    from actors import spawn_session
+    from protocols import LLMResponse
+    from runtime.testing import FunctionLLM
+
+    async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=0.6)) as runtime:
+        assert runtime.node is not None
+        session_id = _stream_in(0, 2).removeprefix("session/")
+        llm = FunctionLLM(lambda request: LLMResponse(content="hi"))
+        session = await spawn_session(runtime, llm=llm, session_id=session_id)
+        await session.send("hello")
+        assert session.ref.alive
+        with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+            conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+            conn.execute(
+                "UPDATE shard_leases SET node = 'b', epoch = epoch + 1, "
+                "expires_at = now() + interval '1 hour' WHERE shard = 0"
+            )
+        await _until(lambda: not session.ref.alive)
+        assert 0 not in runtime.node.held
+        assert runtime.node.fenced_appends == 0  # stopped before it tried to write

@@ -1,0 +1,155 @@
+"""Sessions on a fleet: placed by id, reached from any node, resumed by the next owner."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import _cluster_agents
+import _postgres
+import pytest
+import trio
+
+from actors import NodeHost, host_node
+from protocols.errors import ConfigError, RemoteSessionError
+from runtime import Node, open_postgres_store, open_runtime
+from runtime.testing import PostgresServer
+
+
+@pytest.fixture
+async def schema(postgres_server: PostgresServer) -> AsyncIterator[str]:
+    name = _postgres.fresh_schema()
+    yield name
+    await _postgres.drop_schema(postgres_server, name)
+
+
+@asynccontextmanager
+async def _host(server: PostgresServer, schema: str, name: str) -> AsyncIterator[NodeHost]:
+    node = Node(name=name, shards=4, ttl=1.0, poll_interval=0.2)
+    async with (
+        open_postgres_store(server.dsn(), schema=schema) as store,
+        open_runtime(store=store, node=node) as runtime,
+        host_node(runtime, _cluster_agents.catalog()) as host,
+    ):
+        yield host
+
+
+async def _split(a: NodeHost, b: NodeHost) -> None:
+    with trio.fail_after(10):
+        for _ in range(1000):
+            if len(a.node.held) == 2 == len(b.node.held):
+                return
+            await trio.sleep(0.05)
+
+
+def _session_in(host: NodeHost, *, owned: bool) -> str:
+    n = 0
+    while host.node.owns(f"s{n}") != owned:
+        n += 1
+    return f"s{n}"
+
+
+async def test_host_node_needs_a_node() -> None:
+    async with open_runtime() as runtime:
+        with pytest.raises(ConfigError, match=r"host_node needs a runtime opened with node="):
+            async with host_node(runtime, {}):
+                pass
+
+
+async def test_sends_reach_sessions_on_either_node(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with (
+        _host(postgres_server, schema, "a") as a,
+        _host(postgres_server, schema, "b") as b,
+    ):
+        await _split(a, b)
+        local = await a.create("worker", session_id=_session_in(a, owned=True))
+        remote = await a.create("worker", session_id=_session_in(a, owned=False))
+        for session in (local, remote):
+            result = await session.send("task one", id="r1")
+            assert (result.status, result.text, result.run_id) == (
+                "completed",
+                "answer (done: task one)",
+                "r1",
+            )
+            # The same id again is the same run, from either node.
+            again = await (await b.session(session.id)).send("ignored", id="r1")
+            assert again == result
+        assert remote.id in b.sessions
+        assert remote.id not in a.sessions
+        assert await remote.follow_up("more", id="f1") is True
+        # A repeat is the same inbox message: it gets the first answer, and does nothing.
+        assert await remote.follow_up("more", id="f1") is True
+        state = await b._local[remote.id].state()
+        assert "f1" in state.seen_follow_ups
+        assert await remote.cancel() in (True, False)
+
+
+async def test_a_failure_on_the_owner_comes_back_typed(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with (
+        _host(postgres_server, schema, "a") as a,
+        _host(postgres_server, schema, "b") as b,
+    ):
+        await _split(a, b)
+        remote = await a.create("worker", session_id=_session_in(a, owned=False))
+        await remote.send("hello", id="r1")
+        with pytest.raises(RemoteSessionError) as caught:
+            await remote.reply("q9", "yes")
+        assert caught.value.code == "session.remote"
+        assert caught.value.remote_code == "session.unknown_request"
+        assert str(caught.value).startswith(
+            f"session {remote.id!r} failed on the node that owns it: [session.unknown_request] "
+        )
+
+
+async def test_placement_is_checked(postgres_server: PostgresServer, schema: str) -> None:
+    async with _host(postgres_server, schema, "a") as a:
+        with pytest.raises(ConfigError, match=r"agent 'nobody' is not in this node's catalog"):
+            await a.create("nobody")
+        with pytest.raises(LookupError, match=r"no session 'missing' in this fleet"):
+            await a.session("missing")
+
+
+async def test_the_next_owner_resumes_the_sessions_of_a_node_that_left(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with _host(postgres_server, schema, "a") as a:
+        async with _host(postgres_server, schema, "b") as b:
+            await _split(a, b)
+            moving = await a.create("worker", session_id=_session_in(a, owned=False))
+            first = await moving.send("before", id="r1")
+        # b left: a takes its shards and spawns their sessions again.
+        with trio.fail_after(10):
+            for _ in range(1000):
+                if moving.id in a.sessions:
+                    break
+                await trio.sleep(0.05)
+        assert await moving.send("whatever", id="r1") == first
+        after = await moving.send("after", id="r2")
+        assert after.text == "answer (done: after)"
+
+
+async def test_a_timer_fires_once_on_the_node_that_took_its_session_over(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """Node b schedules a wake-up and leaves before it is due: node a learns the timer
+    from the log when it takes the session, and fires it, once."""
+    async with _host(postgres_server, schema, "a") as a:
+        async with _host(postgres_server, schema, "b") as b:
+            await _split(a, b)
+            moving = await a.create("sleeper", session_id=_session_in(a, owned=False))
+            await moving.send("nap", id="r1")  # runs on b; its wake-up is due in 1 s
+            assert moving.id in b.sessions
+        with trio.fail_after(20):
+            for _ in range(2000):
+                if any(r.type == "timer.fired" for r in await a.runtime.store.read_all()):
+                    break
+                await trio.sleep(0.05)
+        state = await a._local[moving.id].state()
+        assert state.timers.pending == ()
+        records = await a.runtime.store.read(f"session/{moving.id}")
+        assert [r.type for r in records].count("timer.scheduled") == 1
+        assert [r.type for r in records].count("timer.fired") == 1
