@@ -9,6 +9,13 @@ from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._event_sourced import CONTINUES, Outcome
 from ._persist_listener import PersistListener
+from ._snapshot_chunks import (
+    chunk_address,
+    decode_snapshot,
+    encode_snapshot,
+    snapshot_chunk,
+    stash_chunk,
+)
 from ._timer_book import (
     TIMER_EVENT_NAMES,
     TimerBook,
@@ -26,10 +33,15 @@ __all__ = [
     "TIMER_EVENT_NAMES",
     "TimerBook",
     "TimerOutcome",
+    "chunk_address",
+    "decode_snapshot",
+    "encode_snapshot",
     "hold_virtual_clock",
     "is_timer_event",
     "register_timer_events",
     "run_sync_in_thread",
+    "snapshot_chunk",
+    "stash_chunk",
     "timer_decision",
 ]
 
