@@ -22,6 +22,7 @@ from ._actor import Actor, ActorContext
 from ._cell import _Cell
 from ._clock import Clock, IdSource
 from ._event_store import EventStore
+from ._gc_tuning import RUNTIME_GC_THRESHOLD, runtime_gc_threshold
 from ._mailbox import DEFAULT_CAPACITY, OverflowPolicy
 from ._memory_store import InMemoryEventStore
 from ._persist_listener import PersistListener
@@ -361,6 +362,7 @@ async def open_runtime(
     seed: int | None = None,
     supervision: Supervision | None = None,
     store: EventStore | None = None,
+    gc_threshold: tuple[int, int, int] | None = RUNTIME_GC_THRESHOLD,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: the root supervisor runs for the duration of the block.
 
@@ -372,6 +374,9 @@ async def open_runtime(
         supervision (Supervision | None): how the root supervises top-level actors.
         store (EventStore | None): the event log. ``None`` keeps events in memory (lost
             when the process ends): pass ``open_sqlite_store(path)`` for durability.
+        gc_threshold (tuple[int, int, int] | None): the cyclic collector's thresholds
+            while the runtime is open, if the process still has CPython's defaults
+            (restored when the last runtime closes); ``None`` leaves the collector alone.
 
     Raises:
         IntensityExceededError: top-level actors crashed faster than ``supervision``
@@ -393,7 +398,10 @@ async def open_runtime(
         "",
     )
     runtime._root = root
-    with unwrap_single_error():  # one error comes out bare; several stay a group
+    with (
+        runtime_gc_threshold(gc_threshold),
+        unwrap_single_error(),  # one error comes out bare; several stay a group
+    ):
         async with trio.open_nursery() as nursery:
             root.incarnation = 1
             root.running = True

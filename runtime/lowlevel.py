@@ -8,6 +8,7 @@ from __future__ import annotations
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._event_sourced import CONTINUES, Outcome
+from ._gc_tuning import RUNTIME_GC_THRESHOLD
 from ._persist_listener import PersistListener
 from ._snapshot_chunks import (
     chunk_address,
@@ -30,6 +31,7 @@ __all__ = [
     "CONTINUES",
     "Outcome",
     "PersistListener",
+    "RUNTIME_GC_THRESHOLD",
     "TIMER_EVENT_NAMES",
     "TimerBook",
     "TimerOutcome",
