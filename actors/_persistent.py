@@ -35,6 +35,8 @@ from typing import Any, Generic, TypeVar, final, overload
 K = TypeVar("K")
 V = TypeVar("V")
 T = TypeVar("T")
+E = TypeVar("E")
+"""A chunk's encoded form (what the snapshot's codec makes of it: text, bytes, ...)."""
 
 CHUNK = 256
 """Items per encoded chunk of a snapshot."""
@@ -50,18 +52,18 @@ def _same(a: object, b: object) -> bool:
 class _Buf(list[T]):
     """The buffer the versions of one lineage share, and what is known of its chunks.
 
-    ``memo`` caches each full chunk's JSON text (chunk index -> text; valid for every
-    version, since a full chunk's items never change); ``lazy`` holds the texts of chunks
-    loaded from a snapshot and not decoded yet (their slots hold placeholders).
+    ``memo`` caches each full chunk's encoded form (chunk index -> encoded; valid for
+    every version, since a full chunk's items never change); ``lazy`` holds the encoded
+    chunks loaded from a snapshot and not decoded yet (their slots hold placeholders).
     """
 
     __slots__ = ("decode", "lazy", "lazy_count", "memo")
 
     def __init__(self, items: Iterable[T] = ()) -> None:
         super().__init__(items)
-        self.memo: dict[int, str] = {}
-        self.lazy: dict[int, str] = {}
-        self.decode: Callable[[int, str], list[T]] | None = None
+        self.memo: dict[int, Any] = {}
+        self.lazy: dict[int, Any] = {}
+        self.decode: Callable[[int, Any], list[T]] | None = None
         self.lazy_count = 0
 
     def fault(self, start: int, stop: int) -> None:
@@ -87,9 +89,9 @@ class _Buf(list[T]):
         own.memo = {k: t for k, t in self.memo.items() if (k + 1) * CHUNK <= size}
         return own
 
-    def chunk_texts(self, size: int, encode: Callable[[list[T]], str]) -> list[str]:
-        """The first ``size`` items as JSON texts of ``CHUNK`` items (full ones cached)."""
-        texts: list[str] = []
+    def chunk_texts(self, size: int, encode: Callable[[list[T]], E]) -> list[E]:
+        """The first ``size`` items encoded in chunks of ``CHUNK`` items (full ones cached)."""
+        texts: list[E] = []
         for k in range((size + CHUNK - 1) // CHUNK):
             start, stop = k * CHUNK, min(size, k * CHUNK + CHUNK)
             full = stop - start == CHUNK
@@ -104,7 +106,7 @@ class _Buf(list[T]):
 
 
 def _lazy_buf(
-    count: int, texts: Sequence[str], decode: Callable[[int, str], list[T]], fill: list[T]
+    count: int, texts: Sequence[Any], decode: Callable[[int, Any], list[T]], fill: list[T]
 ) -> _Buf[T]:
     if len(texts) != (count + CHUNK - 1) // CHUNK:
         msg = f"{len(texts)} chunks cannot hold {count} items"
@@ -146,7 +148,7 @@ class AppendVector(Generic[T]):
 
     @classmethod
     def from_chunks(
-        cls, count: int, texts: Sequence[str], decode: Callable[[str], list[T]]
+        cls, count: int, texts: Sequence[E], decode: Callable[[E], list[T]]
     ) -> AppendVector[T]:
         """The vector :meth:`chunks` encoded; each chunk is decoded when first read.
 
@@ -156,8 +158,8 @@ class AppendVector(Generic[T]):
         buf = _lazy_buf(count, texts, lambda _k, text: decode(text), [_UNLOADED] * count)
         return cls._of(buf, count)
 
-    def chunks(self, encode: Callable[[list[T]], str]) -> list[str]:
-        """The items as JSON texts of :data:`CHUNK` items; full chunks are encoded once."""
+    def chunks(self, encode: Callable[[list[T]], E]) -> list[E]:
+        """The items encoded in chunks of :data:`CHUNK` items; full chunks are encoded once."""
         return self._buf.chunk_texts(self._size, encode)
 
     def append(self, item: T) -> AppendVector[T]:
@@ -281,9 +283,9 @@ class GrowMap(Mapping[K, V]):
     @classmethod
     def from_chunks(
         cls,
-        texts: Sequence[str],
-        keys_of: Callable[[str], list[K]],
-        decode: Callable[[str], list[V]],
+        texts: Sequence[E],
+        keys_of: Callable[[E], list[K]],
+        decode: Callable[[E], list[V]],
     ) -> GrowMap[K, V]:
         """The map :meth:`chunks` encoded: keys at once (``keys_of`` each text), values
         (``decode``) when first read.
@@ -303,18 +305,18 @@ class GrowMap(Mapping[K, V]):
         if len(index) != len(keys):
             raise ValueError("the keys of a map repeat")
 
-        def pairs(k: int, text: str) -> list[tuple[K, V]]:
+        def pairs(k: int, text: E) -> list[tuple[K, V]]:
             return list(zip(keys[k * CHUNK : k * CHUNK + CHUNK], decode(text), strict=True))
 
         entries = _lazy_buf(len(keys), texts, pairs, [(key, _UNLOADED) for key in keys])
         return cls._of(entries, index, len(keys))
 
-    def chunks(self, encode: Callable[[list[K], list[V]], str]) -> list[str]:
-        """The entries as texts of :data:`CHUNK` keys and their values (``encode(keys,
+    def chunks(self, encode: Callable[[list[K], list[V]], E]) -> list[E]:
+        """The entries encoded in chunks of :data:`CHUNK` keys and their values (``encode(keys,
         values)``); a full chunk is encoded once, so a snapshot costs the chunk still
         filling, however many keys the map holds."""
 
-        def encode_pairs(pairs: list[tuple[K, V]]) -> str:
+        def encode_pairs(pairs: list[tuple[K, V]]) -> E:
             return encode([key for key, _ in pairs], [value for _, value in pairs])
 
         return self._entries.chunk_texts(self._size, encode_pairs)

@@ -10,9 +10,16 @@ never the authority.
 What grows with age (the transcript, the run results, the follow-up ids) is stored in
 chunks of ``CHUNK`` items, each a JSON array compressed with zlib, in base64 (see
 ``actors._persistent``); a map's chunk packs its keys apart from its values, so a
-reopened session indexes the keys and decodes no value. A full chunk is
-encoded once and reused by every later snapshot, and a reopened session decodes a chunk
-only when it reads an item in it. Everything else is encoded with the codec's converter.
+reopened session indexes the keys and decodes no value. A full chunk is encoded once, and
+a reopened session decodes a chunk only when it reads an item in it.
+
+A full chunk never changes, so it is stored apart, by content address
+(``runtime.lowlevel.encode_snapshot``): the store keeps it once, and a snapshot holds its
+address; the chunk still filling is written inline. A snapshot write then costs what is
+new since the last one, not the whole history (about 450 KB at 50,000 messages). A chunk
+the store no longer has, or whose bytes do not match its address, makes the snapshot not
+decode: the session folds its log. Encoded with a plain ``registry.encode`` (no store at
+hand), every chunk is inline. Everything else is encoded with the codec's converter.
 """
 
 from __future__ import annotations
@@ -20,45 +27,66 @@ from __future__ import annotations
 import base64
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 import orjson
 
 from protocols import FollowUp, Message, Usage, default_registry
 from protocols.errors import EventEncodeError
-from runtime.lowlevel import TimerBook
+from runtime.lowlevel import TimerBook, chunk_address, snapshot_chunk, stash_chunk
 
+from . import _persistent
 from ._context import ContextCompacted
 from ._persistent import GrowMap, grow_map
 from ._session_events import ActiveRun, ChildSpawned, RunResult, RunStarted, SessionState
 from ._transcript import ValidTranscript
 
-SESSION_STATE_VERSION = 2
+SESSION_STATE_VERSION = 3
 """The schema version of the ``session.state`` snapshot. Bump it when ``SessionState`` or
 what it holds changes shape: older snapshots are then ignored (the log is folded).
-2: a map's keys travel in its chunks (a snapshot no longer lists every key)."""
+2: a map's keys travel in its chunks (a snapshot no longer lists every key).
+3: a full chunk is stored apart and referenced by its address (``{"sha256": hex}``)."""
 
 T = TypeVar("T")
 
 _converter = default_registry.converter
 
 
-def _encoder(type_: object) -> Callable[[list[Any]], str]:
+@final
+class _Chunk:
+    """A chunk as encoded: its bytes (ASCII: base64 of zlib-compressed JSON; a map's keys
+    and values packed apart, separated by a space) and its content address, computed once
+    (a full chunk is encoded once and referenced by every later snapshot)."""
+
+    __slots__ = ("_address", "data")
+
+    def __init__(self, data: bytes, address: bytes | None = None) -> None:
+        self.data = data
+        self._address = address
+
+    @property
+    def address(self) -> bytes:
+        if self._address is None:
+            self._address = chunk_address(self.data)
+        return self._address
+
+
+def _encoder(type_: object) -> Callable[[list[Any]], _Chunk]:
     hook = _converter.get_unstructure_hook(type_)
 
-    def encode(items: list[Any]) -> str:
-        # Compressed: a chunk is written with every snapshot, and read at every restart.
+    def encode(items: list[Any]) -> _Chunk:
+        # Compressed: a chunk is stored once, and read at every restart.
         packed = zlib.compress(orjson.dumps([hook(item) for item in items]), 1)
-        return base64.b64encode(packed).decode()
+        return _Chunk(base64.b64encode(packed))
 
     return encode
 
 
-def _decoder(type_: object) -> Callable[[str], list[Any]]:
+def _decoder(type_: object) -> Callable[[_Chunk], list[Any]]:
     hook = _converter.get_structure_hook(type_)
 
-    def decode(text: str) -> list[Any]:
-        raw = orjson.loads(zlib.decompress(base64.b64decode(text, validate=True)))
+    def decode(chunk: _Chunk) -> list[Any]:
+        raw = orjson.loads(zlib.decompress(base64.b64decode(chunk.data, validate=True)))
         if not isinstance(raw, list):
             msg = f"a chunk must be a JSON array, got {type(raw).__name__}"
             raise TypeError(msg)
@@ -100,36 +128,36 @@ def _field_hooks() -> dict[str, tuple[Any, Any]]:
     return _hooks
 
 
-def _map_encoder(type_: object) -> Callable[[list[str], list[Any]], str]:
+def _map_encoder(type_: object) -> Callable[[list[str], list[Any]], _Chunk]:
     encode = _encoder(type_)
 
-    def encode_chunk(keys: list[str], values: list[Any]) -> str:
+    def encode_chunk(keys: list[str], values: list[Any]) -> _Chunk:
         # The keys packed apart from the values: a reopened session reads every key (to
         # index the map) and decodes no value until it is read.
-        return f"{_encode_strings(keys)} {encode(values)}"
+        return _Chunk(_encode_strings(keys).data + b" " + encode(values).data)
 
     return encode_chunk
 
 
-def _halves(text: str) -> list[str]:
-    halves = text.split(" ")
+def _halves(chunk: _Chunk) -> list[_Chunk]:
+    halves = chunk.data.split(b" ")
     if len(halves) != 2:
         raise ValueError("a map chunk must be its packed keys and packed values")
-    return halves
+    return [_Chunk(half) for half in halves]
 
 
-def _chunk_keys(text: str) -> list[str]:
-    keys = _decode_strings(_halves(text)[0])
+def _chunk_keys(chunk: _Chunk) -> list[str]:
+    keys = _decode_strings(_halves(chunk)[0])
     if not all(isinstance(key, str) for key in keys):
         raise TypeError("a map chunk's keys must be strings")
     return keys
 
 
-def _map_decoder(type_: object) -> Callable[[str], list[Any]]:
+def _map_decoder(type_: object) -> Callable[[_Chunk], list[Any]]:
     decode = _decoder(type_)
 
-    def decode_chunk(text: str) -> list[Any]:
-        return decode(_halves(text)[1])
+    def decode_chunk(chunk: _Chunk) -> list[Any]:
+        return decode(_halves(chunk)[1])
 
     return decode_chunk
 
@@ -140,16 +168,53 @@ _encode_ids = _map_encoder(str)
 _decode_ids = _map_decoder(str)
 
 
-def _map_out(mapping: Mapping[str, T], encode: Callable[[list[str], list[T]], str]) -> list[str]:
-    return grow_map(mapping).chunks(encode)
+def _chunks_out(chunks: list[_Chunk], count: int) -> list[str | dict[str, str]]:
+    """The chunks of ``count`` items as JSON: a full one by its address when the store
+    keeps it apart (``stash_chunk``), the one still filling (and any, without a store)
+    inline as its text."""
+    full = count // _persistent.CHUNK  # read at each call: tests make chunks small
+    return [
+        {"sha256": chunk.address.hex()}
+        if k < full and stash_chunk(chunk.address, chunk.data)
+        else chunk.data.decode("ascii")
+        for k, chunk in enumerate(chunks)
+    ]
 
 
-def _map_in(texts: Any, decode: Callable[[str], list[T]]) -> GrowMap[str, T]:
-    if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
-        raise TypeError("a map must be a JSON array of chunk texts")
-    mapping: GrowMap[str, T] = GrowMap.from_chunks(texts, _chunk_keys, decode)
-    if texts:  # decode the newest chunk now: a snapshot that does not decode is ignored
-        mapping[_chunk_keys(texts[-1])[-1]]
+def _chunks_in(raw: Any) -> list[_Chunk]:
+    """The chunks :func:`_chunks_out` wrote; a referenced one is read from the snapshot's
+    chunks and checked against its address (``snapshot_chunk``).
+
+    Raises:
+        TypeError: an entry is neither a text nor ``{"sha256": hex}``.
+        ValueError: a referenced chunk is missing or altered, or an address is not hex.
+    """
+    if not isinstance(raw, list):
+        raise TypeError("a map's or a transcript's chunks must be a JSON array")
+    chunks: list[_Chunk] = []
+    for entry in raw:
+        if isinstance(entry, str):
+            chunks.append(_Chunk(entry.encode("ascii")))
+        elif isinstance(entry, dict) and len(entry) == 1 and isinstance(entry.get("sha256"), str):
+            address = bytes.fromhex(entry["sha256"])
+            chunks.append(_Chunk(snapshot_chunk(address), address))
+        else:
+            raise TypeError('a chunk must be its text or {"sha256": its address}')
+    return chunks
+
+
+def _map_out(
+    mapping: Mapping[str, T], encode: Callable[[list[str], list[T]], _Chunk]
+) -> list[str | dict[str, str]]:
+    grown = grow_map(mapping)
+    return _chunks_out(grown.chunks(encode), len(grown))
+
+
+def _map_in(raw: Any, decode: Callable[[_Chunk], list[T]]) -> GrowMap[str, T]:
+    chunks = _chunks_in(raw)
+    mapping: GrowMap[str, T] = GrowMap.from_chunks(chunks, _chunk_keys, decode)
+    if chunks:  # decode the newest chunk now: a snapshot that does not decode is ignored
+        mapping[_chunk_keys(chunks[-1])[-1]]
     return mapping
 
 
@@ -164,7 +229,7 @@ def unstructure_state(state: SessionState) -> dict[str, Any]:
         "depth": state.depth,
         "history": {
             "count": len(history),
-            "chunks": history.chunks(_encode_messages),
+            "chunks": _chunks_out(history.chunks(_encode_messages), len(history)),
             "pending": list(history.pending),
             "digest": history.digest,
         },
@@ -186,7 +251,7 @@ def structure_state(raw: Any, _type: object = None) -> SessionState:
     h = raw["history"]
     history = ValidTranscript.from_chunks(
         h["count"],
-        h["chunks"],
+        _chunks_in(h["chunks"]),
         _decode_messages,
         pending=tuple(h["pending"]),
         digest=h["digest"],

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import final
+from typing import TypeVar, final
 
 from protocols import EMPTY_CHAIN, AssistantMessage, Message, ToolResultMessage, chain_messages
 from protocols.lowlevel import MessageView
 
 from ._persistent import AppendVector
+
+E = TypeVar("E")
+"""A chunk's encoded form (see ``actors._persistent``)."""
 
 INTERRUPTED = (
     "interrupted: this tool call did not finish (cancelled or crashed); its result is unknown"
@@ -64,8 +67,8 @@ class ValidTranscript:
     def from_chunks(
         cls,
         count: int,
-        texts: Sequence[str],
-        decode: Callable[[str], list[Message]],
+        texts: Sequence[E],
+        decode: Callable[[E], list[Message]],
         *,
         pending: tuple[str, ...],
         digest: str,
@@ -77,8 +80,8 @@ class ValidTranscript:
         """
         return cls._of(AppendVector.from_chunks(count, texts, decode), tuple(pending), digest)
 
-    def chunks(self, encode: Callable[[list[Message]], str]) -> list[str]:
-        """The messages as JSON texts of ``CHUNK`` messages; a full chunk is encoded once
+    def chunks(self, encode: Callable[[list[Message]], E]) -> list[E]:
+        """The messages encoded in chunks of ``CHUNK`` messages; a full chunk is encoded once
         for every version, so a snapshot costs the chunk still filling."""
         return self._items.chunks(encode)
 

@@ -21,12 +21,13 @@ from typing import Generic, Protocol, TypeVar, final
 import attrs
 import trio
 
-from protocols import EncodedEvent, EventRegistry, default_registry
+from protocols import EventRegistry, default_registry
 from protocols.errors import CodecError, ConfigError, EventEncodeError, UnknownEventTypeError
 
 from ._actor import Actor
 from ._event_store import EventStore, NewEvent
 from ._ref import PriorityMessage
+from ._snapshot_chunks import decode_snapshot, encode_snapshot
 
 StateT = TypeVar("StateT")
 
@@ -274,13 +275,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             )
         elif snapshot is not None:
             try:
-                state = registry.decode(  # type: ignore[assignment]  # registered state
-                    snapshot.type,
-                    snapshot.schema_version,
-                    snapshot.data,
-                    stream=self._stream,
-                    version=snapshot.version,
-                )
+                state = decode_snapshot(registry, snapshot, stream=self._stream)  # type: ignore[assignment]  # registered state
             except CodecError as exc:
                 logger.warning(
                     "%s: ignored the snapshot at version %s, which does not decode (%s); "
@@ -415,7 +410,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
 
     async def _save_snapshot(self, state: StateT) -> None:
         try:
-            encoded: EncodedEvent = self.registry.encode(state)
+            encoded, chunks = encode_snapshot(self.registry, state)
         except EventEncodeError as exc:  # a cache: the actor goes on without it
             logger.warning("%s: no snapshot at version %s: %s", self._stream, self.version, exc)
             return
@@ -425,6 +420,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             type=encoded.type,
             schema_version=encoded.schema_version,
             data=encoded.data,
+            chunks=chunks,
         )
         self.snapshot_version = self.version
 

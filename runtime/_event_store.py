@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
@@ -119,6 +119,11 @@ class Snapshot:
     """The encoded state."""
     recorded_at: float
     """When the snapshot was saved."""
+    chunks: Mapping[bytes, bytes] = attrs.field(factory=dict, eq=False, hash=False)
+    """The parts of the state stored apart (content address: sha256 digest -> bytes) that
+    the store still holds, as ``save_snapshot`` got them. Unchecked: the decoder checks
+    each against its address (``runtime.lowlevel.snapshot_chunk``); one that is missing
+    or altered makes the snapshot not decode, and the stream is folded instead."""
 
 
 @final
@@ -265,18 +270,32 @@ class EventStore(Protocol):
         ...
 
     async def save_snapshot(
-        self, stream: str, version: int, *, type: str, schema_version: int, data: bytes
+        self,
+        stream: str,
+        version: int,
+        *,
+        type: str,
+        schema_version: int,
+        data: bytes,
+        chunks: Mapping[bytes, bytes] | None = None,
     ) -> None:
         """Cache a folded state of ``stream`` at ``version``; an older one never replaces newer.
 
+        ``chunks`` are the parts of the state stored apart, by content address (the sha256
+        digest of their bytes). Each is stored once, however many snapshots reference it,
+        so a state that grows by sealed chunks costs a snapshot write of its new chunks
+        only (``runtime.lowlevel.encode_snapshot`` makes them). A chunk that no snapshot
+        references any more (the snapshot was replaced, the stream deleted) is dropped.
+
         Raises:
             StoreClosedError: the store is closed.
-            ValueError: ``version`` is below 1 or beyond the stream's version.
+            ValueError: ``version`` is below 1 or beyond the stream's version, or a new
+                chunk's bytes do not match its address.
         """
         ...
 
     async def load_snapshot(self, stream: str) -> Snapshot | None:
-        """The newest snapshot of ``stream``, or ``None``.
+        """The newest snapshot of ``stream`` with the chunks it references, or ``None``.
 
         Raises:
             StoreClosedError: the store is closed.

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import final
 
 import attrs
@@ -51,6 +52,11 @@ class InMemoryEventStore:
     _streams: dict[str, _Stream] = attrs.field(init=False, factory=dict)
     _log: list[RecordedEvent] = attrs.field(init=False, factory=list)
     _snapshots: dict[str, Snapshot] = attrs.field(init=False, factory=dict)
+    _chunks: dict[bytes, bytes] = attrs.field(init=False, factory=dict)
+    """Snapshot chunks by address, each once; ``_chunk_refs`` counts the snapshots that
+    reference each (a chunk goes when its count does)."""
+    _chunk_refs: dict[bytes, int] = attrs.field(init=False, factory=dict)
+    _snapshot_chunks: dict[str, frozenset[bytes]] = attrs.field(init=False, factory=dict)
     _checkpoints: dict[str, tuple[int, bytes]] = attrs.field(init=False, factory=dict)
     _faults: list[BaseException] = attrs.field(init=False, factory=list)
     _signal: CommitSignal = attrs.field(init=False, factory=CommitSignal)
@@ -235,6 +241,7 @@ class InMemoryEventStore:
         for name in names:
             state = self._streams.pop(name, None)
             self._snapshots.pop(name, None)
+            self._replace_chunks(name, {})
             if state is not None:
                 deleted += len(state.events)
         if deleted:
@@ -242,13 +249,23 @@ class InMemoryEventStore:
         return deleted
 
     async def save_snapshot(
-        self, stream: str, version: int, *, type: str, schema_version: int, data: bytes
+        self,
+        stream: str,
+        version: int,
+        *,
+        type: str,
+        schema_version: int,
+        data: bytes,
+        chunks: Mapping[bytes, bytes] | None = None,
     ) -> None:
         """Cache a folded state of ``stream`` at ``version``; an older one never replaces newer.
 
+        Chunks are kept once each, counted by the snapshots that reference them.
+
         Raises:
             StoreClosedError: the store is closed.
-            ValueError: ``version`` is below 1 or beyond the stream's version.
+            ValueError: ``version`` is below 1 or beyond the stream's version, or a new
+                chunk does not match its address.
         """
         check_stream_name(stream)
         if version < 1:
@@ -264,6 +281,7 @@ class InMemoryEventStore:
             )
         existing = self._snapshots.get(stream)
         if existing is None or existing.version <= version:
+            self._replace_chunks(stream, dict(chunks or {}))
             self._snapshots[stream] = Snapshot(
                 stream=stream,
                 version=version,
@@ -305,7 +323,38 @@ class InMemoryEventStore:
         check_stream_name(stream)
         await trio.lowlevel.checkpoint()
         self._check_open()
-        return self._snapshots.get(stream)
+        snapshot = self._snapshots.get(stream)
+        ids = self._snapshot_chunks.get(stream)
+        if snapshot is None or not ids:
+            return snapshot
+        chunks = {id_: self._chunks[id_] for id_ in ids if id_ in self._chunks}
+        return attrs.evolve(snapshot, chunks=chunks)
+
+    def _replace_chunks(self, stream: str, chunks: Mapping[bytes, bytes]) -> None:
+        """Make ``chunks`` the chunks of ``stream``'s snapshot; drop the unreferenced.
+
+        Raises:
+            ValueError: a new chunk's bytes do not match its address (nothing changed).
+        """
+        before = self._snapshot_chunks.get(stream, frozenset())
+        after = frozenset(chunks)
+        for id_ in after - before:
+            if hashlib.sha256(chunks[id_]).digest() != id_:
+                msg = f"snapshot chunk {id_.hex()} of {stream!r} does not match its content address"
+                raise ValueError(msg)
+        refs = self._chunk_refs
+        for id_ in after - before:
+            self._chunks.setdefault(id_, bytes(chunks[id_]))
+            refs[id_] = refs.get(id_, 0) + 1
+        for id_ in before - after:
+            refs[id_] -= 1
+            if not refs[id_]:
+                del refs[id_]
+                self._chunks.pop(id_, None)
+        if after:
+            self._snapshot_chunks[stream] = after
+        else:
+            self._snapshot_chunks.pop(stream, None)
 
     def subscribe(self, from_position: int = 1, *, prefix: str = "") -> Subscription:
         """Follow the log from ``from_position``; see ``EventStore.subscribe``."""

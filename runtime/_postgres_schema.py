@@ -29,7 +29,7 @@ from protocols.errors import (
 from ._event_store import RecordedEvent
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     import psycopg
 
@@ -56,6 +56,7 @@ __all__ = [
     "lock_key",
     "map_errors",
     "prepare_schema",
+    "replace_snapshot_chunks",
     "row_to_event",
 ]
 
@@ -88,6 +89,14 @@ _DDL = (
         data bytea NOT NULL,
         recorded_at double precision NOT NULL
     )""",
+    # A snapshot's chunks live in blobs (content-addressed, each once); this table says
+    # which stream's snapshot references which (a chunk goes with its last reference).
+    """CREATE TABLE IF NOT EXISTS snapshot_chunks (
+        stream text COLLATE "C" NOT NULL,
+        id bytea NOT NULL,
+        PRIMARY KEY (stream, id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS snapshot_chunks_id ON snapshot_chunks (id)",
 )
 
 # Projections' checkpoints (the timers index, see runtime._timer_checkpoint): a cache of a
@@ -156,8 +165,27 @@ SAVE_CHECKPOINT = (
 )
 DELETE_EVENTS = "DELETE FROM events WHERE stream = ANY(%s::text[])"
 DELETE_SNAPSHOTS = "DELETE FROM snapshots WHERE stream = ANY(%s::text[])"
+DELETE_SNAPSHOT_CHUNKS = "DELETE FROM snapshot_chunks WHERE stream = ANY(%s::text[])"
 DELETE_ORPHAN_BLOBS = (
-    "DELETE FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.blob_id = b.id)"
+    "DELETE FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.blob_id = b.id) "
+    "AND NOT EXISTS (SELECT 1 FROM snapshot_chunks c WHERE c.id = b.id)"
+)
+READ_SNAPSHOT_CHUNKS = (
+    "SELECT c.id, b.data FROM snapshot_chunks c JOIN blobs b ON b.id = c.id WHERE c.stream = %s"
+)
+_READ_SNAPSHOT_CHUNK_IDS = "SELECT id FROM snapshot_chunks WHERE stream = %s"
+_INSERT_SNAPSHOT_CHUNKS = (
+    "INSERT INTO snapshot_chunks (stream, id) SELECT %s, * FROM unnest(%s::bytea[]) "
+    "ON CONFLICT DO NOTHING"
+)
+_DELETE_SNAPSHOT_CHUNK_IDS = (
+    "DELETE FROM snapshot_chunks WHERE stream = %s AND id = ANY(%s::bytea[])"
+)
+# The chunks no snapshot references any more, unless an event's payload has their bytes.
+_DELETE_UNREFERENCED_CHUNKS = (
+    "DELETE FROM blobs b WHERE b.id = ANY(%s::bytea[]) "
+    "AND NOT EXISTS (SELECT 1 FROM snapshot_chunks c WHERE c.id = b.id) "
+    "AND NOT EXISTS (SELECT 1 FROM events e WHERE e.blob_id = b.id)"
 )
 
 
@@ -350,6 +378,31 @@ def prepare_schema(
             raise StoreSchemaVersionError(where, found, SCHEMA_VERSION)
         head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()
     return 0 if head is None else int(head[0])
+
+
+def replace_snapshot_chunks(
+    conn: psycopg.Connection, stream: str, chunks: Mapping[bytes, bytes]
+) -> None:
+    """Make ``chunks`` the chunks of ``stream``'s snapshot (caller's transaction): write
+    those its previous snapshot did not reference (checked against their address first),
+    drop those it did and nothing references now.
+
+    Raises:
+        ValueError: a new chunk's bytes do not match its address.
+    """
+    before = {bytes(row[0]) for row in conn.execute(_READ_SNAPSHOT_CHUNK_IDS, (stream,))}
+    added = [id_ for id_ in chunks if id_ not in before]
+    for id_ in added:
+        if hashlib.sha256(chunks[id_]).digest() != id_:
+            msg = f"snapshot chunk {id_.hex()} of {stream!r} does not match its content address"
+            raise ValueError(msg)
+    if added:
+        conn.execute(INSERT_BLOBS, (added, [chunks[id_] for id_ in added]))
+        conn.execute(_INSERT_SNAPSHOT_CHUNKS, (stream, added))
+    gone = [id_ for id_ in before if id_ not in chunks]
+    if gone:
+        conn.execute(_DELETE_SNAPSHOT_CHUNK_IDS, (stream, gone))
+        conn.execute(_DELETE_UNREFERENCED_CHUNKS, (gone,))
 
 
 def row_to_event(where: str, row: Sequence[object]) -> RecordedEvent:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, TypeVar, cast, final
 
@@ -45,10 +45,12 @@ from ._postgres_retry import DEFAULT_RETRY_DEADLINE, Retrying
 from ._postgres_schema import (
     DELETE_EVENTS,
     DELETE_ORPHAN_BLOBS,
+    DELETE_SNAPSHOT_CHUNKS,
     DELETE_SNAPSHOTS,
     LOAD_CHECKPOINT,
     READ_ALL,
     READ_SNAPSHOT,
+    READ_SNAPSHOT_CHUNKS,
     READ_STREAM,
     SAVE_CHECKPOINT,
     SAVE_SNAPSHOT,
@@ -59,6 +61,7 @@ from ._postgres_schema import (
     describe,
     map_errors,
     prepare_schema,
+    replace_snapshot_chunks,
     row_to_event,
 )
 from ._postgres_text import TextIndexMethods, forget_streams
@@ -237,26 +240,42 @@ class PostgresEventStore(TextIndexMethods):
         return cast(T, job.result)
 
     async def save_snapshot(
-        self, stream: str, version: int, *, type: str, schema_version: int, data: bytes
+        self,
+        stream: str,
+        version: int,
+        *,
+        type: str,
+        schema_version: int,
+        data: bytes,
+        chunks: Mapping[bytes, bytes] | None = None,
     ) -> None:
         """Cache a folded state of ``stream`` at ``version``; see ``EventStore``.
+
+        Chunks go to ``blobs`` once each; only those the stream's previous snapshot did
+        not reference are written.
 
         Raises:
             StoreClosedError: the store is closed.
             StoreUnavailableError: the server is unreachable or the connection broke.
-            ValueError: ``version`` is below 1 or beyond the stream's version.
+            ValueError: ``version`` is below 1 or beyond the stream's version, or a new
+                chunk does not match its address.
         """
         check_stream_name(stream)
         if version < 1:
             raise ValueError(f"snapshot version must be >= 1, got {version}")
         now = self._clock()
+        wanted = dict(chunks or {})
 
         def run(conn: psycopg.Connection) -> int:
             with conn.transaction():
                 row = conn.execute(STREAM_VERSION, (stream,)).fetchone()
                 current = 0 if row is None else int(row[0])
                 if version <= current:
-                    conn.execute(SAVE_SNAPSHOT, (stream, version, type, schema_version, data, now))
+                    saved = conn.execute(
+                        SAVE_SNAPSHOT, (stream, version, type, schema_version, data, now)
+                    ).rowcount
+                    if saved:  # not older than the stored one
+                        replace_snapshot_chunks(conn, stream, wanted)
             return current
 
         current = await self._run_write(run, retry=True)
@@ -283,6 +302,7 @@ class PostgresEventStore(TextIndexMethods):
             with conn.transaction():
                 deleted = conn.execute(DELETE_EVENTS, (names,)).rowcount
                 conn.execute(DELETE_SNAPSHOTS, (names,))
+                conn.execute(DELETE_SNAPSHOT_CHUNKS, (names,))
                 conn.execute(DELETE_ORPHAN_BLOBS)
                 forget_streams(conn, names)  # the recall index's passages of them
             return deleted
@@ -405,9 +425,14 @@ class PostgresEventStore(TextIndexMethods):
         check_stream_name(stream)
 
         def run(conn: psycopg.Connection) -> Snapshot | None:
-            row = conn.execute(READ_SNAPSHOT, (stream,), binary=True).fetchone()
-            if row is None:
-                return None
+            with conn.transaction():  # the row and its chunks as of one moment
+                row = conn.execute(READ_SNAPSHOT, (stream,), binary=True).fetchone()
+                if row is None:
+                    return None
+                chunks = {
+                    bytes(id_): bytes(data)
+                    for id_, data in conn.execute(READ_SNAPSHOT_CHUNKS, (stream,), binary=True)
+                }
             version, type_, schema_version, data, recorded_at = row
             return Snapshot(
                 stream=stream,
@@ -416,6 +441,7 @@ class PostgresEventStore(TextIndexMethods):
                 schema_version=schema_version,
                 data=data,
                 recorded_at=recorded_at,
+                chunks=chunks,
             )
 
         return await self._run_read(run)

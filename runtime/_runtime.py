@@ -22,6 +22,7 @@ from ._actor import Actor, ActorContext
 from ._cell import _Cell
 from ._clock import Clock, IdSource
 from ._event_store import EventStore
+from ._gc_tuning import RUNTIME_GC_THRESHOLD, runtime_gc_threshold
 from ._mailbox import DEFAULT_CAPACITY, MailboxStatistics, OverflowPolicy
 from ._memory_store import InMemoryEventStore
 from ._node import ClusterNode, Node, check_node_store
@@ -390,6 +391,7 @@ async def open_runtime(
     supervision: Supervision | None = None,
     store: EventStore | None = None,
     node: Node | None = None,
+    gc_threshold: tuple[int, int, int] | None = RUNTIME_GC_THRESHOLD,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: the root supervisor runs for the duration of the block.
 
@@ -406,6 +408,9 @@ async def open_runtime(
             appends to streams of shards it does not hold fail with ``store.fenced``.
             ``actors.host_node`` runs the sessions of its shards. ``None``: this runtime
             owns its log alone, with no leases (the SQLite and in-memory default).
+        gc_threshold (tuple[int, int, int] | None): the cyclic collector's thresholds
+            while the runtime is open, if the process still has CPython's defaults
+            (restored when the last runtime closes); ``None`` leaves the collector alone.
 
     Raises:
         ConfigError: ``node`` is given with a store that is not PostgreSQL.
@@ -434,7 +439,10 @@ async def open_runtime(
         "",
     )
     runtime._root = root
-    with unwrap_single_error():  # one error comes out bare; several stay a group
+    with (
+        runtime_gc_threshold(gc_threshold),
+        unwrap_single_error(),  # one error comes out bare; several stay a group
+    ):
         async with trio.open_nursery() as nursery:
             root.incarnation = 1
             root.running = True

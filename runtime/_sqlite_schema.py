@@ -13,7 +13,7 @@ import hashlib
 import os
 import sqlite3
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from protocols.errors import (
@@ -28,12 +28,13 @@ from ._event_store import RecordedEvent, StreamInfo
 APPLICATION_ID = 0x50545249
 """``PRAGMA application_id`` of a powertrio event log ("PTRI"): how we recognise our files."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The storage schema this code writes and reads (``PRAGMA user_version``).
 
 Version 2 added a checksum to every event row and the ``heads`` table whose triggers
-refuse a second event at a taken (stream, version); a version-1 file is upgraded when
-opened (see ``_upgrade_from_1``).
+refuse a second event at a taken (stream, version); version 3 added ``snapshot_chunks``,
+which snapshot references the chunks stored apart in ``blobs``. An older file is upgraded
+when opened (see ``_upgrade_from_1`` and ``_upgrade_from_2``).
 """
 
 # Why the (stream, version) index lags behind: events are appended in position order, so
@@ -94,6 +95,15 @@ CREATE TABLE blobs (
     data BLOB NOT NULL
 ) WITHOUT ROWID;
 """
+# A snapshot's chunks (``save_snapshot(chunks=)``) live in ``blobs`` beside the big event
+# payloads, content-addressed alike; this table says which stream's snapshot references
+# which, so a chunk is kept while any snapshot references it and dropped after.
+_CHUNK_STATEMENTS = (
+    "CREATE TABLE snapshot_chunks (stream TEXT NOT NULL, id BLOB NOT NULL, "
+    "PRIMARY KEY (stream, id)) WITHOUT ROWID",
+    "CREATE INDEX snapshot_chunks_id ON snapshot_chunks (id)",
+)
+_CHUNKS = "".join(statement + ";\n" for statement in _CHUNK_STATEMENTS)
 # The one-writer-per-stream guard, checked by SQLite at every insert, whoever inserts: an
 # event must be its stream's head + 1, so a second writer of a (stream, version) and a gap
 # are both refused, and the statement (the whole group) writes nothing. A UNIQUE index on
@@ -114,9 +124,12 @@ _GUARD_STATEMENTS = (
 )
 _GUARD = "".join(statement + ";\n" for statement in _GUARD_STATEMENTS)
 _REQUIRED_TABLES = frozenset(
-    {"events", "stream_index", "meta", "streams", "snapshots", "blobs", "heads"}
+    {"events", "stream_index", "meta", "streams", "snapshots", "blobs", "heads", "snapshot_chunks"}
 )
-_REQUIRED_TABLES_V1 = _REQUIRED_TABLES - {"heads"}
+_REQUIRED_TABLES_BY_VERSION = {
+    1: _REQUIRED_TABLES - {"heads", "snapshot_chunks"},
+    2: _REQUIRED_TABLES - {"snapshot_chunks"},
+}
 
 _COLUMNS = (
     "SELECT e.stream, e.version, e.position, e.type, e.schema_version, "
@@ -208,10 +221,23 @@ DELETE_INDEXED_EVENTS = (
 DELETE_TAIL_EVENTS = "DELETE FROM events WHERE position > ? AND stream = ?"
 DELETE_STREAM_ROWS = tuple(
     f"DELETE FROM {table} WHERE stream = ?"
-    for table in ("stream_index", "streams", "snapshots", "heads")
+    for table in ("stream_index", "streams", "snapshots", "heads", "snapshot_chunks")
 )
 DELETE_ORPHAN_BLOBS = (
-    "DELETE FROM blobs WHERE id NOT IN (SELECT blob_id FROM events WHERE blob_id IS NOT NULL)"
+    "DELETE FROM blobs WHERE id NOT IN (SELECT blob_id FROM events WHERE blob_id IS NOT NULL) "
+    "AND id NOT IN (SELECT id FROM snapshot_chunks)"
+)
+_READ_SNAPSHOT_CHUNK_IDS = "SELECT id FROM snapshot_chunks WHERE stream = ?"
+READ_SNAPSHOT_CHUNKS = (
+    "SELECT c.id, b.data FROM snapshot_chunks c JOIN blobs b ON b.id = c.id WHERE c.stream = ?"
+)
+_INSERT_SNAPSHOT_CHUNK = "INSERT OR IGNORE INTO snapshot_chunks (stream, id) VALUES (?, ?)"
+_DELETE_SNAPSHOT_CHUNK = "DELETE FROM snapshot_chunks WHERE stream = ? AND id = ?"
+# A chunk no snapshot references any more, unless an event's payload has the same bytes.
+_DELETE_UNREFERENCED_CHUNK = (
+    "DELETE FROM blobs WHERE id = ?1 "
+    "AND NOT EXISTS (SELECT 1 FROM snapshot_chunks WHERE id = ?1) "
+    "AND NOT EXISTS (SELECT 1 FROM events WHERE blob_id = ?1)"
 )
 
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
@@ -291,6 +317,34 @@ def merge_infos(rows: Sequence[Any]) -> dict[str, StreamInfo]:
 def stream_info(conn: sqlite3.Connection, stream: str, upto: int) -> StreamInfo | None:
     """A stream's info from the swept table plus the unindexed tail (caller's transaction)."""
     return merge_infos(conn.execute(_STREAM_INFO, (stream, upto)).fetchall()).get(stream)
+
+
+def replace_snapshot_chunks(
+    conn: sqlite3.Connection, stream: str, chunks: Mapping[bytes, bytes]
+) -> None:
+    """Make ``chunks`` the chunks of ``stream``'s snapshot (caller's write transaction).
+
+    Writes the chunks its previous snapshot did not reference (each checked against its
+    address first), and drops those it did and no snapshot or event references now: a
+    snapshot of a state that grew by one chunk writes one chunk, whatever its size.
+
+    Raises:
+        ValueError: a new chunk's bytes do not match its address.
+    """
+    before = {bytes(id_) for (id_,) in conn.execute(_READ_SNAPSHOT_CHUNK_IDS, (stream,))}
+    added = [id_ for id_ in chunks if id_ not in before]
+    for id_ in added:
+        data = chunks[id_]
+        if hashlib.sha256(data).digest() != id_:
+            msg = f"snapshot chunk {id_.hex()} of {stream!r} does not match its content address"
+            raise ValueError(msg)
+    if added:
+        conn.executemany(INSERT_BLOB, [(id_, chunks[id_]) for id_ in added])
+        conn.executemany(_INSERT_SNAPSHOT_CHUNK, [(stream, id_) for id_ in added])
+    gone = [(id_,) for id_ in before if id_ not in chunks]
+    if gone:
+        conn.executemany(_DELETE_SNAPSHOT_CHUNK, [(stream, id_) for (id_,) in gone])
+        conn.executemany(_DELETE_UNREFERENCED_CHUNK, gone)
 
 
 def event_checksum(  # noqa: PLR0917  # positional: the hot path, and an SQL function
@@ -460,6 +514,7 @@ def _prepare(
             "SAVEPOINT init;"
             + _SCHEMA
             + _GUARD
+            + _CHUNKS
             + f"PRAGMA application_id = {APPLICATION_ID};"
             + f"PRAGMA user_version = {SCHEMA_VERSION};"
             + "RELEASE init;"
@@ -468,7 +523,7 @@ def _prepare(
         found = conn.execute("PRAGMA user_version").fetchone()[0]
         if found > SCHEMA_VERSION:
             raise StoreSchemaVersionError(path, found, SCHEMA_VERSION)
-        required = _REQUIRED_TABLES_V1 if found == 1 else _REQUIRED_TABLES
+        required = _REQUIRED_TABLES_BY_VERSION.get(found, _REQUIRED_TABLES)
         if found < 1 or not tables >= required:
             raise CorruptLogError(
                 path, f"storage schema {found} with tables {sorted(tables)} is incomplete"
@@ -480,6 +535,8 @@ def _prepare(
         conn.execute("PRAGMA journal_mode = WAL")
         if found == 1:
             _upgrade_from_1(conn)
+        if found <= 2:
+            _upgrade_from_2(conn)
     conn.execute(f"PRAGMA synchronous = {synchronous}")
 
 
@@ -513,7 +570,8 @@ def _checksum_or_null(  # noqa: PLR0917  # an SQL function's arguments
 
 
 def _upgrade_from_1(conn: sqlite3.Connection) -> None:
-    """Bring a version-1 log to version 2 in one transaction (all or nothing).
+    """Bring a version-1 log to version 2 in one transaction (all or nothing); then
+    ``_upgrade_from_2``.
 
     Adds the checksum column and fills it (one pass over the events, about a second per
     million rows), and the ``heads`` guard, filled from the events. The checksums bless
@@ -539,6 +597,22 @@ def _upgrade_from_1(conn: sqlite3.Connection) -> None:
                 "INSERT INTO meta (key, value) VALUES (?, ?)",
                 (UPGRADE_CHECKSUMS_KEY, checksummed),
             )
+            conn.execute("PRAGMA user_version = 2")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _upgrade_from_2(conn: sqlite3.Connection) -> None:
+    """Bring a version-2 log to version 3 in one transaction: add ``snapshot_chunks``
+    (empty: a version-2 snapshot holds its chunks inline)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 2:  # not upgraded meanwhile
+            for statement in _CHUNK_STATEMENTS:
+                conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:

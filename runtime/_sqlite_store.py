@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar, cast, final
 
@@ -49,6 +49,7 @@ from ._sqlite_schema import (
     READ_HEAD_VERSION,
     READ_INDEXED,
     READ_SNAPSHOT,
+    READ_SNAPSHOT_CHUNKS,
     READ_TAIL,
     SAVE_SNAPSHOT,
     STREAMS_LISTING,
@@ -59,6 +60,7 @@ from ._sqlite_schema import (
     map_errors,
     merge_infos,
     open_database,
+    replace_snapshot_chunks,
     row_to_event,
 )
 from ._sqlite_writer import SqliteWriter
@@ -358,9 +360,14 @@ class SqliteEventStore:
         check_stream_name(stream)
 
         def run(conn: sqlite3.Connection) -> Snapshot | None:
-            row = conn.execute(READ_SNAPSHOT, (stream,)).fetchone()
-            if row is None:
-                return None
+            conn.execute("BEGIN")  # the row and its chunks as one snapshot of the file
+            try:
+                row = conn.execute(READ_SNAPSHOT, (stream,)).fetchone()
+                if row is None:
+                    return None
+                chunks = dict(conn.execute(READ_SNAPSHOT_CHUNKS, (stream,)).fetchall())
+            finally:
+                conn.execute("COMMIT")
             version, type_, schema_version, data, recorded_at = row
             return Snapshot(
                 stream=stream,
@@ -369,6 +376,7 @@ class SqliteEventStore:
                 schema_version=schema_version,
                 data=data,
                 recorded_at=recorded_at,
+                chunks=chunks,
             )
 
         return await self._run_read(run)
@@ -458,18 +466,31 @@ class SqliteEventStore:
         return cast(T, job.result)
 
     async def save_snapshot(
-        self, stream: str, version: int, *, type: str, schema_version: int, data: bytes
+        self,
+        stream: str,
+        version: int,
+        *,
+        type: str,
+        schema_version: int,
+        data: bytes,
+        chunks: Mapping[bytes, bytes] | None = None,
     ) -> None:
         """Cache a folded state of ``stream`` at ``version``; see ``EventStore``.
 
+        The chunks go to ``blobs`` (each once) and ``snapshot_chunks`` lists the stream's;
+        only the chunks the stream's previous snapshot did not reference are written, and
+        those it referenced and this one does not are dropped if no snapshot keeps them.
+
         Raises:
             StoreClosedError: the store is closed.
-            ValueError: ``version`` is below 1 or beyond the stream's version.
+            ValueError: ``version`` is below 1 or beyond the stream's version, or a new
+                chunk does not match its address.
         """
         check_stream_name(stream)
         if version < 1:
             raise ValueError(f"snapshot version must be >= 1, got {version}")
         now = self._clock()
+        wanted = dict(chunks or {})
 
         def run(conn: sqlite3.Connection) -> int:
             conn.execute("BEGIN IMMEDIATE")
@@ -478,6 +499,8 @@ class SqliteEventStore:
                 current = 0 if row is None else int(row[0])
                 if version <= current:
                     conn.execute(SAVE_SNAPSHOT, (stream, version, type, schema_version, data, now))
+                    if conn.execute("SELECT changes()").fetchone()[0]:  # not older: saved
+                        replace_snapshot_chunks(conn, stream, wanted)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")

@@ -25,6 +25,7 @@ from protocols.errors import (
 )
 
 from ._event_store import EventStore, NewEvent, RecordedEvent, Snapshot, StreamInfo
+from ._snapshot_chunks import decode_snapshot
 
 __all__ = [
     "CheckProblem",
@@ -457,9 +458,7 @@ async def check_store(
             try:
                 event = codec.decode_record(record)
             except CodecError as exc:
-                problems.append(
-                    _problem(info.stream, record.version, exc.code, str(exc), "decode")
-                )
+                problems.append(_problem(info.stream, record.version, exc.code, str(exc), "decode"))
                 folding = False
                 continue
             decoded += 1
@@ -483,9 +482,7 @@ async def check_store(
                     at_snapshot.append(state)
         if snapshot is not None and folding:
             problems.extend(_check_snapshot(codec, snapshot, at_snapshot))
-    return CheckReport(
-        streams=len(streams), events=decoded, problems=tuple(problems), notes=notes
-    )
+    return CheckReport(streams=len(streams), events=decoded, problems=tuple(problems), notes=notes)
 
 
 async def _audit(store: EventStore, prefix: str, problems: list[CheckProblem]) -> tuple[str, ...]:
@@ -499,9 +496,7 @@ async def _audit(store: EventStore, prefix: str, problems: list[CheckProblem]) -
     except StoreError as exc:
         problems.append(_problem(None, None, exc.code, str(exc), "audit"))
         return ()
-    problems.extend(
-        p for p in audited.problems if p.stream is None or p.stream.startswith(prefix)
-    )
+    problems.extend(p for p in audited.problems if p.stream is None or p.stream.startswith(prefix))
     return audited.notes
 
 
@@ -512,9 +507,7 @@ def _check_snapshot(
     if snapshot.type not in codec.names():
         return ()
     try:
-        cached = codec.decode(
-            snapshot.type, snapshot.schema_version, snapshot.data, stream=stream
-        )
+        cached = decode_snapshot(codec, snapshot, stream=stream)
     except CodecError as exc:
         return (_problem(stream, snapshot.version, exc.code, f"snapshot: {exc}", "snapshot"),)
     if folded != [cached]:

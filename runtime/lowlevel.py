@@ -8,8 +8,16 @@ from __future__ import annotations
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._event_sourced import CONTINUES, Outcome
+from ._gc_tuning import RUNTIME_GC_THRESHOLD
 from ._persist_listener import CommitObserver, PersistListener
 from ._postgres_lock import postgres_lock, postgres_lock_held
+from ._snapshot_chunks import (
+    chunk_address,
+    decode_snapshot,
+    encode_snapshot,
+    snapshot_chunk,
+    stash_chunk,
+)
 from ._timer_book import (
     TIMER_EVENT_NAMES,
     TimerBook,
@@ -25,15 +33,21 @@ __all__ = [
     "CommitObserver",
     "Outcome",
     "PersistListener",
+    "RUNTIME_GC_THRESHOLD",
     "TIMER_EVENT_NAMES",
     "TimerBook",
     "TimerOutcome",
+    "chunk_address",
+    "decode_snapshot",
+    "encode_snapshot",
     "hold_virtual_clock",
     "is_timer_event",
     "postgres_lock",
     "postgres_lock_held",
     "register_timer_events",
     "run_sync_in_thread",
+    "snapshot_chunk",
+    "stash_chunk",
     "timer_decision",
 ]
 

@@ -41,7 +41,8 @@ from protocols import (
     default_registry,
 )
 from protocols.errors import EventDecodeError
-from runtime import TimerFired, TimerScheduled, open_runtime
+from runtime import Snapshot, TimerFired, TimerScheduled, open_runtime
+from runtime.lowlevel import decode_snapshot, encode_snapshot
 from runtime.testing import FunctionLLM, InMemoryEventStore
 
 
@@ -124,11 +125,24 @@ def _fold(events: list[object], state: SessionState | None = None) -> SessionSta
 
 
 def _roundtrip(state: SessionState) -> SessionState:
-    encoded = default_registry.encode(state)
+    """``state`` through a snapshot, its sealed chunks stored apart; checked against the
+    same state encoded whole (every chunk inline)."""
+    encoded, chunks = encode_snapshot(default_registry, state)
     assert encoded.type == "session.state"
     assert encoded.schema_version == SESSION_STATE_VERSION
-    decoded = default_registry.decode(encoded.type, encoded.schema_version, encoded.data)
+    snapshot = Snapshot(
+        stream="session/s",
+        version=1,
+        type=encoded.type,
+        schema_version=encoded.schema_version,
+        data=encoded.data,
+        recorded_at=0.0,
+        chunks=chunks,
+    )
+    decoded = decode_snapshot(default_registry, snapshot, stream="session/s")
     assert isinstance(decoded, SessionState)
+    whole = default_registry.encode(state)
+    assert default_registry.decode(whole.type, whole.schema_version, whole.data) == decoded
     return decoded
 
 
@@ -257,5 +271,8 @@ def test_a_malformed_map_chunk_does_not_decode() -> None:
     with pytest.raises(EventDecodeError, match="its packed keys and packed values"):
         default_registry.decode("session.state", SESSION_STATE_VERSION, orjson.dumps(raw))
     raw["results"] = {"keys": [], "chunks": []}  # version 1's form
-    with pytest.raises(EventDecodeError, match="a map must be a JSON array of chunk texts"):
+    with pytest.raises(EventDecodeError, match="a map's or a transcript's chunks must be a JSON"):
+        default_registry.decode("session.state", SESSION_STATE_VERSION, orjson.dumps(raw))
+    raw["results"] = [{"sha": "00"}]
+    with pytest.raises(EventDecodeError, match=r'a chunk must be its text or \{"sha256": its addr'):
         default_registry.decode("session.state", SESSION_STATE_VERSION, orjson.dumps(raw))

@@ -3,8 +3,9 @@
 ``python -m actors.bench longevity [--json] [--quick]`` prints:
 
 * ``send_cost_ratio_50k_vs_10``: the median send on a session of 50,000 messages over the
-  median send on a session of 10 (both on disk, same model, same run); bar <= 1.1. Also
-  the means (which count the sends that write a snapshot) and the CPU per send.
+  median send on a session of 10 (both on disk, same model, same run, their sends
+  interleaved so that the machine's load weighs on both alike); bar <= 1.1. Also the
+  means (which count the sends that write a snapshot) and the CPU per send.
 * ``restart_ms_50k_messages`` (snapshot + tail) beside ``full_fold_ms_50k_messages`` (the
   same session opened before it had a snapshot), each in a fresh process; bar <= 50.
   ``restart_cold_ms_50k_messages`` is the first restart in that process, which also
@@ -31,6 +32,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import itertools
 import shutil
@@ -116,43 +118,60 @@ async def reopen_ms(path: str, times: str) -> list[float]:
     return spent
 
 
-async def _sends(path: Path, sends: int) -> dict[str, float]:
-    llm = FunctionLLM(_answer)
-    latencies: list[float] = []
-    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
-        session = await spawn_session(runtime, llm=llm, session_id="long")
-        cpu = 0.0
+async def _sends(paths: dict[str, Path], sends: int) -> dict[str, dict[str, float]]:
+    """Sends on the session ``long`` of each log, interleaved: one send on each in turn
+    (the order alternating), so a machine whose load drifts weighs on both alike."""
+    latencies: dict[str, list[float]] = {name: [] for name in paths}
+    cpu = dict.fromkeys(paths, 0.0)
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = {}
+        for name, path in paths.items():
+            store = await stack.enter_async_context(open_sqlite_store(path))
+            runtime = await stack.enter_async_context(open_runtime(store=store, seed=1))
+            llm = FunctionLLM(_answer)
+            sessions[name] = await spawn_session(runtime, llm=llm, session_id="long")
+        order = list(sessions.items())
         for i in range(sends + 40):
-            start, start_cpu = time.perf_counter(), time.process_time()
-            result = await session.send(f"new {i}")
-            if i >= 40:  # the first sends write the first snapshot and warm the caches
-                latencies.append(time.perf_counter() - start)
-                cpu += time.process_time() - start_cpu
-            assert result.status == "completed", result
+            for name, session in order if i % 2 else reversed(order):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                result = await session.send(f"new {i}")
+                if i >= 40:  # the first sends write the first snapshot and warm the caches
+                    latencies[name].append(time.perf_counter() - start)
+                    cpu[name] += time.process_time() - start_cpu
+                assert result.status == "completed", result
     return {
-        "send_median_ms": statistics.median(latencies) * 1e3,
-        "send_mean_ms": statistics.mean(latencies) * 1e3,
-        "send_cpu_ms": cpu / sends * 1e3,
+        name: {
+            "send_median_ms": statistics.median(spent) * 1e3,
+            "send_mean_ms": statistics.mean(spent) * 1e3,
+            "send_cpu_ms": cpu[name] / sends * 1e3,
+        }
+        for name, spent in latencies.items()
     }
 
 
-def _session_costs(folder: Path, name: str, messages: int, sends: int) -> dict[str, float]:
-    """Sends on a session of ``messages`` messages (wall median and mean, CPU), and the
-    time a fresh process takes to reopen it by a full fold and from its snapshot."""
-    path, unfolded = folder / f"{name}.sqlite", folder / f"{name}-no-snapshot.sqlite"
+async def _build(path: Path, messages: int) -> None:
+    async with open_sqlite_store(path) as store:
+        version = 0
+        for batch in _history("long", messages):
+            version = (await store.append("session/long", batch, version)).version
 
-    async def build() -> None:
-        async with open_sqlite_store(path) as store:
-            version = 0
-            for batch in _history("long", messages):
-                version = (await store.append("session/long", batch, version)).version
 
-    trio.run(build)
-    shutil.copyfile(path, unfolded)
-    figures = trio.run(_sends, path, sends)
-    (full,) = in_fresh_process(f"{__name__}:reopen_ms", str(unfolded), "1")
-    cold, warm = in_fresh_process(f"{__name__}:reopen_ms", str(path), "2")
-    figures.update(full_fold_ms=full, restart_cold_ms=cold, restart_ms=warm)
+def _session_costs(
+    folder: Path, sessions: dict[str, int], sends: int
+) -> dict[str, dict[str, float]]:
+    """Sends on sessions of so many messages (by name), interleaved (wall median and
+    mean, CPU), and for each, the time a fresh process takes to reopen it by a full fold
+    and from its snapshot."""
+    paths = {name: folder / f"{name}.sqlite" for name in sessions}
+    for name, messages in sessions.items():
+        trio.run(_build, paths[name], messages)
+        shutil.copyfile(paths[name], folder / f"{name}-no-snapshot.sqlite")
+    figures = trio.run(_sends, paths, sends)
+    for name, path in paths.items():
+        unfolded = folder / f"{name}-no-snapshot.sqlite"
+        (full,) = in_fresh_process(f"{__name__}:reopen_ms", str(unfolded), "1")
+        cold, warm = in_fresh_process(f"{__name__}:reopen_ms", str(path), "2")
+        figures[name].update(full_fold_ms=full, restart_cold_ms=cold, restart_ms=warm)
     return figures
 
 
@@ -267,8 +286,8 @@ def run(args: argparse.Namespace) -> Figures:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         sends = 60 if quick else 200
-        long = _session_costs(folder, "long", 50_000, sends)
-        short = _session_costs(folder, "short", 10, sends)
+        sessions = _session_costs(folder, {"long": 50_000, "short": 10}, sends)
+        long, short = sessions["long"], sessions["short"]
         figures["send_median_ms_50k_messages"] = round(long["send_median_ms"], 3)
         figures["send_median_ms_10_messages"] = round(short["send_median_ms"], 3)
         figures["send_cost_ratio_50k_vs_10"] = _ratio(

@@ -576,6 +576,7 @@ async def _copy_log(source: EventStore, clock: Clock) -> InMemoryEventStore:
                 type=snapshot.type,
                 schema_version=snapshot.schema_version,
                 data=snapshot.data,
+                chunks=snapshot.chunks,
             )
     return copy
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import final
 
 import attrs
@@ -192,11 +192,18 @@ class FaultyEventStore:
         return await self.inner.delete_streams(streams)
 
     async def save_snapshot(
-        self, stream: str, version: int, *, type: str, schema_version: int, data: bytes
+        self,
+        stream: str,
+        version: int,
+        *,
+        type: str,
+        schema_version: int,
+        data: bytes,
+        chunks: Mapping[bytes, bytes] | None = None,
     ) -> None:
         """See ``EventStore.save_snapshot``."""
         await self.inner.save_snapshot(
-            stream, version, type=type, schema_version=schema_version, data=data
+            stream, version, type=type, schema_version=schema_version, data=data, chunks=chunks
         )
 
     async def load_snapshot(self, stream: str) -> Snapshot | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from functools import partial
@@ -270,6 +271,71 @@ async def check_snapshots(make_store: StoreFactory) -> None:
         assert await store.stream_version("s") == 5
 
 
+def _chunk(text: bytes) -> tuple[bytes, bytes]:
+    return hashlib.sha256(text).digest(), text
+
+
+async def check_snapshot_chunks(make_store: StoreFactory) -> None:
+    """A snapshot's chunks come back with it; chunks shared by snapshots outlive one of
+    them; a new chunk that does not match its address is refused, changing nothing; an
+    older snapshot changes no chunks."""
+    a, b, c, d = (_chunk(b"chunk %d" % i * 50) for i in range(4))
+    async with make_store() as store:
+        await store.append("x", [_event(i) for i in range(3)], 0)
+        await store.append("y", [_event(1)], 0)
+        await store.save_snapshot(
+            "x", 2, type="state", schema_version=1, data=b"{}", chunks=dict([a, b])
+        )
+        await store.save_snapshot(
+            "y", 1, type="state", schema_version=1, data=b"{}", chunks=dict([b, c])
+        )
+        snap = await store.load_snapshot("x")
+        assert snap is not None
+        assert dict(snap.chunks) == dict([a, b]), "a snapshot loads with its chunks"
+        # The next snapshot of x references b and d: a is no longer x's.
+        await store.save_snapshot(
+            "x", 3, type="state", schema_version=1, data=b"{}", chunks=dict([b, d])
+        )
+        snap = await store.load_snapshot("x")
+        assert snap is not None
+        assert dict(snap.chunks) == dict([b, d])
+        # An older snapshot is not saved, nor are its chunks.
+        await store.save_snapshot(
+            "x", 2, type="state", schema_version=1, data=b"{}", chunks=dict([a])
+        )
+        snap = await store.load_snapshot("x")
+        assert snap is not None
+        assert (snap.version, dict(snap.chunks)) == (3, dict([b, d]))
+        forged = {a[0]: b"not the bytes of a"}
+        exc = await _raises(
+            ValueError,
+            partial(
+                store.save_snapshot,
+                "x",
+                3,
+                type="state",
+                schema_version=1,
+                data=b"{}",
+                chunks=forged,
+            ),
+            "a chunk that does not match its address",
+        )
+        assert "does not match its content address" in str(exc), exc
+        snap = await store.load_snapshot("x")
+        assert snap is not None
+        assert dict(snap.chunks) == dict([b, d]), "a refused snapshot changes nothing"
+        # Deleting x keeps the chunk y shares with it.
+        await store.delete_streams(["x"])
+        snap = await store.load_snapshot("y")
+        assert snap is not None
+        assert dict(snap.chunks) == dict([b, c]), "a chunk another snapshot references stays"
+        # A snapshot without chunks drops them all.
+        await store.save_snapshot("y", 1, type="state", schema_version=1, data=b"{}")
+        snap = await store.load_snapshot("y")
+        assert snap is not None
+        assert dict(snap.chunks) == {}
+
+
 async def check_large_payloads(make_store: StoreFactory) -> None:
     """Large payloads (the blob path in stores that have one) come back byte for byte."""
     async with make_store() as store:
@@ -404,6 +470,7 @@ EVENT_STORE_CHECKS: Mapping[str, Check] = {
         check_streams_listing,
         check_delete_streams,
         check_snapshots,
+        check_snapshot_chunks,
         check_large_payloads,
         check_subscribe,
         check_checkpoints,
