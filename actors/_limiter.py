@@ -44,6 +44,26 @@ logger = logging.getLogger("powertrio.limiter")
 _BURST = 64
 """The most messages taken between two appends, however busy the mailbox."""
 
+_FLUSH_AFTER = 0.002
+"""Seconds a grant decided in the caller's task waits, at most, for its append (the
+write-behind batches what the callers decide in that time into one append)."""
+
+_UNFLUSHED = 64
+"""The most grants decided in callers' tasks and not yet appended: beyond it a caller asks
+the actor, whose grant is appended before it is told."""
+
+
+@final
+class _Local:
+    """What a handle shares with the live incarnation of its limiter actor (same process):
+    the handle decides a grant in the caller's task when the actor is running, nobody
+    waits and the write-behind is not full."""
+
+    __slots__ = ("actor",)
+
+    def __init__(self) -> None:
+        self.actor: LimiterActor | None = None
+
 
 # -- messages -----------------------------------------------------------------------------
 
@@ -117,9 +137,16 @@ class LimiterActor(EventSourcedActor[LimiterState]):
 
     snapshot_every = 1000
 
-    def __init__(self, name: str, policy: LimiterPolicy) -> None:
+    def __init__(self, name: str, policy: LimiterPolicy, local: _Local | None = None) -> None:
         self._name = name
         self._policy = policy
+        self._local = local
+        self._projected = LimiterState()
+        """The state with :attr:`_pending` folded in: what the next append will make it.
+        Every decision is made on it."""
+        self._unflushed = 0
+        """Grants in :attr:`_pending`."""
+        self._dirty = trio.Event()
         self._queue: FairQueue[Reply[object]] = FairQueue()
         self._wake_at: float | None = None
         self._pending: list[object] = []
@@ -149,6 +176,80 @@ class LimiterActor(EventSourcedActor[LimiterState]):
     def handle(self, state: LimiterState, message: object) -> Decision:  # pragma: no cover
         raise NotImplementedError  # receive answers every message itself
 
+    async def on_start(self) -> None:
+        await super().on_start()
+        self._projected = self.state
+        if self._local is not None:
+            self._local.actor = self
+            self.context.start_soon(self._write_behind, name=f"{self.context.path} write-behind")
+
+    async def on_stop(self) -> None:
+        # A stop (not a crash) appends what the write-behind still holds.
+        if self._pending:
+            events, self._pending, self._unflushed = self._pending, [], 0
+            await self.persist(events, folded=self._projected)
+        await super().on_stop()
+
+    async def _write_behind(self) -> None:
+        """Pump at most :data:`_FLUSH_AFTER` after a grant was decided in a caller's task;
+        unregisters from the handle when this incarnation ends (stop or crash)."""
+        try:
+            while True:
+                await self._dirty.wait()
+                await trio.sleep(_FLUSH_AFTER)
+                self.context.ref.tell_nowait(_Tick())
+        finally:
+            if self._local is not None and self._local.actor is self:
+                self._local.actor = None
+
+    def _record(self, event: object) -> None:
+        """Decide ``event``: fold it into the projected state; the next pump appends it."""
+        self._pending.append(event)
+        self._projected = evolve(self._projected, event)
+
+    def grant_now(
+        self, provider: str, model: str, tenant: str, tree: str, tokens: int
+    ) -> GrantIssued | None:
+        """A grant decided in the caller's task, or ``None`` when the caller must ask the
+        actor: others wait (fairness), the write-behind is full, or it does not fit now.
+        The same admission as the actor's, on the same projected state."""
+        if len(self._queue) or self._unflushed >= _UNFLUSHED:
+            return None
+        queue: FairQueue[None] = FairQueue()
+        ask = Ask(
+            provider=provider, model=model, tenant=tenant, tree=tree, tokens=tokens, token=None
+        )
+        queue.push(ask)
+        if too_large(self._policy, ask) is not None:
+            return None  # the actor answers it with the typed error
+        granted = admit(self._projected, self._policy, queue, self.context.runtime.clock.now())
+        if not granted:
+            return None
+        grant = granted[0][1]
+        self._record(grant)
+        self._unflushed += 1
+        self._dirty.set()
+        return grant
+
+    def backoff_now(self, provider: str, model: str, retry_after: float) -> None:
+        """A 429 recorded in the caller's task: the very next grant already sees it."""
+        now = self.context.runtime.clock.now()
+        self._record(
+            BackoffRecorded(provider=provider, model=model, until=now + retry_after, at=now)
+        )
+        self._dirty.set()
+
+    def settle_now(self, grant_id: str, tokens: int) -> None:
+        """A settle decided in the caller's task; wakes the actor at once if calls wait
+        (it may make room for them), else it goes with the next batch."""
+        self._record(
+            GrantSettled(grant_id=grant_id, tokens=tokens, at=self.context.runtime.clock.now())
+        )
+        if len(self._queue):
+            self.context.ref.tell_nowait(_Tick())
+        else:
+            self._dirty.set()
+
     async def receive(self, message: object) -> object:
         clock = self.context.runtime.clock
         if isinstance(message, _Acquire):
@@ -168,12 +269,12 @@ class LimiterActor(EventSourcedActor[LimiterState]):
                 return None
             self._queue.push(ask)
         elif isinstance(message, _Settle):
-            self._pending.append(
+            self._record(
                 GrantSettled(grant_id=message.grant_id, tokens=message.tokens, at=clock.now())
             )
         elif isinstance(message, _RateLimited):
             now = clock.now()
-            self._pending.append(
+            self._record(
                 BackoffRecorded(
                     provider=message.provider,
                     model=message.model,
@@ -205,26 +306,24 @@ class LimiterActor(EventSourcedActor[LimiterState]):
         estimate until they leave the window)."""
         now = self.context.runtime.clock.now()
         self._deferred = 0
-        events, self._pending = self._pending, []
-        state = self.state
-        for event in events:
-            state = evolve(state, event)
-        dead = expired(state, self._policy, now)
+        if self._dirty.is_set():
+            self._dirty = trio.Event()
+        dead = expired(self._projected, self._policy, now)
         if dead:
-            expiry = GrantsExpired(grant_ids=dead, reason="grant_ttl passed")
-            events.append(expiry)
-            state = evolve(state, expiry)
+            self._record(GrantsExpired(grant_ids=dead, reason="grant_ttl passed"))
         self._queue.drop(lambda ask: not ask.token.abandoned)
-        granted = admit(state, self._policy, self._queue, now)
-        events.extend(grant for _, grant in granted)
+        granted = admit(self._projected, self._policy, self._queue, now)
+        for _, grant in granted:
+            self._record(grant)
+        events, self._pending, self._unflushed = self._pending, [], 0
         if events:
-            await self.persist(events)
+            await self.persist(events, folded=self._projected)
         for ask, grant in granted:
             ask.token.send(grant)
             if ask.token.abandoned:  # the asker left before hearing it: free the slot
                 self.context.ref.tell_nowait(_Settle(grant_id=grant.grant_id, tokens=0))
         if len(self._queue):
-            wake = next_change(self.state, self._policy, now)
+            wake = next_change(self._projected, self._policy, now)
             if wake is not None and (self._wake_at is None or wake < self._wake_at):
                 self._wake_at = wake
                 self.context.start_soon(self._tick_at, wake, name=f"{self.context.path} tick")
@@ -237,7 +336,7 @@ class LimiterActor(EventSourcedActor[LimiterState]):
         self.context.ref.tell_nowait(_Tick())
 
     def _statistics(self) -> LimiterStatistics:
-        state = self.state
+        state = self._projected
         now = self.context.runtime.clock.now()
         return LimiterStatistics(
             issued=state.issued,
@@ -336,11 +435,18 @@ class Limiter:
     Made by :func:`spawn_limiter`.
     """
 
-    __slots__ = ("_policy", "_ref", "name")
+    __slots__ = ("_local", "_policy", "_ref", "name")
 
-    def __init__(self, ref: ActorRef[object], name: str, policy: LimiterPolicy) -> None:
+    def __init__(
+        self,
+        ref: ActorRef[object],
+        name: str,
+        policy: LimiterPolicy,
+        local: _Local | None = None,
+    ) -> None:
         self._ref = ref
         self._policy = policy
+        self._local = local
         self.name = name
 
     @property
@@ -355,6 +461,12 @@ class Limiter:
         Raises:
             LimitTooLargeError: the estimate alone exceeds a tokens-per-minute limit.
         """
+        actor = self._local.actor if self._local is not None else None
+        if actor is not None:
+            local = actor.grant_now(provider, model, tenant, tree, tokens)
+            if local is not None:
+                await trio.lowlevel.checkpoint()  # an acquire always yields, as an ask does
+                return local
         grant = await self._ref.ask(
             _Acquire(provider=provider, model=model, tenant=tenant, tree=tree, tokens=tokens)
         )
@@ -365,12 +477,20 @@ class Limiter:
         """The granted call ended having used ``tokens``; frees its slot (never blocks).
 
         A limiter that has stopped is not told (logged): its restart frees the slot."""
+        actor = self._local.actor if self._local is not None else None
+        if actor is not None:
+            actor.settle_now(grant.grant_id, tokens)
+            return
         self._tell(_Settle(grant_id=grant.grant_id, tokens=tokens))
 
     def rate_limited(self, provider: str, model: str, retry_after: float | None) -> None:
         """The provider answered 429: hold every grant for this model until ``retry_after``
         seconds from now (the policy's ``default_retry_after`` when ``None``)."""
         wait = self._policy.default_retry_after if retry_after is None else retry_after
+        actor = self._local.actor if self._local is not None else None
+        if actor is not None:
+            actor.backoff_now(provider, model, wait)
+            return
         self._tell(_RateLimited(provider=provider, model=model, retry_after=wait))
 
     def _tell(self, message: object) -> None:
@@ -483,7 +603,8 @@ async def spawn_limiter(runtime: Runtime, policy: LimiterPolicy, *, name: str = 
     Give its :meth:`Limiter.hook` to the sessions it limits; they may live in any number
     of agent trees and tenants. One limiter per runtime and name.
     """
+    local = _Local()
     ref = await runtime.spawn(
-        lambda: LimiterActor(name, policy), id=f"limiter-{name}", name=f"limiter-{name}"
+        lambda: LimiterActor(name, policy, local), id=f"limiter-{name}", name=f"limiter-{name}"
     )
-    return Limiter(ref, name, policy)
+    return Limiter(ref, name, policy, local)

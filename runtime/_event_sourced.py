@@ -337,17 +337,22 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             await self._advance(step)
         return decision.reply
 
-    async def persist(self, events: Sequence[object]) -> None:
+    async def persist(self, events: Sequence[object], *, folded: StateT | None = None) -> None:
         """Append events to the stream, then fold them into :attr:`state`.
+
+        ``folded``, when given, is that fold already (:attr:`state` with ``events``
+        applied), for an actor that keeps it as it decides: the events are not folded twice.
 
         Raises:
             ConcurrencyConflictError: another writer appended to this stream.
             EventEncodeError: an event class is not registered or holds non-JSON values.
         """
-        state = self.state
-        evolve = self.evolve
-        for event in events:
-            state = evolve(state, event)
+        state = folded
+        if state is None:
+            state = self.state
+            evolve = self.evolve
+            for event in events:
+                state = evolve(state, event)
         await self._commit(events, state)
 
     def _decide_ahead(

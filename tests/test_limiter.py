@@ -548,7 +548,8 @@ def _check_log(events: list[object], policy: LimiterPolicy) -> None:
     ),
 )
 def test_agents_under_contention_stay_within_every_limit(policy, agents):
-    """Agents of several trees and tenants call one model through the actor, in virtual
+    """Agents of several trees and tenants call one model through the handle (grants decided
+    in their tasks and by the actor), in virtual
     time; the log shows no window or slot ever exceeded, every call granted once, and the
     fold's token counts equal to what the calls reported."""
     store = InMemoryEventStore()
@@ -673,3 +674,17 @@ def test_the_hook_s_running_estimate_equals_counting_the_whole_request(steps):
             tools[session] = (ToolDefinition(name=f"t{number}", description="x" * number),)
         request = LLMRequest(messages=tuple(messages), tools=tools[session], max_tokens=7)
         assert estimator(session, request, 100) == estimate_request(request, 100)
+
+
+async def test_a_grant_decided_in_the_callers_task_is_appended_by_the_write_behind():
+    # The handle grants without a round trip to the actor; the grant is still an event,
+    # appended within the write-behind's delay while the runtime keeps running.
+    store = InMemoryEventStore()
+    async with open_runtime(store=store) as runtime:
+        limiter = await spawn_limiter(runtime, LimiterPolicy())
+        grant = await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=5)
+        limiter.settle(grant, 4)
+        await trio.sleep(0.05)
+        events = await _events(store, "limiter/fleet")
+        assert [type(e).__name__ for e in events] == ["GrantIssued", "GrantSettled"]
+        assert events[0] == grant
