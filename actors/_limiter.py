@@ -17,7 +17,12 @@ import attrs
 import trio
 
 from protocols import LLMRequest, LLMResponse
-from protocols.errors import ActorStoppedError, LimitTooLargeError, LLMRateLimitedError
+from protocols.errors import (
+    ActorStoppedError,
+    ConcurrencyConflictError,
+    LimitTooLargeError,
+    LLMRateLimitedError,
+)
 from protocols.transports import Attempt
 from runtime import ActorRef, Decision, EventSourcedActor, PriorityMessage, Reply, Runtime
 
@@ -47,6 +52,10 @@ _BURST = 64
 _FLUSH_AFTER = 0.002
 """Seconds a grant decided in the caller's task waits, at most, for its append (the
 write-behind batches what the callers decide in that time into one append)."""
+
+_POLL = 0.05
+"""Seconds between two reads of a shared limiter's stream while calls wait on this node
+(another node's settles and expiries free room it cannot otherwise hear of)."""
 
 _UNFLUSHED = 64
 """The most grants decided in callers' tasks and not yet appended: beyond it a caller asks
@@ -137,8 +146,16 @@ class LimiterActor(EventSourcedActor[LimiterState]):
 
     snapshot_every = 1000
 
-    def __init__(self, name: str, policy: LimiterPolicy, local: _Local | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        policy: LimiterPolicy,
+        local: _Local | None = None,
+        *,
+        shared: bool = False,
+    ) -> None:
         self._name = name
+        self._shared = shared
         self._policy = policy
         self._local = local
         self._projected = LimiterState()
@@ -167,7 +184,9 @@ class LimiterActor(EventSourcedActor[LimiterState]):
     def recovered(self, state: LimiterState) -> Decision | None:
         # Calls granted by an earlier incarnation were asked of it: whoever still holds
         # one settles it (tokens are reconciled), but no slot stays taken on its account.
-        if not state.open:
+        if not state.open or self._shared:
+            # Shared: the open grants may be another node's, still running; a grant of
+            # this node's earlier incarnation gives its slot back after grant_ttl.
             return None
         return Decision(
             events=[GrantsExpired(grant_ids=tuple(state.open), reason="limiter restarted")]
@@ -308,25 +327,63 @@ class LimiterActor(EventSourcedActor[LimiterState]):
         self._deferred = 0
         if self._dirty.is_set():
             self._dirty = trio.Event()
-        dead = expired(self._projected, self._policy, now)
-        if dead:
-            self._record(GrantsExpired(grant_ids=dead, reason="grant_ttl passed"))
-        self._queue.drop(lambda ask: not ask.token.abandoned)
-        granted = admit(self._projected, self._policy, self._queue, now)
-        for _, grant in granted:
-            self._record(grant)
-        events, self._pending, self._unflushed = self._pending, [], 0
-        if events:
-            await self.persist(events, folded=self._projected)
+        if self._shared:
+            await self._catch_up()
+        base = list(self._pending)  # settles and backoffs the messages decided
+        while True:
+            dead = expired(self._projected, self._policy, now)
+            if dead:
+                self._record(GrantsExpired(grant_ids=dead, reason="grant_ttl passed"))
+            self._queue.drop(lambda ask: not ask.token.abandoned)
+            granted = admit(self._projected, self._policy, self._queue, now)
+            for _, grant in granted:
+                self._record(grant)
+            events, self._pending, self._unflushed = self._pending, [], 0
+            if not events:
+                break
+            try:
+                await self.persist(events, folded=self._projected)
+                break
+            except ConcurrencyConflictError:
+                if not self._shared:
+                    raise
+                # Another node appended first: nobody was told of these grants. Fold what
+                # it wrote and decide again (the settles and backoffs still hold).
+                logger.debug("%s: another node appended first; deciding again", self._name)
+                for ask, _ in reversed(granted):
+                    self._queue.restore(ask)
+                self._pending = list(base)
+                await self._catch_up()
         for ask, grant in granted:
             ask.token.send(grant)
             if ask.token.abandoned:  # the asker left before hearing it: free the slot
                 self.context.ref.tell_nowait(_Settle(grant_id=grant.grant_id, tokens=0))
         if len(self._queue):
             wake = next_change(self._projected, self._policy, now)
+            if self._shared:
+                wake = now + _POLL if wake is None else min(wake, now + _POLL)
             if wake is not None and (self._wake_at is None or wake < self._wake_at):
                 self._wake_at = wake
                 self.context.start_soon(self._tick_at, wake, name=f"{self.context.path} tick")
+
+    async def _catch_up(self) -> None:
+        """Fold what other nodes appended to the shared stream since this one's version;
+        the decisions not yet appended are folded again on top."""
+        decode = self.registry.decode_record
+        state, version = self.state, self.version
+        while True:
+            page = await self.store.read(self.stream_name(), version + 1, limit=1024)
+            for record in page:
+                state = evolve(state, decode(record))
+            if page:
+                version = page[-1].version
+            if len(page) < 1024:
+                break
+        self.state, self.version = state, version
+        projected = state
+        for event in self._pending:
+            projected = evolve(projected, event)
+        self._projected = projected
 
     async def _tick_at(self, wall: float) -> None:
         clock = self.context.runtime.clock
@@ -597,14 +654,23 @@ class _LimiterHook:
                 limiter.settle(grant, used)
 
 
-async def spawn_limiter(runtime: Runtime, policy: LimiterPolicy, *, name: str = "fleet") -> Limiter:
+async def spawn_limiter(
+    runtime: Runtime, policy: LimiterPolicy, *, name: str = "fleet", shared: bool = False
+) -> Limiter:
     """Start (or resume from its stream ``limiter/<name>``) the fleet limiter.
 
     Give its :meth:`Limiter.hook` to the sessions it limits; they may live in any number
     of agent trees and tenants. One limiter per runtime and name.
+
+    ``shared``: limiters of several nodes write the one stream of a shared store (e.g.
+    PostgreSQL) and hold the limit together: every grant is appended, at the version its
+    decision folded, before it is told; a node whose append meets another's folds it and
+    decides again. No grant is decided in a caller's task then. See docs/limits.md.
     """
-    local = _Local()
+    local = None if shared else _Local()
     ref = await runtime.spawn(
-        lambda: LimiterActor(name, policy, local), id=f"limiter-{name}", name=f"limiter-{name}"
+        lambda: LimiterActor(name, policy, local, shared=shared),
+        id=f"limiter-{name}",
+        name=f"limiter-{name}",
     )
     return Limiter(ref, name, policy, local)

@@ -403,6 +403,15 @@ class FairQueue(Generic[T]):
                 del self._trees[tree]
         return dropped
 
+    def restore(self, ask: Ask[T]) -> None:
+        """Put a call taken by :meth:`served` back at the head of its tree (its grant was
+        not written)."""
+        queue = self._trees.get(ask.tree)
+        if queue is None:
+            self._trees[ask.tree] = deque((ask,))
+        else:
+            queue.appendleft(ask)
+
     def served(self, tree: str) -> Ask[T]:
         """Take the head of ``tree``, which goes to the back of the rotation."""
         queue = self._trees.pop(tree)

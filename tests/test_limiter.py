@@ -688,3 +688,32 @@ async def test_a_grant_decided_in_the_callers_task_is_appended_by_the_write_behi
         events = await _events(store, "limiter/fleet")
         assert [type(e).__name__ for e in events] == ["GrantIssued", "GrantSettled"]
         assert events[0] == grant
+
+
+async def test_shared_limiters_of_two_runtimes_on_one_store_hold_one_limit(virtual_clock):
+    # The PostgreSQL test (test_limiter_postgres.py) runs this across real connections.
+    store = InMemoryEventStore()
+    policy = LimiterPolicy(models={"*": Limit(requests_per_minute=10)})
+    async with open_runtime(store=store) as a, open_runtime(store=store) as b:
+        limiters = [
+            await spawn_limiter(a, policy, shared=True),
+            await spawn_limiter(b, policy, shared=True),
+        ]
+
+        async def caller(number: int) -> None:
+            limiter = limiters[number % 2]
+            with trio.move_on_after(30):
+                while True:
+                    grant = await limiter.acquire(
+                        provider="p", model="m", tenant="t", tree=f"t{number}", tokens=1
+                    )
+                    limiter.settle(grant, 1)
+
+        async with trio.open_nursery() as nursery:
+            for number in range(6):
+                nursery.start_soon(caller, number)
+        stats = [await limiter.statistics() for limiter in limiters]
+    events = await _events(store, "limiter/fleet")
+    _check_log(events, policy)
+    assert [s.issued for s in stats] == [10, 10]
+    assert sum(isinstance(e, GrantIssued) for e in events) == 10
