@@ -37,6 +37,7 @@ from ._limiter_core import (
     LimiterPolicy,
     LimiterState,
     admit,
+    admit_one,
     evolve,
     expired,
     next_change,
@@ -232,19 +233,14 @@ class LimiterActor(EventSourcedActor[LimiterState]):
         """A grant decided in the caller's task, or ``None`` when the caller must ask the
         actor: others wait (fairness), the write-behind is full, or it does not fit now.
         The same admission as the actor's, on the same projected state."""
-        if len(self._queue) or self._unflushed >= _UNFLUSHED:
+        if self._queue or self._unflushed >= _UNFLUSHED:
             return None
-        queue: FairQueue[None] = FairQueue()
         ask = Ask(
             provider=provider, model=model, tenant=tenant, tree=tree, tokens=tokens, token=None
         )
-        queue.push(ask)
-        if too_large(self._policy, ask) is not None:
-            return None  # the actor answers it with the typed error
-        granted = admit(self._projected, self._policy, queue, self.context.runtime.clock.now())
-        if not granted:
-            return None
-        grant = granted[0][1]
+        grant = admit_one(self._projected, self._policy, ask, self.context.runtime.clock.now())
+        if grant is None:
+            return None  # the actor queues it (or answers a call too large with the error)
         self._record(grant)
         self._unflushed += 1
         self._dirty.set()
@@ -264,7 +260,7 @@ class LimiterActor(EventSourcedActor[LimiterState]):
         self._record(
             GrantSettled(grant_id=grant_id, tokens=tokens, at=self.context.runtime.clock.now())
         )
-        if len(self._queue):
+        if self._queue:
             self.context.ref.tell_nowait(_Tick())
         else:
             self._dirty.set()

@@ -381,6 +381,9 @@ class FairQueue(Generic[T]):
     def __len__(self) -> int:
         return sum(len(q) for q in self._trees.values())
 
+    def __bool__(self) -> bool:
+        return bool(self._trees)  # a tree leaves the rotation when its last call does
+
     def trees(self) -> list[str]:
         """Trees with waiting calls, in rotation order."""
         return list(self._trees)
@@ -533,6 +536,32 @@ def admit(
             else:
                 reserved.update(buckets)
     return granted
+
+
+def admit_one(
+    state: LimiterState,
+    policy: LimiterPolicy,
+    ask: Ask[T],
+    now: float,
+) -> GrantIssued | None:
+    """The grant :func:`admit` would issue to ``ask`` alone in the queue at ``now``, or
+    ``None`` (it does not fit, its model is backing off, or it is too large ever to fit);
+    without building a queue, for a caller deciding its own grant when nobody waits."""
+    buckets = ask.buckets
+    until = state.backoff.get(buckets[0])
+    if until is not None and until > now:
+        return None
+    if not _Load(state, now).fits(policy, buckets, ask.tokens):
+        return None
+    return GrantIssued(
+        grant_id=str(state.issued + 1),
+        provider=ask.provider,
+        model=ask.model,
+        tenant=ask.tenant,
+        tree=ask.tree,
+        tokens=ask.tokens,
+        at=now,
+    )
 
 
 def next_change(state: LimiterState, policy: LimiterPolicy, now: float) -> float | None:

@@ -21,6 +21,7 @@ from actors._limiter_core import (
     GrantSettled,
     LimiterState,
     admit,
+    admit_one,
     evolve,
     in_window,
     next_change,
@@ -80,7 +81,12 @@ class Model:
             self.pruned_at = event.at  # the fold drops what is older than a minute before
 
     def pump(self) -> list[GrantIssued]:
+        # A lone waiting call: the caller's own decision (admit_one) is admit's.
+        alone = self.queue.head(self.queue.trees()[0]) if len(self.queue) == 1 else None
+        decided = None if alone is None else admit_one(self.state, self.policy, alone, self.now)
         granted = [g for _, g in admit(self.state, self.policy, self.queue, self.now)]
+        if alone is not None:
+            assert decided == (granted[0] if granted else None)
         for grant in granted:
             self.check_grant(grant)
             self.fold(grant)
