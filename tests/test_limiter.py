@@ -723,3 +723,19 @@ async def test_shared_limiters_of_two_runtimes_on_one_store_hold_one_limit(virtu
     _check_log(events, policy)
     assert [s.issued for s in stats] == [10, 10]
     assert sum(isinstance(e, GrantIssued) for e in events) == 10
+
+
+async def test_at_most_64_grants_wait_for_the_write_behind(virtual_clock):
+    # The 65th call in a row (no time passing, so the write-behind has not run) is asked
+    # of the actor, whose append holds it and the 64 decided before it.
+    store = InMemoryEventStore()
+    async with open_runtime(store=store) as runtime:
+        limiter = await spawn_limiter(runtime, LimiterPolicy())
+        before = trio.current_time()
+        for _ in range(65):
+            await limiter.acquire(provider="p", model="m", tenant="t", tree="a", tokens=1)
+        assert trio.current_time() == before
+        events = await _events(store, "limiter/fleet")
+        assert [e.grant_id for e in events if isinstance(e, GrantIssued)] == [
+            str(n) for n in range(1, 66)
+        ]

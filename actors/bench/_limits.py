@@ -3,7 +3,10 @@
 * ``limiter_overhead_us_p50``: the median of (grant + the call + its settle) minus the
   median of the bare call, a no-op ``async`` function, over sequential calls, on the
   in-memory store (``..._sqlite``: on SQLite, where each grant is one durable commit; the
-  settle's commit runs behind the caller). Bar <= 50 us (in memory).
+  settle's commit runs behind the caller). Bar <= 50 us (in memory). The grant is decided
+  in the caller's task and appended by the write-behind (docs/limits.md);
+  ``..._shared`` is the same for a limiter of ``shared=True`` (in memory), whose every
+  grant is an ask of the actor and an append before it is told.
   ``limiter_overhead_us_per_call_100_callers``: the limiter's cost per call with 100
   callers at once (total time less the bare calls', over the calls): grants that fit
   together share one append.
@@ -44,10 +47,10 @@ async def _noop() -> None:
     await trio.lowlevel.checkpoint()
 
 
-async def _overhead(calls: int, store: EventStore | None) -> float:
+async def _overhead(calls: int, store: EventStore | None, *, shared: bool = False) -> float:
     async with open_runtime(store=store, seed=1) as runtime:
         limiter = await spawn_limiter(
-            runtime, LimiterPolicy(models={"*": Limit(requests_per_minute=10**9)})
+            runtime, LimiterPolicy(models={"*": Limit(requests_per_minute=10**9)}), shared=shared
         )
         bare: list[float] = []
         limited: list[float] = []
@@ -160,6 +163,9 @@ def run(args: argparse.Namespace) -> dict[str, float | int | str]:
                 return await _overhead(calls // 3, store)
 
     figures["limiter_overhead_us_p50_sqlite"] = trio.run(on_sqlite)
+    figures["limiter_overhead_us_p50_shared"] = trio.run(
+        partial(_overhead, calls, None, shared=True)
+    )
     figures["limiter_overhead_us_per_call_100_callers"] = trio.run(_throughput, 100, calls // 30)
     minutes = 2.0 if args.quick else 10.0
     for noisy in (False, True):
