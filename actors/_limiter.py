@@ -204,7 +204,10 @@ class LimiterActor(EventSourcedActor[LimiterState]):
             self.context.start_soon(self._write_behind, name=f"{self.context.path} write-behind")
 
     async def on_stop(self) -> None:
-        # A stop (not a crash) appends what the write-behind still holds.
+        # A stop (not a crash) appends what the write-behind still holds; from here on
+        # the callers ask (and find the actor stopped).
+        if self._local is not None and self._local.actor is self:
+            self._local.actor = None
         if self._pending:
             events, self._pending, self._unflushed = self._pending, [], 0
             await self.persist(events, folded=self._projected)

@@ -295,15 +295,18 @@ def evolve(state: LimiterState, event: object) -> LimiterState:
         busy = dict(state.busy)
         for bucket in held.buckets:
             busy[bucket] = busy.get(bucket, 0) + 1
-        return attrs.evolve(
-            state,
+        opened = dict(state.open)
+        opened[event.grant_id] = held
+        return LimiterState(  # not attrs.evolve: this is the hot path of every grant
             window=_appended(window, held),
             totals=totals,
             busy=busy,
-            open={**state.open, event.grant_id: held},
+            open=opened,
             backoff=backoff,
             issued=state.issued + 1,
+            settled=state.settled,
             tokens_granted=state.tokens_granted + event.tokens,
+            tokens_used=state.tokens_used,
         )
     if isinstance(event, GrantSettled):
         totals = dict(state.totals)
@@ -316,18 +319,20 @@ def evolve(state: LimiterState, event: object) -> LimiterState:
             for bucket in held.buckets:
                 requests, tokens = totals[bucket]
                 totals[bucket] = (requests, tokens - held.tokens + event.tokens)
-            settled = attrs.evolve(held, tokens=event.tokens)
+            settled = Held(held.grant_id, held.buckets, event.tokens, held.at)
             chunk = (*chunk[:place], settled, *chunk[place + 1 :])
             window = (*window[:number], chunk, *window[number + 1 :])
         still_open = dict(state.open)
         closed = still_open.pop(event.grant_id, None)
-        return attrs.evolve(
-            state,
+        return LimiterState(
             window=window,
             totals=totals,
             busy=_release(state.busy, () if closed is None else (closed,)),
             open=still_open,
+            backoff=state.backoff,
+            issued=state.issued,
             settled=state.settled + 1,
+            tokens_granted=state.tokens_granted,
             tokens_used=state.tokens_used + event.tokens,
         )
     if isinstance(event, GrantsExpired):
