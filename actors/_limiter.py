@@ -246,7 +246,10 @@ class LimiterActor(EventSourcedActor[LimiterState]):
             return None  # the actor queues it (or answers a call too large with the error)
         self._record(grant)
         self._unflushed += 1
-        self._dirty.set()
+        if self._unflushed == _UNFLUSHED // 2:  # a burst: append now, before the bound is met
+            self.context.ref.tell_nowait(_Tick())
+        else:
+            self._dirty.set()
         return grant
 
     def backoff_now(self, provider: str, model: str, retry_after: float) -> None:
