@@ -739,3 +739,50 @@ async def test_at_most_64_grants_wait_for_the_write_behind(virtual_clock):
             unwritten.append(told - written)
         assert trio.current_time() == before
         assert 0 < max(unwritten) <= 64
+
+
+class _Racing:
+    """A store that lets another node append to the limiter's stream just before this
+    node's next append there: the append then meets a version conflict."""
+
+    def __init__(self, store: InMemoryEventStore) -> None:
+        self._store = store
+        self.before_append = None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def append(self, stream, events, expected_version, *args, **kwargs):
+        race, self.before_append = self.before_append, None
+        if race is not None and stream == "limiter/fleet":
+            await race()
+        return await self._store.append(stream, events, expected_version, *args, **kwargs)
+
+
+async def test_a_shared_limiter_whose_append_conflicts_folds_the_other_and_decides_again(
+    virtual_clock, caplog
+):
+    caplog.set_level("DEBUG", logger="powertrio.limiter")
+    store = InMemoryEventStore()
+    racing = _Racing(store)
+    policy = LimiterPolicy(models={"*": Limit(requests_per_minute=2)})
+    async with open_runtime(store=store) as a, open_runtime(store=racing) as b:
+        first = await spawn_limiter(a, policy, shared=True)
+        second = await spawn_limiter(b, policy, shared=True)
+        theirs: list[GrantIssued] = []
+
+        async def other_node() -> None:
+            theirs.append(
+                await first.acquire(provider="p", model="m", tenant="t", tree="x", tokens=1)
+            )
+
+        racing.before_append = other_node
+        mine = await second.acquire(provider="p", model="m", tenant="t", tree="y", tokens=1)
+        with trio.move_on_after(10) as waited:  # the limit is spent: a third call waits
+            await first.acquire(provider="p", model="m", tenant="t", tree="x", tokens=1)
+        assert waited.cancelled_caught
+    assert [g.grant_id for g in theirs] == ["1"]
+    assert mine.grant_id == "2"
+    events = await _events(store, "limiter/fleet")
+    assert [e.grant_id for e in events if isinstance(e, GrantIssued)] == ["1", "2"]
+    assert "another node appended first; deciding again" in caplog.text
