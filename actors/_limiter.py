@@ -139,8 +139,11 @@ class LimiterStatistics:
 
 @final
 class LimiterActor(EventSourcedActor[LimiterState]):
-    """Issues grants in the order :func:`~actors._limiter_core.admit` decides; each grant,
-    settle, expiry and 429 backoff is appended before anyone is told.
+    """Issues grants in the order :func:`~actors._limiter_core.admit` decides; each grant
+    it issues is appended before its caller is told. Grants, settles and backoffs decided
+    in callers' tasks (:meth:`grant_now`) are appended by its write-behind, in the order
+    they were decided, at most :data:`_FLUSH_AFTER` later and never more than
+    :data:`_UNFLUSHED` grants behind (docs/limits.md argues what a crash can lose).
 
     Its state is small (the last minute of grants, the open ones, the backoffs), so it
     snapshots every 1000 events and a restart folds at most that many."""
@@ -317,9 +320,11 @@ class LimiterActor(EventSourcedActor[LimiterState]):
         return None
 
     async def _pump(self) -> None:
-        """Append what the messages since the last pump decided (settles, backoffs), the
-        expiries due and every grant that fits now, as one append; then wake up again when
-        the windows next change, if anyone still waits.
+        """Append what was decided since the last pump (settles, backoffs, and the grants
+        decided in callers' tasks), the expiries due and every waiting call that fits now,
+        as one append; then wake up again when the windows next change, if anyone still
+        waits. Shared: fold the other nodes' appends first, and on a conflict fold them
+        and decide again.
 
         A settle or a backoff is thus appended with the next grant or when the mailbox
         runs dry, never after a grant it made room for; a crash before that loses it (the
