@@ -161,11 +161,10 @@ def test_a_node_killed_mid_run_leaves_the_run_to_the_next_node(db: Path) -> None
     lines = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]
     kinds = {"fleet.run_started", "fleet.run_finished"}
     runs = [(e["type"], e["data"]["run_id"]) for e in lines if e["type"] in kinds]
-    assert runs[:3] == [
-        ("fleet.run_started", "run-1"),
-        ("fleet.run_finished", "run-1"),
-        ("fleet.run_started", "run-2"),
-    ]
+    # run-1 ends once and is not started again; whether run-2 began before the SIGTERM
+    # depends on the machine's pace (the drain postpones the next firing).
+    assert runs[:2] == [("fleet.run_started", "run-1"), ("fleet.run_finished", "run-1")]
+    assert runs[2:3] in ([], [("fleet.run_started", "run-2")])
     first_end = next(e for e in lines if e["type"] == "fleet.run_finished")
     assert first_end["data"]["status"] == "completed"
     shown = _cli(db, "show", "ticker-1")
