@@ -19,6 +19,7 @@ interrupted: the transcripts stay valid) and records that it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, final
@@ -27,7 +28,12 @@ import attrs
 import trio
 
 from protocols import LLM, encode
-from protocols.errors import ConfigError, PowertrioError
+from protocols.errors import (
+    ActorStoppedError,
+    ConfigError,
+    PowertrioError,
+    RemoteSessionError,
+)
 from runtime import NewEvent, Postpone
 
 from ._fleet_agent import AgentConfig, FleetAgentActor
@@ -112,6 +118,7 @@ class FleetNode:
         self._sessions: dict[str, Session | ClusterSession] = {}
         self._unrecorded: set[str] = set()
         self._changed = trio.Event()
+        self._reconciling = trio.Lock()
         self._drain = trio.Event()
         self._drain_reason = ""
         self._stop_now = trio.Event()
@@ -203,8 +210,25 @@ class FleetNode:
                 await changed.wait()
 
     async def _reconcile(self) -> None:
+        # Two tasks reconcile (the control stream's and the leases'): one at a time, or
+        # both would spawn the same agent.
+        async with self._reconciling:
+            await self._reconcile_now()
+
+    def _gone(self, name: str) -> bool:
+        """Whether the agent's actor has stopped (its shard was lost: the cluster node
+        stopped it) though this node still has its ref."""
+        return not self._refs[name].alive
+
+    async def _reconcile_now(self) -> None:
         now = self.runtime.clock.now()
-        for name in [n for n in self._refs if not self.owns(n)]:  # its shard moved on
+        # On a fleet of nodes: agents whose shard moved on, or went and came back.
+        moved = (
+            []
+            if self.host is None
+            else [n for n in self._refs if not self.owns(n) or self._gone(n)]
+        )
+        for name in moved:
             self._configs.pop(name, None)
             await self.runtime.stop(self._refs.pop(name))
         for name, declared in sorted(self._control.agents.items()):
@@ -325,11 +349,15 @@ class FleetNode:
         await self._append(
             FleetNodeDraining(node=self.node, reason=self._drain_reason, deadline=deadline)
         )
-        for name, ref in self._refs.items():
-            self._configs[name] = attrs.evolve(self._configs[name], draining=True)
-            await ref.tell(self._configs[name])
+        async with self._reconciling:  # no agent comes or goes meanwhile
+            for name, ref in self._refs.items():
+                self._configs[name] = attrs.evolve(self._configs[name], draining=True)
+                with contextlib.suppress(ActorStoppedError):  # its shard was just lost
+                    await ref.tell(self._configs[name])
         for session in list(self._sessions.values()):
-            await session.cancel("the node is draining", mode="after_turn", by="fleet")
+            # A run's session on another node may be moving: its new owner finishes it.
+            with contextlib.suppress(RemoteSessionError):
+                await session.cancel("the node is draining", mode="after_turn", by="fleet")
         with trio.move_on_after(self.drain_deadline):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._wait_recorded, nursery.cancel_scope)
@@ -338,7 +366,8 @@ class FleetNode:
         if self._unrecorded:
             self.cancelled_runs = len(self._sessions)
             for session in list(self._sessions.values()):
-                await session.cancel("the node stopped at once", mode="immediate", by="fleet")
+                with contextlib.suppress(RemoteSessionError):
+                    await session.cancel("the node stopped at once", mode="immediate", by="fleet")
             with trio.move_on_after(5.0):
                 await self._wait_recorded(None)
         for ref in self._refs.values():  # the agents go with their node

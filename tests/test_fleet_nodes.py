@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -27,6 +28,7 @@ import trio
 
 from actors.testing import assert_runs_end_once, assert_timers_fire_once
 from runtime import RecordedEvent, open_postgres_store
+from runtime._node import shard_of
 from runtime.testing import PostgresServer
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -129,6 +131,29 @@ def _scrape(port: int) -> str:
         return ""
 
 
+def _metrics_args(port: int | None) -> tuple[str, ...]:
+    return () if port is None else ("--metrics-port", str(port))
+
+
+def _settled(dsn: str) -> bool:
+    """The two nodes hold 8 shards each, every agent runs on the node holding its shard
+    (as ``fleet status`` says), and every agent has finished a run."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            rows = conn.execute(
+                "SELECT shard, node FROM powertrio.shard_leases WHERE expires_at > now()"
+            ).fetchall()
+        except psycopg.errors.UndefinedTable:  # no node has started yet
+            return False
+    holder = {int(shard): str(node) for shard, node in rows}
+    if sorted(Counter(holder.values()).values()) != [8, 8]:
+        return False
+    status = _status(dsn)
+    return all(
+        s["node"] == holder.get(shard_of(n, 16)) and _runs(s) >= 1 for n, s in status.items()
+    )
+
+
 def _runs(agent: dict[str, object]) -> int:
     last = agent["last_run"]
     return 0 if not isinstance(last, str) else int(last.removeprefix("run-"))
@@ -146,45 +171,50 @@ def test_two_nodes_split_a_fleet_and_one_takes_over_when_the_other_is_killed(
     fleet.write_text(FLEET, encoding="utf-8")
     applied = _cli(dsn, "fleet", "apply", str(fleet))
     assert applied.returncode == 0, applied.stderr
-    port = _free_port() if importlib.util.find_spec("prometheus_client") else None
-    a = Serve(dsn, "a", tmp_path / "a.log")
-    metrics = () if port is None else ("--metrics-port", str(port))
-    b = Serve(dsn, "b", tmp_path / "b.log", *metrics)
-    nodes = [a, b]
+    otel = importlib.util.find_spec("prometheus_client") is not None
+    ports = {name: _free_port() for name in ("a", "b")} if otel else {}
+    nodes = [
+        Serve(dsn, name, tmp_path / f"{name}.log", *_metrics_args(ports.get(name)))
+        for name in ("a", "b")
+    ]
     try:
-        state: dict[str, dict[str, object]] = {}
-
-        def split_and_running() -> bool:
-            state.update(_status(dsn))
-            hosts = {str(s["node"]) for s in state.values()}
-            return hosts == {"a", "b"} and all(_runs(s) >= 1 for s in state.values())
-
-        _wait("both nodes hosting agents, every agent past its first run", split_and_running, nodes)
-        # Which agents the victim holds settles as shards balance: read it at the kill.
-        a.proc.send_signal(signal.SIGKILL)
-        a.proc.wait()
+        _wait(
+            "the shards split 8/8, each agent on its shard's node, past its first run",
+            lambda: _settled(dsn),
+            nodes,
+        )
+        hosted = Counter(str(s["node"]) for s in _status(dsn).values())
+        victim_name = hosted.most_common(1)[0][0]
+        victim = next(n for n in nodes if n.name == victim_name)
+        b = next(n for n in nodes if n.name != victim_name)  # the survivor
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
         at_kill = _status(dsn)
-        moved = sorted(n for n, s in at_kill.items() if s["node"] == "a")
+        moved = sorted(n for n, s in at_kill.items() if s["node"] == victim_name)
         assert moved, at_kill
         runs_at_kill = {n: _runs(s) for n, s in at_kill.items()}
 
         def taken_over() -> bool:
             now = _status(dsn)
-            return all(s["node"] == "b" and _runs(s) >= runs_at_kill[n] + 2 for n, s in now.items())
+            return all(
+                s["node"] == b.name and _runs(s) >= runs_at_kill[n] + 2 for n, s in now.items()
+            )
 
-        _wait(f"node b running {moved} (ttl 3 s)", taken_over, [b])
-        if port is not None:  # the otel extra: b's lease gauge counts every shard (16)
+        _wait(f"node {b.name} running {moved} (ttl 3 s)", taken_over, [b])
+        if otel:  # the survivor's lease gauge counts every shard (16)
             scraped = {"text": ""}
+            held = f'powertrio_leases{{node="{b.name}",state="shards_held"}} 16.0'
 
             def all_shards() -> bool:
-                scraped["text"] = _scrape(port)
-                return 'powertrio_leases{node="b",state="shards_held"} 16.0' in scraped["text"]
+                scraped["text"] = _scrape(ports[b.name])
+                return held in scraped["text"]
 
-            _wait("b's /metrics counting 16 shards", all_shards, [b])
-            assert 'powertrio_leases{node="b",state="shards_surplus"} 0.0' in scraped["text"]
+            _wait(f"{b.name}'s /metrics counting 16 shards", all_shards, [b])
+            surplus = f'powertrio_leases{{node="{b.name}",state="shards_surplus"}} 0.0'
+            assert surplus in scraped["text"]
         b.proc.send_signal(signal.SIGTERM)
         assert b.proc.wait(timeout=60) == 0, b.text()
-        assert "node b drained" in b.text()
+        assert f"node {b.name} drained" in b.text()
     finally:
         for node in nodes:
             node.close()
@@ -202,6 +232,7 @@ def test_two_nodes_split_a_fleet_and_one_takes_over_when_the_other_is_killed(
     # b handed every shard back as it left.
     with psycopg.connect(dsn, autocommit=True) as conn:
         held = conn.execute(
-            "SELECT count(*) FROM powertrio.shard_leases WHERE node = 'b' AND expires_at > now()"
+            "SELECT count(*) FROM powertrio.shard_leases WHERE node = %s AND expires_at > now()",
+            (b.name,),
         ).fetchone()
     assert held == (0,)
