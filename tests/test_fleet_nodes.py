@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
+import _postgres
 import psycopg
 import pytest
 import trio
@@ -236,3 +237,27 @@ def test_two_nodes_split_a_fleet_and_one_takes_over_when_the_other_is_killed(
             (b.name,),
         ).fetchone()
     assert held == (0,)
+
+
+async def test_a_fleet_node_must_place_its_agents_streams(postgres_server: PostgresServer) -> None:
+    """A node whose ``placed`` leaves out ``fleet/agent`` would run agents unfenced."""
+    from actors import FLEET_PLACED, FleetNode, host_node
+    from protocols.errors import ConfigError
+    from runtime import Node, open_runtime
+
+    schema = _postgres.fresh_schema()
+    try:
+        async with (
+            open_postgres_store(postgres_server.dsn(), schema=schema) as store,
+            open_runtime(store=store, node=Node(name="a")) as runtime,
+            host_node(runtime, {}) as host,
+        ):
+            with pytest.raises(ConfigError) as caught:
+                FleetNode(runtime, node="a", llm_for=lambda _decl: None, host=host)  # type: ignore[arg-type, return-value]
+    finally:
+        await _postgres.drop_schema(postgres_server, schema)
+    assert str(caught.value) == (
+        "a fleet node on PostgreSQL must place its agents' streams: open the runtime with "
+        f"Node(placed={FLEET_PLACED!r})"
+    )
+    assert FLEET_PLACED == ("session", "fleet/agent")
