@@ -355,8 +355,9 @@ class FleetNode:
                 with contextlib.suppress(ActorStoppedError):  # its shard was just lost
                     await ref.tell(self._configs[name])
         for session in list(self._sessions.values()):
-            # A run's session on another node may be moving: its new owner finishes it.
-            with contextlib.suppress(RemoteSessionError):
+            # Its run may have just ended (the session stops with it), or a session on
+            # another node may be moving (its new owner finishes the run).
+            with contextlib.suppress(ActorStoppedError, RemoteSessionError):
                 await session.cancel("the node is draining", mode="after_turn", by="fleet")
         with trio.move_on_after(self.drain_deadline):
             async with trio.open_nursery() as nursery:
@@ -366,7 +367,7 @@ class FleetNode:
         if self._unrecorded:
             self.cancelled_runs = len(self._sessions)
             for session in list(self._sessions.values()):
-                with contextlib.suppress(RemoteSessionError):
+                with contextlib.suppress(ActorStoppedError, RemoteSessionError):
                     await session.cancel("the node stopped at once", mode="immediate", by="fleet")
             with trio.move_on_after(5.0):
                 await self._wait_recorded(None)
