@@ -44,6 +44,7 @@ from ._fleet_file import ScheduleDecl as ScheduleDecl
 from ._fleet_file import code_version as code_version
 from ._fleet_file import load_tool as load_tool
 from ._fleet_file import parse_fleet_file as parse_fleet_file
+from ._fleet_node import FLEET_PLACED as FLEET_PLACED
 from ._fleet_node import FleetNode as FleetNode
 from ._fleet_node import NodeService as NodeService
 from ._limiter import Limiter as Limiter

@@ -227,6 +227,11 @@ class NodeHost:
             self._agents[session_id] = agent
         return ClusterSession(self, session_id)
 
+    def define(self, agent: str, spec: AgentSpec) -> None:
+        """Add ``agent`` to the catalog, or give it a new spec (a fleet's agents change
+        with ``powertrio fleet apply``): sessions spawned from now on run ``spec``."""
+        self._catalog[agent] = spec
+
     def _unknown(self, agent: str) -> str:
         known = ", ".join(sorted(self._catalog)) or "none"
         return f"agent {agent!r} is not in this node's catalog (known: {known})"
@@ -292,6 +297,8 @@ class NodeHost:
         for session_id in [s for s in self._local if self.node.shard_of_session(s) in shards]:
             session = self._local.pop(session_id)
             await self.runtime.stop(session.ref)
+        # And every other actor owning a placed stream there (a fleet agent's, say).
+        await self.node.stop_owners(shards)
 
     async def _resume_shards(self, shards: set[int]) -> None:
         """Spawn every session placed in ``shards``: each folds its log and resumes an

@@ -1,10 +1,14 @@
 """A fleet node: one process hosting the fleet's agents, their schedules and their runs.
 
 On SQLite one node owns every agent (``powertrio serve`` holds the log's driver lock).
-What a node owns is one decision, :meth:`FleetNode.owns`: a lease layer over PostgreSQL
-replaces it (and hands agents over when a node drains), and nothing else changes: each
-agent is an actor whose stream holds its timers and runs, so whichever node starts it
-next folds the same history.
+What a node owns is one decision, :meth:`FleetNode.owns`. On PostgreSQL (``host=``, a
+:class:`NodeHost` of a runtime opened with ``node=``) an agent's stream
+``fleet/agent/<name>`` is placed and fenced like a session's (``FLEET_PLACED``): the node
+holding its shard hosts the agent, and nothing else changes: each agent is an actor whose
+stream holds its timers and runs, so whichever node starts it next folds the same
+history. A run's session is a session of the fleet like any other: it lives on the node
+holding *its* shard, and the agent reaches it by id (``NodeHost.create``), so an
+interrupted run resumes on whichever node takes that shard over.
 
 Draining (SIGTERM, or ``powertrio fleet drain NODE``): the node stops taking work (due
 timers are postponed in memory and stay pending in the log for the next node), asks each
@@ -15,6 +19,7 @@ interrupted: the transcripts stay valid) and records that it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, final
@@ -23,12 +28,18 @@ import attrs
 import trio
 
 from protocols import LLM, encode
-from protocols.errors import ConfigError
+from protocols.errors import (
+    ActorStoppedError,
+    ConfigError,
+    PowertrioError,
+    RemoteSessionError,
+)
 from runtime import NewEvent, Postpone
 
 from ._fleet_agent import AgentConfig, FleetAgentActor
 from ._fleet_control import ControlState, read_control
 from ._fleet_events import (
+    AGENT_PREFIX,
     NODE_PREFIX,
     FleetAgentUnavailable,
     FleetNodeDraining,
@@ -42,11 +53,16 @@ from ._session_spawn import spawn_agent
 if TYPE_CHECKING:
     from runtime import ActorRef, Runtime
 
+    from ._cluster import ClusterSession, NodeHost
     from ._session_events import RunResult
     from ._session_handle import Session
     from ._tools import Tool
 
-__all__ = ["FleetNode", "NodeService"]
+__all__ = ["FLEET_PLACED", "FleetNode", "NodeService"]
+
+FLEET_PLACED = ("session", AGENT_PREFIX.rstrip("/"))
+"""``Node(placed=...)`` of a fleet's nodes: sessions, and each agent's own stream (by its
+name), are placed on shards and fenced. Every node of a fleet must place the same."""
 
 NodeService = Callable[["FleetNode"], Awaitable[None]]
 """Something a node runs beside its agents for as long as it serves (a metrics endpoint,
@@ -64,6 +80,9 @@ class FleetNode:
         drain_deadline: seconds runs get to finish their turn once draining.
         poll: seconds between reads of the control stream (other processes append to it).
         services: run beside the agents while the node serves.
+        host: on a fleet of nodes (PostgreSQL), the node's session host: the node then
+            hosts the agents whose shards it holds, follows them as leases move, and
+            runs each run's session wherever that session's shard is.
     """
 
     def __init__(
@@ -75,8 +94,16 @@ class FleetNode:
         drain_deadline: float = 30.0,
         poll: float = 1.0,
         services: Sequence[NodeService] = (),
+        host: NodeHost | None = None,
     ) -> None:
+        if host is not None and host.node.shard_of_stream(AGENT_PREFIX + "x") is None:
+            msg = (
+                f"a fleet node on PostgreSQL must place its agents' streams: open the "
+                f"runtime with Node(placed={FLEET_PLACED!r})"
+            )
+            raise ConfigError(msg)
         self.runtime = runtime
+        self.host = host
         self.node = node
         self._llm_for = llm_for
         self.drain_deadline = drain_deadline
@@ -86,10 +113,12 @@ class FleetNode:
         self._refs: dict[str, ActorRef[object]] = {}
         self._configs: dict[str, AgentConfig] = {}
         self._tools: dict[str, tuple[Tool[..., object], ...]] = {}
+        self._loaded: dict[str, AgentDecl] = {}  # the declaration _tools were loaded for
         self._unavailable: dict[str, AgentDecl] = {}
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, Session | ClusterSession] = {}
         self._unrecorded: set[str] = set()
         self._changed = trio.Event()
+        self._reconciling = trio.Lock()
         self._drain = trio.Event()
         self._drain_reason = ""
         self._stop_now = trio.Event()
@@ -119,8 +148,14 @@ class FleetNode:
         return sorted(self._refs)
 
     def owns(self, name: str) -> bool:
-        """Whether this node hosts agent ``name``: on SQLite, every agent."""
-        return True
+        """Whether this node hosts agent ``name``: on SQLite, every agent; on a fleet of
+        nodes, the agents whose stream's shard this node holds (a surplus shard being
+        handed back is no longer counted).
+        """
+        if self.host is None:
+            return True
+        node = self.host.node
+        return node.shard_of_stream(AGENT_PREFIX + name) in node.held
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -140,6 +175,8 @@ class FleetNode:
             for service in self._services:
                 nursery.start_soon(service, self)
             nursery.start_soon(self._follow_control, start_version)
+            if self.host is not None:
+                nursery.start_soon(self._follow_leases)
             await self._drain.wait()
             nursery.cancel_scope.cancel()
         await self._drain_runs()
@@ -158,14 +195,49 @@ class FleetNode:
             if not self.draining:
                 await self._reconcile()
 
+    async def _follow_leases(self) -> None:
+        """Host the agents of the shards that come, drop those of the shards that go
+        (their actors are stopped by the cluster node before the shard is handed back),
+        and retry every ``poll`` an agent that could not start yet (its actor was still
+        stopping)."""
+        assert self.host is not None
+        node = self.host.node
+        while True:
+            changed = node.change_event
+            if not self.draining:
+                await self._reconcile()
+            with trio.move_on_after(self._poll):
+                await changed.wait()
+
     async def _reconcile(self) -> None:
+        # Two tasks reconcile (the control stream's and the leases'): one at a time, or
+        # both would spawn the same agent.
+        async with self._reconciling:
+            await self._reconcile_now()
+
+    def _gone(self, name: str) -> bool:
+        """Whether the agent's actor has stopped (its shard was lost: the cluster node
+        stopped it) though this node still has its ref."""
+        return not self._refs[name].alive
+
+    async def _reconcile_now(self) -> None:
         now = self.runtime.clock.now()
+        # On a fleet of nodes: agents whose shard moved on, or went and came back.
+        moved = (
+            []
+            if self.host is None
+            else [n for n in self._refs if not self.owns(n) or self._gone(n)]
+        )
+        for name in moved:
+            self._configs.pop(name, None)
+            await self.runtime.stop(self._refs.pop(name))
         for name, declared in sorted(self._control.agents.items()):
-            if not self.owns(name):
+            owned = self.owns(name)
+            if not owned and self.host is None:
                 continue
             decl = declared.decl
             tools = self._tools.get(name)
-            if tools is None or self._configs[name].decl != decl:
+            if tools is None or self._loaded.get(name) != decl:
                 try:
                     tools = decl.load_tools()
                 except ConfigError as exc:  # this node's code lacks a tool: say so, go on
@@ -178,6 +250,12 @@ class FleetNode:
                         )
                     continue
                 self._tools[name] = tools
+                self._loaded[name] = decl
+                if self.host is not None:  # any node may come to run its sessions
+                    spec = attrs.evolve(decl.spec(tools), llm=self._llm_for(decl))
+                    self.host.define(name, spec)
+            if not owned:
+                continue
             config = AgentConfig(
                 decl=decl,
                 spec_hash=decl.spec_hash(tools),
@@ -190,7 +268,12 @@ class FleetNode:
             self._configs[name] = config
             ref = self._refs.get(name)
             if ref is None:
-                self._refs[name] = await self._spawn(config)
+                try:
+                    self._refs[name] = await self._spawn(config)
+                except PowertrioError:  # its previous actor is still stopping: next round
+                    if self.host is None:
+                        raise
+                    del self._configs[name]
             elif previous is None or attrs_differ(previous, config):
                 await ref.tell(config)
 
@@ -212,6 +295,21 @@ class FleetNode:
     # -- runs -----------------------------------------------------------------------------
 
     async def _run(self, decl: AgentDecl, started: FleetRunStarted) -> RunResult:
+        if self.host is not None:
+            # The run's session lives on the node of its shard (maybe this one): a send
+            # by run id is one run, across retries and failovers.
+            remote = await self.host.create(decl.name, session_id=started.session_id)
+            key = started.run_id + "@" + decl.name
+            self._sessions[key] = remote
+            try:
+                async with trio.open_nursery() as nursery:
+                    if self.draining:
+                        nursery.start_soon(self._cancel_after_turn, remote)
+                    result = await remote.send(started.input, id=started.run_id)
+                    nursery.cancel_scope.cancel()
+                return result
+            finally:
+                del self._sessions[key]
         tools = self._tools.get(decl.name) or decl.load_tools()
         session = await spawn_agent(
             self.runtime,
@@ -233,7 +331,7 @@ class FleetNode:
             with trio.CancelScope(shield=True):
                 await self.runtime.stop(session.ref)
 
-    async def _cancel_after_turn(self, session: Session) -> None:
+    async def _cancel_after_turn(self, session: Session | ClusterSession) -> None:
         # The send has just been asked for: cancel once the session has taken it (a few
         # scheduler passes; the send's end cancels this task).
         while not await session.cancel("the node is draining", mode="after_turn", by="fleet"):  # noqa: ASYNC110
@@ -251,11 +349,16 @@ class FleetNode:
         await self._append(
             FleetNodeDraining(node=self.node, reason=self._drain_reason, deadline=deadline)
         )
-        for name, ref in self._refs.items():
-            self._configs[name] = attrs.evolve(self._configs[name], draining=True)
-            await ref.tell(self._configs[name])
+        async with self._reconciling:  # no agent comes or goes meanwhile
+            for name, ref in self._refs.items():
+                self._configs[name] = attrs.evolve(self._configs[name], draining=True)
+                with contextlib.suppress(ActorStoppedError):  # its shard was just lost
+                    await ref.tell(self._configs[name])
         for session in list(self._sessions.values()):
-            await session.cancel("the node is draining", mode="after_turn", by="fleet")
+            # Its run may have just ended (the session stops with it), or a session on
+            # another node may be moving (its new owner finishes the run).
+            with contextlib.suppress(ActorStoppedError, RemoteSessionError):
+                await session.cancel("the node is draining", mode="after_turn", by="fleet")
         with trio.move_on_after(self.drain_deadline):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._wait_recorded, nursery.cancel_scope)
@@ -264,7 +367,8 @@ class FleetNode:
         if self._unrecorded:
             self.cancelled_runs = len(self._sessions)
             for session in list(self._sessions.values()):
-                await session.cancel("the node stopped at once", mode="immediate", by="fleet")
+                with contextlib.suppress(ActorStoppedError, RemoteSessionError):
+                    await session.cancel("the node stopped at once", mode="immediate", by="fleet")
             with trio.move_on_after(5.0):
                 await self._wait_recorded(None)
         for ref in self._refs.values():  # the agents go with their node

@@ -94,7 +94,9 @@ class Node:
     no ``NOTIFY`` came (a doorbell may be lost with a connection)."""
     placed: tuple[str, ...] = ("session",)
     """Kinds of streams (``kind/key``) that are placed on shards and fenced; other
-    streams are written by any node (the optimistic version check still holds)."""
+    streams are written by any node (the optimistic version check still holds). A kind
+    may have several segments (``"fleet/agent"`` places ``fleet/agent/<name>`` by
+    ``<name>`` and leaves the other ``fleet/...`` streams alone)."""
 
 
 def placement_key(stream: str, placed: tuple[str, ...] = ("session",)) -> str | None:
@@ -103,10 +105,11 @@ def placement_key(stream: str, placed: tuple[str, ...] = ("session",)) -> str | 
     A sub-agent's id extends its root's (``ses_x.1.2``), so a whole agent tree lives in
     the shard of its root session and moves with it.
     """
-    kind, sep, key = stream.partition("/")
-    if not sep or kind not in placed or not key:
-        return None
-    return key.split(".", 1)[0]
+    for kind in placed:
+        prefix = kind + "/"
+        if stream.startswith(prefix) and len(stream) > len(prefix):
+            return stream[len(prefix) :].split(".", 1)[0]
+    return None
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -175,6 +178,11 @@ class ClusterNode:
     def shard_of_session(self, session_id: str) -> int:
         """The shard of a session (and of its sub-agents)."""
         return shard_of(session_id.split(".", 1)[0], self.config.shards)
+
+    def shard_of_stream(self, stream: str) -> int | None:
+        """The shard of a stream, or ``None`` if this node does not place its kind."""
+        key = placement_key(stream, self.config.placed)
+        return None if key is None else shard_of(key, self.config.shards)
 
     def owns(self, session_id: str) -> bool:
         """Whether this node holds the session's shard now."""
@@ -296,6 +304,18 @@ class ClusterNode:
     def attach(self, stop: Callable[[ActorRef[object]], Awaitable[None]]) -> None:
         """How to stop an actor for good (the runtime's ``stop``)."""
         self._stop_owner = stop
+
+    async def stop_owners(self, shards: Collection[int]) -> None:
+        """Stop (and wait for) the local owners of placed streams in ``shards``: a host
+        does so before it hands surplus shards back, so nothing of theirs is fenced."""
+        stop = self._stop_owner
+        if stop is None:
+            return
+        for stream, owner in list(self._owners.items()):
+            key = placement_key(stream, self.config.placed)
+            if key is not None and shard_of(key, self.config.shards) in shards:
+                self._owners.pop(stream, None)
+                await stop(owner)
 
     def _stop_owners(self, shards: set[int]) -> None:
         """Stop the actors of streams in lost shards: whatever they would append is fenced."""

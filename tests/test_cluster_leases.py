@@ -60,6 +60,12 @@ def test_placement_key_puts_a_tree_in_its_roots_shard() -> None:
     assert placement_key("board/main") is None
     assert placement_key("timers") is None
     assert placement_key("board/main", ("board",)) == "main"
+    # A kind of several segments places only its own streams.
+    placed = ("session", "fleet/agent")
+    assert placement_key("fleet/agent/digest", placed) == "digest"
+    assert placement_key("fleet/node/a", placed) is None
+    assert placement_key("fleet", placed) is None
+    assert placement_key("fleet/agent/", placed) is None
 
 
 def test_node_options_are_checked() -> None:

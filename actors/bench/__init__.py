@@ -4,8 +4,8 @@ Run ``python -m actors.bench SUITE [--json] [--quick]`` with ``SUITE`` one of ``
 ``log`` (the kernel's suites, from ``runtime.bench``), ``cluster`` (the kernel's store
 figures, then a fleet of node processes: sends/s, failover, lost, duplicates),
 ``agents``, ``providers``, ``longevity`` (what a session of months costs), ``console``
-(the web console's log page on a session of a million events) and ``limits`` (the fleet
-limiter).
+(the web console's log page on a session of a million events), ``limits`` (the fleet
+limiter) and ``fleet`` (a node's drain).
 """
 
 from __future__ import annotations
@@ -20,5 +20,6 @@ SUITES: dict[str, str] = {
     "longevity": "actors.bench._longevity",
     "console": "actors.bench._console",
     "limits": "actors.bench._limits",
+    "fleet": "actors.bench._fleet",
 }
 """Suite name -> the module whose ``run(args)`` measures it: the kernel's and the agents'."""

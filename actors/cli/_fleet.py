@@ -1,7 +1,10 @@
 """``powertrio serve`` and ``powertrio fleet ...``: host a fleet, declare it, watch and steer it.
 
-``serve`` is one node: it holds the log's driver lock (on SQLite one node owns every
-agent), hosts the agents the control stream declares, and runs their schedules. SIGTERM
+``serve`` is one node. On SQLite it holds the log's driver lock (one node owns every
+agent). On PostgreSQL it joins the fleet as a node (``Node(NAME)``, no driver lock:
+several run at once): it hosts the agents whose shards it holds, and the sessions of
+those shards (``host_node``), and hands them over as leases move. It runs the agents'
+schedules. SIGTERM
 (or Ctrl-C, or ``powertrio fleet drain NODE``) drains it: no new runs, running ones stop
 after their current turn within ``--drain-deadline``, exit 0. A second signal cancels
 what is left at once (transcripts stay valid: open tool calls are closed as interrupted).
@@ -32,7 +35,8 @@ from protocols.errors import ConfigError, InputFileNotFoundError
 from ._common import CliContext, db_lock, fmt_age, fmt_iso, fmt_time, open_log
 
 if TYPE_CHECKING:
-    from actors import AgentDecl, FleetFile, FleetStatus
+    from actors import AgentDecl, FleetFile, FleetNode, FleetStatus, NodeService
+    from runtime import Runtime
 
 __all__ = ["add_fleet_commands", "cmd_fleet", "cmd_serve"]
 
@@ -60,6 +64,19 @@ def add_fleet_commands(
         default=1.0,
         metavar="S",
         help="seconds between reads of the fleet's control stream (default 1)",
+    )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve Prometheus /metrics on this port (needs the otel extra)",
+    )
+    serve.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address /metrics listens on (default 127.0.0.1)",
     )
     fleet = add("fleet", "declare, watch and steer a fleet of long-running agents")
     commands = fleet.add_subparsers(dest="fleet_command", metavar="ACTION", required=True)
@@ -159,27 +176,86 @@ async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
     if args.drain_deadline < 0 or args.poll <= 0:
         msg = "--drain-deadline must be >= 0 and --poll > 0 seconds"
         raise ConfigError(msg)
-    with db_lock(ctx, "serve"):
-        async with open_log(ctx, create=True) as store, open_runtime(store=store) as runtime:
-            node = FleetNode(
-                runtime,
-                node=name,
-                llm_for=_llm_for(ctx),
-                drain_deadline=args.drain_deadline,
-                poll=args.poll,
-            )
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_signals, node, ctx)
-                await nursery.start(node.serve)
-                agents = len(node.agents())
-                ctx.err.print(f"node {name} serving {agents} agents · log {ctx.db}", soft_wrap=True)
-                await node.stopped.wait()
-                nursery.cancel_scope.cancel()
+    services = _metrics_services(args, name)
+    if ctx.dsn is None:
+        with db_lock(ctx, "serve"):
+            async with open_log(ctx, create=True) as store, open_runtime(store=store) as runtime:
+                node = FleetNode(
+                    runtime,
+                    node=name,
+                    llm_for=_llm_for(ctx),
+                    drain_deadline=args.drain_deadline,
+                    poll=args.poll,
+                    services=services(runtime),
+                )
+                await _serve_until_stopped(ctx, node, _metrics_address(args))
+    else:
+        node = await _serve_on_postgres(ctx, args, name, services)
     if ctx.json:
         ctx.emit({"node": name, "drained": True, "cancelled_runs": node.cancelled_runs})
     else:
         ctx.err.print(f"node {name} drained ({node.cancelled_runs} runs cancelled at once)")
     return 0
+
+
+async def _serve_until_stopped(ctx: CliContext, node: FleetNode, metrics: str | None) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_signals, node, ctx)
+        await nursery.start(node.serve)
+        agents = len(node.agents())
+        ctx.err.print(f"node {node.node} serving {agents} agents · log {ctx.db}", soft_wrap=True)
+        if metrics is not None:
+            ctx.err.print(f"metrics on http://{metrics}/metrics", soft_wrap=True)
+        await node.stopped.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def _serve_on_postgres(
+    ctx: CliContext,
+    args: argparse.Namespace,
+    name: str,
+    services: Callable[[Runtime], list[NodeService]],
+) -> FleetNode:
+    """One node of a fleet sharing the PostgreSQL log: no driver lock (the leases say who
+    runs what); leaving (after the drain) hands every shard back at once."""
+    from actors import FLEET_PLACED, FleetNode, host_node
+    from runtime import Node, open_runtime
+
+    async with (
+        open_log(ctx, create=True) as store,
+        open_runtime(store=store, node=Node(name=name, placed=FLEET_PLACED)) as runtime,
+        host_node(runtime, {}) as host,
+    ):
+        node = FleetNode(
+            runtime,
+            node=name,
+            llm_for=_llm_for(ctx),
+            drain_deadline=args.drain_deadline,
+            poll=args.poll,
+            services=services(runtime),
+            host=host,
+        )
+        await _serve_until_stopped(ctx, node, _metrics_address(args))
+    return node
+
+
+def _metrics_address(args: argparse.Namespace) -> str | None:
+    if args.metrics_port is None:
+        return None
+    return f"{args.metrics_host}:{args.metrics_port}"
+
+
+def _metrics_services(
+    args: argparse.Namespace, name: str
+) -> Callable[[Runtime], list[NodeService]]:
+    """The ``/metrics`` endpoint when ``--metrics-port`` asks for it (the ``otel`` extra),
+    checked now, installed on the runtime once it is open."""
+    if args.metrics_port is None:
+        return lambda _runtime: []
+    from ._fleet_metrics import metrics_service
+
+    install = metrics_service(name, args.metrics_host, args.metrics_port)
+    return lambda runtime: [install(runtime)]
 
 
 # -- fleet ------------------------------------------------------------------------------------

@@ -163,13 +163,18 @@ class _RuntimeCollector(Collector):
         metrics = self._metrics
         leases = GaugeMetricFamily(
             "powertrio_leases",
-            "Streams this node owns, by lease state. Single node until leases land: every "
-            "stream whose actor runs here counts as owned.",
+            "What this node owns, by state: `owned` counts the streams whose actor runs "
+            "here; on a node of a fleet (PostgreSQL), `shards_held` the shards it holds a "
+            "lease on and `shards_surplus` those it is handing back.",
             labels=["node", "state"],
         )
         leases.add_metric([metrics.node, "owned"], len(metrics._owned))
-        yield leases
         runtime = metrics._runtime
+        cluster = None if runtime is None else runtime.node
+        if cluster is not None:
+            leases.add_metric([metrics.node, "shards_held"], len(cluster.held))
+            leases.add_metric([metrics.node, "shards_surplus"], len(cluster.surplus))
+        yield leases
         if runtime is None:
             return
         mailboxes = runtime.mailboxes()
