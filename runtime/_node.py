@@ -92,21 +92,25 @@ class Node:
     poll_interval: float = attrs.field(default=0.5, validator=_check_poll)
     """The inbox's backstop: how often pending messages and answers are read even when
     no ``NOTIFY`` came (a doorbell may be lost with a connection)."""
-    placed: tuple[str, ...] = ("session",)
+    placed: tuple[str, ...] = ("session", "board")
     """Kinds of streams (``kind/key``) that are placed on shards and fenced; other
     streams are written by any node (the optimistic version check still holds)."""
 
 
-def placement_key(stream: str, placed: tuple[str, ...] = ("session",)) -> str | None:
+def placement_key(stream: str, placed: tuple[str, ...] = ("session", "board")) -> str | None:
     """The key a stream is placed by, or ``None`` if its kind is not placed.
 
     A sub-agent's id extends its root's (``ses_x.1.2``), so a whole agent tree lives in
-    the shard of its root session and moves with it.
+    the shard of its root session and moves with it. Any other kind is placed by its
+    whole key, prefixed with the kind (a board ``board/notes`` by ``board:notes``: its id
+    may hold dots, and it shares no tree).
     """
     kind, sep, key = stream.partition("/")
     if not sep or kind not in placed or not key:
         return None
-    return key.split(".", 1)[0]
+    if kind == "session":
+        return key.split(".", 1)[0]
+    return f"{kind}:{key}"
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -179,6 +183,28 @@ class ClusterNode:
     def owns(self, session_id: str) -> bool:
         """Whether this node holds the session's shard now."""
         return self.shard_of_session(session_id) in self._held
+
+    def shard_of_target(self, target: str) -> int:
+        """The shard of an inbox target: a session id, or a placed stream (``board/x``)."""
+        key = placement_key(target, self.config.placed) if "/" in target else None
+        if key is None:
+            return self.shard_of_session(target)
+        return shard_of(key, self.config.shards)
+
+    def owns_target(self, target: str) -> bool:
+        """Whether this node holds the shard of an inbox target now."""
+        return self.shard_of_target(target) in self._held
+
+    def owners_in(self, shards: Collection[int]) -> list[ActorRef[object]]:
+        """The live local owners of placed streams in ``shards`` (forgotten here: the
+        caller stops them)."""
+        found = []
+        for stream, owner in list(self._owners.items()):
+            key = placement_key(stream, self.config.placed)
+            if key is not None and shard_of(key, self.config.shards) in shards:
+                del self._owners[stream]
+                found.append(owner)
+        return found
 
     def claim(self, stream: str) -> tuple[int, int] | None:
         """The lease an append to ``stream`` is made under (the store's ``Fence``).
@@ -302,11 +328,8 @@ class ClusterNode:
         stop, nursery = self._stop_owner, self._nursery
         if stop is None or nursery is None:
             return
-        for stream, owner in list(self._owners.items()):
-            key = placement_key(stream, self.config.placed)
-            if key is not None and shard_of(key, self.config.shards) in shards:
-                del self._owners[stream]
-                nursery.start_soon(stop, owner)
+        for owner in self.owners_in(shards):
+            nursery.start_soon(stop, owner)
 
     async def _lease_call(self, fn: Callable[[psycopg.Connection], T]) -> T:
         """Run ``fn`` on the lease loop's connection in a worker thread.
@@ -381,10 +404,11 @@ class ClusterNode:
     async def post(self, session_id: str, message_id: str, body: bytes) -> bytes:
         """Put a message in the inbox of ``session_id``'s owner and wait for its answer.
 
-        Posting the same ``message_id`` again (a retry) adds nothing and waits for the
-        same answer.
+        ``session_id`` may also be a placed stream (``board/<id>``): the message goes to
+        the owner of that stream's shard. Posting the same ``message_id`` again (a retry)
+        adds nothing and waits for the same answer.
         """
-        shard = self.shard_of_session(session_id)
+        shard = self.shard_of_target(session_id)
         channel = self._channel
         event = self._waiting.setdefault(message_id, trio.Event())
         try:

@@ -57,9 +57,11 @@ def _stream_in(shard: int, shards: int) -> str:
 def test_placement_key_puts_a_tree_in_its_roots_shard() -> None:
     assert placement_key("session/ses_a.1.2") == "ses_a"
     assert placement_key("session/ses_a") == "ses_a"
-    assert placement_key("board/main") is None
+    # A board is placed by its whole id (dots included), apart from sessions of that name.
+    assert placement_key("board/main.v2") == "board:main.v2"
+    assert placement_key("workflow/w1") is None
     assert placement_key("timers") is None
-    assert placement_key("board/main", ("board",)) == "main"
+    assert placement_key("board/main", ("session",)) is None
 
 
 def test_node_options_are_checked() -> None:

@@ -1,0 +1,189 @@
+"""Blackboards on a fleet: one owner per board, compare-and-set and watches from any node."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import cast
+
+import _cluster_agents
+import _postgres
+import pytest
+import trio
+
+from actors import NodeHost, host_node, open_board
+from protocols.errors import (
+    ActorNotFoundError,
+    BoardConflictError,
+    ConfigError,
+    RemoteBoardError,
+)
+from runtime import ActorRef, Node, open_postgres_store, open_runtime
+from runtime.testing import PostgresServer
+
+
+@pytest.fixture
+async def schema(postgres_server: PostgresServer) -> AsyncIterator[str]:
+    name = _postgres.fresh_schema()
+    yield name
+    await _postgres.drop_schema(postgres_server, name)
+
+
+@asynccontextmanager
+async def _host(server: PostgresServer, schema: str, name: str) -> AsyncIterator[NodeHost]:
+    node = Node(name=name, shards=4, ttl=1.0, poll_interval=0.2)
+    async with (
+        open_postgres_store(server.dsn(), schema=schema) as store,
+        open_runtime(store=store, node=node) as runtime,
+        host_node(runtime, _cluster_agents.catalog()) as host,
+    ):
+        yield host
+
+
+async def _split(a: NodeHost, b: NodeHost) -> None:
+    with trio.fail_after(10):
+        for _ in range(1000):
+            if len(a.node.held) == 2 == len(b.node.held):
+                return
+            await trio.sleep(0.05)
+
+
+def _runs(host: NodeHost, board_id: str) -> bool:
+    """Whether the board's actor runs on this node."""
+    try:
+        host.runtime.lookup(f"board:{board_id}")
+    except ActorNotFoundError:
+        return False
+    return True
+
+
+def _board_on(host: NodeHost, *, owned: bool) -> str:
+    n = 0
+    while host.node.owns_target(f"board/b{n}") != owned:
+        n += 1
+    return f"b{n}"
+
+
+async def _increment(host: NodeHost, board_id: str, times: int, author: str) -> int:
+    """Add 1 to ``count`` ``times`` times by compare-and-set; how many conflicts it met."""
+    board = await open_board(host.runtime, board_id)
+    conflicts = 0
+    for _ in range(times):
+        while True:
+            entry = await board.get("count")
+            now, version = (0, 0) if entry is None else (entry.value, entry.version)
+            assert isinstance(now, int)
+            try:
+                await board.put("count", now + 1, expected_version=version, author=author)
+                break
+            except BoardConflictError:
+                conflicts += 1
+    return conflicts
+
+
+async def test_concurrent_compare_and_set_from_two_nodes_loses_no_update(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with (
+        _host(postgres_server, schema, "a") as a,
+        _host(postgres_server, schema, "b") as b,
+    ):
+        await _split(a, b)
+        board_id = _board_on(a, owned=True)
+        conflicts: list[int] = []
+
+        async def run(host: NodeHost, author: str) -> None:
+            conflicts.append(await _increment(host, board_id, 15, author))
+
+        async with trio.open_nursery() as nursery:
+            for n, host in enumerate((a, b, a, b)):
+                nursery.start_soon(run, host, f"w{n}")
+        for host in (a, b):
+            entry = await (await open_board(host.runtime, board_id)).get("count")
+            assert entry is not None
+            assert (entry.value, entry.version) == (60, 60)
+        # Exactly one write per increment reached the log: a lost race wrote nothing.
+        records = await a.runtime.store.read(f"board/{board_id}")
+        assert [r.type for r in records] == ["board.entry_put"] * 60
+        assert _runs(a, board_id)
+        assert not _runs(b, board_id)
+
+
+async def test_a_conflict_on_the_owner_comes_back_as_itself(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with (
+        _host(postgres_server, schema, "a") as a,
+        _host(postgres_server, schema, "b") as b,
+    ):
+        await _split(a, b)
+        board = await open_board(a.runtime, _board_on(a, owned=False), max_entries=10)
+        first = await board.put("plan", {"step": 1}, expected_version=0)
+        assert (first.version, first.author, first.value) == (1, "python", {"step": 1})
+        with pytest.raises(BoardConflictError) as caught:
+            await board.put("plan", {"step": 2}, expected_version=0)
+        assert (caught.value.key, caught.value.expected, caught.value.actual) == ("plan", 0, 1)
+        assert "key 'plan' is at version 1, the write expected version 0" in str(caught.value)
+        assert await board.list() == (first,)
+        assert await board.delete("plan", expected_version=1) is True
+        assert await board.get("plan") is None
+        assert (await board.state()).deleted == {"plan": 2}
+        # A handle asking for other limits than the owner's running board is refused there.
+        other = await open_board(a.runtime, board.id, max_entries=20)
+        with pytest.raises(RemoteBoardError) as refused:
+            await other.get("plan")
+        assert refused.value.code == "board.remote"
+        assert refused.value.remote_code == "config.invalid"
+        assert str(refused.value).startswith(
+            f"board {board.id!r} failed on the node that owns it: [config.invalid] "
+            f"board {board.id!r} is running with max_entries=10, not 20"
+        )
+        with pytest.raises(ConfigError, match=r"watch_actor names a live ref of one runtime"):
+            await board.watch_actor(cast("ActorRef[object]", object()))
+
+
+async def test_a_watcher_on_one_node_sees_the_puts_made_on_another(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with (
+        _host(postgres_server, schema, "a") as a,
+        _host(postgres_server, schema, "b") as b,
+    ):
+        await _split(a, b)
+        for board_id in (_board_on(a, owned=True), _board_on(a, owned=False)):
+            writer = await open_board(a.runtime, board_id)
+            watcher = await open_board(b.runtime, board_id)
+            await writer.put("before", 0)  # before the watch: not delivered
+            with trio.fail_after(10):
+                async with watcher.watch(prefix="plan/") as changes:
+                    await writer.put("other", 1)  # not watched
+                    await writer.put("plan/1", "draft", author="planner")
+                    await writer.delete("plan/1")
+                    seen = [await changes.receive(), await changes.receive()]
+            assert [(c.key, c.version, c.value, c.deleted, c.author) for c in seen] == [
+                ("plan/1", 1, "draft", False, "planner"),
+                ("plan/1", 2, None, True, "python"),
+            ]
+            assert [c.board_version for c in seen] == [3, 4]
+
+
+async def test_a_board_keeps_its_data_when_its_owner_leaves(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with _host(postgres_server, schema, "a") as a:
+        async with _host(postgres_server, schema, "b") as b:
+            await _split(a, b)
+            board_id = _board_on(a, owned=False)
+            board = await open_board(a.runtime, board_id)
+            await board.put("count", 1, expected_version=0)
+            assert _runs(b, board_id)
+            assert not _runs(a, board_id)
+        # b left: a takes its shards, and the board with them, from the log.
+        with trio.fail_after(10):
+            while not a.node.owns_target(f"board/{board_id}"):
+                await a.node.change_event.wait()
+        entry = await board.get("count")
+        assert entry is not None
+        assert (entry.value, entry.version) == (1, 1)
+        assert (await board.put("count", 2, expected_version=1)).version == 2
+        assert _runs(a, board_id)
