@@ -210,6 +210,9 @@ class _BoardActor(EventSourcedActor[BoardState]):
                 ref = self._runtime.lookup(watch.watcher)
                 ref.tell_nowait(attrs.evolve(change, value=detached(change.value)))
             except (ActorNotFoundError, ActorStoppedError):
+                node = self._runtime.node
+                if node is not None and not node.owns(watch.watcher):
+                    remote.notify_session(node, watch.watcher, change)
                 continue  # not running now: the watch waits in the log for its session
             except MailboxFullError:
                 logger.warning(

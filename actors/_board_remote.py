@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from ._board_watches import Watch
 
-__all__ = ["fold", "perform", "relay", "tail"]
+__all__ = ["fold", "notify_session", "perform", "relay", "tail"]
 
 _SETTLE_ROUNDS = 20
 """Lease rounds a local call fenced under a lease still believed held waits for the
@@ -253,3 +253,14 @@ async def tail(  # noqa: PLR0917  # started by nursery.start_soon
             version = records[-1].version
         else:
             await trio.sleep(poll)
+
+
+def notify_session(node: ClusterNode, session_id: str, change: BoardChanged) -> None:
+    """Tell a watching session on another node of a change: a follow-up in its owner's
+    inbox, whose id is the change's (board, board version, key), so the session takes it
+    once however often it is told."""
+    from ._session import _board_follow_up  # noqa: PLC0415  # a cycle
+
+    follow_up = _board_follow_up(change)
+    body = {"op": "follow_up", "content": follow_up.content, "id": follow_up.id, "kind": "board"}
+    node.post_soon(session_id, f"{session_id}/fu/{follow_up.id}", orjson.dumps(body))

@@ -427,6 +427,27 @@ class ClusterNode:
         finally:
             self._waiting.pop(message_id, None)
 
+    def post_soon(self, target: str, message_id: str, body: bytes) -> None:
+        """Put a message in ``target``'s owner's inbox in the background, waiting for no
+        answer (once per id; a lost post is not retried: for notices, not calls)."""
+        nursery = self._nursery
+        if nursery is None or self._closed:
+            return
+        shard = self.shard_of_target(target)
+        channel = self._channel
+
+        async def post() -> None:
+            try:
+                await self._store._call(
+                    lambda conn: sql.post_message(
+                        conn, channel, message_id, target=target, shard=shard, body=body
+                    )
+                )
+            except StoreError as exc:
+                logger.warning("node %s could not post %s: %s", self.name, message_id, exc)
+
+        nursery.start_soon(post)
+
     async def _check_replies(self, ids: list[str]) -> None:
         found = await self._store._call(lambda conn: sql.read_replies(conn, ids))
         for message_id, reply in found.items():

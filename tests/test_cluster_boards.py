@@ -187,3 +187,36 @@ async def test_a_board_keeps_its_data_when_its_owner_leaves(
         assert (entry.value, entry.version) == (1, 1)
         assert (await board.put("count", 2, expected_version=1)).version == 2
         assert _runs(a, board_id)
+
+
+async def test_a_session_watching_a_board_on_another_node_is_told_once(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with (
+        _host(postgres_server, schema, "a") as a,
+        _host(postgres_server, schema, "b") as b,
+    ):
+        await _split(a, b)
+        session = await a.create("worker", session_id=_session_on(b))
+        await session.send("start", id="r1")  # runs on b
+        board_id = _board_on(a, owned=True)
+        watch = await (await open_board(b.runtime, board_id)).watch_session(session.id, keys=["go"])
+        await (await open_board(a.runtime, board_id)).put("go", True, author="lead")
+        told = f"board:{board_id}:2:go"  # the watch was the board's event 1
+        with trio.fail_after(10):
+            for _ in range(1000):
+                if told in (await b._local[session.id].state()).seen_follow_ups:
+                    break
+                await trio.sleep(0.05)
+        state = await b._local[session.id].state()
+        assert told in state.seen_follow_ups
+        board = await open_board(a.runtime, board_id)
+        assert [w.watcher for w in (await board.state()).watches.values()] == [session.id]
+        assert await board.unwatch_session(watch) is True
+
+
+def _session_on(host: NodeHost) -> str:
+    n = 0
+    while not host.node.owns(f"s{n}"):
+        n += 1
+    return f"s{n}"
