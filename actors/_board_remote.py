@@ -26,6 +26,7 @@ import trio
 from protocols import decode_record
 from protocols.errors import (
     ActorFailedError,
+    ActorNotFoundError,
     ActorStoppedError,
     BoardBadKeyError,
     BoardBadValueError,
@@ -183,13 +184,17 @@ async def relay(
         if not node.owns_target(stream):
             break
         try:
-            board = await open_board(
-                runtime,
-                board_id,
-                max_entries=body.get("max_entries"),
-                max_entry_bytes=body.get("max_entry_bytes"),
-            )
-            return await board._local_ask(local)
+            try:
+                ref = runtime.lookup(f"board:{board_id}")  # running: ask it at once
+            except ActorNotFoundError:
+                board = await open_board(
+                    runtime,
+                    board_id,
+                    max_entries=body.get("max_entries"),
+                    max_entry_bytes=body.get("max_entry_bytes"),
+                )
+                return await board._local_ask(local)
+            return await ref.ask(local)
         except Exception as exc:
             if not _fenced(exc):
                 raise

@@ -16,6 +16,7 @@ from protocols.errors import (
     ActorNotFoundError,
     BoardConflictError,
     ConfigError,
+    FencedError,
     RemoteBoardError,
 )
 from runtime import ActorRef, Node, open_postgres_store, open_runtime
@@ -107,6 +108,9 @@ async def test_concurrent_compare_and_set_from_two_nodes_loses_no_update(
         assert [r.type for r in records] == ["board.entry_put"] * 60
         assert _runs(a, board_id)
         assert not _runs(b, board_id)
+        # The board's stream is fenced: b may not append to it, even by hand.
+        with pytest.raises(FencedError, match=r"this node does not hold its shard's lease"):
+            b.node.claim(f"board/{board_id}")
 
 
 async def test_a_conflict_on_the_owner_comes_back_as_itself(
