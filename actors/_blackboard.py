@@ -89,6 +89,10 @@ class _BoardActor(EventSourcedActor[BoardState]):
         return evolve(state, event)
 
     def handle(self, state: BoardState, message: object) -> Decision:
+        if isinstance(message, _Put | _Delete) and message.request is not None:
+            done = state.requests.get(message.request)
+            if done is not None:
+                return Decision(reply=done)  # a relayed write performed before: its answer
         if isinstance(message, _Put):
             put = decide_put(
                 state,
@@ -101,6 +105,7 @@ class _BoardActor(EventSourcedActor[BoardState]):
             )
             if isinstance(put, BoardError):
                 return Decision(reply=put)
+            put = attrs.evolve(put, request=message.request)
             stored = Entry(
                 key=put.key,
                 value=put.value,
@@ -121,6 +126,7 @@ class _BoardActor(EventSourcedActor[BoardState]):
                 return Decision(reply=False)  # no such key: nothing to write
             if isinstance(deletion, BoardError):
                 return Decision(reply=deletion)
+            deletion = attrs.evolve(deletion, request=message.request)
             return Decision(events=[deletion], reply=True)
         if isinstance(message, _Get):
             bad = key_problem(message.key)

@@ -201,7 +201,9 @@ async def relay(
             if node.owns_target(stream):
                 await trio.sleep(node.config.ttl / 3)
     message_id = f"{stream}/{body['op']}/{runtime.ids.new('b')}"
-    reply = await node.post(stream, message_id, orjson.dumps(body))
+    # The message id goes with the call: a write performed again by the next owner (the
+    # last one died before answering) finds it in the log and answers as the first time.
+    reply = await node.post(stream, message_id, orjson.dumps({**body, "request": message_id}))
     return _decode(board_id, reply)
 
 

@@ -44,6 +44,7 @@ class _Put(Request[Entry | BoardError]):
     value: object
     expected_version: int | None
     author: str
+    request: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -51,6 +52,7 @@ class _Delete(Request[bool | BoardError]):
     key: object
     expected_version: int | None
     author: str
+    request: str | None = None
 
 
 @attrs.frozen
@@ -104,9 +106,15 @@ def request_of(body: Mapping[str, Any]) -> Request[Any]:
             value=body["value"],
             expected_version=body["expected"],
             author=body["author"],
+            request=body.get("request"),
         )
     if op == "delete":
-        return _Delete(key=body["key"], expected_version=body["expected"], author=body["author"])
+        return _Delete(
+            key=body["key"],
+            expected_version=body["expected"],
+            author=body["author"],
+            request=body.get("request"),
+        )
     if op == "get":
         return _Get(body["key"])
     if op == "list":

@@ -8,10 +8,11 @@ from typing import cast
 
 import _cluster_agents
 import _postgres
+import orjson
 import pytest
 import trio
 
-from actors import NodeHost, host_node, open_board
+from actors import NodeHost, _board_remote, host_node, open_board
 from protocols.errors import (
     ActorNotFoundError,
     BoardConflictError,
@@ -224,3 +225,38 @@ def _session_on(host: NodeHost) -> str:
     while not host.node.owns(f"s{n}"):
         n += 1
     return f"s{n}"
+
+
+async def test_a_relayed_write_performed_again_by_the_next_owner_writes_nothing(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """The owner appends a relayed write and dies before answering: the message stays
+    pending, and the next owner performs it again. It finds the request in the log and
+    answers as the first time (a compare-and-set does not report a conflict with itself)."""
+    put = {"op": "put", "key": "count", "value": 1, "expected": 0, "author": "python"}
+    delete = {"op": "delete", "key": "count", "expected": 1, "author": "python"}
+    async with _host(postgres_server, schema, "a") as a:
+        async with _host(postgres_server, schema, "b") as b:
+            await _split(a, b)
+            stream = f"board/{_board_on(a, owned=False)}"
+            first = await _board_remote.perform(b.runtime, stream, _body(put, "m1"))
+            assert orjson.loads(first)["ok"]["entry"]["version"] == 1
+        with trio.fail_after(10):
+            while not a.node.owns_target(stream):
+                await a.node.change_event.wait()
+        assert await _board_remote.perform(a.runtime, stream, _body(put, "m1")) == first
+        # Another request with the same arguments is a new write: its CAS fails.
+        other = orjson.loads(await _board_remote.perform(a.runtime, stream, _body(put, "m3")))
+        assert other["error"]["code"] == "board.conflict"
+        removed = await _board_remote.perform(a.runtime, stream, _body(delete, "m2"))
+        assert await _board_remote.perform(a.runtime, stream, _body(delete, "m2")) == removed
+        assert orjson.loads(removed) == {"ok": {"plain": True}}
+        records = await a.runtime.store.read(stream)
+        assert [(r.type, orjson.loads(r.data)["request"]) for r in records] == [
+            ("board.entry_put", "m1"),
+            ("board.entry_deleted", "m2"),
+        ]
+
+
+def _body(call: dict[str, object], request: str) -> bytes:
+    return orjson.dumps({**call, "request": request})
