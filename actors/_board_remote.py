@@ -38,6 +38,7 @@ from protocols.errors import (
     PowertrioError,
     RemoteBoardError,
     RuntimeClosedError,
+    StoreUnavailableError,
 )
 
 from ._board_events import BoardChanged, BoardState, Entry, EntryDeleted, EntryPut, evolve
@@ -224,11 +225,19 @@ async def tail(  # noqa: PLR0917  # started by nursery.start_soon
     poll: float,
 ) -> None:
     """Deliver to ``watch`` every change of the board after version ``after``, in order,
-    by reading its stream from the log, until the watch ends or overflows."""
+    by reading its stream from the log, until the watch ends or overflows.
+
+    A read that finds the server unreachable is tried again after ``poll``: nothing is
+    skipped, as the next read starts where the last one ended.
+    """
     stream = f"board/{board_id}"
     version = after
     while True:
-        records = await runtime.store.read(stream, version + 1)
+        try:
+            records = await runtime.store.read(stream, version + 1)
+        except StoreUnavailableError:  # the server is back soon, or the store retries
+            await trio.sleep(poll)
+            continue
         for record in records:
             event = decode_record(record)
             if isinstance(event, EntryPut):
