@@ -12,7 +12,7 @@ import orjson
 import pytest
 import trio
 
-from actors import NodeHost, _board_remote, host_node, open_board
+from actors import Board, NodeHost, _board_remote, host_node, open_board
 from protocols.errors import (
     ActorNotFoundError,
     BoardConflictError,
@@ -260,3 +260,34 @@ async def test_a_relayed_write_performed_again_by_the_next_owner_writes_nothing(
 
 def _body(call: dict[str, object], request: str) -> bytes:
     return orjson.dumps({**call, "request": request})
+
+
+async def test_a_watch_goes_on_across_a_failover_of_the_board(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    seen: list[tuple[object, int]] = []
+    first = trio.Event()
+
+    async def watch(board: Board, *, task_status: trio.TaskStatus[None]) -> None:
+        async with board.watch(keys=["k"]) as changes:
+            task_status.started()
+            async for change in changes:
+                seen.append((change.value, change.version))
+                first.set()
+                if len(seen) == 2:
+                    return
+
+    async with _host(postgres_server, schema, "a") as a:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                async with _host(postgres_server, schema, "b") as b:
+                    await _split(a, b)
+                    board = await open_board(a.runtime, _board_on(a, owned=False))
+                    await nursery.start(watch, board)
+                    await board.put("k", 1)  # made by b
+                    await first.wait()  # seen on a while b owned the board
+                # b left: a takes the board over; the watch reads on from the log.
+                while not a.node.owns_target(f"board/{board.id}"):
+                    await a.node.change_event.wait()
+                await board.put("k", 2)  # made by a
+    assert seen == [(1, 1), (2, 2)]
