@@ -357,6 +357,9 @@ class ClusterNode:
         for shard in shards:
             self._held.pop(shard, None)
             self._surplus.pop(shard, None)
+        # Owners a host did not stop (none runs, or a board it does not track): whatever
+        # they would append now is fenced before it is queued.
+        self._stop_owners(set(shards))
         await self._lease_call(lambda conn: sql.release_shards(conn, name, dict(shards)))
         self._notify_change()
 
