@@ -291,3 +291,24 @@ async def test_a_watch_goes_on_across_a_failover_of_the_board(
                     await a.node.change_event.wait()
                 await board.put("k", 2)  # made by a
     assert seen == [(1, 1), (2, 2)]
+
+
+async def test_a_board_moves_to_a_node_that_joins(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with _host(postgres_server, schema, "a") as a:
+        with trio.fail_after(10):
+            while len(a.node.held) < 4:
+                await a.node.change_event.wait()
+        n = 0
+        while a.node.shard_of_target(f"board/b{n}") < 2:  # a hands back its last shards
+            n += 1
+        board = await open_board(a.runtime, f"b{n}")
+        await board.put("k", 1)
+        assert _runs(a, board.id)
+        async with _host(postgres_server, schema, "b") as b:
+            await _split(a, b)
+            entry = await board.put("k", 2, expected_version=1)  # relayed to b now
+            assert (entry.value, entry.version) == (2, 2)
+            assert not _runs(a, board.id)  # stopped when its shard was handed back
+            assert _runs(b, board.id)
