@@ -511,3 +511,4 @@ class _Children:
         self.closing = True
         for cell in reversed(list(self.cells.values())):
             await self.stop_child(cell, final=True)
+

@@ -145,10 +145,8 @@ class ScriptedHTTPServer:
             if request is None:
                 return
             self.requests.append(request)
-            reply = (
-                self._replies.popleft()
-                if self._replies
-                else json_reply(599, {"error": {"message": "scripted server: script exhausted"}})
+            reply = self._replies.popleft() if self._replies else json_reply(
+                599, {"error": {"message": "scripted server: script exhausted"}}
             )
             self._write(conn, reply)
 

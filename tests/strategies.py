@@ -33,7 +33,9 @@ def _bounds(low: int, high: int) -> st.SearchStrategy[tuple[int, int]]:
 
 
 def _leaf_schemas() -> st.SearchStrategy[Schema]:
-    strings = _bounds(0, 5).map(lambda b: {"type": "string", "minLength": b[0], "maxLength": b[1]})
+    strings = _bounds(0, 5).map(
+        lambda b: {"type": "string", "minLength": b[0], "maxLength": b[1]}
+    )
     integers = _bounds(-50, 50).map(lambda b: {"type": "integer", "minimum": b[0], "maximum": b[1]})
     numbers = _bounds(-10, 10).map(
         lambda b: {"type": "number", "minimum": b[0], "exclusiveMaximum": b[1] + 1}
@@ -205,7 +207,9 @@ def tool_calls(names: list[str]) -> st.SearchStrategy[list[ToolCall]]:
             lambda d: "{" + ",".join(f'"{k}": {v}' for k, v in d.items()) + "}"
         ),
     )
-    return st.lists(st.tuples(st.sampled_from(names), arguments), max_size=5).map(
+    return st.lists(
+        st.tuples(st.sampled_from(names), arguments), max_size=5
+    ).map(
         lambda pairs: [
             ToolCall(id=f"call-{i}", name=name, arguments=args)
             for i, (name, args) in enumerate(pairs)

@@ -107,10 +107,8 @@ class TreeModel:
         child = "manager" if role == "root" else "worker"
         if not results:
             return LLMResponse(
-                tool_calls=[
-                    spawn_call(f"{task}-1", child, f"{task}.1"),
-                    spawn_call(f"{task}-2", child, f"{task}.2"),
-                ],
+                tool_calls=[spawn_call(f"{task}-1", child, f"{task}.1"),
+                            spawn_call(f"{task}-2", child, f"{task}.2")],
                 usage=usage(),
             )
         return LLMResponse(content=f"{role}({task})[{' + '.join(results)}]", usage=usage())
@@ -257,7 +255,9 @@ async def test_a_child_inherits_the_parents_tools_by_default() -> None:
         if system == "helper":
             assert tools == ["add"]
             if request.messages[-1].role == "tool":
-                return LLMResponse(content=f"sum is {text_of(request.messages[-1])}", usage=usage())
+                return LLMResponse(
+                    content=f"sum is {text_of(request.messages[-1])}", usage=usage()
+                )
             return LLMResponse(
                 tool_calls=[ToolCall(id="a", name="add", arguments='{"a": 2, "b": 3}')],
                 usage=usage(),
@@ -365,7 +365,9 @@ async def test_spawning_from_python_refuses_unknown_tool_names() -> None:
 async def test_an_ephemeral_child_loses_its_stream_only_when_it_completes() -> None:
     store = InMemoryEventStore()
     scratch = AgentSpec(name="scratch", lifecycle="ephemeral")
-    llm = ScriptedLLM([LLMResponse(content="ok", usage=usage()), ValueError("model down")])
+    llm = ScriptedLLM(
+        [LLMResponse(content="ok", usage=usage()), ValueError("model down")]
+    )
     async with open_runtime(store=store) as runtime:
         parent = await spawn_session(runtime, llm=llm, session_id="p")
         ok = await parent.spawn(scratch, "one")

@@ -130,11 +130,8 @@ def test_code_is_dotted_lowercase_and_starts_with_its_branch(cls: type[Powertrio
 def test_branches_are_the_documented_sub_roots() -> None:
     """The direct children of the root are exactly the branches with a code prefix."""
     expected = sorted(BRANCH_PREFIX)
-    actual = sorted(
-        cls.__name__
-        for cls in PowertrioError.__subclasses__()
-        if cls.__module__ == "protocols.errors"
-    )
+    actual = sorted(cls.__name__ for cls in PowertrioError.__subclasses__()
+                    if cls.__module__ == "protocols.errors")
     assert expected == actual
 
 

@@ -122,7 +122,11 @@ def _concrete_classes() -> list[object]:
 
 def _package_inits() -> list[str]:
     """The public modules that are packages, i.e. pure re-export ``__init__`` files."""
-    return [name for name in PUBLIC_MODULES if hasattr(importlib.import_module(name), "__path__")]
+    return [
+        name
+        for name in PUBLIC_MODULES
+        if hasattr(importlib.import_module(name), "__path__")
+    ]
 
 
 def _modules_with_all() -> list[str]:

@@ -100,11 +100,9 @@ CITY: dict[str, JsonValue] = {
             1,
             ("$: must match exactly one schema in oneOf, but matches [0], [1]",),
         ),
-        (
-            {"oneOf": [{"type": "integer"}, {"type": "null"}]},
-            "a",
-            ('$: expected integer or null, got "a"',),
-        ),
+        ({"oneOf": [{"type": "integer"}, {"type": "null"}]}, "a", (
+            '$: expected integer or null, got "a"',
+        )),
         (
             {"allOf": [{"minimum": 2}, {"multipleOf": 2}]},
             1,
@@ -116,11 +114,9 @@ CITY: dict[str, JsonValue] = {
             7,
             ("$: must be <= 5, got 7",),
         ),
-        (
-            {"if": {"minimum": 10}, "then": {"multipleOf": 10}},
-            11,
-            ("$: must be a multiple of 10, got 11",),
-        ),
+        ({"if": {"minimum": 10}, "then": {"multipleOf": 10}}, 11, (
+            "$: must be a multiple of 10, got 11",
+        )),
         (
             {"contains": {"type": "null"}, "maxContains": 1},
             [None, None],
@@ -196,14 +192,8 @@ def test_all_problems_are_reported_at_once() -> None:
     schema: JsonValue = {
         "type": "object",
         "properties": {
-            "items": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"n": {"type": "integer"}},
-                    "required": ["n"],
-                },
-            },
+            "items": {"type": "array", "items": {"type": "object", "properties": {
+                "n": {"type": "integer"}}, "required": ["n"]}},
         },
         "required": ["items", "user"],
     }
@@ -254,15 +244,10 @@ def test_compiled_schema_is_reusable() -> None:
         ({"patternProperties": {"(": {}}}, '#/patternProperties/(: invalid regular expression "("'),
         ({"pattern": 5}, "#/pattern: expected string, got 5"),
         ({"anyOf": []}, "#/anyOf: must have at least 1 items, got 0"),
-        (
-            {"items": {"type": "nope"}},
-            "#/items/type: unknown type 'nope'; use one of null, "
-            "boolean, integer, number, string, array, object",
-        ),
-        (
-            {"$ref": "#/$defs/missing"},
-            "#/$ref: reference '#/$defs/missing' points to nothing in this schema",
-        ),
+        ({"items": {"type": "nope"}}, "#/items/type: unknown type 'nope'; use one of null, "
+         "boolean, integer, number, string, array, object"),
+        ({"$ref": "#/$defs/missing"}, "#/$ref: reference '#/$defs/missing' points to nothing "
+         "in this schema"),
         ({"$ref": 1}, "#/$ref: expected string, got 1"),
         ({"$defs": []}, "#/$defs: expected object, got array"),
         (
@@ -291,7 +276,7 @@ def test_every_schema_problem_is_listed() -> None:
         compile_schema({"type": "obj", "properties": {"a": {"minItems": "x"}}})
     assert str(caught.value) == (
         "malformed JSON schema: #/type: unknown type 'obj'; use one of null, boolean, "
-        "integer, number, string, array, object; #/properties/a/minItems: expected integer, "
+        'integer, number, string, array, object; #/properties/a/minItems: expected integer, '
         'got "x"'
     )
 
@@ -300,9 +285,9 @@ def test_recursive_reference_through_a_child_is_fine() -> None:
     """A self-reference that descends into a property is a tree, not a cycle."""
     schema: JsonValue = {"properties": {"child": {"$ref": "#"}}, "type": "object"}
     assert schema_problems(schema) == ()
-    assert validate_json(schema, {"child": {"child": 1}}) == (
-        "$.child.child: expected object, got 1",
-    )
+    assert validate_json(
+        schema, {"child": {"child": 1}}
+    ) == ("$.child.child: expected object, got 1",)
 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
@@ -373,10 +358,9 @@ def test_references_inside_the_schema_need_no_network() -> None:
         },
     }
     assert validate_json(schema, {"a": 1, "b": "x", "c": {"type": "string"}}) == ()
-    assert validate_json(schema, {"a": "1", "b": 2}) == (
-        '$.a: expected integer, got "1"',
-        "$.b: expected string, got 2",
-    )
+    assert validate_json(
+        schema, {"a": "1", "b": 2}
+    ) == ('$.a: expected integer, got "1"', "$.b: expected string, got 2")
     assert not compile_schema(schema).is_valid({"c": {"type": "nope"}})
 
 

@@ -82,11 +82,9 @@ async def test_an_image_is_recorded_as_a_small_json_description() -> None:
         outcome = await run_one(tools, call("picture"))
         [block] = orjson.loads(outcome.content)
         assert outcome.status == "ok"
-        assert {k: block[k] for k in ("type", "mime_type", "bytes")} == {
-            "type": "image",
-            "mime_type": "image/png",
-            "bytes": 12,
-        }
+        assert {
+            k: block[k] for k in ("type", "mime_type", "bytes")
+        } == {"type": "image", "mime_type": "image/png", "bytes": 12}
         assert len(block["sha256"]) == 16
 
 
@@ -241,11 +239,8 @@ async def test_streamable_http_server_tools_work(http_url: str) -> None:
 async def test_an_unreachable_server_fails_with_a_typed_error() -> None:
     """A server that never comes up ends ``mcp_tools`` with ``McpServerError``."""
     server = mcp_stdio(
-        sys.executable,
-        ["-c", "raise SystemExit(3)"],
-        name="broken",
-        connect_timeout=0.5,
-        backoff=FAST,
+        sys.executable, ["-c", "raise SystemExit(3)"], name="broken",
+        connect_timeout=0.5, backoff=FAST,
     )
     async with open_runtime() as runtime:
         with pytest.raises(McpServerError) as info:

@@ -81,3 +81,4 @@ def test_the_command_block_runs_line_by_line(tmp_path: Path) -> None:
             first = done.stderr.strip().splitlines()[0]
             assert first.startswith("error [config.missing]: "), (command, done.stderr)
             assert "Traceback" not in done.stderr
+

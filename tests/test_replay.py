@@ -138,11 +138,8 @@ def tree_model(request: object) -> LLMResponse:
     child = "manager" if role == "root" else "worker"
     if not done:
         calls = [
-            ToolCall(
-                id=f"{role}{i}",
-                name="spawn_agent",
-                arguments=f'{{"agent": "{child}", "task": "t{i}"}}',
-            )
+            ToolCall(id=f"{role}{i}", name="spawn_agent",
+                     arguments=f'{{"agent": "{child}", "task": "t{i}"}}')
             for i in (1, 2)
         ]
         return LLMResponse(tool_calls=calls, usage=usage())
@@ -172,15 +169,16 @@ async def test_a_fork_keeps_history_up_to_a_version_and_goes_its_own_way() -> No
     store = InMemoryEventStore()
     await record(store)
     events = [decode_record(r) for r in await store.read("session/s")]
-    first_run_end = next(i + 1 for i, e in enumerate(events) if type(e).__name__ == "RunFinished")
+    first_run_end = next(
+        i + 1 for i, e in enumerate(events) if type(e).__name__ == "RunFinished"
+    )
     original_length = len(events)
     new_id = await fork_session(store, "s", at_version=first_run_end, new_id="s-fork")
     assert new_id == "s-fork"
     llm = ScriptedLLM([LLMResponse(content="forked answer", usage=usage())])
     async with open_runtime(store=store) as runtime:
-        fork = await spawn_session(
-            runtime, llm=llm, tools=[add], system_prompt="Be exact.", session_id="s-fork"
-        )
+        fork = await spawn_session(runtime, llm=llm, tools=[add], system_prompt="Be exact.",
+                                   session_id="s-fork")
         result = await fork.send("and 2+2?")
         state = await fork.state()
     assert result.text == "forked answer"
@@ -206,13 +204,8 @@ async def test_a_fork_of_a_tree_forks_its_children() -> None:
     await fork_session(store, "r", at_version=length, new_id="f")
     streams = sorted(s.stream for s in await store.streams("session/f"))
     assert streams == [
-        "session/f",
-        "session/f.1",
-        "session/f.1.1",
-        "session/f.1.2",
-        "session/f.2",
-        "session/f.2.1",
-        "session/f.2.2",
+        "session/f", "session/f.1", "session/f.1.1", "session/f.1.2", "session/f.2",
+        "session/f.2.1", "session/f.2.2",
     ]
     child = decode_record((await store.read("session/f.1", 1, limit=1))[0])
     assert (child.session_id, child.parent_id) == ("f.1", "f")  # type: ignore[attr-defined]
@@ -284,13 +277,8 @@ async def test_deleting_a_session_deletes_its_linked_children_not_detached_ones(
         await root.spawn(loner, "on its own")
     deleted = await delete_session(store, "r")
     assert deleted == [
-        "session/r",
-        "session/r.1",
-        "session/r.1.1",
-        "session/r.1.2",
-        "session/r.2",
-        "session/r.2.1",
-        "session/r.2.2",
+        "session/r", "session/r.1", "session/r.1.1", "session/r.1.2", "session/r.2",
+        "session/r.2.1", "session/r.2.2",
     ]
     assert [s.stream for s in await store.streams("session/")] == ["session/r.3"]
     with pytest.raises(StreamNotFoundError):

@@ -191,7 +191,9 @@ async def test_an_immediate_cancel_is_durable_before_the_run_stops() -> None:
     not hold (it went on until the crash); the retried cancel then ends the run."""
     hung.reset()
     store = GatedStore("session.cancel_requested")
-    async with open_runtime(store=store.as_store(), seed=1, supervision=FAST_RESTART) as runtime:
+    async with open_runtime(
+        store=store.as_store(), seed=1, supervision=FAST_RESTART
+    ) as runtime:
         session = await spawn_session(
             runtime, llm=tool_then_hang(), tools=[wait_for_ever], session_id="s"
         )
@@ -278,7 +280,9 @@ def lookup_model() -> FunctionLLM:
     return FunctionLLM(model)
 
 
-async def _send_with_kills(store: InMemoryEventStore, kills: list[tuple[float, bool]]) -> RunResult:
+async def _send_with_kills(
+    store: InMemoryEventStore, kills: list[tuple[float, bool]]
+) -> RunResult:
     """Send with id ``x``; each kill cancels the sending task after some virtual seconds
     and, if asked, restarts the runtime; the last attempt runs to the end."""
     llm = lookup_model()

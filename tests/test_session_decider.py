@@ -195,7 +195,9 @@ def test_an_answer_is_recorded_and_then_ends_the_run() -> None:
     after = decider.next_step(config, state)
     assert isinstance(after, Decision)
     (finished,) = after.events
-    expected = RunFinished(run_id="r1", status="completed", text="5", rounds=1, usage=answer.usage)
+    expected = RunFinished(
+        run_id="r1", status="completed", text="5", rounds=1, usage=answer.usage
+    )
     assert finished == expected
 
 
@@ -213,7 +215,9 @@ def test_a_cancel_while_a_call_is_in_flight_keeps_the_partial_answer() -> None:
         Stamped(message=cancel, at=105.0, partial="The ans", fingerprint=step.fingerprint),
     )
 
-    requested = CancelRequested(run_id="r1", mode="immediate", reason="enough", by="test", at=105.0)
+    requested = CancelRequested(
+        run_id="r1", mode="immediate", reason="enough", by="test", at=105.0
+    )
     interrupted = AssistantRecorded(
         run_id="r1",
         round=1,

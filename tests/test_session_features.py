@@ -281,9 +281,7 @@ async def test_hooks_run_in_order_first_outermost() -> None:
 
     async with open_runtime() as runtime:
         session = await spawn_session(
-            runtime,
-            llm=ScriptedLLM([answer("x")]),
-            llm_hooks=[named("a"), named("b")],  # type: ignore[list-item]
+            runtime, llm=ScriptedLLM([answer("x")]), llm_hooks=[named("a"), named("b")]  # type: ignore[list-item]
         )
         await session.send("hi")
     assert order == ["a in", "b in", "b out", "a out"]

@@ -97,7 +97,7 @@ async def test_a_follow_up_to_an_idle_session_starts_a_run() -> None:
         state = await session.state()
     assert (result.status, result.text) == ("completed", "hello back")
     assert state.transcript[0] == UserMessage("hello")
-    assert llm.requests[0].messages == (UserMessage("hello"),)
+    assert llm.requests[0].messages == (UserMessage("hello"), )
 
 
 async def test_follow_ups_join_the_run_at_the_next_round_merged_by_kind() -> None:
@@ -228,7 +228,6 @@ async def test_an_immediate_cancel_closes_the_stream_and_keeps_the_partial_text(
         session = await spawn_session(runtime, llm=llm)
         results = []
         with session.observe():
-
             async def send() -> None:
                 results.append(await session.send("go"))
 

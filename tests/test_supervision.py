@@ -603,12 +603,16 @@ async def test_a_storm_of_a_thousand_failing_children_leaves_the_sibling_subtree
     journal = Journal()
     quick = Supervision(max_restarts=3, within=10, backoff=NO_DELAY)
     if cause == "crash_loop":
-        specs = [ChildSpec(factory=CrashLoop, id=f"c{i}", on_give_up="stop") for i in range(1000)]
+        specs = [
+            ChildSpec(factory=CrashLoop, id=f"c{i}", on_give_up="stop") for i in range(1000)
+        ]
     else:
         specs = [ChildSpec(factory=Undecodable, id=f"c{i}") for i in range(1000)]
     async with open_runtime(seed=9, supervision=quick) as runtime:
         with runtime.subscribe(buffer=100_000) as events:
-            calm = await runtime.spawn(lambda: Supervisor([child(journal, "w")], quick), id="calm")
+            calm = await runtime.spawn(
+                lambda: Supervisor([child(journal, "w")], quick), id="calm"
+            )
             storm = await runtime.spawn(lambda: Supervisor(specs, quick), id="storm")
             await settle()
             seen = drain(events)

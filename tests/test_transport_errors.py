@@ -46,7 +46,8 @@ from protocols.transports._retry import call_with_retries
 def _httpx_exception_classes() -> list[type[Exception]]:
     found: set[type[Exception]] = set()
     pending = [
-        obj for _, obj in inspect.getmembers(httpx, inspect.isclass) if issubclass(obj, Exception)
+        obj for _, obj in inspect.getmembers(httpx, inspect.isclass)
+        if issubclass(obj, Exception)
     ]
     while pending:
         cls = pending.pop()
@@ -73,12 +74,8 @@ def _instance(cls: type[Exception]) -> Exception:
         return cls("status", request=request, response=response)
     if issubclass(cls, httpx.RequestError):
         return cls("boom", request=request)
-    if cls in (
-        httpx.StreamConsumed,
-        httpx.StreamClosed,
-        httpx.ResponseNotRead,
-        httpx.RequestNotRead,
-    ):
+    if cls in (httpx.StreamConsumed, httpx.StreamClosed, httpx.ResponseNotRead,
+               httpx.RequestNotRead):
         return cls()
     return cls("boom")
 
@@ -131,12 +128,8 @@ def test_map_httpx_errors_picks_the_most_specific_class(cls: type[Exception]) ->
 def test_timeout_phases_and_stream_cut() -> None:
     """Timeouts carry their phase; a protocol error while streaming is a malformed stream."""
     request = httpx.Request("GET", "http://x")
-    for cls, phase in [
-        (httpx.ConnectTimeout, "connect"),
-        (httpx.ReadTimeout, "read"),
-        (httpx.WriteTimeout, "write"),
-        (httpx.PoolTimeout, "pool"),
-    ]:
+    for cls, phase in [(httpx.ConnectTimeout, "connect"), (httpx.ReadTimeout, "read"),
+                       (httpx.WriteTimeout, "write"), (httpx.PoolTimeout, "pool")]:
         with pytest.raises(LLMTimeoutError) as info, map_httpx_errors("p"):
             raise cls("slow", request=request)
         assert info.value.phase == phase
@@ -165,9 +158,8 @@ def test_map_redacts_secrets() -> None:
         (302, ConfigError, "config.invalid", False),
     ],
 )
-def test_error_from_status(
-    status: int, cls: type[PowertrioError], code: str, retryable: bool
-) -> None:
+def test_error_from_status(status: int, cls: type[PowertrioError], code: str,
+                           retryable: bool) -> None:
     """Statuses map to classes; only 408/409/429/5xx are retryable."""
     error = error_from_status("openai", status, "plain text body", {})
     assert type(error) is cls
@@ -181,10 +173,8 @@ def test_error_from_status(
 
 def test_llama_cpp_overflow_body() -> None:
     """llama.cpp's exceed_context_size_error is a context overflow."""
-    body = (
-        '{"error": {"code": 400, "type": "exceed_context_size_error", '
-        '"message": "request (5000 tokens) exceeds the available context size (2048)"}}'
-    )
+    body = ('{"error": {"code": 400, "type": "exceed_context_size_error", '
+            '"message": "request (5000 tokens) exceeds the available context size (2048)"}}')
     error = error_from_status("openai", 400, body, {})
     assert type(error) is LLMContextOverflowError
     assert error.code == "llm.context_overflow"
@@ -192,18 +182,13 @@ def test_llama_cpp_overflow_body() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "cls"),
-    [
-        ("rate_limit_error", LLMRateLimitedError),
-        ("authentication_error", LLMAuthError),
-        ("invalid_request_error", LLMBadRequestError),
-        ("api_error", LLMServerError),
-    ],
+    [("rate_limit_error", LLMRateLimitedError), ("authentication_error", LLMAuthError),
+     ("invalid_request_error", LLMBadRequestError), ("api_error", LLMServerError)],
 )
 def test_error_from_body(kind: str, cls: type[LLMError]) -> None:
     """Stream error events map by their type."""
-    error = error_from_body(
-        "anthropic", f'{{"type": "error", "error": {{"type": "{kind}", "message": "m"}}}}'
-    )
+    error = error_from_body("anthropic", f'{{"type": "error", "error": {{"type": "{kind}", '
+                                         f'"message": "m"}}}}')
     assert type(error) is cls
     assert str(error) == f"anthropic: error event in the stream ({kind}): m"
 
@@ -212,10 +197,8 @@ def test_parse_retry_after() -> None:
     """Seconds, milliseconds and HTTP dates are understood; garbage is ignored."""
     assert parse_retry_after({"retry-after": "2.5"}) == 2.5
     assert parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
-    assert (
-        parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:10 GMT"}, now=1445412480.0)
-        == 10.0
-    )
+    assert parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:10 GMT"},
+                             now=1445412480.0) == 10.0
     assert parse_retry_after({"retry-after": "soon"}) is None
     assert parse_retry_after({}) is None
     assert parse_retry_after({"retry-after": "-3"}) == 0.0
@@ -242,9 +225,8 @@ async def test_retry_deadline_cuts_a_hanging_attempt() -> None:
         raise AssertionError
 
     with pytest.raises(LLMTimeoutError) as info:
-        await call_with_retries(
-            hang, policy=RetryPolicy(deadline=0.05), provider="p", on_attempt=attempts.append
-        )
+        await call_with_retries(hang, policy=RetryPolicy(deadline=0.05), provider="p",
+                                on_attempt=attempts.append)
     assert (info.value.code, info.value.phase) == ("llm.timeout", "total")
     assert str(info.value) == "p: no answer within the 0.05 s deadline for all attempts (1 started)"
     assert [(a.error_code, a.next_delay) for a in attempts] == [("llm.timeout", None)]
@@ -260,21 +242,11 @@ async def _collect(lines: list[str]) -> list[ServerSentEvent]:
 
 async def test_sse_parser() -> None:
     """Fields, comments, multi-line data, ids; an unfinished last event is dropped."""
-    events = await _collect(
-        [
-            ": comment",
-            "event: a",
-            "data: one",
-            "data:two",
-            "id: 7",
-            "",
-            "",
-            'data: {"x": 1}',
-            "retry: 10",
-            "",
-            "data: cut",
-        ]
-    )
+    events = await _collect([
+        ": comment", "event: a", "data: one", "data:two", "id: 7", "", "",
+        "data: {\"x\": 1}", "retry: 10", "",
+        "data: cut",
+    ])
     assert events == [
         ServerSentEvent(event="a", data="one\ntwo", id="7"),
         ServerSentEvent(data='{"x": 1}', id="7", retry=10),
@@ -283,23 +255,13 @@ async def test_sse_parser() -> None:
 
 def test_config_from_env() -> None:
     """POWERTRIO_* wins; OPENAI_* and ANTHROPIC_API_KEY are fallbacks; defaults fill in."""
-    config = ProviderConfig.from_env(
-        {"OPENAI_API_KEY": "k1", "POWERTRIO_MODEL": "gpt-x", "OPENAI_BASE_URL": "http://local/v1"}
-    )
-    assert (config.provider, config.base_url, config.model) == (
-        "openai",
-        "http://local/v1",
-        "gpt-x",
-    )
+    config = ProviderConfig.from_env({"OPENAI_API_KEY": "k1", "POWERTRIO_MODEL": "gpt-x",
+                                      "OPENAI_BASE_URL": "http://local/v1"})
+    assert (config.provider, config.base_url, config.model) == ("openai", "http://local/v1",
+                                                                 "gpt-x")
     assert config.api_key == Secret("k1")
-    config = ProviderConfig.from_env(
-        {
-            "POWERTRIO_PROVIDER": "anthropic",
-            "ANTHROPIC_API_KEY": "k2",
-            "POWERTRIO_API_KEY": "k3",
-            "POWERTRIO_MODEL": "c",
-        }
-    )
+    config = ProviderConfig.from_env({"POWERTRIO_PROVIDER": "anthropic", "ANTHROPIC_API_KEY":
+                                      "k2", "POWERTRIO_API_KEY": "k3", "POWERTRIO_MODEL": "c"})
     assert (config.provider, config.base_url) == ("anthropic", "https://api.anthropic.com")
     assert config.api_key is not None
     assert config.api_key.reveal() == "k3"
@@ -309,35 +271,23 @@ def test_config_from_env() -> None:
 @pytest.mark.parametrize(
     ("env", "variable", "message"),
     [
-        (
-            {"POWERTRIO_MODEL": "m"},
-            "POWERTRIO_API_KEY",
-            "missing setting: set POWERTRIO_API_KEY (or OPENAI_API_KEY) to the openai API key",
-        ),
-        (
-            {"POWERTRIO_PROVIDER": "anthropic", "POWERTRIO_MODEL": "m"},
-            "POWERTRIO_API_KEY",
-            "missing setting: set POWERTRIO_API_KEY (or ANTHROPIC_API_KEY) to the anthropic "
-            "API key",
-        ),
-        (
-            {"OPENAI_API_KEY": "k"},
-            "POWERTRIO_MODEL",
-            "missing setting: set POWERTRIO_MODEL to the model to call "
-            "(e.g. gpt-4o-mini or claude-sonnet-4-5)",
-        ),
+        ({"POWERTRIO_MODEL": "m"}, "POWERTRIO_API_KEY",
+         "missing setting: set POWERTRIO_API_KEY (or OPENAI_API_KEY) to the openai API key"),
+        ({"POWERTRIO_PROVIDER": "anthropic", "POWERTRIO_MODEL": "m"}, "POWERTRIO_API_KEY",
+         "missing setting: set POWERTRIO_API_KEY (or ANTHROPIC_API_KEY) to the anthropic "
+         "API key"),
+        ({"OPENAI_API_KEY": "k"}, "POWERTRIO_MODEL",
+         "missing setting: set POWERTRIO_MODEL to the model to call "
+         "(e.g. gpt-4o-mini or claude-sonnet-4-5)"),
     ],
 )
-def test_missing_setting_names_the_variable(
-    env: dict[str, str], variable: str, message: str
-) -> None:
+def test_missing_setting_names_the_variable(env: dict[str, str], variable: str,
+                                            message: str) -> None:
     """A missing setting fails at construction, naming the variable."""
     with pytest.raises(MissingSettingError) as info:
         transport_from_env(env)
     assert (info.value.code, info.value.variable, str(info.value)) == (
-        "config.missing",
-        variable,
-        message,
+        "config.missing", variable, message
     )
 
 
@@ -367,7 +317,5 @@ def test_secret_masks_itself() -> None:
     """A Secret's repr and str never show the value."""
     secret = Secret("hunter2")
     assert (repr(secret), str(secret), secret.reveal()) == (
-        "Secret('**********')",
-        "Secret('**********')",
-        "hunter2",
+        "Secret('**********')", "Secret('**********')", "hunter2"
     )

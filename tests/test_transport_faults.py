@@ -30,24 +30,14 @@ def _transport(
     provider: str, server: ScriptedHTTPServer, timeouts: Timeouts
 ) -> OpenAITransport | AnthropicTransport:
     if provider == "openai":
-        return OpenAITransport(
-            ProviderConfig(
-                provider="openai",
-                base_url=server.url + "/v1",
-                model="gpt-test",
-                retry=RetryPolicy(max_attempts=1),
-                timeouts=timeouts,
-            )
-        )
-    return AnthropicTransport(
-        ProviderConfig(
-            provider="anthropic",
-            base_url=server.url,
-            model="claude-test",
-            retry=RetryPolicy(max_attempts=1),
-            timeouts=timeouts,
-        )
-    )
+        return OpenAITransport(ProviderConfig(
+            provider="openai", base_url=server.url + "/v1", model="gpt-test",
+            retry=RetryPolicy(max_attempts=1), timeouts=timeouts,
+        ))
+    return AnthropicTransport(ProviderConfig(
+        provider="anthropic", base_url=server.url, model="claude-test",
+        retry=RetryPolicy(max_attempts=1), timeouts=timeouts,
+    ))
 
 
 def _openai_chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
@@ -59,25 +49,12 @@ def _openai_chunk(delta: dict[str, object], finish: str | None = None) -> dict[s
 
 
 _ANTHROPIC_START = sse(
-    (
-        "message_start",
-        {
-            "type": "message_start",
-            "message": {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "content": [],
-                "model": "claude-test",
-                "stop_reason": None,
-                "usage": {"input_tokens": 3, "output_tokens": 1},
-            },
-        },
-    ),
-    (
-        "content_block_start",
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-    ),
+    ("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "content": [],
+        "model": "claude-test", "stop_reason": None,
+        "usage": {"input_tokens": 3, "output_tokens": 1}}}),
+    ("content_block_start", {"type": "content_block_start", "index": 0,
+                             "content_block": {"type": "text", "text": ""}}),
 )
 
 #: For each provider: the opening of a stream, and one data event that adds text.
@@ -88,16 +65,8 @@ OPENINGS: dict[str, tuple[bytes, bytes]] = {
     ),
     "anthropic": (
         _ANTHROPIC_START,
-        sse(
-            (
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "text_delta", "text": "lo"},
-                },
-            )
-        ),
+        sse(("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": "lo"}})),
     ),
 }
 
@@ -191,30 +160,18 @@ async def test_idle_timeout_default() -> None:
 # --- 2. bad shapes are errors --------------------------------------------------------------
 
 
-_USAGE_ONLY = {
-    "id": "chatcmpl-1",
-    "model": "gpt-test",
-    "choices": [],
-    "usage": {"prompt_tokens": 3, "completion_tokens": 0},
-}
+_USAGE_ONLY = {"id": "chatcmpl-1", "model": "gpt-test", "choices": [],
+               "usage": {"prompt_tokens": 3, "completion_tokens": 0}}
 
 
-@pytest.mark.parametrize(
-    ("events", "problem"),
-    [
-        ([{}], "a stream chunk has no choices"),
-        (
-            [{"id": "chatcmpl-1", "object": "chat.completion.chunk"}],
-            "a stream chunk has no choices",
-        ),
-        ([_USAGE_ONLY], "the stream ended without any choice"),
-        ([{"id": "chatcmpl-1", "choices": [{"index": 0}]}], "a choice has no delta"),
-        (
-            [_openai_chunk({}), _openai_chunk({"role": "assistant"}), _USAGE_ONLY],
-            "the stream ended with no text, no tool call and no finish reason",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("events", "problem"), [
+    ([{}], "a stream chunk has no choices"),
+    ([{"id": "chatcmpl-1", "object": "chat.completion.chunk"}], "a stream chunk has no choices"),
+    ([_USAGE_ONLY], "the stream ended without any choice"),
+    ([{"id": "chatcmpl-1", "choices": [{"index": 0}]}], "a choice has no delta"),
+    ([_openai_chunk({}), _openai_chunk({"role": "assistant"}), _USAGE_ONLY],
+     "the stream ended with no text, no tool call and no finish reason"),
+])
 async def test_openai_stream_of_the_wrong_shape(
     events: list[dict[str, object]], problem: str
 ) -> None:
@@ -231,12 +188,8 @@ async def test_openai_stream_of_the_wrong_shape(
 
 async def test_openai_empty_answer_with_a_finish_reason_is_fine() -> None:
     """An empty text that the model ended on purpose is an answer, not a bad shape."""
-    body = sse(
-        (None, _openai_chunk({"role": "assistant", "content": ""})),
-        (None, _openai_chunk({}, finish="stop")),
-        (None, _USAGE_ONLY),
-        (None, "[DONE]"),
-    )
+    body = sse((None, _openai_chunk({"role": "assistant", "content": ""})),
+               (None, _openai_chunk({}, finish="stop")), (None, _USAGE_ONLY), (None, "[DONE]"))
     with ScriptedHTTPServer([sse_reply(body)]) as server:
         transport = _transport("openai", server, Timeouts())
         async with transport, transport.stream(REQUEST) as stream:
@@ -244,18 +197,13 @@ async def test_openai_empty_answer_with_a_finish_reason_is_fine() -> None:
     assert (response.content, response.finish_reason) == ("", "stop")
 
 
-@pytest.mark.parametrize(
-    ("body", "problem"),
-    [
-        ({}, "the answer has no choices"),
-        ({"id": "x", "choices": []}, "the answer has no choices"),
-        ({"id": "x", "choices": [{"index": 0}]}, "a choice has no message"),
-        (
-            {"id": "x", "choices": [{"index": 0, "message": {"role": "assistant"}}]},
-            "the answer has no text, no tool call and no finish reason",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("body", "problem"), [
+    ({}, "the answer has no choices"),
+    ({"id": "x", "choices": []}, "the answer has no choices"),
+    ({"id": "x", "choices": [{"index": 0}]}, "a choice has no message"),
+    ({"id": "x", "choices": [{"index": 0, "message": {"role": "assistant"}}]},
+     "the answer has no text, no tool call and no finish reason"),
+])
 async def test_openai_answer_of_the_wrong_shape(body: dict[str, object], problem: str) -> None:
     """A non-streamed answer without choices or a message is llm.malformed_stream."""
     with ScriptedHTTPServer([json_reply(200, body)]) as server:
@@ -270,23 +218,13 @@ async def test_openai_answer_of_the_wrong_shape(body: dict[str, object], problem
 _MESSAGE_STOP = ("message_stop", {"type": "message_stop"})
 
 
-@pytest.mark.parametrize(
-    ("events", "problem"),
-    [
-        ([_MESSAGE_STOP], "the stream has no message_start event"),
-        ([("message", {}), _MESSAGE_STOP], "the stream has no message_start event"),
-        (
-            [
-                (
-                    "message_start",
-                    {"type": "message_start", "message": {"id": "msg_1", "usage": {}}},
-                ),
-                _MESSAGE_STOP,
-            ],
-            "the stream ended with no content block and no stop reason",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("events", "problem"), [
+    ([_MESSAGE_STOP], "the stream has no message_start event"),
+    ([("message", {}), _MESSAGE_STOP], "the stream has no message_start event"),
+    ([("message_start", {"type": "message_start", "message": {"id": "msg_1", "usage": {}}}),
+      _MESSAGE_STOP],
+     "the stream ended with no content block and no stop reason"),
+])
 async def test_anthropic_stream_of_the_wrong_shape(
     events: list[tuple[str, object]], problem: str
 ) -> None:
@@ -312,17 +250,14 @@ async def test_anthropic_stream_without_message_stop() -> None:
     assert str(info.value) == "anthropic: the stream ended before its final event"
 
 
-@pytest.mark.parametrize(
-    ("body", "problem"),
-    [
-        ({}, "the answer has no content"),
-        (
-            {"id": "msg_1", "type": "message", "content": []},
-            "the answer has no content block and no stop reason",
-        ),
-    ],
-)
-async def test_anthropic_answer_of_the_wrong_shape(body: dict[str, object], problem: str) -> None:
+@pytest.mark.parametrize(("body", "problem"), [
+    ({}, "the answer has no content"),
+    ({"id": "msg_1", "type": "message", "content": []},
+     "the answer has no content block and no stop reason"),
+])
+async def test_anthropic_answer_of_the_wrong_shape(
+    body: dict[str, object], problem: str
+) -> None:
     """A non-streamed Messages answer without content is llm.malformed_stream."""
     with ScriptedHTTPServer([json_reply(200, body)]) as server:
         transport = _transport("anthropic", server, Timeouts())
@@ -363,13 +298,9 @@ _ANTHROPIC_SURROGATES = _ANTHROPIC_START + (
 )
 
 
-@pytest.mark.parametrize(
-    ("provider", "body"),
-    [
-        ("openai", _OPENAI_SURROGATES),
-        ("anthropic", _ANTHROPIC_SURROGATES),
-    ],
-)
+@pytest.mark.parametrize(("provider", "body"), [
+    ("openai", _OPENAI_SURROGATES), ("anthropic", _ANTHROPIC_SURROGATES),
+])
 async def test_lone_surrogates_in_a_stream_become_replacement_characters(
     provider: str, body: bytes
 ) -> None:
@@ -389,21 +320,12 @@ async def test_lone_surrogates_in_a_stream_become_replacement_characters(
     assert orjson.loads(response.tool_calls[0].arguments) == {"text": "x\ufffdy"}
 
 
-@pytest.mark.parametrize(
-    ("provider", "body"),
-    [
-        (
-            "openai",
-            b'{"id": "c1", "model": "gpt-test", "choices": [{"index": 0, "message": '
-            b'{"role": "assistant", "content": "a\\ud800b"}, "finish_reason": "stop"}]}',
-        ),
-        (
-            "anthropic",
-            b'{"id": "msg_1", "type": "message", "model": "claude-test", "content": '
-            b'[{"type": "text", "text": "a\\ud800b"}], "stop_reason": "end_turn"}',
-        ),
-    ],
-)
+@pytest.mark.parametrize(("provider", "body"), [
+    ("openai", b'{"id": "c1", "model": "gpt-test", "choices": [{"index": 0, "message": '
+               b'{"role": "assistant", "content": "a\\ud800b"}, "finish_reason": "stop"}]}'),
+    ("anthropic", b'{"id": "msg_1", "type": "message", "model": "claude-test", "content": '
+                  b'[{"type": "text", "text": "a\\ud800b"}], "stop_reason": "end_turn"}'),
+])
 async def test_lone_surrogates_in_an_answer_become_replacement_characters(
     provider: str, body: bytes
 ) -> None:
@@ -419,17 +341,14 @@ async def test_lone_surrogates_in_an_answer_become_replacement_characters(
 
 async def test_valid_text_is_not_flagged() -> None:
     """Answers without bad text keep the flag off (and astral characters stay as they are)."""
-    body = sse(
-        (None, _openai_chunk({"content": "snow \u2603 and \U0001f600"}, finish="stop")),
-        (None, "[DONE]"),
-    )
+    body = sse((None, _openai_chunk({"content": "snow \u2603 and \U0001f600"}, finish="stop")),
+               (None, "[DONE]"))
     with ScriptedHTTPServer([sse_reply(body)]) as server:
         transport = _transport("openai", server, Timeouts())
         async with transport, transport.stream(REQUEST) as stream:
             response = await stream.final_response()
     assert (response.content, response.invalid_text_replaced) == (
-        "snow \u2603 and \U0001f600",
-        False,
+        "snow \u2603 and \U0001f600", False
     )
 
 

@@ -98,9 +98,8 @@ def _chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, obj
 OK_BODY = {
     "id": "chatcmpl-9",
     "model": "gpt-test",
-    "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}
-    ],
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"},
+                 "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 5, "completion_tokens": 1},
 }
 
@@ -112,65 +111,25 @@ async def test_openai_request_body_and_tool_calls_streamed_in_fragments() -> Non
     """Two tool calls whose arguments arrive in pieces assemble by index; usage details count."""
     stream = sse(
         (None, _chunk({"role": "assistant", "content": None})),
-        (
-            None,
-            _chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": 0,
-                            "id": "call_a",
-                            "type": "function",
-                            "function": {"name": "weather", "arguments": ""},
-                        }
-                    ]
-                }
-            ),
-        ),
+        (None, _chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                                       "function": {"name": "weather", "arguments": ""}}]})),
         (None, _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]})),
         (None, _chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "Oslo"}'}}]})),
-        (
-            None,
-            _chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": 1,
-                            "id": "call_b",
-                            "type": "function",
-                            "function": {"name": "weather", "arguments": '{"city"'},
-                        }
-                    ]
-                }
-            ),
-        ),
+        (None, _chunk({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
+                                       "function": {"name": "weather", "arguments": '{"city"'}}]})),
         (None, _chunk({"tool_calls": [{"index": 1, "function": {"arguments": ': "Rome"}'}}]})),
         (None, _chunk({}, finish="tool_calls")),
-        (
-            None,
-            {
-                "id": "chatcmpl-1",
-                "model": "gpt-test",
-                "choices": [],
-                "usage": {
-                    "prompt_tokens": 100,
-                    "completion_tokens": 30,
-                    "prompt_tokens_details": {"cached_tokens": 64},
-                    "completion_tokens_details": {"reasoning_tokens": 12},
-                },
-            },
-        ),
+        (None, {"id": "chatcmpl-1", "model": "gpt-test", "choices": [],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 30,
+                          "prompt_tokens_details": {"cached_tokens": 64},
+                          "completion_tokens_details": {"reasoning_tokens": 12}}}),
         (None, "[DONE]"),
     )
     request = LLMRequest(
         messages=[
             SystemMessage("be brief"),
-            UserMessage(
-                [
-                    TextPart("what is this?"),
-                    ImagePart(url="data:image/png;base64,iVBORw0", detail="low"),
-                ]
-            ),
+            UserMessage([TextPart("what is this?"),
+                         ImagePart(url="data:image/png;base64,iVBORw0", detail="low")]),
             AssistantMessage(tool_calls=[ToolCall(id="c0", name="weather", arguments="{}")]),
             ToolResultMessage(tool_call_id="c0", content='{"temp": 3}'),
         ],
@@ -207,35 +166,19 @@ async def test_openai_request_body_and_tool_calls_streamed_in_fragments() -> Non
         "type": "json_schema",
         "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": True},
     }
-    assert body["tools"] == [
-        {
-            "type": "function",
-            "function": {
-                "name": "weather",
-                "description": "Weather for a city.",
-                "parameters": WEATHER.parameters,
-            },
-        }
-    ]
+    assert body["tools"] == [{"type": "function", "function": {
+        "name": "weather", "description": "Weather for a city.",
+        "parameters": WEATHER.parameters}}]
     assert body["messages"] == [
         {"role": "system", "content": "be brief"},
-        {
-            "role": "user",
-            "content": [
-                {"type": "text", "text": "what is this?"},
-                {
-                    "type": "image_url",
-                    "image_url": {"url": "data:image/png;base64,iVBORw0", "detail": "low"},
-                },
-            ],
-        },
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c0", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
-            ],
-        },
+        {"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0",
+                                                "detail": "low"}},
+        ]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+        ]},
         {"role": "tool", "tool_call_id": "c0", "content": '{"temp": 3}'},
     ]
     assert (body["max_tokens"], body["temperature"], body["stop"]) == (50, 0.2, ["END"])
@@ -244,35 +187,16 @@ async def test_openai_request_body_and_tool_calls_streamed_in_fragments() -> Non
 async def test_openai_complete_with_tool_calls() -> None:
     """A non-streamed answer with two tool calls and usage details."""
     body = {
-        "id": "x",
-        "model": "gpt-test",
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": "tool_calls",
-                "message": {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": "a",
-                            "type": "function",
-                            "function": {"name": "weather", "arguments": '{"city":"A"}'},
-                        },
-                        {
-                            "id": "b",
-                            "type": "function",
-                            "function": {"name": "weather", "arguments": '{"city":"B"}'},
-                        },
-                    ],
-                },
-            }
-        ],
-        "usage": {
-            "prompt_tokens": 9,
-            "completion_tokens": 4,
-            "prompt_tokens_details": {"cached_tokens": 8},
-        },
+        "id": "x", "model": "gpt-test",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": None, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "weather",
+                                                             "arguments": '{"city":"A"}'}},
+                {"id": "b", "type": "function", "function": {"name": "weather",
+                                                             "arguments": '{"city":"B"}'}},
+            ]}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 4,
+                  "prompt_tokens_details": {"cached_tokens": 8}},
     }
     with ScriptedHTTPServer([json_reply(200, body)]) as server:
         async with _openai(server) as transport:
@@ -290,16 +214,11 @@ async def test_openai_complete_with_tool_calls() -> None:
 async def test_429_with_retry_after_is_honoured() -> None:
     """A 429 is retried after exactly the Retry-After the server asked for."""
     attempts: list[Attempt] = []
-    with ScriptedHTTPServer(
-        [
-            json_reply(
-                429,
-                {"error": {"message": "slow down", "type": "rate_limit"}},
-                [("retry-after", "0.2")],
-            ),
-            json_reply(200, OK_BODY),
-        ]
-    ) as server:
+    with ScriptedHTTPServer([
+        json_reply(429, {"error": {"message": "slow down", "type": "rate_limit"}},
+                   [("retry-after", "0.2")]),
+        json_reply(200, OK_BODY),
+    ]) as server:
         async with _openai(server, attempts) as transport:
             start = trio.current_time()
             response = await transport.complete(REQUEST)
@@ -317,13 +236,11 @@ async def test_429_with_retry_after_is_honoured() -> None:
 async def test_500_then_success_backs_off() -> None:
     """A 500 is retried after the computed backoff; the second attempt succeeds."""
     attempts: list[Attempt] = []
-    with ScriptedHTTPServer(
-        [
-            json_reply(500, {"error": {"message": "boom"}}),
-            json_reply(503, {"error": {"message": "busy"}}),
-            json_reply(200, OK_BODY),
-        ]
-    ) as server:
+    with ScriptedHTTPServer([
+        json_reply(500, {"error": {"message": "boom"}}),
+        json_reply(503, {"error": {"message": "busy"}}),
+        json_reply(200, OK_BODY),
+    ]) as server:
         async with _openai(server, attempts) as transport:
             response = await transport.complete(REQUEST)
     assert response.content == "hello"
@@ -337,7 +254,8 @@ async def test_500_then_success_backs_off() -> None:
 async def test_retries_exhausted_raise_the_last_error() -> None:
     """After max_attempts failures the last error is raised and no more requests are sent."""
     attempts: list[Attempt] = []
-    with ScriptedHTTPServer([json_reply(502, {"error": {"message": "bad gateway"}})] * 3) as server:
+    with ScriptedHTTPServer([json_reply(502, {"error": {"message": "bad gateway"}})] * 3
+                            ) as server:
         async with _openai(server, attempts) as transport:
             with pytest.raises(LLMServerError) as info:
                 await transport.complete(REQUEST)
@@ -352,11 +270,9 @@ async def test_deadline_stops_retries() -> None:
     """No retry starts when its wait would pass the total deadline."""
     attempts: list[Attempt] = []
     retry = RetryPolicy(max_attempts=5, deadline=1.0)
-    with ScriptedHTTPServer(
-        [
-            json_reply(429, {"error": {"message": "later"}}, [("retry-after", "30")]),
-        ]
-    ) as server:
+    with ScriptedHTTPServer([
+        json_reply(429, {"error": {"message": "later"}}, [("retry-after", "30")]),
+    ]) as server:
         async with _openai(server, attempts, retry=retry) as transport:
             with pytest.raises(LLMRateLimitedError) as info:
                 await transport.complete(REQUEST)
@@ -367,40 +283,18 @@ async def test_deadline_stops_retries() -> None:
 @pytest.mark.parametrize(
     ("status", "body", "cls", "code", "message"),
     [
-        (
-            401,
-            {"error": {"message": "Incorrect API key", "code": "invalid_api_key"}},
-            LLMAuthError,
-            "llm.auth",
-            "openai: HTTP 401: Incorrect API key (check the API key: POWERTRIO_API_KEY or "
-            "the provider's own variable)",
-        ),
-        (
-            400,
-            {
-                "error": {
-                    "message": "This model's maximum context length is 8192 tokens",
-                    "code": "context_length_exceeded",
-                }
-            },
-            LLMContextOverflowError,
-            "llm.context_overflow",
-            "openai: HTTP 400: This model's maximum context length is 8192 tokens",
-        ),
-        (
-            400,
-            {"error": {"message": "temperature must be <= 2", "type": "invalid_request"}},
-            LLMBadRequestError,
-            "llm.bad_request",
-            "openai: HTTP 400: temperature must be <= 2",
-        ),
-        (
-            404,
-            {"error": {"message": "no such model"}},
-            LLMBadRequestError,
-            "llm.bad_request",
-            "openai: HTTP 404: no such model",
-        ),
+        (401, {"error": {"message": "Incorrect API key", "code": "invalid_api_key"}},
+         LLMAuthError, "llm.auth",
+         "openai: HTTP 401: Incorrect API key (check the API key: POWERTRIO_API_KEY or "
+         "the provider's own variable)"),
+        (400, {"error": {"message": "This model's maximum context length is 8192 tokens",
+                         "code": "context_length_exceeded"}},
+         LLMContextOverflowError, "llm.context_overflow",
+         "openai: HTTP 400: This model's maximum context length is 8192 tokens"),
+        (400, {"error": {"message": "temperature must be <= 2", "type": "invalid_request"}},
+         LLMBadRequestError, "llm.bad_request", "openai: HTTP 400: temperature must be <= 2"),
+        (404, {"error": {"message": "no such model"}}, LLMBadRequestError, "llm.bad_request",
+         "openai: HTTP 404: no such model"),
     ],
 )
 async def test_4xx_is_typed_and_never_retried(
@@ -425,9 +319,7 @@ async def test_connection_refused_is_retried_then_typed() -> None:
     with ScriptedHTTPServer() as server:
         url = server.url
     config = ProviderConfig(
-        provider="openai",
-        base_url=url,
-        model="m",
+        provider="openai", base_url=url, model="m",
         retry=RetryPolicy(max_attempts=2, initial_delay=0.01, jitter=0.0),
     )
     async with OpenAITransport(config, on_attempt=attempts.append) as transport:
@@ -437,15 +329,15 @@ async def test_connection_refused_is_retried_then_typed() -> None:
     assert str(info.value).startswith("openai: cannot reach the provider: ")
     assert isinstance(info.value.__cause__, Exception)
     assert [(a.error_code, a.next_delay) for a in attempts] == [
-        ("llm.connection", 0.01),
-        ("llm.connection", None),
+        ("llm.connection", 0.01), ("llm.connection", None)
     ]
 
 
 async def test_read_timeout_is_typed() -> None:
     """A server silent past the read timeout gives llm.timeout with phase 'read'."""
     with ScriptedHTTPServer([Reply(head_delay=1.0)]) as server:
-        transport = _openai(server, retry=RetryPolicy(max_attempts=1), timeouts=Timeouts(read=0.2))
+        transport = _openai(server, retry=RetryPolicy(max_attempts=1),
+                            timeouts=Timeouts(read=0.2))
         async with transport:
             with pytest.raises(LLMTimeoutError) as info:
                 await transport.complete(REQUEST)
@@ -455,13 +347,11 @@ async def test_read_timeout_is_typed() -> None:
 
 async def test_total_timeout_is_typed() -> None:
     """A body trickling in past the per-attempt total gives llm.timeout, phase 'total'."""
-    reply = Reply(
-        headers=[("content-type", "application/json")],
-        chunks=[b"{", b'"a"', b":", b"1", b"}"],
-        delay=0.15,
-    )
+    reply = Reply(headers=[("content-type", "application/json")],
+                  chunks=[b"{", b'"a"', b":", b"1", b"}"], delay=0.15)
     with ScriptedHTTPServer([reply]) as server:
-        transport = _openai(server, retry=RetryPolicy(max_attempts=1), timeouts=Timeouts(total=0.3))
+        transport = _openai(server, retry=RetryPolicy(max_attempts=1),
+                            timeouts=Timeouts(total=0.3))
         async with transport:
             with pytest.raises(LLMTimeoutError) as info:
                 await transport.complete(REQUEST)
@@ -513,18 +403,15 @@ async def test_stream_429_is_retried_before_first_event() -> None:
     """Opening a stream is retried like a plain call."""
     attempts: list[Attempt] = []
     body = sse((None, _chunk({"content": "hi"}, finish="stop")), (None, "[DONE]"))
-    with ScriptedHTTPServer(
-        [
-            json_reply(429, {"error": {"message": "wait"}}, [("retry-after", "0")]),
-            sse_reply(body),
-        ]
-    ) as server:
+    with ScriptedHTTPServer([
+        json_reply(429, {"error": {"message": "wait"}}, [("retry-after", "0")]),
+        sse_reply(body),
+    ]) as server:
         async with _openai(server, attempts) as transport, transport.stream(REQUEST) as s:
             response = await s.final_response()
     assert response.content == "hi"
     assert [(a.error_code, a.next_delay) for a in attempts] == [
-        ("llm.rate_limited", 0.0),
-        (None, None),
+        ("llm.rate_limited", 0.0), (None, None)
     ]
 
 
@@ -547,115 +434,39 @@ async def test_cancel_closes_the_connection_promptly() -> None:
 
 
 ANTHROPIC_STREAM = sse(
-    (
-        "message_start",
-        {
-            "type": "message_start",
-            "message": {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "content": [],
-                "model": "claude-test",
-                "stop_reason": None,
-                "usage": {
-                    "input_tokens": 10,
-                    "cache_read_input_tokens": 200,
-                    "cache_creation_input_tokens": 50,
-                    "output_tokens": 1,
-                },
-            },
-        },
-    ),
-    (
-        "content_block_start",
-        {
-            "type": "content_block_start",
-            "index": 0,
-            "content_block": {"type": "thinking", "thinking": ""},
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "thinking_delta", "thinking": "Let me "},
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "thinking_delta", "thinking": "check."},
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "signature_delta", "signature": "sig=="},
-        },
-    ),
+    ("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "content": [],
+        "model": "claude-test", "stop_reason": None,
+        "usage": {"input_tokens": 10, "cache_read_input_tokens": 200,
+                  "cache_creation_input_tokens": 50, "output_tokens": 1}}}),
+    ("content_block_start", {"type": "content_block_start", "index": 0,
+                             "content_block": {"type": "thinking", "thinking": ""}}),
+    ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                             "delta": {"type": "thinking_delta", "thinking": "Let me "}}),
+    ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                             "delta": {"type": "thinking_delta", "thinking": "check."}}),
+    ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                             "delta": {"type": "signature_delta", "signature": "sig=="}}),
     ("content_block_stop", {"type": "content_block_stop", "index": 0}),
     ("ping", {"type": "ping"}),
-    (
-        "content_block_start",
-        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 1,
-            "delta": {"type": "text_delta", "text": "Checking."},
-        },
-    ),
+    ("content_block_start", {"type": "content_block_start", "index": 1,
+                             "content_block": {"type": "text", "text": ""}}),
+    ("content_block_delta", {"type": "content_block_delta", "index": 1,
+                             "delta": {"type": "text_delta", "text": "Checking."}}),
     ("content_block_stop", {"type": "content_block_stop", "index": 1}),
-    (
-        "content_block_start",
-        {
-            "type": "content_block_start",
-            "index": 2,
-            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}},
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 2,
-            "delta": {"type": "input_json_delta", "partial_json": '{"city":'},
-        },
-    ),
-    (
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 2,
-            "delta": {"type": "input_json_delta", "partial_json": ' "Oslo"}'},
-        },
-    ),
+    ("content_block_start", {"type": "content_block_start", "index": 2, "content_block": {
+        "type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}}),
+    ("content_block_delta", {"type": "content_block_delta", "index": 2,
+                             "delta": {"type": "input_json_delta", "partial_json": '{"city":'}}),
+    ("content_block_delta", {"type": "content_block_delta", "index": 2,
+                             "delta": {"type": "input_json_delta", "partial_json": ' "Oslo"}'}}),
     ("content_block_stop", {"type": "content_block_stop", "index": 2}),
-    (
-        "content_block_start",
-        {
-            "type": "content_block_start",
-            "index": 3,
-            "content_block": {"type": "tool_use", "id": "toolu_2", "name": "now", "input": {}},
-        },
-    ),
+    ("content_block_start", {"type": "content_block_start", "index": 3, "content_block": {
+        "type": "tool_use", "id": "toolu_2", "name": "now", "input": {}}}),
     ("content_block_stop", {"type": "content_block_stop", "index": 3}),
-    (
-        "message_delta",
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-            "usage": {"output_tokens": 42},
-        },
-    ),
+    ("message_delta", {"type": "message_delta",
+                       "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                       "usage": {"output_tokens": 42}}),
     ("message_stop", {"type": "message_stop"}),
 )
 
@@ -688,9 +499,8 @@ async def test_anthropic_stream_tools_thinking_and_cache_usage() -> None:
         ToolCall(id="toolu_2", name="now", arguments="{}"),
     )
     assert response.finish_reason == "tool_calls"
-    assert response.usage == Usage(
-        prompt_tokens=260, completion_tokens=42, cached_tokens=200, cache_write_tokens=50
-    )
+    assert response.usage == Usage(prompt_tokens=260, completion_tokens=42, cached_tokens=200,
+                                   cache_write_tokens=50)
     assert (response.model, response.id) == ("claude-test", "msg_1")
     sent = server.requests[0]
     assert sent.path == "/v1/messages"
@@ -698,47 +508,31 @@ async def test_anthropic_stream_tools_thinking_and_cache_usage() -> None:
     assert sent.headers["anthropic-version"] == "2023-06-01"
     body = sent.json()
     ephemeral = {"type": "ephemeral"}
-    assert body["system"] == [
-        {"type": "text", "text": "You are terse.", "cache_control": ephemeral}
-    ]
-    assert body["tools"] == [
-        {
-            "name": "weather",
-            "description": "Weather for a city.",
-            "input_schema": WEATHER.parameters,
-            "cache_control": ephemeral,
-        }
-    ]
+    assert body["system"] == [{"type": "text", "text": "You are terse.",
+                               "cache_control": ephemeral}]
+    assert body["tools"] == [{"name": "weather", "description": "Weather for a city.",
+                              "input_schema": WEATHER.parameters, "cache_control": ephemeral}]
     assert body["tool_choice"] == {"type": "any"}
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
     assert body["max_tokens"] == 4096
     assert body["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
-        {
-            "role": "assistant",
-            "content": [
-                {"type": "thinking", "thinking": "hmm", "signature": "s0"},
-                {"type": "text", "text": "Looking."},
-                {"type": "tool_use", "id": "t0", "name": "weather", "input": {"city": "Rome"}},
-            ],
-        },
-        {
-            "role": "user",
-            "content": [
-                {"type": "tool_result", "tool_use_id": "t0", "content": "sunny", "is_error": False},
-                {"type": "text", "text": "and Oslo?", "cache_control": ephemeral},
-            ],
-        },
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": "s0"},
+            {"type": "text", "text": "Looking."},
+            {"type": "tool_use", "id": "t0", "name": "weather", "input": {"city": "Rome"}},
+        ]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t0", "content": "sunny", "is_error": False},
+            {"type": "text", "text": "and Oslo?", "cache_control": ephemeral},
+        ]},
     ]
 
 
 async def test_anthropic_complete() -> None:
     """A non-streamed Messages answer with thinking, text and a tool use."""
     body = {
-        "id": "msg_2",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-test",
+        "id": "msg_2", "type": "message", "role": "assistant", "model": "claude-test",
         "content": [
             {"type": "redacted_thinking", "data": "opaque"},
             {"type": "text", "text": "On it."},
@@ -762,17 +556,10 @@ async def test_anthropic_complete() -> None:
 async def test_anthropic_error_event_in_stream() -> None:
     """An `error` event mid-stream raises the mapped class (overloaded -> llm.server)."""
     body = sse(
-        (
-            "message_start",
-            {
-                "type": "message_start",
-                "message": {"id": "m", "model": "claude-test", "usage": {"input_tokens": 1}},
-            },
-        ),
-        (
-            "error",
-            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
-        ),
+        ("message_start", {"type": "message_start", "message": {
+            "id": "m", "model": "claude-test", "usage": {"input_tokens": 1}}}),
+        ("error", {"type": "error", "error": {"type": "overloaded_error",
+                                              "message": "Overloaded"}}),
     )
     with ScriptedHTTPServer([sse_reply(body)]) as server:
         async with _anthropic(server) as transport, transport.stream(REQUEST) as s:
@@ -786,13 +573,8 @@ async def test_anthropic_error_event_in_stream() -> None:
 
 async def test_anthropic_context_overflow() -> None:
     """Anthropic's 'prompt is too long' 400 is llm.context_overflow."""
-    body = {
-        "type": "error",
-        "error": {
-            "type": "invalid_request_error",
-            "message": "prompt is too long: 210000 tokens > 200000",
-        },
-    }
+    body = {"type": "error", "error": {"type": "invalid_request_error",
+                                       "message": "prompt is too long: 210000 tokens > 200000"}}
     with ScriptedHTTPServer([json_reply(400, body)]) as server:
         async with _anthropic(server) as transport:
             with pytest.raises(LLMContextOverflowError) as info:
@@ -803,9 +585,8 @@ async def test_anthropic_context_overflow() -> None:
 
 async def test_anthropic_rejects_response_format() -> None:
     """response_format has no Messages equivalent here: a bad request before any I/O."""
-    request = LLMRequest(
-        messages=[UserMessage("x")], response_format=ResponseFormat(name="a", schema={})
-    )
+    request = LLMRequest(messages=[UserMessage("x")],
+                         response_format=ResponseFormat(name="a", schema={}))
     with ScriptedHTTPServer() as server:
         async with _anthropic(server) as transport:
             with pytest.raises(LLMBadRequestError) as info:
@@ -823,12 +604,10 @@ async def test_api_key_never_leaks(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     attempts: list[Attempt] = []
     echo = {"error": {"message": f"Incorrect API key provided: {KEY}", "code": "invalid_api_key"}}
-    with ScriptedHTTPServer(
-        [
-            json_reply(500, {"error": {"message": f"upstream refused {KEY}"}}),
-            json_reply(401, echo),
-        ]
-    ) as server:
+    with ScriptedHTTPServer([
+        json_reply(500, {"error": {"message": f"upstream refused {KEY}"}}),
+        json_reply(401, echo),
+    ]) as server:
         transport = _openai(server, attempts)
         async with transport:
             with pytest.raises(LLMAuthError) as info:

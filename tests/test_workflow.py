@@ -95,17 +95,9 @@ async def test_a_workflow_records_each_step_and_returns_its_result(
     assert isinstance(events[-1], WorkflowFinished)
     kinds = {e.index: e.kind for e in events if isinstance(e, StepCompleted)}
     assert kinds == {
-        "0": "call",
-        "1": "parallel",
-        "1.0.0": "call",
-        "1.1.0": "call",
-        "2": "sleep",
-        "3": "for_each",
-        "3.0.0": "call",
-        "3.1.0": "call",
-        "3.2.0": "call",
-        "4": "agent",
-        "5": "signal",
+        "0": "call", "1": "parallel", "1.0.0": "call", "1.1.0": "call", "2": "sleep",
+        "3": "for_each", "3.0.0": "call", "3.1.0": "call", "3.2.0": "call",
+        "4": "agent", "5": "signal",
     }
     assert all(n == 1 for n in EXECUTED.values())
 

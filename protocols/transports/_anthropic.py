@@ -73,10 +73,8 @@ def _image(part: ImagePart) -> JsonDict:
     if part.url.startswith("data:"):
         header, _, data = part.url.partition(",")
         media_type = header[len("data:") :].split(";")[0] or "image/png"
-        return {
-            "type": "image",
-            "source": {"type": "base64", "media_type": media_type, "data": data},
-        }
+        return {"type": "image", "source": {"type": "base64", "media_type": media_type,
+                                            "data": data}}
     return {"type": "image", "source": {"type": "url", "url": part.url}}
 
 
@@ -106,11 +104,8 @@ def _blocks(message: Message) -> tuple[Literal["user", "assistant"], list[JsonDi
                 blocks.append({"type": "redacted_thinking", "data": block.thinking})
             else:
                 blocks.append(
-                    {
-                        "type": "thinking",
-                        "thinking": block.thinking,
-                        "signature": block.signature or "",
-                    }
+                    {"type": "thinking", "thinking": block.thinking,
+                     "signature": block.signature or ""}
                 )
         if message.content:
             blocks.append({"type": "text", "text": message.content})
@@ -220,7 +215,9 @@ class AnthropicTransport(HTTPTransport):
 
     def _parse(self, data: JsonDict) -> LLMResponse:
         if data.get("type") == "error":
-            raise error_from_body(self.provider, orjson.dumps(data).decode(), secrets=self._secrets)
+            raise error_from_body(
+                self.provider, orjson.dumps(data).decode(), secrets=self._secrets
+            )
         content = data.get("content")
         if not isinstance(content, list):
             raise self._malformed("the answer has no content")

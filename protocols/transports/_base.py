@@ -276,7 +276,9 @@ class HTTPTransport(Transport):
         """
         return LLMStream(lambda: self._stream_source(request))
 
-    async def _stream_source(self, request: LLMRequest) -> AsyncIterator[StreamDelta | LLMResponse]:
+    async def _stream_source(
+        self, request: LLMRequest
+    ) -> AsyncIterator[StreamDelta | LLMResponse]:
         http_request = self._build(request, stream=True)
         total = self._config.timeouts.total
         started = trio.current_time()

@@ -88,7 +88,9 @@ class Timeouts:
 
     def to_httpx(self) -> httpx.Timeout:
         """The httpx timeout object for one request."""
-        return httpx.Timeout(connect=self.connect, read=self.read, write=self.write, pool=self.pool)
+        return httpx.Timeout(
+            connect=self.connect, read=self.read, write=self.write, pool=self.pool
+        )
 
 
 @final
@@ -199,7 +201,8 @@ class ProviderConfig:
         if not api_key:
             raise MissingSettingError(
                 "POWERTRIO_API_KEY",
-                f"missing setting: set POWERTRIO_API_KEY (or {own_key}) to the {provider} API key",
+                f"missing setting: set POWERTRIO_API_KEY (or {own_key}) to the "
+                f"{provider} API key",
             )
         model = env.get("POWERTRIO_MODEL")
         if not model:

@@ -302,7 +302,9 @@ def error_from_status(
     retry_after = parse_retry_after(headers)
     text = f"{provider}: HTTP {status}: {message}" if message else f"{provider}: HTTP {status}"
     if status == 429:
-        return LLMRateLimitedError(text, status=status, provider=provider, retry_after=retry_after)
+        return LLMRateLimitedError(
+            text, status=status, provider=provider, retry_after=retry_after
+        )
     if status in (401, 403):
         return LLMAuthError(
             f"{text} (check the API key: POWERTRIO_API_KEY or the provider's own variable)",
@@ -325,7 +327,9 @@ def error_from_status(
     )
 
 
-def error_from_body(provider: str, body: str, *, secrets: tuple[str, ...] = ()) -> PowertrioError:
+def error_from_body(
+    provider: str, body: str, *, secrets: tuple[str, ...] = ()
+) -> PowertrioError:
     """The typed error for an error event inside a stream (there is no HTTP status then).
 
     Anthropic names the kind (``overloaded_error``, ``rate_limit_error``, ...); OpenAI-style
