@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Final, final
+from typing import Any, Final, TypeVar, cast, final
 
 import attrs
 import trio
@@ -22,6 +22,7 @@ from protocols.errors import (
 )
 from runtime import ActorRef, Decision, EventSourcedActor, Request, Runtime
 
+from . import _board_remote as remote
 from ._board_events import (
     BOARD_ID_PATTERN,
     DEFAULT_MAX_ENTRIES,
@@ -35,79 +36,35 @@ from ._board_events import (
     Limits,
     WatchAdded,
     WatchRemoved,
+    _encode_value,
     decide_delete,
     decide_put,
     detached,
     evolve,
     key_problem,
 )
+from ._board_requests import (
+    BoardInfo,
+    _AddSessionWatch,
+    _AddWatch,
+    _Delete,
+    _Describe,
+    _Get,
+    _GetState,
+    _List,
+    _Put,
+    _RemoveSessionWatch,
+)
 from ._board_watches import Watch, WatchTable, watch_filter
 
 __all__ = ["Board", "open_board"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("powertrio.board")
 
 DEFAULT_WATCH_BUFFER: Final = 1000
 """How many undelivered changes a Python watch buffers before it is dropped."""
-
-
-@attrs.frozen
-class _BoardInfo:
-    limits: Limits
-    watches: WatchTable
-
-
-@attrs.frozen(kw_only=True)
-class _Put(Request["Entry | BoardError"]):
-    key: object
-    value: object
-    expected_version: int | None
-    author: str
-
-
-@attrs.frozen(kw_only=True)
-class _Delete(Request["bool | BoardError"]):
-    key: object
-    expected_version: int | None
-    author: str
-
-
-@attrs.frozen
-class _Get(Request["Entry | BoardError | None"]):
-    key: object
-
-
-@attrs.frozen
-class _List(Request["tuple[Entry, ...] | BoardError"]):
-    prefix: object
-
-
-@attrs.frozen
-class _AddWatch(Request[str]):
-    watch: Watch
-
-
-@attrs.frozen(kw_only=True)
-class _AddSessionWatch(Request[str]):
-    watch_id: str
-    watcher: str
-    keys: tuple[str, ...] | None
-    prefix: str
-
-
-@attrs.frozen
-class _RemoveSessionWatch(Request[bool]):
-    watch_id: str
-
-
-@attrs.frozen
-class _GetState(Request[BoardState]):
-    pass
-
-
-@attrs.frozen
-class _Describe(Request[_BoardInfo]):
-    pass
 
 
 @final
@@ -132,6 +89,10 @@ class _BoardActor(EventSourcedActor[BoardState]):
         return evolve(state, event)
 
     def handle(self, state: BoardState, message: object) -> Decision:
+        if isinstance(message, _Put | _Delete) and message.request is not None:
+            done = state.requests.get(message.request)
+            if done is not None:
+                return Decision(reply=done)  # a relayed write performed before: its answer
         if isinstance(message, _Put):
             put = decide_put(
                 state,
@@ -144,6 +105,7 @@ class _BoardActor(EventSourcedActor[BoardState]):
             )
             if isinstance(put, BoardError):
                 return Decision(reply=put)
+            put = attrs.evolve(put, request=message.request)
             stored = Entry(
                 key=put.key,
                 value=put.value,
@@ -164,6 +126,7 @@ class _BoardActor(EventSourcedActor[BoardState]):
                 return Decision(reply=False)  # no such key: nothing to write
             if isinstance(deletion, BoardError):
                 return Decision(reply=deletion)
+            deletion = attrs.evolve(deletion, request=message.request)
             return Decision(events=[deletion], reply=True)
         if isinstance(message, _Get):
             bad = key_problem(message.key)
@@ -204,7 +167,7 @@ class _BoardActor(EventSourcedActor[BoardState]):
         if isinstance(message, _GetState):
             return Decision(reply=state)
         if isinstance(message, _Describe):
-            return Decision(reply=_BoardInfo(self._limits, self._watches))
+            return Decision(reply=BoardInfo(self._limits, self._watches))
         msg = f"a board takes no {type(message).__name__} messages; use the Board handle"
         raise TypeError(msg)
 
@@ -253,6 +216,9 @@ class _BoardActor(EventSourcedActor[BoardState]):
                 ref = self._runtime.lookup(watch.watcher)
                 ref.tell_nowait(attrs.evolve(change, value=detached(change.value)))
             except (ActorNotFoundError, ActorStoppedError):
+                node = self._runtime.node
+                if node is not None and not node.owns(watch.watcher):
+                    remote.notify_session(node, watch.watcher, change)
                 continue  # not running now: the watch waits in the log for its session
             except MailboxFullError:
                 logger.warning(
@@ -314,10 +280,11 @@ class Board:
     of the runtime.
     """
 
-    __slots__ = ("_id", "_info", "_ref", "_runtime")
+    __slots__ = ("_asked", "_id", "_info", "_ref", "_runtime")
+    _asked: dict[str, int | None]
     _id: str
-    _info: _BoardInfo
-    _ref: ActorRef[object]
+    _info: BoardInfo
+    _ref: ActorRef[object] | None
     _runtime: Runtime
 
     def __init__(self) -> None:
@@ -326,14 +293,36 @@ class Board:
 
     @classmethod
     def _create(
-        cls, board_id: str, ref: ActorRef[object], runtime: Runtime, info: _BoardInfo
+        cls,
+        board_id: str,
+        ref: ActorRef[object] | None,
+        runtime: Runtime,
+        info: BoardInfo,
+        asked: dict[str, int | None],
     ) -> Board:
         self = object.__new__(cls)
         self._id = board_id
         self._ref = ref
         self._runtime = runtime
         self._info = info
+        self._asked = asked
         return self
+
+    async def _local_ask(self, message: Request[T]) -> T:
+        """Ask this runtime's board actor (on a node: the caller checked it owns it)."""
+        if self._ref is None:
+            msg = f"board {self._id!r} does not run on this node"
+            raise ActorNotFoundError(msg)
+        return await self._ref.ask(message)
+
+    async def _ask(self, message: Request[T], body: dict[str, Any]) -> T:
+        """Ask the board: its actor here, or, on a node of a fleet, its owner wherever it
+        runs (the owner serialises every write, so compare-and-set holds fleet-wide)."""
+        node = self._runtime.node
+        if node is None:
+            return await self._local_ask(message)
+        reply = await remote.relay(node, self._runtime, self._id, {**body, **self._asked}, message)
+        return cast("T", reply)
 
     def __repr__(self) -> str:
         return f"<Board {self._id!r}>"
@@ -345,7 +334,14 @@ class Board:
 
     @property
     def ref(self) -> ActorRef[object]:
-        """The board actor's ref."""
+        """The board actor's ref.
+
+        Raises:
+            ActorNotFoundError: on a node of a fleet, the board runs on another node.
+        """
+        if self._runtime.node is not None:
+            return self._runtime.lookup(f"board:{self._id}")
+        assert self._ref is not None
         return self._ref
 
     @property
@@ -370,7 +366,7 @@ class Board:
             BoardBadKeyError: ``key`` breaks the key rules.
             ActorStoppedError: the runtime is closing.
         """
-        reply = await self._ref.ask(_Get(key))
+        reply = await self._ask(_Get(key), {"op": "get", "key": key})
         if isinstance(reply, BoardError):
             raise reply
         return None if reply is None else _detach(reply)
@@ -411,7 +407,19 @@ class Board:
             expected_version=_check_expected(expected_version),
             author=_check_author(author),
         )
-        reply = await self._ref.ask(message)
+        if self._runtime.node is not None:
+            # Refused here what JSON would silently change on its way to the owner.
+            bad = key_problem(key) or _encode_value(self._id, key, value, 1 << 62)
+            if isinstance(bad, BoardError):
+                raise bad
+        body = {
+            "op": "put",
+            "key": key,
+            "value": value,
+            "expected": message.expected_version,
+            "author": message.author,
+        }
+        reply = await self._ask(message, body)
         if isinstance(reply, BoardError):
             raise reply
         return _detach(reply)
@@ -441,7 +449,13 @@ class Board:
             expected_version=_check_expected(expected_version),
             author=_check_author(author),
         )
-        reply = await self._ref.ask(message)
+        body = {
+            "op": "delete",
+            "key": key,
+            "expected": message.expected_version,
+            "author": message.author,
+        }
+        reply = await self._ask(message, body)
         if isinstance(reply, BoardError):
             raise reply
         return reply
@@ -452,7 +466,7 @@ class Board:
         Raises:
             BoardBadKeyError: ``prefix`` breaks the key rules (it may be empty).
         """
-        reply = await self._ref.ask(_List(prefix))
+        reply = await self._ask(_List(prefix), {"op": "list", "prefix": prefix})
         if isinstance(reply, BoardError):
             raise reply
         return tuple(_detach(entry) for entry in reply)
@@ -461,12 +475,16 @@ class Board:
         """The board's folded state (every entry, the versions of deleted keys).
 
         A read-only view: unlike :meth:`get` and :meth:`list`, it does not copy values.
+        On a node of a fleet it is the fold of the board's log as read now (every
+        acknowledged write is there), wherever the board runs.
         """
-        return await self._ref.ask(_GetState())
+        if self._runtime.node is not None:
+            return await remote.fold(self._runtime, self._id)
+        return await self._local_ask(_GetState())
 
     async def statistics(self) -> BoardStatistics:
         """A snapshot of the board (it asks the actor, so it is async)."""
-        state = await self._ref.ask(_GetState())
+        state = await self.state()
         watches = self._info.watches
         return BoardStatistics(
             entries=len(state.entries),
@@ -517,13 +535,34 @@ class Board:
             raise ValueError(msg)
         send, receive = trio.open_memory_channel[BoardChanged](buffer)
         watch = Watch(self._runtime.ids.new("watch"), chosen, start, send)
-        try:
-            await self._ref.ask(_AddWatch(watch))
-            with receive:
-                yield receive
-        finally:
-            self._info.watches.remove(watch.id)
-            send.close()
+        node = self._runtime.node
+        if node is not None:
+            # On a fleet the watch follows the board's log, wherever the board runs.
+            after = await self._runtime.store.stream_version(f"board/{self._id}")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    remote.tail,
+                    self._runtime,
+                    self._id,
+                    watch,
+                    send,
+                    after,
+                    node.config.poll_interval,
+                )
+                try:
+                    with receive:
+                        yield receive
+                finally:
+                    nursery.cancel_scope.cancel()
+                    send.close()
+        else:
+            try:
+                await self._local_ask(_AddWatch(watch))
+                with receive:
+                    yield receive
+            finally:
+                self._info.watches.remove(watch.id)
+                send.close()
         if watch.overflowed:
             raise BoardWatchOverflowError(self._id, buffer)
 
@@ -554,8 +593,14 @@ class Board:
             TypeError: ``keys`` is a str (wrap it in a list).
         """
         chosen, start = watch_filter(keys, prefix)
+        if self._runtime.node is not None:
+            msg = (
+                "watch_actor names a live ref of one runtime, which a board on another node "
+                "cannot reach: on a fleet, use watch() (it follows the log) or watch_session()"
+            )
+            raise ConfigError(msg)
         watch = Watch(self._runtime.ids.new("watch"), chosen, start, ref)
-        return await self._ref.ask(_AddWatch(watch))
+        return await self._local_ask(_AddWatch(watch))
 
     async def watch_session(
         self,
@@ -598,7 +643,14 @@ class Board:
             keys=None if chosen is None else tuple(sorted(chosen)),
             prefix=start,
         )
-        return await self._ref.ask(message)
+        body = {
+            "op": "watch_session",
+            "watch_id": message.watch_id,
+            "watcher": message.watcher,
+            "keys": message.keys,
+            "prefix": message.prefix,
+        }
+        return await self._ask(message, body)
 
     async def unwatch_session(self, watch_id: str) -> bool:
         """End a session's watch (:meth:`watch_session`), recording it in the log.
@@ -609,7 +661,8 @@ class Board:
         Raises:
             ActorCrashedError: the append failed (the board restarts from its log).
         """
-        return await self._ref.ask(_RemoveSessionWatch(watch_id))
+        body = {"op": "unwatch_session", "watch_id": watch_id}
+        return await self._ask(_RemoveSessionWatch(watch_id), body)
 
     def unwatch(self, watch_id: str) -> bool:
         """End a watch made by :meth:`watch_actor`; no change is delivered to it afterwards.
@@ -664,6 +717,15 @@ async def open_board(
     entries = _check_limit("max_entries", max_entries)
     entry_bytes = _check_limit("max_entry_bytes", max_entry_bytes)
     actor_id = f"board:{board_id}"
+    asked = {"max_entries": entries, "max_entry_bytes": entry_bytes}
+    node = runtime.node
+    if node is not None and not node.owns_target(f"board/{board_id}"):
+        # Another node runs it: the handle relays each call to the owner.
+        limits = Limits(
+            entries if entries is not None else DEFAULT_MAX_ENTRIES,
+            entry_bytes if entry_bytes is not None else DEFAULT_MAX_ENTRY_BYTES,
+        )
+        return Board._create(board_id, None, runtime, BoardInfo(limits, WatchTable()), asked)
     try:
         ref = runtime.lookup(actor_id)
     except ActorNotFoundError:
@@ -691,4 +753,4 @@ async def open_board(
                 f"open it without {name} to share it, or restart the runtime to change it"
             )
             raise ConfigError(msg)
-    return Board._create(board_id, ref, runtime, info)
+    return Board._create(board_id, ref, runtime, info, asked)

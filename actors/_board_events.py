@@ -113,6 +113,9 @@ class BoardState:
     """The board's stream version folded into this state."""
     watches: Mapping[str, WatchAdded] = attrs.field(factory=dict)
     """The durable watches by id (:meth:`Board.watch_session`), as their log recorded them."""
+    requests: Mapping[str, Entry | bool] = attrs.field(factory=dict)
+    """The answers of the latest relayed writes by request id (at most
+    ``KEPT_REQUESTS``): a repeat of one is answered with them, writing nothing."""
 
     def version_of(self, key: str) -> int:
         """The key's current version; 0 when it does not exist (never written or deleted)."""
@@ -153,6 +156,9 @@ class EntryPut:
     """The key's new version (decided by the board, never by the writer)."""
     author: str
     """The writer's identity, stamped by the runtime."""
+    request: str | None = None
+    """The relayed call that made it (a node's inbox message id), so a call performed
+    again after its owner died unanswered is answered from the log; ``None``: local."""
 
 
 @final
@@ -167,6 +173,9 @@ class EntryDeleted:
     """The version the deletion took."""
     author: str
     """The writer's identity, stamped by the runtime."""
+    request: str | None = None
+    """The relayed call that made it (a node's inbox message id), so a call performed
+    again after its owner died unanswered is answered from the log; ``None``: local."""
 
 
 @final
@@ -204,6 +213,23 @@ class WatchRemoved:
     """The watch that ended."""
 
 
+KEPT_REQUESTS = 1024
+"""Relayed writes a board remembers the answers of. A repeat comes only while its inbox
+message is unanswered (its owner died between the append and the answer), so the
+latest few suffice."""
+
+
+def _answered(
+    requests: Mapping[str, Entry | bool], request: str | None, answer: Entry | bool
+) -> Mapping[str, Entry | bool]:
+    if request is None:
+        return requests
+    kept = {**requests, request: answer}
+    while len(kept) > KEPT_REQUESTS:
+        del kept[next(iter(kept))]
+    return kept
+
+
 def evolve(state: BoardState, event: object) -> BoardState:
     """Apply one board event (pure and total: every stored event is one stream version)."""
     version = state.version + 1
@@ -219,7 +245,13 @@ def evolve(state: BoardState, event: object) -> BoardState:
         deleted = state.deleted
         if event.key in deleted:
             deleted = {k: v for k, v in deleted.items() if k != event.key}
-        return attrs.evolve(state, entries=entries, deleted=deleted, version=version)
+        return attrs.evolve(
+            state,
+            entries=entries,
+            deleted=deleted,
+            version=version,
+            requests=_answered(state.requests, event.request, entries[event.key]),
+        )
     if isinstance(event, EntryDeleted):
         entries = {k: v for k, v in state.entries.items() if k != event.key}
         return attrs.evolve(
@@ -227,6 +259,7 @@ def evolve(state: BoardState, event: object) -> BoardState:
             entries=entries,
             deleted={**state.deleted, event.key: event.version},
             version=version,
+            requests=_answered(state.requests, event.request, True),
         )
     if isinstance(event, WatchAdded):
         return attrs.evolve(

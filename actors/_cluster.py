@@ -30,6 +30,7 @@ from protocols.errors import (
     RuntimeClosedError,
 )
 
+from . import _board_remote
 from ._agents import AgentSpec
 from ._session_events import RunResult
 from ._session_handle import Session
@@ -297,7 +298,7 @@ class NodeHost:
         for session_id in [s for s in self._local if self.node.shard_of_session(s) in shards]:
             session = self._local.pop(session_id)
             await self.runtime.stop(session.ref)
-        # And every other actor owning a placed stream there (a fleet agent's, say).
+        # And every other actor owning a placed stream there (a board, a fleet agent).
         await self.node.stop_owners(shards)
 
     async def _resume_shards(self, shards: set[int]) -> None:
@@ -335,16 +336,19 @@ class NodeHost:
     async def _serve_inbox(self, nursery: trio.Nursery) -> None:
         while True:
             for message_id, session_id, body in await self.node.messages(skip=self._serving):
-                if message_id not in self._serving and self.node.owns(session_id):
+                if message_id not in self._serving and self.node.owns_target(session_id):
                     self._serving.add(message_id)
                     nursery.start_soon(self._serve_one, message_id, session_id, body)
 
     async def _serve_one(self, message_id: str, session_id: str, body: bytes) -> None:
         try:
             try:
-                reply = _encode(await self.perform(session_id, orjson.loads(body)))
+                if session_id.startswith("board/"):  # a placed stream, not a session
+                    reply = await _board_remote.perform(self.runtime, session_id, body)
+                else:
+                    reply = _encode(await self.perform(session_id, orjson.loads(body)))
             except Exception as exc:
-                if not self.node.owns(session_id) or _fenced(exc):
+                if not self.node.owns_target(session_id) or _fenced(exc):
                     return  # the shard moved on (or is moving): whoever owns it answers
                 logger.warning("node %s: %s failed: %r", self.node.name, message_id, exc)
                 reply = _encode_error(exc)

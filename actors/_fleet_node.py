@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FLEET_PLACED", "FleetNode", "NodeService"]
 
-FLEET_PLACED = ("session", AGENT_PREFIX.rstrip("/"))
+FLEET_PLACED = ("session", "board", AGENT_PREFIX.rstrip("/"))
 """``Node(placed=...)`` of a fleet's nodes: sessions, and each agent's own stream (by its
 name), are placed on shards and fenced. Every node of a fleet must place the same."""
 

@@ -6,10 +6,10 @@ share a PostgreSQL log (``open_runtime(node=...)``); ``protocols.errors`` re-exp
 
 from __future__ import annotations
 
-from ._errors_agents import SessionError
+from ._errors_agents import BoardError, SessionError
 from ._errors_log import StoreError
 
-__all__ = ["FencedError", "RemoteSessionError"]
+__all__ = ["FencedError", "RemoteBoardError", "RemoteSessionError"]
 
 
 class FencedError(StoreError):
@@ -50,4 +50,24 @@ class RemoteSessionError(SessionError):
         super().__init__(
             f"session {session_id!r} failed on the node that owns it: "
             f"[{remote_code}] {remote_message}"
+        )
+
+
+class RemoteBoardError(BoardError):
+    """A board call relayed to the node owning the board failed there with an error that
+    is not one of the board's own (those come back as themselves: a compare-and-set
+    that lost is a ``BoardConflictError`` wherever it was made).
+
+    ``remote_code`` is the stable code of the owner's error (e.g. ``config``),
+    ``remote_message`` its message.
+    """
+
+    code = "board.remote"
+
+    def __init__(self, board_id: str, remote_code: str, remote_message: str) -> None:
+        self.board_id = board_id
+        self.remote_code = remote_code
+        self.remote_message = remote_message
+        super().__init__(
+            f"board {board_id!r} failed on the node that owns it: [{remote_code}] {remote_message}"
         )

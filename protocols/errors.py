@@ -70,7 +70,8 @@ The tree (code in brackets)::
     │   ├── BoardFullError                        [board.full]
     │   ├── BoardBadKeyError (ValueError)         [board.bad_key]
     │   ├── BoardBadValueError (TypeError)        [board.bad_value]
-    │   └── BoardWatchOverflowError               [board.watch_overflow]
+    │   ├── BoardWatchOverflowError               [board.watch_overflow]
+    │   └── RemoteBoardError                      [board.remote]
     ├── SessionError                              [session]
     │   ├── SessionBusyError                      [session.busy]
     │   ├── NoOpenRunError                        [session.no_open_run]
@@ -125,7 +126,7 @@ from ._errors_base import (
     MissingSettingError,
     PowertrioError,
 )
-from ._errors_cluster import FencedError, RemoteSessionError
+from ._errors_cluster import FencedError, RemoteBoardError, RemoteSessionError
 from ._errors_compose import (
     McpServerError,
     McpToolError,
@@ -257,6 +258,7 @@ __all__ = [
     "OutputInvalidError",
     "OutputTypeError",
     "PowertrioError",
+    "RemoteBoardError",
     "RemoteSessionError",
     "ReplayDivergenceError",
     "ReplayError",

@@ -92,23 +92,26 @@ class Node:
     poll_interval: float = attrs.field(default=0.5, validator=_check_poll)
     """The inbox's backstop: how often pending messages and answers are read even when
     no ``NOTIFY`` came (a doorbell may be lost with a connection)."""
-    placed: tuple[str, ...] = ("session",)
+    placed: tuple[str, ...] = ("session", "board")
     """Kinds of streams (``kind/key``) that are placed on shards and fenced; other
     streams are written by any node (the optimistic version check still holds). A kind
     may have several segments (``"fleet/agent"`` places ``fleet/agent/<name>`` by
-    ``<name>`` and leaves the other ``fleet/...`` streams alone)."""
+    ``fleet/agent:<name>`` and leaves the other ``fleet/...`` streams alone)."""
 
 
-def placement_key(stream: str, placed: tuple[str, ...] = ("session",)) -> str | None:
+def placement_key(stream: str, placed: tuple[str, ...] = ("session", "board")) -> str | None:
     """The key a stream is placed by, or ``None`` if its kind is not placed.
 
     A sub-agent's id extends its root's (``ses_x.1.2``), so a whole agent tree lives in
-    the shard of its root session and moves with it.
+    the shard of its root session and moves with it. Any other kind is placed by its
+    whole key, prefixed with the kind (a board ``board/notes`` by ``board:notes``: its id
+    may hold dots, and it shares no tree).
     """
     for kind in placed:
         prefix = kind + "/"
         if stream.startswith(prefix) and len(stream) > len(prefix):
-            return stream[len(prefix) :].split(".", 1)[0]
+            key = stream[len(prefix) :]
+            return key.split(".", 1)[0] if kind == "session" else f"{kind}:{key}"
     return None
 
 
@@ -187,6 +190,28 @@ class ClusterNode:
     def owns(self, session_id: str) -> bool:
         """Whether this node holds the session's shard now."""
         return self.shard_of_session(session_id) in self._held
+
+    def shard_of_target(self, target: str) -> int:
+        """The shard of an inbox target: a session id, or a placed stream (``board/x``)."""
+        key = placement_key(target, self.config.placed) if "/" in target else None
+        if key is None:
+            return self.shard_of_session(target)
+        return shard_of(key, self.config.shards)
+
+    def owns_target(self, target: str) -> bool:
+        """Whether this node holds the shard of an inbox target now."""
+        return self.shard_of_target(target) in self._held
+
+    def owners_in(self, shards: Collection[int]) -> list[ActorRef[object]]:
+        """The live local owners of placed streams in ``shards`` (forgotten here: the
+        caller stops them)."""
+        found = []
+        for stream, owner in list(self._owners.items()):
+            key = placement_key(stream, self.config.placed)
+            if key is not None and shard_of(key, self.config.shards) in shards:
+                del self._owners[stream]
+                found.append(owner)
+        return found
 
     def claim(self, stream: str) -> tuple[int, int] | None:
         """The lease an append to ``stream`` is made under (the store's ``Fence``).
@@ -311,22 +336,16 @@ class ClusterNode:
         stop = self._stop_owner
         if stop is None:
             return
-        for stream, owner in list(self._owners.items()):
-            key = placement_key(stream, self.config.placed)
-            if key is not None and shard_of(key, self.config.shards) in shards:
-                self._owners.pop(stream, None)
-                await stop(owner)
+        for owner in self.owners_in(shards):
+            await stop(owner)
 
     def _stop_owners(self, shards: set[int]) -> None:
         """Stop the actors of streams in lost shards: whatever they would append is fenced."""
         stop, nursery = self._stop_owner, self._nursery
         if stop is None or nursery is None:
             return
-        for stream, owner in list(self._owners.items()):
-            key = placement_key(stream, self.config.placed)
-            if key is not None and shard_of(key, self.config.shards) in shards:
-                del self._owners[stream]
-                nursery.start_soon(stop, owner)
+        for owner in self.owners_in(shards):
+            nursery.start_soon(stop, owner)
 
     async def _lease_call(self, fn: Callable[[psycopg.Connection], T]) -> T:
         """Run ``fn`` on the lease loop's connection in a worker thread.
@@ -354,6 +373,9 @@ class ClusterNode:
         for shard in shards:
             self._held.pop(shard, None)
             self._surplus.pop(shard, None)
+        # Owners a host did not stop (none runs, or a board it does not track): whatever
+        # they would append now is fenced before it is queued.
+        self._stop_owners(set(shards))
         await self._lease_call(lambda conn: sql.release_shards(conn, name, dict(shards)))
         self._notify_change()
 
@@ -401,10 +423,11 @@ class ClusterNode:
     async def post(self, session_id: str, message_id: str, body: bytes) -> bytes:
         """Put a message in the inbox of ``session_id``'s owner and wait for its answer.
 
-        Posting the same ``message_id`` again (a retry) adds nothing and waits for the
-        same answer.
+        ``session_id`` may also be a placed stream (``board/<id>``): the message goes to
+        the owner of that stream's shard. Posting the same ``message_id`` again (a retry)
+        adds nothing and waits for the same answer.
         """
-        shard = self.shard_of_session(session_id)
+        shard = self.shard_of_target(session_id)
         channel = self._channel
         event = self._waiting.setdefault(message_id, trio.Event())
         try:
@@ -422,6 +445,27 @@ class ClusterNode:
             return self._replies.pop(message_id)
         finally:
             self._waiting.pop(message_id, None)
+
+    def post_soon(self, target: str, message_id: str, body: bytes) -> None:
+        """Put a message in ``target``'s owner's inbox in the background, waiting for no
+        answer (once per id; a lost post is not retried: for notices, not calls)."""
+        nursery = self._nursery
+        if nursery is None or self._closed:
+            return
+        shard = self.shard_of_target(target)
+        channel = self._channel
+
+        async def post() -> None:
+            try:
+                await self._store._call(
+                    lambda conn: sql.post_message(
+                        conn, channel, message_id, target=target, shard=shard, body=body
+                    )
+                )
+            except StoreError as exc:
+                logger.warning("node %s could not post %s: %s", self.name, message_id, exc)
+
+        nursery.start_soon(post)
 
     async def _check_replies(self, ids: list[str]) -> None:
         found = await self._store._call(lambda conn: sql.read_replies(conn, ids))

@@ -57,12 +57,14 @@ def _stream_in(shard: int, shards: int) -> str:
 def test_placement_key_puts_a_tree_in_its_roots_shard() -> None:
     assert placement_key("session/ses_a.1.2") == "ses_a"
     assert placement_key("session/ses_a") == "ses_a"
-    assert placement_key("board/main") is None
+    # A board is placed by its whole id (dots included), apart from sessions of that name.
+    assert placement_key("board/main.v2") == "board:main.v2"
+    assert placement_key("workflow/w1") is None
     assert placement_key("timers") is None
-    assert placement_key("board/main", ("board",)) == "main"
+    assert placement_key("board/main", ("session",)) is None
     # A kind of several segments places only its own streams.
     placed = ("session", "fleet/agent")
-    assert placement_key("fleet/agent/digest", placed) == "digest"
+    assert placement_key("fleet/agent/digest", placed) == "fleet/agent:digest"
     assert placement_key("fleet/node/a", placed) is None
     assert placement_key("fleet", placed) is None
     assert placement_key("fleet/agent/", placed) is None

@@ -260,4 +260,4 @@ async def test_a_fleet_node_must_place_its_agents_streams(postgres_server: Postg
         "a fleet node on PostgreSQL must place its agents' streams: open the runtime with "
         f"Node(placed={FLEET_PLACED!r})"
     )
-    assert FLEET_PLACED == ("session", "fleet/agent")
+    assert FLEET_PLACED == ("session", "board", "fleet/agent")

@@ -1,0 +1,94 @@
+"""Work on another node without a sub-agent: a tool delegates to a session by id.
+
+docs/cluster.md (section 8) tells why agent trees stay on one node and recommends this
+instead; this test holds the recommendation to what it promises.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import _cluster_agents
+import _postgres
+import pytest
+import trio
+
+from actors import AgentSpec, NodeHost, ToolContext, host_node, tool
+from protocols import LLMRequest, LLMResponse, ToolCall, UserMessage
+from runtime import Node, Runtime, open_postgres_store, open_runtime
+from runtime.testing import FunctionLLM, PostgresServer
+
+_hosts: dict[int, NodeHost] = {}
+"""The host of each runtime (by id), for the delegating tool."""
+
+
+@tool(crash_policy="retry")
+async def research(context: ToolContext, question: str) -> str:
+    """Ask the research session, wherever it runs."""
+    runtime = context.runtime
+    assert isinstance(runtime, Runtime)
+    host = _hosts[id(runtime)]
+    helper = await host.create("worker", session_id=f"{context.session_id}~research")
+    result = await helper.send(question, id=context.idempotency_key)
+    return result.text or result.status
+
+
+def _lead_model(request: LLMRequest) -> LLMResponse:
+    last = request.messages[-1]
+    if last.role == "tool":
+        return LLMResponse(content=f"lead ({last.content})")
+    assert isinstance(last, UserMessage)
+    arguments = json.dumps({"question": last.text})
+    return LLMResponse(tool_calls=[ToolCall(id="c1", name="research", arguments=arguments)])
+
+
+@pytest.fixture
+async def schema(postgres_server: PostgresServer) -> AsyncIterator[str]:
+    name = _postgres.fresh_schema()
+    yield name
+    await _postgres.drop_schema(postgres_server, name)
+
+
+@asynccontextmanager
+async def _host(server: PostgresServer, schema: str, name: str) -> AsyncIterator[NodeHost]:
+    node = Node(name=name, shards=4, ttl=1.0, poll_interval=0.2)
+    catalog = {
+        **_cluster_agents.catalog(),
+        "lead": AgentSpec(name="lead", tools=(research,), llm=FunctionLLM(_lead_model)),
+    }
+    async with (
+        open_postgres_store(server.dsn(), schema=schema) as store,
+        open_runtime(store=store, node=node) as runtime,
+        host_node(runtime, catalog) as host,
+    ):
+        _hosts[id(runtime)] = host
+        try:
+            yield host
+        finally:
+            del _hosts[id(runtime)]
+
+
+async def test_a_tool_delegates_to_a_session_on_another_node(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    async with (
+        _host(postgres_server, schema, "a") as a,
+        _host(postgres_server, schema, "b") as b,
+    ):
+        with trio.fail_after(10):
+            for _ in range(1000):
+                if len(a.node.held) == 2 == len(b.node.held):
+                    break
+                await trio.sleep(0.05)
+        n = 0
+        while not (a.node.owns(f"L{n}") and b.node.owns(f"L{n}~research")):
+            n += 1
+        lead = await a.create("lead", session_id=f"L{n}")
+        result = await lead.send("why is the sky blue", id="r1")
+        assert result.text == "lead (answer (done: why is the sky blue))"
+        assert f"L{n}" in a.sessions
+        assert f"L{n}~research" in b.sessions  # the helper ran on the other node
+        assert f"L{n}~research" not in a.sessions
+        assert await (await b.session(f"L{n}")).send("ignored", id="r1") == result
