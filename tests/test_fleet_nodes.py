@@ -29,7 +29,7 @@ import trio
 
 from actors.testing import assert_runs_end_once, assert_timers_fire_once
 from runtime import RecordedEvent, open_postgres_store
-from runtime._node import shard_of
+from runtime._node import placement_key, shard_of
 from runtime.testing import PostgresServer
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -42,6 +42,15 @@ FLEET = "".join(
     for name in AGENTS
 )
 _databases = itertools.count()
+
+
+def _agent_shard(name: str) -> int:
+    """The shard a fleet node places agent ``name`` on (its stream's placement key)."""
+    from actors import FLEET_PLACED
+
+    key = placement_key(f"fleet/agent/{name}", FLEET_PLACED)
+    assert key is not None
+    return shard_of(key, 16)
 
 
 @pytest.fixture
@@ -151,7 +160,7 @@ def _settled(dsn: str) -> bool:
         return False
     status = _status(dsn)
     return all(
-        s["node"] == holder.get(shard_of(n, 16)) and _runs(s) >= 1 for n, s in status.items()
+        s["node"] == holder.get(_agent_shard(n)) and _runs(s) >= 1 for n, s in status.items()
     )
 
 
