@@ -30,6 +30,7 @@ from protocols import LLM
 from protocols.errors import ConfigError, InputFileNotFoundError
 
 from ._common import CliContext, db_lock, fmt_age, fmt_iso, fmt_time, open_log
+from ._serve_ui import add_serve_ui_options, console_services
 
 if TYPE_CHECKING:
     from actors import AgentDecl, FleetFile, FleetStatus
@@ -61,6 +62,7 @@ def add_fleet_commands(
         metavar="S",
         help="seconds between reads of the fleet's control stream (default 1)",
     )
+    add_serve_ui_options(serve)
     fleet = add("fleet", "declare, watch and steer a fleet of long-running agents")
     commands = fleet.add_subparsers(dest="fleet_command", metavar="ACTION", required=True)
 
@@ -159,6 +161,7 @@ async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
     if args.drain_deadline < 0 or args.poll <= 0:
         msg = "--drain-deadline must be >= 0 and --poll > 0 seconds"
         raise ConfigError(msg)
+    services = console_services(ctx, args)  # refuses a non-loopback console with no token
     with db_lock(ctx, "serve"):
         async with open_log(ctx, create=True) as store, open_runtime(store=store) as runtime:
             node = FleetNode(
@@ -167,6 +170,7 @@ async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
                 llm_for=_llm_for(ctx),
                 drain_deadline=args.drain_deadline,
                 poll=args.poll,
+                services=services,
             )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_signals, node, ctx)
