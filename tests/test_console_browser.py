@@ -23,6 +23,8 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from actors.console._static import STATIC_VERSION
+
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "console"
 
 
@@ -162,7 +164,7 @@ async def test_script_payloads_stay_inert_in_the_browser(
                     "return Array.from(document.scripts).map(s => s.src);"
                 )
             )
-            assert scripts == [console.url + "/static/console.js"], page
+            assert scripts == [f"{console.url}/static/console.js?v={STATIC_VERSION}"], page
             images = await _in_browser(
                 lambda: browser.execute_script("return document.images.length;")
             )

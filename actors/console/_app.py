@@ -54,7 +54,7 @@ from ._data import (
 )
 from ._fleet import LogFleetSource
 from ._operator import FleetSource, Operator, Verdict
-from ._static import CONSOLE_CSS, CONSOLE_JS
+from ._static import CACHE_FOREVER, CONSOLE_CSS, CONSOLE_JS
 from ._templates import fragment, render
 
 __all__ = ["console_app"]
@@ -72,6 +72,7 @@ _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
+_STATIC_HEADERS = {"Cache-Control": CACHE_FOREVER}
 _KINDS = (
     "session.run",
     "session.assistant",
@@ -712,10 +713,10 @@ def console_app(
     )
 
     async def js(request: Request) -> Response:
-        return Response(CONSOLE_JS, media_type="text/javascript")
+        return Response(CONSOLE_JS, media_type="text/javascript", headers=_STATIC_HEADERS)
 
     async def css(request: Request) -> Response:
-        return Response(CONSOLE_CSS, media_type="text/css")
+        return Response(CONSOLE_CSS, media_type="text/css", headers=_STATIC_HEADERS)
 
     routes = [
         Route("/", console.fleet),

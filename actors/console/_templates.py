@@ -11,6 +11,8 @@ from __future__ import annotations
 import jinja2
 from markupsafe import Markup
 
+from ._static import STATIC_VERSION
+
 __all__ = ["fragment", "render"]
 
 _BASE = """<!doctype html>
@@ -18,8 +20,8 @@ _BASE = """<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="csrf" content="{{ csrf }}">
 <title>{{ title }} · powertrio</title>
-<link rel="stylesheet" href="{{ root }}/static/console.css">
-<script src="{{ root }}/static/console.js" defer></script>
+<link rel="stylesheet" href="{{ root }}/static/console.css?v={{ static_version }}">
+<script src="{{ root }}/static/console.js?v={{ static_version }}" defer></script>
 </head><body>
 <header><a class="brand" href="{{ root }}/">powertrio</a>
 <nav><a href="{{ root }}/">fleet</a> <a href="{{ root }}/usage">usage</a></nav>
@@ -201,6 +203,7 @@ _ENV = jinja2.Environment(
     ),
     autoescape=True,
 )
+_ENV.globals["static_version"] = STATIC_VERSION
 
 
 def render(name: str, **values: object) -> str:
