@@ -194,3 +194,18 @@ def test_powertrio_serve_serves_the_console_with_ui_port(tmp_path: Path) -> None
     assert {a["name"]: a["node"] for a in body["agents"]} == {"digest": "n7", "pinger": "n7"}
     assert page.status_code == 200 and '<table id="agents">' in page.text
     assert refused.status_code == 403
+
+
+def test_serve_refuses_a_console_beyond_loopback_without_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checked before the node starts: nothing is hosted, the log is not even opened."""
+    from actors.cli import main
+
+    monkeypatch.delenv("POWERTRIO_UI_TOKEN", raising=False)
+    db = tmp_path / "none.sqlite"
+    code = main(["serve", "--db", str(db), "--ui-host", "0.0.0.0", "--ui-port", "0"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error [config.console_token]: the console would listen on '0.0.0.0'" in err
+    assert not db.exists()
