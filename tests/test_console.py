@@ -21,6 +21,7 @@ from actors import Price
 from actors.cli import main
 from actors.cli._inspect import build_tree, summaries
 from actors.console import check_bind, console_app
+from actors.console._static import STATIC_VERSION
 from protocols.errors import ConsoleTokenRequiredError
 from runtime import open_sqlite_store
 
@@ -498,9 +499,12 @@ async def test_the_console_mounts_under_a_prefix(db: Path) -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             page = (await client.get("/console/sessions/demo")).text
             css = await client.get("/console/static/console.css")
-    assert 'href="/console/static/console.css"' in page
+    assert f'href="/console/static/console.css?v={STATIC_VERSION}"' in page
     assert 'data-stream="/console/sessions/demo/stream"' in page
     assert css.status_code == 200
+    # Named by their hash, the script and style sheet are kept for good: a page's first
+    # paint does not wait for the style sheet again.
+    assert css.headers["cache-control"] == "public, max-age=31536000, immutable"
     _ = PAYLOAD
 
 
@@ -720,3 +724,28 @@ async def test_the_console_reads_a_postgresql_log_too(postgres_server: object) -
     assert [e["version"] for e in log["events"]][-1] == 1
     assert replay["ok"] is True
     _inert(page)
+
+
+async def test_a_whole_session_id_resolves_without_listing_the_log(db: Path) -> None:
+    """A page names its session by its whole id: one look at the stream's head, not the
+    listing of every stream under the prefix (which, on PostgreSQL, aggregates all the
+    events of a long session); a prefix still needs the listing."""
+    from actors.cli._common import resolve_session
+
+    class NoListing:
+        def __init__(self, store: object) -> None:
+            self.store = store
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.store, name)
+
+        async def streams(self, prefix: str = "") -> list[object]:
+            raise AssertionError(f"listed {prefix!r}")
+
+    async with open_sqlite_store(db) as store:
+        unlisted = NoListing(store)
+        found = await resolve_session(unlisted, "demo")  # type: ignore[arg-type]
+        with pytest.raises(AssertionError, match="listed 'session/dep'"):
+            await resolve_session(unlisted, "dep")  # type: ignore[arg-type]
+        assert await resolve_session(store, "dep") == "deploy"
+    assert found == "demo"

@@ -23,6 +23,8 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from actors.console._static import STATIC_VERSION
+
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "console"
 
 
@@ -162,7 +164,7 @@ async def test_script_payloads_stay_inert_in_the_browser(
                     "return Array.from(document.scripts).map(s => s.src);"
                 )
             )
-            assert scripts == [console.url + "/static/console.js"], page
+            assert scripts == [f"{console.url}/static/console.js?v={STATIC_VERSION}"], page
             images = await _in_browser(
                 lambda: browser.execute_script("return document.images.length;")
             )
@@ -185,3 +187,37 @@ async def test_the_fleet_and_usage_pages_render(browser: webdriver.Chrome, db: P
         bars = await _in_browser(lambda: len(browser.find_elements(By.CSS_SELECTOR, "svg rect")))
         assert bars >= 5
         await _shot(browser, "usage")
+
+
+async def test_the_fleet_page_shows_the_fleet_file_s_agents(
+    browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    """A fleet run by a node (virtual time, the demo model): its agents' table in the
+    page, each agent linked to the session of its latest run."""
+    import trio.testing
+    from _console_fleet import HOUR, START, run_fleet
+
+    from actors.console import LogFleetSource
+    from runtime import open_sqlite_store
+
+    path = tmp_path / "fleet.sqlite"
+    await trio.to_thread.run_sync(
+        lambda: trio.run(run_fleet, path, 13.0, clock=trio.testing.MockClock(autojump_threshold=0))
+    )
+    async with open_sqlite_store(path) as store:
+        source = LogFleetSource(store, now=lambda: START + 13 * HOUR)
+        async with serve(path, writable=False, fleet=source) as console:
+            await _in_browser(lambda: browser.get(console.url + "/"))
+            cells = await _in_browser(
+                lambda: [
+                    [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+                    for row in browser.find_elements(By.CSS_SELECTOR, "#agents tr[data-agent]")
+                ]
+            )
+            await _shot(browser, "fleet-agents")
+            await _in_browser(lambda: browser.find_element(By.LINK_TEXT, "pinger").click())
+            await _until(browser, "return location.pathname;", "/sessions/pinger-2")
+    rows = {row[0]: row[1:] for row in cells}
+    assert set(rows) == {"broken", "digest", "pinger"}
+    assert rows["pinger"][:2] == ["active", "n1"]
+    assert rows["broken"][-1] == "config.invalid×1"  # noqa: RUF001

@@ -184,6 +184,11 @@ async def resolve_session(store: LogStore, given: str) -> str:
     wanted = given.removeprefix(SESSION_PREFIX)
     if not wanted:
         raise StreamNotFoundError(SESSION_PREFIX)
+    if await store.stream_version(SESSION_PREFIX + wanted) > 0:
+        # The whole id: one look at the stream's head. The listing below aggregates
+        # every stream under the prefix (on PostgreSQL, over all of a long session's
+        # events), which a page of the console should not pay for each time.
+        return wanted
     infos = await store.streams(SESSION_PREFIX + wanted)
     ids = [sid for info in infos if (sid := session_id_of(info.stream)) is not None]
     if wanted in ids:

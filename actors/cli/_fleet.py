@@ -33,6 +33,7 @@ from protocols import LLM
 from protocols.errors import ConfigError, InputFileNotFoundError
 
 from ._common import CliContext, db_lock, fmt_age, fmt_iso, fmt_time, open_log
+from ._serve_ui import add_serve_ui_options, console_services
 
 if TYPE_CHECKING:
     from actors import AgentDecl, FleetFile, FleetNode, FleetStatus, NodeService
@@ -78,6 +79,7 @@ def add_fleet_commands(
         metavar="HOST",
         help="the address /metrics listens on (default 127.0.0.1)",
     )
+    add_serve_ui_options(serve)
     fleet = add("fleet", "declare, watch and steer a fleet of long-running agents")
     commands = fleet.add_subparsers(dest="fleet_command", metavar="ACTION", required=True)
 
@@ -176,7 +178,12 @@ async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
     if args.drain_deadline < 0 or args.poll <= 0:
         msg = "--drain-deadline must be >= 0 and --poll > 0 seconds"
         raise ConfigError(msg)
-    services = _metrics_services(args, name)
+    metrics = _metrics_services(args, name)
+    console = console_services(ctx, args)  # refuses a non-loopback console with no token
+
+    def services(runtime: Runtime) -> list[NodeService]:
+        return [*metrics(runtime), *console]
+
     if ctx.dsn is None:
         with db_lock(ctx, "serve"):
             async with open_log(ctx, create=True) as store, open_runtime(store=store) as runtime:

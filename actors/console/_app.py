@@ -52,8 +52,9 @@ from ._data import (
     state_at,
     tree_events_since,
 )
+from ._fleet import LogFleetSource
 from ._operator import FleetSource, Operator, Verdict
-from ._static import CONSOLE_CSS, CONSOLE_JS
+from ._static import CACHE_FOREVER, CONSOLE_CSS, CONSOLE_JS
 from ._templates import fragment, render
 
 __all__ = ["console_app"]
@@ -71,6 +72,7 @@ _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
+_STATIC_HEADERS = {"Cache-Control": CACHE_FOREVER}
 _KINDS = (
     "session.run",
     "session.assistant",
@@ -148,10 +150,10 @@ class _Console:
     async def fleet(self, request: Request) -> Response:
         # A page never waits for a whole long log: it shows what is folded so far.
         caught_up = await self.fold.refresh(self.store, budget=FOLD_BUDGET_SECONDS)
-        extra: Mapping[str, Mapping[str, str]] = {}
+        agents: Mapping[str, Mapping[str, str]] = {}
         columns: tuple[str, ...] = ()
         if self.fleet_source is not None:
-            extra = await self.fleet_source.agents()
+            agents = await self.fleet_source.agents()
             columns = tuple(self.fleet_source.columns)
         live, now, today = self.live(), time.time(), now_day()
         rows = []
@@ -175,13 +177,20 @@ class _Console:
                     "updated": fmt_age(now - s.updated_at) + " ago",
                     "errors": sorted(row.errors.items()),
                     "wake_up": _wake_up(row.next_wake_up, now),
-                    "extra": extra.get(sid, {}),
                 }
             )
         head = self.fold.position if caught_up else await self.store.head_position()
+        fleet = [{"name": name, **values} for name, values in sorted(agents.items())]
         if _wants_json(request):
-            return JSONResponse({"sessions": rows, "position": self.fold.position, "head": head})
-        note = "" if self.fleet_source else "agents and usage from the log"
+            return JSONResponse(
+                {
+                    "agents": fleet,
+                    "sessions": rows,
+                    "position": self.fold.position,
+                    "head": head,
+                }
+            )
+        note = "" if fleet else "agents and usage from the log"
         if not caught_up:
             note = (
                 f"still folding the log: {self.fold.position:,} of {head:,} events so far "
@@ -195,7 +204,8 @@ class _Console:
             events=self.fold.position,
             today=today,
             errors=sorted(self.fold.errors_by_code().items()),
-            extra_columns=columns,
+            agents=fleet,
+            agent_columns=columns,
             fleet_note=note,
         )
 
@@ -687,8 +697,9 @@ def console_app(
         live (Callable[[], bool] | None): whether a process drives the log's sessions now
             (else an open run shows as ``interrupted``, as in the CLI); default: yes.
         prices (Mapping[str, Price] | None): model prices, for the cost chart.
-        fleet (FleetSource | None): more columns for the fleet page from whoever runs
-            the fleet.
+        fleet (FleetSource | None): the fleet's agents for the fleet page; default: the
+            agents a fleet file declared in this log (``powertrio fleet apply``), with
+            their status as ``powertrio fleet status`` folds it.
         where (str): what the header says the console shows (e.g. the log's path).
     """
     console = _Console(
@@ -696,16 +707,16 @@ def console_app(
         operator=operator,
         token=token,
         live=live or (lambda: True),
-        fleet_source=fleet,
+        fleet_source=fleet if fleet is not None else LogFleetSource(store),
         where=where,
         fold=FleetFold(prices=dict(prices or {})),
     )
 
     async def js(request: Request) -> Response:
-        return Response(CONSOLE_JS, media_type="text/javascript")
+        return Response(CONSOLE_JS, media_type="text/javascript", headers=_STATIC_HEADERS)
 
     async def css(request: Request) -> Response:
-        return Response(CONSOLE_CSS, media_type="text/css")
+        return Response(CONSOLE_CSS, media_type="text/css", headers=_STATIC_HEADERS)
 
     routes = [
         Route("/", console.fleet),

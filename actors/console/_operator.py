@@ -40,8 +40,9 @@ class Operator(Protocol):
 
 
 class FleetSource(Protocol):
-    """More of each agent's state than its log says (its node, its next wake-up), from
-    whoever runs the fleet: extra columns of the fleet page."""
+    """The fleet's agents for the fleet page, beside the sessions of the log: one row
+    per agent, its columns given by whoever knows the fleet. The console's default reads
+    the agents a fleet file declared from the log (``LogFleetSource``)."""
 
     @property
     def columns(self) -> Sequence[str]:
@@ -49,5 +50,6 @@ class FleetSource(Protocol):
         ...
 
     async def agents(self) -> Mapping[str, Mapping[str, str]]:
-        """Session id → column → text."""
+        """Agent name → column → text. A row's ``session`` (not a column) is the
+        session its name links to."""
         ...

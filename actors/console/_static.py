@@ -3,7 +3,9 @@ no inline script, so the Content-Security-Policy can forbid it)."""
 
 from __future__ import annotations
 
-__all__ = ["CONSOLE_CSS", "CONSOLE_JS"]
+import hashlib
+
+__all__ = ["CACHE_FOREVER", "CONSOLE_CSS", "CONSOLE_JS", "STATIC_VERSION"]
 
 CONSOLE_JS = """\
 // Live updates: the server sends whole fragments it rendered (and escaped); this script
@@ -63,3 +65,11 @@ pre.diff .add { color: #166534; } pre.diff .del { color: #b91c1c; }
 button.danger { color: #b91c1c; }
 figure.chart { background: #fff; padding: .6em; margin: 1em 0; display: inline-block; }
 """
+
+STATIC_VERSION = hashlib.sha256((CONSOLE_JS + CONSOLE_CSS).encode()).hexdigest()[:12]
+"""Of the script and the style sheet: the pages ask for ``console.css?v=VERSION``, so a
+browser may keep them for good (:data:`CACHE_FOREVER`) and a new console's files still
+reach it. Kept, the style sheet no longer stands between each page and its first paint
+(it blocks rendering, and refetching it cost a page 30 to 50 ms in headless chromium)."""
+
+CACHE_FOREVER = "public, max-age=31536000, immutable"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import jinja2
 from markupsafe import Markup
 
+from ._static import STATIC_VERSION
+
 __all__ = ["fragment", "render"]
 
 _BASE = """<!doctype html>
@@ -18,8 +20,8 @@ _BASE = """<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="csrf" content="{{ csrf }}">
 <title>{{ title }} · powertrio</title>
-<link rel="stylesheet" href="{{ root }}/static/console.css">
-<script src="{{ root }}/static/console.js" defer></script>
+<link rel="stylesheet" href="{{ root }}/static/console.css?v={{ static_version }}">
+<script src="{{ root }}/static/console.js?v={{ static_version }}" defer></script>
 </head><body>
 <header><a class="brand" href="{{ root }}/">powertrio</a>
 <nav><a href="{{ root }}/">fleet</a> <a href="{{ root }}/usage">usage</a></nav>
@@ -34,15 +36,19 @@ _FLEET = """{% extends "base" %}{% block body %}
 <h1>Fleet</h1>
 <p class="dim">{{ rows|length }} sessions · {{ events }} events folded · today (UTC) {{ today }}
 {% if fleet_note %} · {{ fleet_note }}{% endif %}</p>
+{% if agents %}<h2>Agents of the fleet file</h2>
+<table id="agents"><tr><th>agent</th>{% for c in agent_columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for a in agents %}<tr data-agent="{{ a.name }}"><td>{% if a.session %}<a href="{{ root }}/sessions/{{ a.session|urlencode }}">{{ a.name }}</a>{% else %}{{ a.name }}{% endif %}</td>
+{% for c in agent_columns %}<td>{% if c == "state" %}<span class="status {{ a.get(c, "") }}">{{ a.get(c, "") }}</span>{% else %}{{ a.get(c, "") }}{% endif %}</td>{% endfor %}</tr>{% endfor %}
+</table><h2>Sessions of the log</h2>{% endif %}
 {% if errors %}<h2>Errors by code</h2><table class="small"><tr><th>code</th><th>runs</th></tr>
 {% for code, n in errors %}<tr><td><code>{{ code }}</code></td><td>{{ n }}</td></tr>{% endfor %}
 </table>{% endif %}
-<table id="fleet"><tr><th>agent</th><th>status</th>{% for c in extra_columns %}<th>{{ c }}</th>{% endfor %}
+<table id="fleet"><tr><th>agent</th><th>status</th>
 <th>runs</th><th>rounds</th><th>tokens</th><th>today</th><th>last run</th><th>next wake-up</th><th>updated</th><th>errors</th></tr>
 {% for r in rows %}<tr class="depth{{ r.depth }}">
 <td><a href="{{ root }}/sessions/{{ r.root|urlencode }}{% if r.sub %}#node-{{ r.id }}{% endif %}">{{ r.id }}</a></td>
 <td><span class="status {{ r.status }}">{{ r.status_text }}</span></td>
-{% for c in extra_columns %}<td>{{ r.extra.get(c, "") }}</td>{% endfor %}
 <td>{{ r.runs }}</td><td>{{ r.rounds }}</td><td>{{ "{:,}".format(r.tokens) }}</td>
 <td>{{ "{:,}".format(r.today) }}</td><td>{{ r.last_run or "" }}</td><td>{{ r.wake_up }}</td><td>{{ r.updated }}</td>
 <td>{% for code, n in r.errors %}<code>{{ code }}</code>×{{ n }} {% endfor %}</td></tr>
@@ -197,6 +203,7 @@ _ENV = jinja2.Environment(
     ),
     autoescape=True,
 )
+_ENV.globals["static_version"] = STATIC_VERSION
 
 
 def render(name: str, **values: object) -> str:

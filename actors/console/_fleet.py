@@ -1,0 +1,100 @@
+"""The fleet file's agents on the fleet page: a :class:`FleetSource` read from the log.
+
+The rows are :func:`~actors.fleet_status` (the fold of ``powertrio fleet status``) over
+the control stream and every ``fleet/`` stream; this module only adds what the status
+sums up: the errors by code and the session of each agent's latest run (for its link).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import final
+
+from actors.cli._common import fmt_age, fmt_iso
+from protocols import decode_record
+from runtime import EventStore
+
+__all__ = ["LogFleetSource"]
+
+_COLUMNS = (
+    "state",
+    "node",
+    "last run",
+    "next wake-up",
+    "runs today",
+    "tokens today",
+    "errors",
+)
+
+
+@final
+class LogFleetSource:
+    """The agents a fleet file declared, as the log has them (one row per agent).
+
+    Each row also carries ``session``: the session of the agent's latest run (the page
+    links the row to it). ``now`` is the clock the status is taken at ("today" is its UTC
+    day).
+    """
+
+    def __init__(self, store: EventStore, *, now: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.now = now
+
+    @property
+    def columns(self) -> Sequence[str]:
+        return _COLUMNS
+
+    async def agents(self) -> Mapping[str, Mapping[str, str]]:
+        from actors import fleet_status  # noqa: PLC0415
+        from actors.events import (  # noqa: PLC0415
+            FleetAgentUnavailable,
+            FleetRunFinished,
+            FleetRunStarted,
+        )
+
+        pairs: list[tuple[int, str, object]] = []
+        for record in await self.store.read("fleet"):
+            pairs.append((record.position, record.stream, decode_record(record)))
+        for info in await self.store.streams("fleet/"):
+            for record in await self.store.read(info.stream):
+                pairs.append((record.position, record.stream, decode_record(record)))
+        if not pairs:
+            return {}
+        pairs.sort(key=lambda p: p[0])
+        errors: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        sessions: dict[str, str] = {}
+        for _, stream, event in pairs:
+            name = stream.removeprefix("fleet/agent/")
+            if isinstance(event, FleetRunStarted) and name != stream:
+                sessions[name] = event.session_id
+            elif isinstance(event, FleetRunFinished) and name != stream:
+                if event.status == "failed":
+                    errors[name][event.error_code or "unknown"] += 1
+            elif isinstance(event, FleetAgentUnavailable):
+                errors[event.name][event.error_code] += 1
+        now = self.now()
+        status = fleet_status(((stream, event) for _, stream, event in pairs), now=now)
+        rows: dict[str, Mapping[str, str]] = {}
+        for agent in status.agents:
+            last = ""
+            if agent.last_run is not None:
+                last = f"{agent.last_run} {agent.last_status or ''}".strip()
+                if agent.last_finished_at is not None:
+                    last += f" at {fmt_iso(agent.last_finished_at)}"
+            wake = ""
+            if agent.next_wakeup is not None:
+                due = agent.next_wakeup - now
+                wake = "due" if due <= 0 else f"in {fmt_age(due)}"
+            rows[agent.name] = {
+                "state": agent.state,
+                "node": agent.node or "",
+                "last run": last,
+                "next wake-up": wake,
+                "runs today": str(agent.runs_today),
+                "tokens today": f"{agent.tokens_today:,}",
+                "errors": " ".join(f"{code}×{n}" for code, n in sorted(errors[agent.name].items())),  # noqa: RUF001
+                "session": sessions.get(agent.name, ""),
+            }
+        return rows
