@@ -1,16 +1,18 @@
-"""The PostgreSQL side of the store tests: a fresh schema per store on the session's server."""
+"""The PostgreSQL side of the tests: a fresh schema per store on the session's server, and
+nodes of a fleet on it."""
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 import trio
 
-from runtime import EventStore, open_postgres_store
+from actors import AgentSpec, NodeHost, host_node
+from runtime import EventStore, Node, open_postgres_store, open_runtime
 from runtime.testing import PostgresServer, postgres_missing, running_postgres
 
 _schemas = itertools.count()
@@ -65,3 +67,26 @@ def postgres_backend(
                 await drop_schema(server, schema)
 
     return make
+
+
+@asynccontextmanager
+async def node_host(
+    server: PostgresServer, schema: str, name: str, catalog: Mapping[str, AgentSpec]
+) -> AsyncIterator[NodeHost]:
+    """A node of 4 shards (lease TTL 1 s) on ``schema``, hosting ``catalog``'s sessions."""
+    node = Node(name=name, shards=4, ttl=1.0, poll_interval=0.2)
+    async with (
+        open_postgres_store(server.dsn(), schema=schema) as store,
+        open_runtime(store=store, node=node) as runtime,
+        host_node(runtime, catalog) as host,
+    ):
+        yield host
+
+
+async def wait_for_split(a: NodeHost, b: NodeHost) -> None:
+    """Until two nodes of 4 shards hold 2 each (10 s at most)."""
+    with trio.fail_after(10):
+        for _ in range(1000):
+            if len(a.node.held) == 2 == len(b.node.held):
+                return
+            await trio.sleep(0.05)

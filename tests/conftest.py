@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from importlib.metadata import entry_points
 
 import _llama
@@ -46,3 +46,11 @@ def postgres_server() -> Iterator[PostgresServer]:
     Skipped (with the reason) when PostgreSQL or psycopg is missing; a failure in CI.
     """
     yield from _postgres.serve_postgres()
+
+
+@pytest.fixture
+async def schema(postgres_server: PostgresServer) -> AsyncIterator[str]:
+    """A fresh schema on the session's PostgreSQL server, dropped after the test."""
+    name = _postgres.fresh_schema()
+    yield name
+    await _postgres.drop_schema(postgres_server, name)

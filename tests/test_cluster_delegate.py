@@ -11,8 +11,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import _cluster_agents
-import _postgres
-import pytest
 import trio
 
 from actors import AgentSpec, NodeHost, ToolContext, host_node, tool
@@ -42,13 +40,6 @@ def _lead_model(request: LLMRequest) -> LLMResponse:
     assert isinstance(last, UserMessage)
     arguments = json.dumps({"question": last.text})
     return LLMResponse(tool_calls=[ToolCall(id="c1", name="research", arguments=arguments)])
-
-
-@pytest.fixture
-async def schema(postgres_server: PostgresServer) -> AsyncIterator[str]:
-    name = _postgres.fresh_schema()
-    yield name
-    await _postgres.drop_schema(postgres_server, name)
 
 
 @asynccontextmanager

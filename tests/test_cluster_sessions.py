@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import _cluster_agents
 import _postgres
@@ -12,34 +11,15 @@ import trio
 
 from actors import NodeHost, host_node
 from protocols.errors import ConfigError, RemoteSessionError
-from runtime import Node, open_postgres_store, open_runtime
+from runtime import open_runtime
 from runtime.testing import PostgresServer
 
 
-@pytest.fixture
-async def schema(postgres_server: PostgresServer) -> AsyncIterator[str]:
-    name = _postgres.fresh_schema()
-    yield name
-    await _postgres.drop_schema(postgres_server, name)
+def _host(server: PostgresServer, schema: str, name: str) -> AbstractAsyncContextManager[NodeHost]:
+    return _postgres.node_host(server, schema, name, _cluster_agents.catalog())
 
 
-@asynccontextmanager
-async def _host(server: PostgresServer, schema: str, name: str) -> AsyncIterator[NodeHost]:
-    node = Node(name=name, shards=4, ttl=1.0, poll_interval=0.2)
-    async with (
-        open_postgres_store(server.dsn(), schema=schema) as store,
-        open_runtime(store=store, node=node) as runtime,
-        host_node(runtime, _cluster_agents.catalog()) as host,
-    ):
-        yield host
-
-
-async def _split(a: NodeHost, b: NodeHost) -> None:
-    with trio.fail_after(10):
-        for _ in range(1000):
-            if len(a.node.held) == 2 == len(b.node.held):
-                return
-            await trio.sleep(0.05)
+_split = _postgres.wait_for_split
 
 
 def _session_in(host: NodeHost, *, owned: bool) -> str:

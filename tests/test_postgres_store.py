@@ -39,14 +39,6 @@ async def _store(
         yield store
 
 
-@pytest.fixture
-async def schema(postgres_server: PostgresServer) -> AsyncIterator[str]:
-    """A fresh schema, dropped after the test."""
-    name = _postgres.fresh_schema()
-    yield name
-    await _postgres.drop_schema(postgres_server, name)
-
-
 @contextmanager
 def _raw(server: PostgresServer, schema: str) -> Iterator[psycopg.Connection]:
     """Another client of the same schema (a second node, a stray tool)."""

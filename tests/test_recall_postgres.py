@@ -3,11 +3,7 @@ search), so it survives restarts and every process on the database shares it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import _postgres
 import psycopg
-import pytest
 
 from actors import search_history, spawn_session
 from protocols import LLMResponse
@@ -15,13 +11,6 @@ from runtime import check_store, open_postgres_store, open_runtime
 from runtime.testing import FunctionLLM, PostgresServer
 
 LLM = FunctionLLM(lambda request: LLMResponse(content="noted"))
-
-
-@pytest.fixture
-async def schema(postgres_server: PostgresServer) -> AsyncIterator[str]:
-    name = _postgres.fresh_schema()
-    yield name
-    await _postgres.drop_schema(postgres_server, name)
 
 
 def _count(server: PostgresServer, schema: str, query: str) -> list[tuple[object, ...]]:
