@@ -176,10 +176,13 @@ def test_one_process_drives_a_database_log_at_a_time(dsn: str) -> None:
 
 
 def _readme_commands() -> list[str]:
-    """The ``powertrio`` commands of the README's "More than one process" block."""
+    """The ``powertrio`` commands of the first block of the README's "More than one
+    process" (its second starts two long-running nodes and kills one: what
+    tests/test_fleet_nodes.py does with real processes)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## More than one process", 1)[1].split("\n## ", 1)[0]
-    [block] = re.findall(r"```sh\n(.*?)```", section, re.S)
+    block, nodes = re.findall(r"```sh\n(.*?)```", section, re.S)
+    assert "powertrio serve" in nodes, nodes
     found: list[str] = []
     for line in block.splitlines():
         for piece in line.split("#", 1)[0].split(";"):
