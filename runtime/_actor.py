@@ -38,11 +38,12 @@ class Actor(Generic[MsgT]):
     """How this actor supervises the children it spawns."""
 
     _cell: _Cell
+    _context: ActorContext[MsgT]
 
     @property
     def context(self) -> ActorContext[MsgT]:
         """The actor's handle on the runtime: its ref, children, nursery, clock."""
-        return ActorContext._create(self._cell)
+        return self._context
 
     async def on_start(self) -> None:
         """Called before the first message of each incarnation; a crash here is a crash."""

@@ -24,6 +24,7 @@ from protocols.errors import (
     RuntimeClosedError,
 )
 
+from ._actor import ActorContext
 from ._mailbox import _Mailbox
 from ._ref import ActorRef, PriorityMessage, Reply
 from ._supervision import (
@@ -232,6 +233,7 @@ class _Cell:
     async def _run_incarnation(self, task_status: trio.TaskStatus[None]) -> Exception | None:
         actor = self.spec.factory()
         actor._cell = self
+        actor._context = ActorContext._create(self)  # asked for on every message: made once
         self.actor = actor
         self.started_at = trio.current_time()
         started = False
