@@ -211,8 +211,10 @@ class ObserverBus:
     __slots__ = ("_callbacks", "_channels", "dropped", "errors")
 
     def __init__(self, callbacks: Sequence[Observer] = ()) -> None:
-        self._callbacks = list(callbacks)
-        self._channels: list[trio.MemorySendChannel[Observation]] = []
+        self._callbacks = tuple(callbacks)
+        # A list once someone opens a channel: most sessions never do, and a million
+        # registered ones would each hold an empty list.
+        self._channels: list[trio.MemorySendChannel[Observation]] | tuple[()] = ()
         self.errors = 0
         """Observer callbacks that raised (each one is logged and otherwise ignored)."""
         self.dropped = 0
@@ -246,9 +248,12 @@ class ObserverBus:
     def channel(self, buffer: int) -> Iterator[trio.MemoryReceiveChannel[Observation]]:
         """A receive channel of observations while the ``with`` block lasts."""
         send, receive = trio.open_memory_channel[Observation](buffer)
-        self._channels.append(send)
+        channels = self._channels
+        if isinstance(channels, tuple):
+            channels = self._channels = []
+        channels.append(send)
         try:
             yield receive
         finally:
-            self._channels.remove(send)
+            channels.remove(send)
             send.close()

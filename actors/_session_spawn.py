@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, final
 
 from protocols import LLM
 from protocols.errors import ConfigError
@@ -15,7 +15,7 @@ from ._mcp import expand_tool_sources
 from ._observe import LLMHook, Observer, ToolHook
 from ._session import SessionActor
 from ._session_handle import Session
-from ._session_steps import SNAPSHOT_EVERY, BusyPolicy, session_config
+from ._session_steps import SNAPSHOT_EVERY, BusyPolicy, SessionConfig, session_config
 from ._tools import ToolRegistry
 
 if TYPE_CHECKING:
@@ -133,15 +133,7 @@ async def spawn_session(
         context=context,
         snapshot_every=snapshot_every,
     )
-    # A session whose id was made here has no log to read: its first incarnation skips
-    # the read (a restart reads, should the id have existed after all).
-    new = [session_id is None]
-
-    def factory() -> SessionActor:
-        fresh = new[0]
-        new[0] = False
-        return SessionActor(config, new=fresh, passivate_after=passivate_after)
-
+    factory = _SessionFactory(config, session_id is None, passivate_after)
     # One session's bad log or crash loop stops that session alone, never its neighbours.
     # A new session's actor starts at its first message: until then it costs a name.
     ref = await runtime.spawn(
@@ -152,6 +144,25 @@ async def spawn_session(
         lazy=session_id is None,
     )
     return Session._create(ref, runtime, config)
+
+
+@final
+class _SessionFactory:
+    """Makes the session's actor at each (re)start; kept by every registered session, so
+    a slotted object rather than a closure and its cells."""
+
+    __slots__ = ("config", "new", "passivate_after")
+
+    def __init__(self, config: SessionConfig, new: bool, passivate_after: float | None) -> None:
+        self.config = config
+        # A session whose id was made here has no log to read: its first incarnation skips
+        # the read (a restart reads, should the id have existed after all).
+        self.new = new
+        self.passivate_after = passivate_after
+
+    def __call__(self) -> SessionActor:
+        fresh, self.new = self.new, False
+        return SessionActor(self.config, new=fresh, passivate_after=self.passivate_after)
 
 
 async def spawn_agent(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Literal, final
 
 import attrs
@@ -296,6 +297,29 @@ class SessionConfig:
     of that has been appended since the last one; ``None``: never (fold the log)."""
 
 
+# What sessions without prices or sub-agents share (read-only), rather than an empty
+# dict each: a million registered sessions hold their configuration.
+_NO_PRICES: Mapping[str, Price] = MappingProxyType({})
+_NO_AGENTS: Mapping[str, AgentSpec] = MappingProxyType({})
+
+_REGISTRIES: dict[tuple[int, ...], tuple[tuple[object, ...], ToolRegistry]] = {}
+
+
+def shared_registry(tools: tuple[object, ...]) -> ToolRegistry:
+    """``ToolRegistry.of(*tools)``, one per set of tools: the sessions given the same
+    tools share it (nothing adds to a session's registry once it is built). An entry
+    holds its tools, so their ids are not reused while it is cached."""
+    key = tuple(map(id, tools))
+    cached = _REGISTRIES.get(key)
+    if cached is not None:
+        return cached[1]
+    registry = ToolRegistry.of(*tools)  # type: ignore[arg-type]  # checked by add
+    if len(_REGISTRIES) >= 256:
+        _REGISTRIES.clear()
+    _REGISTRIES[key] = (tools, registry)
+    return registry
+
+
 def add_context_tools(registry: ToolRegistry, context: ContextPolicy | None) -> None:
     """Give a session with a context policy the ``recall`` tool (unless it has one)."""
     if context is None or not context.recall or "recall" in registry.names():
@@ -365,11 +389,15 @@ def session_config(
             msg = f"{label} must be >= 1, got {value}"
             raise ValueError(msg)
     response_format, output_type = resolve_format(response_format)
-    registry = ToolRegistry.of(*tools)  # a copy: ours to extend
-    add_context_tools(registry, context)
     agents = tuple(agents)
-    if agents:
-        registry.add(spawn_agent_tool(agents))
+    tools = tuple(tools)
+    if agents or (context is not None and context.recall):
+        registry = ToolRegistry.of(*tools)  # type: ignore[arg-type]  # a copy, ours to extend; add checks each tool
+        add_context_tools(registry, context)
+        if agents:
+            registry.add(spawn_agent_tool(agents))
+    else:
+        registry = shared_registry(tools)
     config = SessionConfig(
         session_id=session_id,
         llm=llm,
@@ -380,12 +408,12 @@ def session_config(
         tool_concurrency=tool_concurrency,
         budget=budget,
         response_format=response_format,
-        prices=dict(prices or {}),
+        prices=dict(prices) if prices else _NO_PRICES,
         llm_hooks=tuple(llm_hooks),
         tool_hooks=tuple(tool_hooks),
         bus=ObserverBus(observers),
         on_busy=on_busy,
-        agents=index_agents(agents),
+        agents=index_agents(agents) if agents else _NO_AGENTS,
         max_depth=max_depth,
         max_children=max_children,
         max_tokens=max_tokens,

@@ -334,11 +334,13 @@ class _Cell:
 class _Children:
     """The children of one actor and the OTP rules that restart them."""
 
-    __slots__ = ("_intensity", "cells", "closing", "owner", "supervision")
+    __slots__ = ("_intensity", "_launch_lazily", "cells", "closing", "owner", "supervision")
 
     def __init__(self, owner: _Cell, supervision: Supervision) -> None:
         self.owner = owner
         self.supervision = supervision
+        # One bound method for every lazy child's mailbox to call, not one each.
+        self._launch_lazily = self._launch_on_message
         self.cells: dict[str, _Cell] = {}
         self.closing = False
         self._intensity = RestartIntensity(supervision.max_restarts, supervision.within)
@@ -357,7 +359,7 @@ class _Children:
         runtime._register(cell)  # raises ActorExistsError before anything runs
         self.cells[actor_id] = cell
         if spec.lazy:  # like a child waiting to restart, until its first message
-            cell.mailbox.call_on_first_put(lambda: self._launch_on_message(cell))
+            cell.mailbox.call_on_first_put(self._launch_lazily, cell)
             return cell
         await self._launch(cell)
         return cell
@@ -366,7 +368,7 @@ class _Children:
         """A passivated child waits for its next message (or has one already)."""
         cell.passivating = False
         if cell.mailbox.empty():
-            cell.mailbox.call_on_first_put(lambda: self._launch_on_message(cell))
+            cell.mailbox.call_on_first_put(self._launch_lazily, cell)
         else:
             self._launch_on_message(cell)
 
@@ -513,4 +515,3 @@ class _Children:
         self.closing = True
         for cell in reversed(list(self.cells.values())):
             await self.stop_child(cell, final=True)
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, Literal, TypeVar, final
+from typing import Any, Generic, Literal, TypeVar, final
 
 import attrs
 import trio
@@ -21,6 +21,7 @@ from trio.lowlevel import (
 from protocols.errors import ActorStoppedError, MailboxFullError
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 OverflowPolicy = Literal["reject", "drop_oldest", "drop_newest"]
 """What a non-waiting send does when the user lane is full.
@@ -87,6 +88,7 @@ class _Mailbox(Generic[T]):
         "_dropped",
         "_not_full",
         "_on_put",
+        "_on_put_arg",
         "_overflow",
         "_owner",
         "_receiver",
@@ -98,18 +100,23 @@ class _Mailbox(Generic[T]):
         self._owner = owner
         self._capacity = capacity
         self._overflow = overflow
-        self._user: deque[T] = deque()
+        # Made at the first message: an actor that never gets one (a registered session
+        # not used yet) costs no queue, whose first block alone is over 600 bytes.
+        self._user: deque[T] | None = None
         self._system: deque[T] | None = None
         self._receiver: Task | None = None
         self._not_full: trio.lowlevel.ParkingLot | None = None
         self._closed = False
         self._dropped = 0
-        self._on_put: Callable[[], None] | None = None
+        self._on_put: Callable[[Any], None] | None = None
+        self._on_put_arg: object = None
 
-    def call_on_first_put(self, hook: Callable[[], None]) -> None:
-        """Call ``hook`` (once) when a message arrives with no receiver waiting: how an
-        actor that starts lazily is started by its first message."""
+    def call_on_first_put(self, hook: Callable[[A], None], arg: A) -> None:
+        """Call ``hook(arg)`` (once) when a message arrives with no receiver waiting: how
+        an actor that starts lazily is started by its first message. (A hook and its
+        argument rather than a closure: a million lazy actors would each hold one.)"""
         self._on_put = hook
+        self._on_put_arg = arg
 
     # -- sending ------------------------------------------------------------------
 
@@ -117,14 +124,15 @@ class _Mailbox(Generic[T]):
         """Queue a user message without waiting, applying the overflow policy when full."""
         if self._closed:
             raise ActorStoppedError(self._owner)
-        if len(self._user) >= self._capacity:
+        user = self._user_lane()
+        if len(user) >= self._capacity:
             if self._overflow == "reject":
                 raise MailboxFullError(self._owner, self._capacity)
             self._dropped += 1
             if self._overflow == "drop_newest":
                 return
-            self._user.popleft()
-        self._user.append(item)
+            user.popleft()
+        user.append(item)
         self._wake()
 
     async def put(self, item: T) -> None:
@@ -133,8 +141,9 @@ class _Mailbox(Generic[T]):
         while True:
             if self._closed:
                 raise ActorStoppedError(self._owner)
-            if len(self._user) < self._capacity:
-                self._user.append(item)
+            user = self._user_lane()
+            if len(user) < self._capacity:
+                user.append(item)
                 self._wake()
                 await cancel_shielded_checkpoint()
                 return
@@ -150,8 +159,14 @@ class _Mailbox(Generic[T]):
         """
         if self._closed:
             raise ActorStoppedError(self._owner)
-        self._user.append(item)
+        self._user_lane().append(item)
         self._wake()
+
+    def _user_lane(self) -> deque[T]:
+        user = self._user
+        if user is None:
+            user = self._user = deque()
+        return user
 
     def empty(self) -> bool:
         """Whether no message is queued in either lane."""
@@ -159,7 +174,7 @@ class _Mailbox(Generic[T]):
 
     def has_room(self) -> bool:
         """Whether a user message fits now."""
-        return len(self._user) < self._capacity
+        return self._user is None or len(self._user) < self._capacity
 
     def put_system(self, item: T) -> None:
         """Queue a system message ahead of every queued user message (never blocks)."""
@@ -176,8 +191,9 @@ class _Mailbox(Generic[T]):
             self._receiver = None
             reschedule(receiver)
         elif self._on_put is not None:
-            hook, self._on_put = self._on_put, None
-            hook()
+            hook, arg = self._on_put, self._on_put_arg
+            self._on_put = self._on_put_arg = None
+            hook(arg)
 
     # -- receiving ----------------------------------------------------------------
 
@@ -216,9 +232,9 @@ class _Mailbox(Generic[T]):
     def close(self) -> list[T]:
         """Refuse further messages; return what was still queued (system lane first)."""
         self._closed = True
-        pending: list[T] = list(self._system or ()) + list(self._user)
+        pending: list[T] = list(self._system or ()) + list(self._user or ())
         self._dropped += len(pending)
-        self._user.clear()
+        self._user = None
         self._system = None
         if self._not_full is not None:
             self._not_full.unpark_all()
@@ -231,7 +247,7 @@ class _Mailbox(Generic[T]):
 
     def statistics(self) -> MailboxStatistics:
         return MailboxStatistics(
-            queued=len(self._user),
+            queued=len(self._user or ()),
             queued_system=len(self._system or ()),
             capacity=self._capacity,
             waiting_senders=len(self._not_full) if self._not_full is not None else 0,
