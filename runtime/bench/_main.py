@@ -12,7 +12,7 @@ from typing import Any, TypeAlias
 
 import orjson
 
-from protocols.errors import PowertrioError
+from protocols.errors import ConfigError
 
 Figures: TypeAlias = dict[str, float | int | str]
 """What a suite's ``run(args)`` returns: figure name -> value, each beside its baseline."""
@@ -52,7 +52,7 @@ def main(argv: list[str] | None, *, suites: Mapping[str, str], prog: str) -> int
     module = importlib.import_module(suites[args.suite])
     try:
         figures: Figures = module.run(args)
-    except PowertrioError as exc:  # e.g. a suite's optional baseline is not installed
+    except ConfigError as exc:  # the suite cannot run here, e.g. its baseline is missing
         sys.stderr.write(f"{prog} {args.suite}: error [{exc.code}]: {exc}\n")
         return 2
     if args.json:
