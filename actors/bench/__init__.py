@@ -5,7 +5,8 @@ Run ``python -m actors.bench SUITE [--json] [--quick]`` with ``SUITE`` one of ``
 figures, then a fleet of node processes: sends/s, failover, lost, duplicates),
 ``agents``, ``providers``, ``longevity`` (what a session of months costs), ``console``
 (the web console's log page on a session of a million events), ``limits`` (the fleet
-limiter) and ``fleet`` (a node's drain).
+limiter), ``fleet`` (a node's drain) and ``peers`` (the agents' sends beside power-loop's,
+the baseline issue 16's goals are stated against; needs the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -21,5 +22,6 @@ SUITES: dict[str, str] = {
     "console": "actors.bench._console",
     "limits": "actors.bench._limits",
     "fleet": "actors.bench._fleet",
+    "peers": "actors.bench._peers",
 }
 """Suite name -> the module whose ``run(args)`` measures it: the kernel's and the agents'."""

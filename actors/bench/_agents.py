@@ -199,16 +199,22 @@ async def _raw_appends(events: list[RecordedEvent], n: int, sends: int, path: Pa
     return n * sends / elapsed
 
 
-async def _new_sessions(n: int, path: Path) -> tuple[float, float, float]:
-    """Sessions created per second, sequentially, beside bare actors spawned per second
-    (started at once, and started at their first message as a new session is)."""
+async def _create_sessions(n: int, path: Path) -> float:
+    """Sessions created per second, one after another, on a store opened before the clock
+    starts."""
     echo = _echo_tool()
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
         llm = FunctionLLM(_answer)
         start = time.perf_counter()
         for _ in range(n):
             await spawn_session(runtime, llm=llm, tools=[echo])
-        sessions = n / (time.perf_counter() - start)
+        return n / (time.perf_counter() - start)
+
+
+async def _new_sessions(n: int, path: Path) -> tuple[float, float, float]:
+    """Sessions created per second, sequentially, beside bare actors spawned per second
+    (started at once, and started at their first message as a new session is)."""
+    sessions = await _create_sessions(n, path)
     async with open_runtime(seed=1) as runtime:
         start = time.perf_counter()
         for _ in range(n):

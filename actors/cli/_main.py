@@ -223,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915
         "--suite",
         action="append",
         metavar="NAME",
-        help="only this suite (repeatable): actors, log, agents, providers, longevity, console",
+        help="only this suite (repeatable): one of the names python -m actors.bench takes",
     )
     bench.add_argument("--quick", action="store_true", help="small workloads (a smoke test)")
 

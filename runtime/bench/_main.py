@@ -12,6 +12,8 @@ from typing import Any, TypeAlias
 
 import orjson
 
+from protocols.errors import ConfigError
+
 Figures: TypeAlias = dict[str, float | int | str]
 """What a suite's ``run(args)`` returns: figure name -> value, each beside its baseline."""
 
@@ -48,12 +50,20 @@ def main(argv: list[str] | None, *, suites: Mapping[str, str], prog: str) -> int
     parser.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
     args = parser.parse_args(argv)
     module = importlib.import_module(suites[args.suite])
-    figures: Figures = module.run(args)
+    try:
+        figures: Figures = module.run(args)
+    except ConfigError as exc:  # the suite cannot run here, e.g. its baseline is missing
+        sys.stderr.write(f"{prog} {args.suite}: error [{exc.code}]: {exc}\n")
+        return 2
     if args.json:
         sys.stdout.write(orjson.dumps(figures).decode() + "\n")
     else:
         width = max(map(len, figures), default=0)
         for name, value in figures.items():
-            shown = f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
+            shown = (
+                f"{value:,.3f}"
+                if isinstance(value, float)
+                else (f"{value:,}" if isinstance(value, int) else value)
+            )
             print(f"{name:<{width}}  {shown}")
     return 0
