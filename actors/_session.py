@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import final
 
 import orjson
@@ -81,6 +81,34 @@ from ._tool_runner import run_tool_calls
 logger = logging.getLogger("powertrio.session")
 
 register_session_state()  # snapshots: the state's codec (registered once, at import)
+
+
+def _subclass_test(*classes: type) -> Callable[[type], bool]:
+    """``issubclass(cls, classes)``, remembered per class: the messages and events the
+    session looks at on every message are a few types among many."""
+    known: dict[type, bool] = {}
+
+    def test(cls: type) -> bool:
+        found = known.get(cls)
+        if found is None:
+            found = known[cls] = issubclass(cls, classes)
+        return found
+
+    return test
+
+
+# What ``receive`` looks at itself; the rest goes straight to the decider.
+_looked_at = _subclass_test(
+    Urgent, WaitRun, PythonSpawn, SendAndWait, GetState, BoardChanged, Deliver, FollowUp, Cancel
+)
+
+
+def _passes_through(cls: type) -> bool:
+    return not _looked_at(cls)
+
+
+# The events ``after_persist`` tells someone about.
+_tells_callers = _subclass_test(RunFinished, ChildFinished, CancelRequested, InputQueued)
 
 
 @final
@@ -409,6 +437,8 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     async def receive(self, message: object) -> object:
         self._last_active = trio.current_time() if self._passivate_after is not None else 0.0
+        if _passes_through(type(message)):  # most of them: a step's result
+            return await super().receive(message)
         if isinstance(message, Urgent):
             message = message.message
         if isinstance(message, WaitRun):
@@ -471,6 +501,8 @@ class SessionActor(EventSourcedActor[SessionState]):
     def after_persist(self, events: Sequence[object]) -> None:
         bus = self._config.bus
         for event in events:
+            if not _tells_callers(type(event)):  # most of them
+                continue
             if isinstance(event, RunFinished):
                 result = self.state.results[event.run_id]
                 for reply in self._waiters.pop(event.run_id, ()):

@@ -135,20 +135,7 @@ def recovered(config: SessionConfig, state: SessionState) -> Decision | None:
 
 def handle(config: SessionConfig, state: SessionState, message: object) -> Decision:
     """What ``message`` means in ``state``: the events to append and the reply."""
-    if isinstance(message, Send):
-        return _handle_send(config, state, message)
-    if isinstance(message, Stamped):
-        if isinstance(message.message, FollowUp):
-            return _handle_follow_up(config, state, message.message, message)
-        return _handle_cancel(config, state, message.message, message)
-    if isinstance(message, HumanReply):
-        return _handle_reply(state, message)
-    timers = timer_decision(state.timers, message)
-    if timers is not None:
-        return _with_wake_up(config, state, message, Decision.from_outcome(timers))
-    if isinstance(message, ChildDone):
-        done = message.finished.child_id in state.child_status
-        return Decision(events=[] if done else [message.finished])
+    # A step's answer first: two of a send's four messages.
     run = state.run
     run_id = run.started.run_id if run is not None else None
     if isinstance(message, LLMAnswered) and message.run_id == run_id:
@@ -183,6 +170,20 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
         ]
         events.extend(c for c in message.children if c.child_id in run.children)
         return Decision(events=events)
+    if isinstance(message, Send):
+        return _handle_send(config, state, message)
+    if isinstance(message, Stamped):
+        if isinstance(message.message, FollowUp):
+            return _handle_follow_up(config, state, message.message, message)
+        return _handle_cancel(config, state, message.message, message)
+    if isinstance(message, HumanReply):
+        return _handle_reply(state, message)
+    timers = timer_decision(state.timers, message)
+    if timers is not None:
+        return _with_wake_up(config, state, message, Decision.from_outcome(timers))
+    if isinstance(message, ChildDone):
+        done = message.finished.child_id in state.child_status
+        return Decision(events=[] if done else [message.finished])
     if isinstance(message, Summarised) and message.run_id == run_id:
         compacted = summarised(config, state, message)
         return Decision(events=[compacted] if compacted is not None else [])
