@@ -22,7 +22,10 @@
   last day over its first (``--quick``: 10 days, ``sim_days`` says which), and
   ``run_cost_ratio_with_gc`` with the collector's share in (it grows with what the kit
   keeps: every request the model was sent); ``sim_logs_identical`` says two runs of it
-  wrote the same log, event for event.
+  wrote the same log, event for event. Each run is a fresh process, and each day's
+  figure the mean over both runs' runs of that day (the first run of each is cold and
+  left out). ``run_cost_ratio_fitted`` asks the same of every run: the line fitted to
+  each run's CPU against its day, at the last day over at the first.
 
 - ``context_tokens_max_over_budget``: the largest request a session with a context
   policy sent, over its budget (bar <= 1.0), beside its whole transcript's tokens over the
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import hashlib
 import itertools
 import shutil
 import statistics
@@ -275,6 +279,13 @@ def simulate(
     return records, costs
 
 
+async def simulated(days: str) -> dict[str, object]:
+    """:func:`simulate` in this process (a fresh one: see ``run``): its log's digest, for
+    comparing two runs, and the runs' costs."""
+    records, costs = await trio.to_thread.run_sync(simulate, int(days))
+    return {"log": hashlib.sha256(repr(records).encode()).hexdigest(), "costs": costs}
+
+
 def _ratio(value: float, baseline: float) -> float:
     return round(value / baseline, 3) if baseline > 0 else 0.0
 
@@ -312,21 +323,34 @@ def run(args: argparse.Namespace) -> Figures:
         figures["open_ms_1m_events"] = round(checkpointed, 1)
         figures["open_full_scan_ms_1m_events"] = round(full, 1)
     days = 10 if quick else 90
-    first, costs = simulate(days)
-    second, _ = simulate(days)
+    # Each simulation in a fresh process: the workloads above leave this one a heap of a
+    # million events' worth, which would weigh on the runs however old the agent is.
+    sims = [in_fresh_process(f"{__name__}:simulated", str(days)) for _ in range(2)]
+    runs: list[list[tuple[float, float]]] = [sim["costs"] for sim in sims]
     figures["sim_days"] = days
-    figures["sim_runs"] = len(costs) + 1
-    figures["sim_logs_identical"] = int(first == second)
+    figures["sim_runs"] = len(runs[0]) + 1
+    figures["sim_logs_identical"] = int(sims[0]["log"] == sims[1]["log"])
     # CPU per run (all threads; the machine's other load does not count), without and
-    # with the garbage collector's share: the kit keeps every request it was sent (its
-    # LLMCall log, for the invariants), so the collector's walks grow with the days.
-    day1 = statistics.mean(cpu - in_gc for cpu, in_gc in costs[1:24])  # the first is cold
-    last = statistics.mean(cpu - in_gc for cpu, in_gc in costs[-24:])
-    day1_gc = statistics.mean(cpu for cpu, _ in costs[1:24])
-    last_gc = statistics.mean(cpu for cpu, _ in costs[-24:])
+    # with the garbage collector's share (the kit keeps every request it was sent, its
+    # LLMCall log for the invariants, so the collector's walks grow with the days). Each
+    # day's figure is the mean over both simulations' runs of that day.
+    first_day = [c for costs in runs for c in costs[1:24]]  # a simulation's first is cold
+    last_day = [c for costs in runs for c in costs[-24:]]
+    day1 = statistics.mean(cpu - in_gc for cpu, in_gc in first_day)
+    last = statistics.mean(cpu - in_gc for cpu, in_gc in last_day)
+    day1_gc = statistics.mean(cpu for cpu, _ in first_day)
+    last_gc = statistics.mean(cpu for cpu, _ in last_day)
     figures["run_cpu_ms_day1"] = round(day1 * 1e3, 3)
     figures[f"run_cpu_ms_day{days}"] = round(last * 1e3, 3)
     figures["run_cost_ratio_day90_vs_day1"] = _ratio(last, day1)
+    # The same question asked of every run rather than of two days' worth: the line
+    # fitted to each run's CPU against its day, at the last day over at the first (two
+    # windows of 23 and 24 runs move by a tenth or more between runs on a shared machine).
+    points = [
+        (i / 24 + 1, cpu - in_gc) for costs in runs for i, (cpu, in_gc) in enumerate(costs) if i
+    ]
+    slope, intercept = statistics.linear_regression(*zip(*points, strict=True))
+    figures["run_cost_ratio_fitted"] = _ratio(slope * days + intercept, slope + intercept)
     figures["run_cost_ratio_with_gc"] = _ratio(last_gc, day1_gc)
     figures.update(context_tokens_max_over_budget(args.quick))
     return figures
