@@ -24,8 +24,7 @@
   keeps: every request the model was sent); ``sim_logs_identical`` says two runs of it
   wrote the same log, event for event. Each run is a fresh process, and each day's
   figure the mean over both runs' runs of that day (the first run of each is cold and
-  left out). ``run_cost_ratio_fitted`` asks the same of every run: the line fitted to
-  each run's CPU against its day, at the last day over at the first.
+  left out).
 
 - ``context_tokens_max_over_budget``: the largest request a session with a context
   policy sent, over its budget (bar <= 1.0), beside its whole transcript's tokens over the
@@ -343,14 +342,6 @@ def run(args: argparse.Namespace) -> Figures:
     figures["run_cpu_ms_day1"] = round(day1 * 1e3, 3)
     figures[f"run_cpu_ms_day{days}"] = round(last * 1e3, 3)
     figures["run_cost_ratio_day90_vs_day1"] = _ratio(last, day1)
-    # The same question asked of every run rather than of two days' worth: the line
-    # fitted to each run's CPU against its day, at the last day over at the first (two
-    # windows of 23 and 24 runs move by a tenth or more between runs on a shared machine).
-    points = [
-        (i / 24 + 1, cpu - in_gc) for costs in runs for i, (cpu, in_gc) in enumerate(costs) if i
-    ]
-    slope, intercept = statistics.linear_regression(*zip(*points, strict=True))
-    figures["run_cost_ratio_fitted"] = _ratio(slope * days + intercept, slope + intercept)
     figures["run_cost_ratio_with_gc"] = _ratio(last_gc, day1_gc)
     figures.update(context_tokens_max_over_budget(args.quick))
     return figures
