@@ -31,10 +31,12 @@ from pathlib import Path
 import httpx
 import trio
 
-from actors.events import AssistantRecorded, RunFinished, RunStarted, SessionCreated
-from protocols import AssistantMessage, Usage, default_registry
+from actors.events import SessionCreated
+from protocols import default_registry
 from runtime import NewEvent, SqliteEventStore, open_sqlite_store
 from runtime.bench import Figures
+
+from ._recorded import recorded_run
 
 BATCH = 3000
 REPEATS = 15
@@ -49,21 +51,7 @@ def _batches(session_id: str, events: int) -> list[list[NewEvent]]:
     batch = [NewEvent.from_encoded(encode(created))]
     i = 0
     while len(batch) + sum(len(b) for b in batches) + 3 <= events:
-        run_id = f"run-{i}"
-        for event in (
-            RunStarted(run_id=run_id, input=f"question {i}", max_rounds=10),
-            AssistantRecorded(
-                run_id=run_id,
-                round=1,
-                message=AssistantMessage(content=f"answer {i}"),
-                usage=Usage(prompt_tokens=10, completion_tokens=2),
-                model="m",
-                finish_reason="stop",
-                request_fingerprint="old",
-            ),
-            RunFinished(run_id=run_id, status="completed", text="", rounds=1, usage=Usage()),
-        ):
-            batch.append(NewEvent.from_encoded(encode(event)))
+        batch.extend(recorded_run(f"run-{i}", i))
         i += 1
         if len(batch) >= BATCH:
             batches.append(batch)

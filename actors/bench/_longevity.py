@@ -49,9 +49,8 @@ from typing import Any
 import trio
 
 from actors import AgentSpec, spawn_session, tool
-from actors.events import AssistantRecorded, RunFinished, RunStarted, SessionCreated
+from actors.events import SessionCreated
 from protocols import (
-    AssistantMessage,
     LLMRequest,
     LLMResponse,
     ToolCall,
@@ -65,6 +64,7 @@ from runtime.bench import _log as log_bench
 from runtime.testing import FunctionLLM
 
 from ._context import context_tokens_max_over_budget
+from ._recorded import recorded_run
 
 MIB = 2**20
 
@@ -83,21 +83,7 @@ def _history(session_id: str, messages: int) -> list[list[NewEvent]]:
     batches = [[NewEvent.from_encoded(encode(created))]]
     batch: list[NewEvent] = []
     for i in range(messages // 2):
-        run_id = f"old-{i}"
-        for event in (
-            RunStarted(run_id=run_id, input=f"question {i}", max_rounds=10),
-            AssistantRecorded(
-                run_id=run_id,
-                round=1,
-                message=AssistantMessage(content=f"answer {i}"),
-                usage=Usage(prompt_tokens=10, completion_tokens=2),
-                model="m",
-                finish_reason="stop",
-                request_fingerprint="old",
-            ),
-            RunFinished(run_id=run_id, status="completed", text="", rounds=1, usage=Usage()),
-        ):
-            batch.append(NewEvent.from_encoded(encode(event)))
+        batch.extend(recorded_run(f"old-{i}", i))
         if len(batch) >= 3000:
             batches.append(batch)
             batch = []
