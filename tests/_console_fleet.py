@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
+from test_fleet import FLEET, HOUR, START
 
 from actors import AgentDecl, FleetNode, apply_fleet, parse_fleet_file
 from actors.cli._fleet_demo import fleet_demo_llm
@@ -12,23 +13,7 @@ from actors.events import FleetAgentDeclared
 from protocols import LLM, encode
 from runtime import Clock, NewEvent, open_runtime, open_sqlite_store
 
-START = 1_800_000_000.0  # 2027-01-15T08:00:00Z
-HOUR = 3600.0
-DAY = 86_400.0
-
-FLEET = """
-[agents.digest]
-prompt = "You write the digest."
-input = "Write it."
-[[agents.digest.schedules]]
-cron = "0 7 * * *"
-
-[agents.pinger]
-prompt = "You ping."
-tools = ["tests.test_fleet:pong"]
-[[agents.pinger.schedules]]
-every = "6h"
-"""
+__all__ = ["FLEET", "HOUR", "START", "run_fleet"]
 
 
 def _demo(_decl: AgentDecl) -> LLM:
