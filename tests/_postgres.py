@@ -83,6 +83,19 @@ async def node_host(
         yield host
 
 
+@asynccontextmanager
+async def two_nodes(
+    server: PostgresServer, schema: str, catalog: Mapping[str, AgentSpec]
+) -> AsyncIterator[tuple[NodeHost, NodeHost]]:
+    """Nodes ``a`` and ``b`` hosting ``catalog`` on ``schema``, once each holds 2 shards."""
+    async with (
+        node_host(server, schema, "a", catalog) as a,
+        node_host(server, schema, "b", catalog) as b,
+    ):
+        await wait_for_split(a, b)
+        yield a, b
+
+
 async def wait_for_split(a: NodeHost, b: NodeHost) -> None:
     """Until two nodes of 4 shards hold 2 each (10 s at most)."""
     with trio.fail_after(10):

@@ -30,6 +30,12 @@ def _host(server: PostgresServer, schema: str, name: str) -> AbstractAsyncContex
 _split = _postgres.wait_for_split
 
 
+def _two_nodes(
+    server: PostgresServer, schema: str
+) -> AbstractAsyncContextManager[tuple[NodeHost, NodeHost]]:
+    return _postgres.two_nodes(server, schema, _cluster_agents.catalog())
+
+
 def _runs(host: NodeHost, board_id: str) -> bool:
     """Whether the board's actor runs on this node."""
     try:
@@ -66,11 +72,7 @@ async def _increment(host: NodeHost, board_id: str, times: int, author: str) -> 
 async def test_concurrent_compare_and_set_from_two_nodes_loses_no_update(
     postgres_server: PostgresServer, schema: str
 ) -> None:
-    async with (
-        _host(postgres_server, schema, "a") as a,
-        _host(postgres_server, schema, "b") as b,
-    ):
-        await _split(a, b)
+    async with _two_nodes(postgres_server, schema) as (a, b):
         board_id = _board_on(a, owned=True)
         conflicts: list[int] = []
 
@@ -97,11 +99,7 @@ async def test_concurrent_compare_and_set_from_two_nodes_loses_no_update(
 async def test_a_conflict_on_the_owner_comes_back_as_itself(
     postgres_server: PostgresServer, schema: str
 ) -> None:
-    async with (
-        _host(postgres_server, schema, "a") as a,
-        _host(postgres_server, schema, "b") as b,
-    ):
-        await _split(a, b)
+    async with _two_nodes(postgres_server, schema) as (a, _b):
         board = await open_board(a.runtime, _board_on(a, owned=False), max_entries=10)
         first = await board.put("plan", {"step": 1}, expected_version=0)
         assert (first.version, first.author, first.value) == (1, "python", {"step": 1})
@@ -130,11 +128,7 @@ async def test_a_conflict_on_the_owner_comes_back_as_itself(
 async def test_a_watcher_on_one_node_sees_the_puts_made_on_another(
     postgres_server: PostgresServer, schema: str
 ) -> None:
-    async with (
-        _host(postgres_server, schema, "a") as a,
-        _host(postgres_server, schema, "b") as b,
-    ):
-        await _split(a, b)
+    async with _two_nodes(postgres_server, schema) as (a, b):
         for board_id in (_board_on(a, owned=True), _board_on(a, owned=False)):
             writer = await open_board(a.runtime, board_id)
             watcher = await open_board(b.runtime, board_id)
@@ -177,11 +171,7 @@ async def test_a_board_keeps_its_data_when_its_owner_leaves(
 async def test_a_session_watching_a_board_on_another_node_is_told_once(
     postgres_server: PostgresServer, schema: str
 ) -> None:
-    async with (
-        _host(postgres_server, schema, "a") as a,
-        _host(postgres_server, schema, "b") as b,
-    ):
-        await _split(a, b)
+    async with _two_nodes(postgres_server, schema) as (a, b):
         session = await a.create("worker", session_id=_session_on(b))
         await session.send("start", id="r1")  # runs on b
         board_id = _board_on(a, owned=True)

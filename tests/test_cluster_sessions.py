@@ -22,6 +22,12 @@ def _host(server: PostgresServer, schema: str, name: str) -> AbstractAsyncContex
 _split = _postgres.wait_for_split
 
 
+def _two_nodes(
+    server: PostgresServer, schema: str
+) -> AbstractAsyncContextManager[tuple[NodeHost, NodeHost]]:
+    return _postgres.two_nodes(server, schema, _cluster_agents.catalog())
+
+
 def _session_in(host: NodeHost, *, owned: bool) -> str:
     n = 0
     while host.node.owns(f"s{n}") != owned:
@@ -39,11 +45,7 @@ async def test_host_node_needs_a_node() -> None:
 async def test_sends_reach_sessions_on_either_node(
     postgres_server: PostgresServer, schema: str
 ) -> None:
-    async with (
-        _host(postgres_server, schema, "a") as a,
-        _host(postgres_server, schema, "b") as b,
-    ):
-        await _split(a, b)
+    async with _two_nodes(postgres_server, schema) as (a, b):
         local = await a.create("worker", session_id=_session_in(a, owned=True))
         remote = await a.create("worker", session_id=_session_in(a, owned=False))
         for session in (local, remote):
@@ -69,11 +71,7 @@ async def test_sends_reach_sessions_on_either_node(
 async def test_a_failure_on_the_owner_comes_back_typed(
     postgres_server: PostgresServer, schema: str
 ) -> None:
-    async with (
-        _host(postgres_server, schema, "a") as a,
-        _host(postgres_server, schema, "b") as b,
-    ):
-        await _split(a, b)
+    async with _two_nodes(postgres_server, schema) as (a, _b):
         remote = await a.create("worker", session_id=_session_in(a, owned=False))
         await remote.send("hello", id="r1")
         with pytest.raises(RemoteSessionError) as caught:
