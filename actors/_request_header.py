@@ -7,27 +7,15 @@ import hashlib
 from typing import final
 
 import attrs
-import orjson
 
 from protocols import LLMRequest, SystemMessage, ToolDefinition
-
-_DIGESTS: dict[int, tuple[tuple[ToolDefinition, ...], tuple[str, ...], str]] = {}
+from protocols.lowlevel import canonical_tools
 
 
 def _tools_digest(tools: tuple[ToolDefinition, ...]) -> tuple[tuple[str, ...], str]:
-    """The tools' names and the SHA-256 of their canonical JSON, kept per tuple: a session
-    offers the same tuple (its registry's) to every model call (an entry holds its tuple,
-    so its id is not reused)."""
-    cached = _DIGESTS.get(id(tools))
-    if cached is not None and cached[0] is tools:
-        return cached[1], cached[2]
-    canonical = orjson.dumps([attrs.asdict(t) for t in tools], option=orjson.OPT_SORT_KEYS)
-    digest = hashlib.sha256(canonical).hexdigest()
-    names = tuple(t.name for t in tools)
-    if len(_DIGESTS) >= 256:
-        _DIGESTS.clear()
-    _DIGESTS[id(tools)] = (tools, names, digest)
-    return names, digest
+    """The tools' names and the SHA-256 of their canonical JSON (made once per tuple: a
+    session offers the same tuple, its registry's, to every model call)."""
+    return tuple(t.name for t in tools), hashlib.sha256(canonical_tools(tools)).hexdigest()
 
 
 @final

@@ -358,7 +358,7 @@ class LLMRequest:
         if messages_digest is None:
             messages_digest = chain_messages(EMPTY_CHAIN, messages[lead:])
         params: dict[str, object] = {name: getattr(self, name) for name in _REQUEST_PARAMS}
-        params["tools"] = orjson.Fragment(_canonical_tools(self.tools))
+        params["tools"] = orjson.Fragment(canonical_tools(self.tools))
         params["system"] = messages[:lead]
         params["messages"] = messages_digest
         return "sha256:" + hashlib.sha256(_canonical(params)).hexdigest()
@@ -398,9 +398,13 @@ def _canonical(value: object) -> bytes:
 _TOOLS_CACHE: dict[int, tuple[tuple[ToolDefinition, ...], bytes]] = {}
 
 
-def _canonical_tools(tools: tuple[ToolDefinition, ...]) -> bytes:
-    """:func:`_canonical` of a request's tools, kept per tuple: a session offers the same
-    tuple to every model call (a cached entry holds its tuple, so its id is not reused)."""
+def canonical_tools(tools: tuple[ToolDefinition, ...]) -> bytes:
+    """The canonical JSON of tool definitions (sorted keys, each tool as the dict of its
+    fields): what a request's fingerprint hashes of its tools.
+
+    Kept per tuple: a session offers the same tuple to every model call (a cached entry
+    holds its tuple, so its id is not reused while cached).
+    """
     cached = _TOOLS_CACHE.get(id(tools))
     if cached is not None and cached[0] is tools:
         return cached[1]

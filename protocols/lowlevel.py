@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._llm import canonical_tools
 from ._message_view import MessageView
 from ._type_schema import (
     SUPPORTED_TYPES,
@@ -18,6 +19,7 @@ __all__ = [
     "MessageView",
     "SUPPORTED_TYPES",
     "SchemaBuilder",
+    "canonical_tools",
     "configure_models",
     "fixup_module_metadata",
     "is_model_class",

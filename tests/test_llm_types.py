@@ -41,6 +41,7 @@ from protocols import (
     response_deltas,
 )
 from protocols.errors import LLMMalformedStreamError
+from protocols.lowlevel import canonical_tools
 
 REQUEST = LLMRequest(
     messages=[
@@ -186,6 +187,16 @@ def test_the_fingerprint_keeps_its_canonical_form(
     assert request.fingerprint() == _reference_fingerprint(request)
     again = LLMRequest(messages=messages[::-1], tools=request.tools, model=model)
     assert again.fingerprint() == _reference_fingerprint(again)
+
+
+@given(tools=st.lists(_definitions, max_size=3))
+def test_canonical_tools_are_the_sorted_json_of_their_fields(tools: list[ToolDefinition]) -> None:
+    """What a request header's ``tools_digest`` hashes: the same bytes it hashed when it
+    built them with ``attrs.asdict`` (recorded headers hold these digests)."""
+    definitions = tuple(tools)
+    expected = orjson.dumps([attrs.asdict(t) for t in definitions], option=orjson.OPT_SORT_KEYS)
+    assert canonical_tools(definitions) == expected
+    assert canonical_tools(definitions) == expected  # from the cache, the same
 
 
 def test_a_carried_chain_gives_the_same_fingerprint_as_hashing_everything() -> None:
