@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
 import _postgres
 import psycopg
@@ -22,6 +20,7 @@ import trio
 
 import actors
 from actors._session_events import evolve as session_evolve  # the fold, as the owner folds
+from actors.bench._child import NodeProcess as Child
 from actors.lowlevel import is_provider_valid
 from actors.testing import assert_runs_end_once, assert_timers_fire_once
 from protocols import decode_record
@@ -35,33 +34,8 @@ ROUNDS = 3
 TTL = 1.5  # the children's lease TTL (tests/_cluster_node.py)
 
 
-class Child:
-    """One node process and what it printed so far."""
-
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.name = name
-        self.log = log
-        self._out: IO[bytes] = log.open("wb")
-        self.proc = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=self._out, stderr=subprocess.STDOUT, env=env
-        )
-
-    def lines(self) -> list[str]:
-        return self.log.read_text(encoding="utf-8", errors="replace").splitlines()
-
-    def tell(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def answered(self) -> list[str]:
-        return [line for line in self.lines() if line.startswith("answered ")]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._out.close()
+def _answered(child: Child) -> list[str]:
+    return [line for line in child.lines() if line.startswith("answered ")]
 
 
 def _wait(
@@ -142,10 +116,10 @@ def test_three_nodes_survive_a_kill_and_a_pause(
         for child in children:
             child.tell("go")
         # Kill a mid-run, then pause b while it still has sends in flight.
-        _wait("a first answers", lambda: len(killed.answered()) >= 10)
+        _wait("a first answers", lambda: len(_answered(killed)) >= 10)
         killed.proc.send_signal(signal.SIGKILL)
         killed.proc.wait()
-        _wait("b in flight", lambda: len(paused.answered()) >= 10)
+        _wait("b in flight", lambda: len(_answered(paused)) >= 10)
         paused.proc.send_signal(signal.SIGSTOP)
         time.sleep(2 * TTL + 1)
         paused.proc.send_signal(signal.SIGCONT)
@@ -165,7 +139,7 @@ def test_three_nodes_survive_a_kill_and_a_pause(
 
     # Every send of the surviving drivers was answered, as completed.
     for child, (first, last) in ((paused, thirds[1]), (calm, thirds[2])):
-        answered = child.answered()
+        answered = _answered(child)
         assert len(answered) == (last - first) * ROUNDS, child.lines()[-20:]
         assert {line.split()[-1] for line in answered} == {"completed"}
     stats = next(x for x in paused.lines() if x.startswith("stats"))

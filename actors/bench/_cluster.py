@@ -23,16 +23,16 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import IO
 
 from runtime.bench import Figures
 from runtime.bench._cluster import run as kernel_run
+
+from ._child import NodeProcess
 
 __all__ = ["run"]
 
@@ -40,47 +40,14 @@ TTL = 3.0
 """The nodes' lease TTL (``Node``'s default)."""
 
 
-class _Child:
-    """One node process; its output goes to a file read line by line."""
-
-    def __init__(self, args: list[str], log: Path, env: dict[str, str]) -> None:
-        self.log = log
-        self._out: IO[bytes] = log.open("wb")
-        self.proc = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=self._out, stderr=subprocess.DEVNULL, env=env
-        )
-
-    def lines(self) -> list[str]:
-        return self.log.read_text(encoding="utf-8", errors="replace").splitlines()
-
-    def tell(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def wait_for(self, prefix: str, count: int = 1, seconds: float = 120) -> list[str]:
-        deadline = time.monotonic() + seconds
-        while True:
-            found = [line for line in self.lines() if line.startswith(prefix)]
-            if len(found) >= count:
-                return found
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                msg = f"node did not print {prefix!r}: " + " | ".join(self.lines()[-5:])
-                raise RuntimeError(msg)
-            time.sleep(0.02)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._out.close()
-
-
-def _nodes(dsn: str, schema: str, names: str, base: Path, env: dict[str, str]) -> list[_Child]:
+def _nodes(dsn: str, schema: str, names: str, base: Path, env: dict[str, str]) -> list[NodeProcess]:
     module = "actors.bench._cluster_node"
     children = [
-        _Child(
-            [sys.executable, "-m", module, dsn, schema, name, str(TTL)], base / f"{name}.log", env
+        NodeProcess(
+            name,
+            [sys.executable, "-m", module, dsn, schema, name, str(TTL)],
+            env,
+            base / f"{name}.log",
         )
         for name in names
     ]
@@ -89,7 +56,7 @@ def _nodes(dsn: str, schema: str, names: str, base: Path, env: dict[str, str]) -
     return children
 
 
-def _drive(children: list[_Child], sessions: int, seconds: float) -> float:
+def _drive(children: list[NodeProcess], sessions: int, seconds: float) -> float:
     """Sends answered per second, every node driving its share of the sessions at once."""
     bounds = [sessions * i // len(children) for i in range(len(children) + 1)]
     for child, first, last in zip(children, bounds, bounds[1:], strict=False):
