@@ -232,6 +232,12 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     # -- effects ---------------------------------------------------------------------
 
+    def starts_before_commit(self, step: object) -> bool:
+        # A model call changes nothing outside the session until its answer is recorded,
+        # so it goes out while the events that ask for it are committed; observers and
+        # hooks hear of it only once they are (``wait_logged`` in ``_call_llm``).
+        return type(step) is CallLLM or type(step) is Summarise
+
     async def execute(self, step: object) -> object:
         if isinstance(step, CallLLM):
             return await self._call_llm(step)
@@ -242,6 +248,7 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     async def _call_llm(self, step: CallLLM) -> object:
         if step.deadline is not None and self.context.runtime.clock.now() >= step.deadline:
+            await self.wait_logged()  # the state below holds the run
             budget = self.state.run.started.budget if self.state.run is not None else None
             limit = budget.max_seconds if budget is not None else None
             return OutOfTime(step.run_id, f"wall time: the budget is {limit:g} s")
@@ -253,17 +260,34 @@ class SessionActor(EventSourcedActor[SessionState]):
             response = await self._config.llm.complete(step.request)
             return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
         context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
-        if bus.active:
-            bus.publish(
-                RoundBegan(session_id=self._session_id, run_id=step.run_id, round=step.round)
-            )
+        announced = False
+
+        async def announce() -> None:
+            # Observers hear of the round once the events that asked for it are logged.
+            nonlocal announced
+            if not announced:
+                announced = True
+                await self.wait_logged()
+                if bus.active:
+                    bus.publish(
+                        RoundBegan(
+                            session_id=self._session_id, run_id=step.run_id, round=step.round
+                        )
+                    )
+
+        if self._config.llm_hooks:
+            await announce()  # hooks are the application's code: they act on the log
 
         async def innermost(request: LLMRequest) -> LLMResponse:
             if not bus.active:
                 return await self._config.llm.complete(request)
             partial = self._partial = []
+            # The stream sends its request at the first read: the answer starts while the
+            # commit finishes, and the first delta waits for it, if it has to.
             async with self._config.llm.stream(request) as stream:
                 async for delta in stream:
+                    if not announced:
+                        await announce()
                     if delta.type == "text":
                         partial.append(delta.text)
                     bus.publish(
@@ -274,6 +298,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                             delta=delta,
                         )
                     )
+                await announce()
                 return await stream.final_response()
 
         call = chain_llm_hooks(self._config.llm_hooks, innermost, context)

@@ -183,6 +183,32 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         """
         raise NotImplementedError
 
+    def starts_before_commit(self, step: object) -> bool:
+        """Whether ``step`` may start while the append of the events that asked for it is
+        still in flight. Pure; ``False`` by default.
+
+        Only for an effect that changes nothing outside the actor until its result is
+        recorded, such as a model call. Its result is handled only once that append is
+        durable (the mailbox is serial), and :meth:`execute` awaits :meth:`wait_logged`
+        before it tells anyone of the step (an observer, a hook). The effect then runs
+        while the commit does, instead of after it; a crash before the commit loses the
+        effect's work, as a crash during the effect always has.
+        """
+        return False
+
+    async def wait_logged(self) -> None:
+        """Wait until the events that asked for the running step are appended and folded.
+
+        For :meth:`execute`, before it tells anyone of a step that started early
+        (:meth:`starts_before_commit`); for any other step they already are. Cancelled
+        with the step if the append fails (the actor then crashes).
+        """
+        gate = self._step_gate
+        if gate is None:
+            await trio.lowlevel.checkpoint()
+        else:
+            await gate.wait()
+
     def after_persist(self, events: Sequence[object]) -> None:
         """Called after events are appended and folded (Akka's ``thenRun``).
 
@@ -213,6 +239,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._stream = self.stream_name()
         self._step_scope: trio.CancelScope | None = None
         self._step_token: object | None = None
+        self._step_gate: trio.Event | None = None
         self.snapshot_version = 0
         if self.snapshot_every is not None:
             self._check_snapshot_config()
@@ -305,6 +332,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 return None  # the result of a step that was cancelled meanwhile
             self._step_token = None
             self._step_scope = None
+            self._step_gate = None
             message = message.result
         decision = self.handle(self.state, message)
         if not decision.events:
@@ -320,16 +348,21 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         # need no I/O) are decided now, on the state these events will fold to, and join
         # their append: one commit per decision chain, not one per link. ``next_step`` is
         # pure, so this is what the loop would decide after the commit anyway.
-        idle = self._step_token is None or decision.cancel_step
+        idle = self._step_token is None
         events, state, step, stop = self._decide_ahead(
-            list(decision.events), decision.stop, chain=idle
+            list(decision.events), decision.stop, chain=idle or decision.cancel_step
         )
+        early = None
+        if idle and not stop and not decision.cancel_step:
+            early = self._start_early(step)
         written = await self._commit(events, state)
         # Log first: the step is cancelled only once the events that say so are durable
         # (an append that fails crashes the actor with the step's fate still undecided).
         if decision.cancel_step:
             self._cancel_step()
         self.after_persist(written)
+        if early is not None:
+            early.set()
         if stop:
             self._cancel_step()
             self.context.stop()
@@ -444,19 +477,40 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 events, state, step, stop = self._decide_ahead(
                     list(step.events), step.stop, chain=True
                 )
+                early = None if stop else self._start_early(step)
                 self.after_persist(await self._commit(events, state))
+                if early is not None:
+                    early.set()
                 if stop:
                     self.context.stop()
                     return
                 continue
-            token = object()
-            scope = trio.CancelScope()
-            self._step_token = token
-            self._step_scope = scope
-            self.context.start_soon(
-                self._run_step, step, token, scope, name=f"{self.context.path} step"
-            )
+            self._start_step(step)
             return
+
+    def _start_early(self, step: object | None) -> trio.Event | None:
+        """Start ``step`` before the append that asks for it, if it may
+        (:meth:`starts_before_commit`); returns the event to set once that append is done."""
+        if (
+            step is _UNASKED
+            or step is None
+            or isinstance(step, Decision)
+            or not self.starts_before_commit(step)
+        ):
+            return None
+        gate = trio.Event()
+        self._start_step(step, gate)
+        return gate
+
+    def _start_step(self, step: object, gate: trio.Event | None = None) -> None:
+        token = object()
+        scope = trio.CancelScope()
+        self._step_token = token
+        self._step_scope = scope
+        self._step_gate = gate
+        self.context.start_soon(
+            self._run_step, step, token, scope, name=f"{self.context.path} step"
+        )
 
     async def _run_step(self, step: object, token: object, scope: trio.CancelScope) -> None:
         result: object
@@ -476,6 +530,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self._step_scope.cancel()
         self._step_scope = None
         self._step_token = None
+        self._step_gate = None
 
     def _check_snapshot_config(self) -> None:
         every = self.snapshot_every

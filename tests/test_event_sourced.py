@@ -386,3 +386,106 @@ async def test_a_persist_listener_follows_an_owner_from_start_to_stop() -> None:
         ("gone", "counter/1", ref),
     ] == recorder.calls
     assert [Added(100), Added(2), Added(3)] == logged
+
+
+# -- steps that start before their commit ----------------------------------------------------
+
+
+class _HeldStore:
+    """The in-memory store, whose appends wait until the test lets them through."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryEventStore()
+        self.gate = trio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def append(self, stream: str, events: Sequence[object], expected_version: int) -> object:
+        await self.gate.wait()
+        return await self.inner.append(stream, events, expected_version)  # type: ignore[arg-type]  # NewEvents
+
+
+class EarlyWorker(Worker):
+    """A worker whose jobs may start while the append that queued them is in flight."""
+
+    seen: list[str]
+
+    def starts_before_commit(self, step: object) -> bool:
+        return True
+
+    async def execute(self, step: object) -> object:
+        assert isinstance(step, str)
+        self.seen.append(f"started {step}")
+        await self.wait_logged()
+        self.seen.append(f"logged {step}")
+        return Worked(step, step.upper())
+
+    def handle(self, state: Jobs, message: object) -> Decision:
+        if isinstance(message, Worked):
+            self.seen.append(f"handled {message.job}")
+        return super().handle(state, message)
+
+    def after_persist(self, events: Sequence[object]) -> None:
+        self.seen.extend(f"persisted {type(e).__name__}" for e in events)
+
+
+async def test_a_step_that_may_start_early_runs_while_its_commit_is_in_flight() -> None:
+    """The step starts before the append that asked for it returns; ``wait_logged`` holds it
+    until that append is done and told, and its result is handled only after."""
+    store = _HeldStore()
+    seen: list[str] = []
+    EarlyWorker.seen = seen
+    async with open_runtime(store=store, seed=1) as runtime:  # type: ignore[arg-type]  # a wrapper
+        ref = await runtime.spawn(EarlyWorker)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ref.tell, Submit("a"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert seen == ["started a"]  # the append is still held
+            store.gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert (await ref.ask(Status())).done == (("a", "A"),)
+    assert seen == [
+        "started a",
+        "persisted JobQueued",
+        "logged a",
+        "handled a",
+        "persisted JobDone",
+    ]
+
+
+async def test_a_step_started_early_is_cancelled_when_its_commit_fails() -> None:
+    """An append that fails crashes the actor: the step that started before it never gets
+    past ``wait_logged``, and its result is never handled."""
+    store = _HeldStore()
+    seen: list[str] = []
+    EarlyWorker.seen = seen
+    async with open_runtime(store=store, seed=1) as runtime:  # type: ignore[arg-type]  # a wrapper
+        ref = await runtime.spawn(EarlyWorker, restart="temporary")
+        store.inner.fail_next_commit()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ref.tell, Submit("a"))
+            await trio.testing.wait_all_tasks_blocked()
+            store.gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert await store.inner.read("worker/1") == []
+    assert seen == ["started a"]
+
+
+async def test_wait_logged_is_a_checkpoint_for_a_step_started_after_its_commit() -> None:
+    """A step that did not start early has nothing to wait for, but ``wait_logged`` still
+    checkpoints, as every async function of the runtime does."""
+    executed.clear()
+    store = InMemoryEventStore()
+
+    class Plain(Worker):
+        async def execute(self, step: object) -> object:
+            with trio.testing.assert_checkpoints():
+                await self.wait_logged()
+            return Worked(str(step), "ok")
+
+    async with open_runtime(store=store, seed=1) as runtime:
+        ref = await runtime.spawn(Plain)
+        await ref.tell(Submit("a"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert (await ref.ask(Status())).done == (("a", "ok"),)

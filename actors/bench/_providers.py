@@ -3,16 +3,19 @@
 Against a local canned OpenAI-compatible server on loopback, three ways of getting the first
 token: bare httpx (the physical baseline), the transport (request building, retries
 wrapper, SSE parsing, delta assembly), and a session actor using the transport (the send,
-the ``RunStarted`` append, the step, and the delta's trip through the observer bus). The
-ratios are our overhead per call relative to the baseline.
+the ``RunStarted`` append, which the request overlaps, the step, and the delta's trip
+through the observer bus). The ratios are our overhead per call relative to the
+baseline. The server is a process of its own, as a provider is, and every way reads its
+stream to the end, so each call finds the same pooled connection.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import tempfile
-import threading
 from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -75,6 +78,13 @@ class _Handler(BaseHTTPRequestHandler):
         return  # keep the benchmark output clean
 
 
+def serve() -> None:
+    """Serve the canned answers on a loopback port, printed on the first line of stdout."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
 _Timed = Callable[[], Awaitable[float | None]]
 
 
@@ -94,10 +104,17 @@ async def _p50s(n: int, *calls: _Timed) -> list[float]:
 
 
 async def _measure(n: int) -> dict[str, float | int | str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    host, port = server.server_address[:2]
+    # The server runs in its own process, as a provider does: in a thread of this one it
+    # would share the GIL with the client it is timed against.
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-c", "from actors.bench._providers import serve; serve()"],
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    first = b""
+    while not first.endswith(b"\n"):
+        first += await process.stdout.receive_some()
+    host, port = "127.0.0.1", int(first)
     url = f"http://{host!s}:{port}/v1"
     body = orjson.dumps(
         {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -110,7 +127,13 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                 ProviderConfig(provider="openai", base_url=url, model="bench"), client=client
             )
 
+            # Each way times its first token, then reads its stream to the end untimed, as
+            # the session does: a stream left half-read closes its connection, and the next
+            # call would pay a new connection (and the server a new thread) that the one
+            # before it did not.
             async def bare_ttft() -> float | None:
+                first = 0.0
+                start = trio.current_time()
                 async with client.stream(
                     "POST",
                     url + "/chat/completions",
@@ -118,17 +141,19 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                     headers={"content-type": "application/json"},
                 ) as r:
                     async for line in r.aiter_lines():
-                        if line.startswith("data: "):
+                        if line.startswith("data: ") and not first:
                             orjson.loads(line[6:])
-                            break
-                return None
+                            first = trio.current_time() - start
+                return first
 
             async def ours_ttft() -> float | None:
+                first = 0.0
+                start = trio.current_time()
                 async with transport.stream(request) as stream:
                     async for delta in stream:
-                        if isinstance(delta, TextDelta):
-                            break
-                return None
+                        if isinstance(delta, TextDelta) and not first:
+                            first = trio.current_time() - start
+                return first
 
             async def bare_complete() -> float | None:
                 r = await client.post(
@@ -143,7 +168,8 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                 await transport.complete(request)
                 return None
 
-            # On disk, as users run it: the run's start is durable before the model is asked.
+            # On disk, as users run it: the run's start commits while the model is asked,
+            # and its first delta is told once that commit is done.
             with tempfile.TemporaryDirectory() as tmp:
                 log = Path(tmp) / "ttft.sqlite"
                 async with (
@@ -156,8 +182,8 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                     bare_t, ours_t, session_t = await _p50s(n, bare_ttft, ours_ttft, session_ttft)
                     bare_c, ours_c = await _p50s(n, bare_complete, ours_complete)
     finally:
-        server.shutdown()
-        server.server_close()
+        process.kill()
+        await process.wait()
     return {
         "requests": n,
         "ttft_bare_httpx_p50_ms": bare_t * 1000,
