@@ -352,16 +352,31 @@ class LLMRequest:
             (str): ``"sha256:"`` followed by 64 hex digits.
         """
         messages = self.messages
-        lead = 0
-        while lead < len(messages) and isinstance(messages[lead], SystemMessage):
-            lead += 1
+        system = _leading_system(messages)
         if messages_digest is None:
-            messages_digest = chain_messages(EMPTY_CHAIN, messages[lead:])
+            messages_digest = chain_messages(EMPTY_CHAIN, messages[len(system) :])
         params: dict[str, object] = {name: getattr(self, name) for name in _REQUEST_PARAMS}
         params["tools"] = orjson.Fragment(canonical_tools(self.tools))
-        params["system"] = messages[:lead]
+        params["system"] = system  # a tuple, written as the list a slice made
         params["messages"] = messages_digest
         return "sha256:" + hashlib.sha256(_canonical(params)).hexdigest()
+
+
+def _leading_system(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """The system messages ``messages`` starts with. A view's are read from its lead, with
+    no view built or indexed for them (a fingerprint is made at every model call)."""
+    if type(messages) is MessageView:
+        head = messages.lead
+        for count, message in enumerate(head):
+            if not isinstance(message, SystemMessage):
+                return head[:count]
+        count = len(head)
+        if len(messages) == count or not isinstance(messages[count], SystemMessage):
+            return head
+    count = 0
+    while count < len(messages) and isinstance(messages[count], SystemMessage):
+        count += 1
+    return tuple(messages[:count])
 
 
 _REQUEST_PARAMS = tuple(

@@ -41,7 +41,7 @@ from protocols import (
     response_deltas,
 )
 from protocols.errors import LLMMalformedStreamError
-from protocols.lowlevel import canonical_tools
+from protocols.lowlevel import MessageView, canonical_tools
 
 REQUEST = LLMRequest(
     messages=[
@@ -187,6 +187,22 @@ def test_the_fingerprint_keeps_its_canonical_form(
     assert request.fingerprint() == _reference_fingerprint(request)
     again = LLMRequest(messages=messages[::-1], tools=request.tools, model=model)
     assert again.fingerprint() == _reference_fingerprint(again)
+
+
+@given(
+    lead=st.lists(_messages, max_size=3),
+    items=st.lists(_messages, max_size=4),
+    start=st.integers(0, 4),
+)
+def test_a_view_has_the_fingerprint_of_its_tuple(
+    lead: list[Message], items: list[Message], start: int
+) -> None:
+    """A request holding a view (a lead of system prompts or not, the window's first items
+    system messages or not) fingerprints as the same request holding a tuple."""
+    start = min(start, len(items))
+    view = MessageView(items, start, lead=lead)
+    expected = LLMRequest(messages=tuple(view)).fingerprint()
+    assert LLMRequest(messages=view).fingerprint() == expected
 
 
 @given(tools=st.lists(_definitions, max_size=3))
