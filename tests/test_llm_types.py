@@ -399,3 +399,17 @@ def test_every_message_type_has_text() -> None:
         ToolResultMessage(tool_call_id="c1", content='{"ok": true}'),
     ]
     assert [m.text for m in messages] == ["be brief", "hello", "hi there", '{"ok": true}']
+
+
+@given(
+    a=st.lists(st.integers(0, 2**40), min_size=5, max_size=5),
+    b=st.lists(st.integers(0, 2**40), min_size=5, max_size=5),
+)
+def test_a_sum_of_usages_is_the_usage_of_the_sums(a: list[int], b: list[int]) -> None:
+    """``Usage + Usage`` (built through its slots) is the usual frozen value."""
+    names = [f.name for f in attrs.fields(Usage)]
+    total = Usage(**dict(zip(names, a, strict=True))) + Usage(**dict(zip(names, b, strict=True)))
+    built = Usage(**{n: x + y for n, x, y in zip(names, a, b, strict=True)})
+    assert (total, hash(total), repr(total)) == (built, hash(built), repr(built))
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        total.prompt_tokens = 0  # type: ignore[misc]  # frozen: mypy knows, this checks the runtime
