@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+from collections.abc import Sequence
 from typing import final
 
 import attrs
 
-from protocols import LLMRequest, SystemMessage, ToolDefinition
-from protocols.lowlevel import canonical_tools
+from protocols import LLMRequest, Message, SystemMessage, ToolDefinition
+from protocols.lowlevel import MessageView, canonical_tools
+
+_DIGESTS: dict[int, tuple[tuple[ToolDefinition, ...], tuple[str, ...], str]] = {}
 
 
 def _tools_digest(tools: tuple[ToolDefinition, ...]) -> tuple[tuple[str, ...], str]:
-    """The tools' names and the SHA-256 of their canonical JSON (made once per tuple: a
-    session offers the same tuple, its registry's, to every model call)."""
-    return tuple(t.name for t in tools), hashlib.sha256(canonical_tools(tools)).hexdigest()
+    """The tools' names and the SHA-256 of their canonical JSON, kept per tuple: a session
+    offers the same tuple, its registry's, to every model call (a cached entry holds its
+    tuple, so its id is not reused while cached)."""
+    cached = _DIGESTS.get(id(tools))
+    if cached is not None and cached[0] is tools:
+        return cached[1], cached[2]
+    names = tuple(t.name for t in tools)
+    digest = hashlib.sha256(canonical_tools(tools)).hexdigest()
+    if len(_DIGESTS) >= 256:
+        _DIGESTS.clear()
+    _DIGESTS[id(tools)] = (tools, names, digest)
+    return names, digest
 
 
 @final
@@ -52,8 +64,12 @@ class RequestHeader:
         holds one); the header then costs the same at 50,000 messages as at 10.
         """
         if conversation is not None:
-            lead = len(request.messages) - conversation
-            leading = request.messages[:lead]
+            messages = request.messages
+            lead = len(messages) - conversation
+            if type(messages) is MessageView and lead <= len(messages.lead):
+                leading: Sequence[Message] = messages.lead[:lead]  # no view built for it
+            else:
+                leading = messages[:lead]
             system = "\n\n".join(m.content for m in leading if isinstance(m, SystemMessage))
             return cls._made(request, system, conversation, messages_digest)
         system = "\n\n".join(m.content for m in request.messages if isinstance(m, SystemMessage))

@@ -449,6 +449,9 @@ class SessionState:
         return run.human if run is not None and run.parked else ()
 
 
+_NO_USAGE = Usage()
+"""The usage of a model not called yet in a run (one shared value: Usage is frozen)."""
+
 _evolve_state = replacer(SessionState)
 """``attrs.evolve`` for a state: the fold makes one per event."""
 _evolve_run = replacer(ActiveRun)
@@ -608,7 +611,7 @@ def _assistant(state: SessionState, event: AssistantRecorded) -> SessionState:
     assert run is not None
     calls = event.message.tool_calls
     by_model = dict(run.usage_by_model)
-    by_model[event.model] = by_model.get(event.model, Usage()) + event.usage
+    by_model[event.model] = by_model.get(event.model, _NO_USAGE) + event.usage
     report = state.prompt_report
     if event.usage.prompt_tokens:
         sent = len(state.history) + len(state.history.pending)
@@ -635,7 +638,7 @@ def _compacted(state: SessionState, event: ContextCompacted) -> SessionState:
     run = state.run
     if run is not None and event.usage.total_tokens:
         by_model = dict(run.usage_by_model)
-        by_model[event.model] = by_model.get(event.model, Usage()) + event.usage
+        by_model[event.model] = by_model.get(event.model, _NO_USAGE) + event.usage
         run = _evolve_run(run, usage=run.usage + event.usage, usage_by_model=by_model)
     return _evolve_state(state, compacted=event, run=run, usage=state.usage + event.usage)
 

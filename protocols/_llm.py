@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, TypeAlias, final
 
 import attrs
@@ -352,16 +352,31 @@ class LLMRequest:
             (str): ``"sha256:"`` followed by 64 hex digits.
         """
         messages = self.messages
-        lead = 0
-        while lead < len(messages) and isinstance(messages[lead], SystemMessage):
-            lead += 1
+        system = _leading_system(messages)
         if messages_digest is None:
-            messages_digest = chain_messages(EMPTY_CHAIN, messages[lead:])
+            messages_digest = chain_messages(EMPTY_CHAIN, messages[len(system) :])
         params: dict[str, object] = {name: getattr(self, name) for name in _REQUEST_PARAMS}
         params["tools"] = orjson.Fragment(canonical_tools(self.tools))
-        params["system"] = messages[:lead]
+        params["system"] = system  # a tuple, written as the list a slice made
         params["messages"] = messages_digest
         return "sha256:" + hashlib.sha256(_canonical(params)).hexdigest()
+
+
+def _leading_system(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """The system messages ``messages`` starts with. A view's are read from its lead, with
+    no view built or indexed for them (a fingerprint is made at every model call)."""
+    if type(messages) is MessageView:
+        head = messages.lead
+        for count, message in enumerate(head):
+            if not isinstance(message, SystemMessage):
+                return head[:count]
+        count = len(head)
+        if len(messages) == count or not isinstance(messages[count], SystemMessage):
+            return head
+    count = 0
+    while count < len(messages) and isinstance(messages[count], SystemMessage):
+        count += 1
+    return tuple(messages[:count])
 
 
 _REQUEST_PARAMS = tuple(
@@ -464,15 +479,33 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        if not isinstance(other, Usage):
+        if type(other) is not Usage:  # final: the same test as isinstance
             return NotImplemented
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            cached_tokens=self.cached_tokens + other.cached_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-        )
+        # Usage(...) without the frozen-attribute guard on each field: a session folds
+        # three sums per model answer. The same object (a test compares them).
+        total: Usage = _new_object(Usage)
+        _SET_PROMPT(total, self.prompt_tokens + other.prompt_tokens)
+        _SET_COMPLETION(total, self.completion_tokens + other.completion_tokens)
+        _SET_CACHED(total, self.cached_tokens + other.cached_tokens)
+        _SET_CACHE_WRITE(total, self.cache_write_tokens + other.cache_write_tokens)
+        _SET_REASONING(total, self.reasoning_tokens + other.reasoning_tokens)
+        return total
+
+
+_new_object = object.__new__
+
+
+def _usage_setter(name: str) -> Callable[[Usage, int], None]:
+    """The ``__set__`` of Usage's slot descriptor for field ``name``."""
+    setter: Callable[[Usage, int], None] = Usage.__dict__[name].__set__
+    return setter
+
+
+_SET_PROMPT = _usage_setter("prompt_tokens")
+_SET_COMPLETION = _usage_setter("completion_tokens")
+_SET_CACHED = _usage_setter("cached_tokens")
+_SET_CACHE_WRITE = _usage_setter("cache_write_tokens")
+_SET_REASONING = _usage_setter("reasoning_tokens")
 
 
 @final

@@ -58,6 +58,11 @@ class MessageView(Sequence["Message"]):
         self._stop = stop
         self._load = load
 
+    @property
+    def lead(self) -> tuple[Message, ...]:
+        """The messages sent before the window (the system prompt, a summary): O(1)."""
+        return self._lead
+
     def prefixed(self, lead: Sequence[Message]) -> MessageView:
         """This view with ``lead`` sent before it (O(len(lead)))."""
         return MessageView(

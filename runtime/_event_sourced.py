@@ -25,7 +25,7 @@ from protocols import EventRegistry, default_registry
 from protocols.errors import CodecError, ConfigError, EventEncodeError, UnknownEventTypeError
 
 from ._actor import Actor
-from ._event_store import EventStore, NewEvent
+from ._event_store import EventStore, new_event_from_encoded
 from ._ref import PriorityMessage
 from ._snapshot_chunks import decode_snapshot, encode_snapshot
 
@@ -422,7 +422,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         encode = self.registry.encode
         last = len(events) - 1
         new = [
-            NewEvent.from_encoded(encode(event), metadata=CONTINUES if i < last else None)
+            new_event_from_encoded(encode(event), CONTINUES if i < last else None)
             for i, event in enumerate(events)
         ]
         observers = self.context.runtime.commit_observers

@@ -64,6 +64,36 @@ class NewEvent:
         )
 
 
+_new_object = object.__new__
+
+
+def _new_event_setter(name: str) -> Callable[[NewEvent, object], None]:
+    """The ``__set__`` of NewEvent's slot descriptor for field ``name``."""
+    setter: Callable[[NewEvent, object], None] = NewEvent.__dict__[name].__set__
+    return setter
+
+
+_SET_TYPE = _new_event_setter("type")
+_SET_SCHEMA_VERSION = _new_event_setter("schema_version")
+_SET_DATA = _new_event_setter("data")
+_SET_METADATA = _new_event_setter("metadata")
+_SET_RECORDED_AT = _new_event_setter("recorded_at")
+
+
+def new_event_from_encoded(encoded: EncodedEvent, metadata: bytes | None) -> NewEvent:
+    """``NewEvent.from_encoded(encoded, metadata=metadata)`` for the hot path: an
+    event-sourced actor makes one per event it appends. The slots are written through
+    their descriptors, not the frozen-attribute guard of ``__init__``: the same object
+    (a test compares them) at about half the cost."""
+    event: NewEvent = _new_object(NewEvent)
+    _SET_TYPE(event, encoded.type)
+    _SET_SCHEMA_VERSION(event, encoded.schema_version)
+    _SET_DATA(event, encoded.data)
+    _SET_METADATA(event, metadata)
+    _SET_RECORDED_AT(event, None)
+    return event
+
+
 @final
 @attrs.frozen(kw_only=True)
 class RecordedEvent:

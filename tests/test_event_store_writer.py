@@ -13,8 +13,10 @@ import pytest
 import trio
 import trio.testing
 
+from protocols import EncodedEvent
 from protocols.errors import ConcurrencyConflictError, StoreClosedError
 from runtime import AppendResult, NewEvent, SqliteEventStore, _sqlite_store, open_sqlite_store
+from runtime._event_store import new_event_from_encoded
 from runtime._sqlite_schema import event_checksum
 from runtime._sqlite_writer import _SPLIT_QUEUE, PendingAppend, SqliteWriter
 
@@ -482,3 +484,15 @@ async def test_closing_catches_the_index_up(tmp_path: Path) -> None:
         nursery.start_soon(store.aclose)
         await trio.testing.wait_all_tasks_blocked()
     assert _indexed_upto(path) == 5
+
+
+def test_new_events_built_through_slots_equal_constructed_ones() -> None:
+    """An event-sourced actor builds its NewEvents through their slots; each is the usual
+    frozen value, with metadata or without."""
+    encoded = EncodedEvent(type="t", schema_version=2, data=b"{}")
+    for metadata in (None, b'{"continues":true}'):
+        fast = new_event_from_encoded(encoded, metadata)
+        built = NewEvent.from_encoded(encoded, metadata=metadata)
+        assert (fast, hash(fast), repr(fast)) == (built, hash(built), repr(built))
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.data = b"[]"  # type: ignore[misc]  # frozen: mypy knows, this checks the runtime

@@ -41,7 +41,7 @@ from protocols import (
     response_deltas,
 )
 from protocols.errors import LLMMalformedStreamError
-from protocols.lowlevel import canonical_tools
+from protocols.lowlevel import MessageView, canonical_tools
 
 REQUEST = LLMRequest(
     messages=[
@@ -187,6 +187,22 @@ def test_the_fingerprint_keeps_its_canonical_form(
     assert request.fingerprint() == _reference_fingerprint(request)
     again = LLMRequest(messages=messages[::-1], tools=request.tools, model=model)
     assert again.fingerprint() == _reference_fingerprint(again)
+
+
+@given(
+    lead=st.lists(_messages, max_size=3),
+    items=st.lists(_messages, max_size=4),
+    start=st.integers(0, 4),
+)
+def test_a_view_has_the_fingerprint_of_its_tuple(
+    lead: list[Message], items: list[Message], start: int
+) -> None:
+    """A request holding a view (a lead of system prompts or not, the window's first items
+    system messages or not) fingerprints as the same request holding a tuple."""
+    start = min(start, len(items))
+    view = MessageView(items, start, lead=lead)
+    expected = LLMRequest(messages=tuple(view)).fingerprint()
+    assert LLMRequest(messages=view).fingerprint() == expected
 
 
 @given(tools=st.lists(_definitions, max_size=3))
@@ -383,3 +399,17 @@ def test_every_message_type_has_text() -> None:
         ToolResultMessage(tool_call_id="c1", content='{"ok": true}'),
     ]
     assert [m.text for m in messages] == ["be brief", "hello", "hi there", '{"ok": true}']
+
+
+@given(
+    a=st.lists(st.integers(0, 2**40), min_size=5, max_size=5),
+    b=st.lists(st.integers(0, 2**40), min_size=5, max_size=5),
+)
+def test_a_sum_of_usages_is_the_usage_of_the_sums(a: list[int], b: list[int]) -> None:
+    """``Usage + Usage`` (built through its slots) is the usual frozen value."""
+    names = [f.name for f in attrs.fields(Usage)]
+    total = Usage(**dict(zip(names, a, strict=True))) + Usage(**dict(zip(names, b, strict=True)))
+    built = Usage(**{n: x + y for n, x, y in zip(names, a, b, strict=True)})
+    assert (total, hash(total), repr(total)) == (built, hash(built), repr(built))
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        total.prompt_tokens = 0  # type: ignore[misc]  # frozen: mypy knows, this checks the runtime
