@@ -18,13 +18,23 @@
   and says so in ``open_events``.
 * ``run_cost_ratio_day90_vs_day1``: one agent woken hourly by a durable timer for 90
   days (2,160 runs, each with a tool call) under virtual time on SQLite, with the test
-  kit: the mean CPU time of a run (all threads, the collector's share taken out) on its
-  last day over its first (``--quick``: 10 days, ``sim_days`` says which), and
-  ``run_cost_ratio_with_gc`` with the collector's share in (it grows with what the kit
-  keeps: every request the model was sent); ``sim_logs_identical`` says two runs of it
-  wrote the same log, event for event. Each run is a fresh process, and each day's
-  figure the mean over both runs' runs of that day (the first run of each is cold and
-  left out).
+  kit: the median CPU time of a run (all threads, the collector's share taken out) on
+  its last day over a fresh agent's first day (``--quick``: 10 days, ``sim_days`` says
+  which). The two run in two processes that take turns of four runs (the fresh one
+  starting when the old one reaches its last day), so the machine's load weighs on
+  both sides alike; each turn's first run, which pays for the switch, is left out on
+  both sides. Measured 20 s apart within one process, the same ratio ranged 0.6 to 1.45
+  on one code on a shared machine, as the load drifted;
+  ``run_cost_ratio_vs_day1_same_process`` still prints it, beside the turns' figure.
+  ``run_cost_ratio_with_gc`` is the ratio of the means with the collector's share in (it
+  grows with what the kit keeps: every request the model was sent), and
+  ``run_io_ratio_day90_vs_day1`` the bytes the process read and wrote per run (the log's
+  pages, the mean over the day, whatever the load): a count where the other figures are
+  times. It measured 1.15: a run without a snapshot costs the same bytes on both days,
+  but day 1's snapshots write no full chunk yet; from day 10 to day 90 the mean grew 4 %
+  (57.2 to 59.6 kB; a snapshot references each chunk of a transcript never compacted).
+  ``sim_logs_identical`` says two runs of it wrote the same log, event for event.
+  Each old agent runs in a fresh process, twice; each day's figure is over both.
 
 - ``context_tokens_max_over_budget``: the largest request a session with a context
   policy sent, over its budget (bar <= 1.0), beside its whole transcript's tokens over the
@@ -38,14 +48,18 @@ import contextlib
 import gc
 import hashlib
 import itertools
+import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import trio
 
 from actors import AgentSpec, spawn_session, tool
@@ -190,6 +204,22 @@ async def _open_costs(path: Path, events: int, timers: int) -> tuple[float, floa
 # -- the hourly agent ----------------------------------------------------------------------
 
 
+# (CPU seconds of the process, of which in the collector, bytes it read and wrote)
+_Stamp = tuple[float, float, int]
+
+
+def _io_bytes() -> int:
+    """Bytes this process has read and written through the OS (Linux's ``/proc/self/io``;
+    0 where there is none): for the log, the pages SQLite read and wrote, a count of
+    work that, unlike CPU time, the machine's other load does not change."""
+    try:
+        with open("/proc/self/io", "rb") as io:
+            fields = dict(line.split(b": ") for line in io.read().splitlines())
+    except OSError:
+        return 0
+    return int(fields[b"rchar"]) + int(fields[b"wchar"])
+
+
 class _GcClock:
     """Seconds spent in the garbage collector so far (``gc.callbacks``)."""
 
@@ -205,13 +235,18 @@ class _GcClock:
 
 
 def _hourly_model(
-    stamps: list[tuple[float, float]], gc_clock: _GcClock
+    stamps: list[tuple[_Stamp, _Stamp]], gc_clock: _GcClock, pause: Callable[[int], None]
 ) -> Callable[[LLMRequest], LLMResponse]:
     def model(request: LLMRequest) -> LLMResponse:
         if isinstance(request.messages[-1], ToolResultMessage):
             return LLMResponse(content="all quiet", usage=Usage(prompt_tokens=30))
-        # A run begins (its first model call): CPU time (all threads), and GC time.
-        stamps.append((time.process_time(), gc_clock.total))
+        # A run begins (its first model call): the previous run ends here. Between the
+        # two stamps (CPU time of all threads, GC time, I/O) the run may wait its turn.
+        cpu, in_gc = time.process_time(), gc_clock.total
+        closing = (cpu, in_gc, _io_bytes())
+        pause(len(stamps))
+        io = _io_bytes()
+        stamps.append((closing, (time.process_time(), gc_clock.total, io)))
         call = ToolCall(id=f"c{len(request.messages)}", name="check", arguments="{}")
         return LLMResponse(tool_calls=(call,), usage=Usage(prompt_tokens=20))
 
@@ -227,22 +262,29 @@ def _check() -> Any:
 
 
 def simulate(
-    days: int, *, seed: int = 1
-) -> tuple[list[tuple[object, ...]], list[tuple[float, float]]]:
+    days: int, *, seed: int = 1, pause: Callable[[int], None] | None = None
+) -> tuple[list[tuple[object, ...]], list[tuple[float, float, int]]]:
     """Wake one agent hourly for ``days`` under virtual time, on SQLite, with the kit.
+
+    Args:
+        days (int): how many days of hourly runs.
+        seed (int): the harness's seed.
+        pause (Callable[[int], None] | None): called at the start of each run with its
+            number (from 0), outside the run's cost: where a run can wait its turn.
 
     Returns:
         The log (stream, version, type, data, metadata, recorded time of every event) and
         the cost of each run, from its first model call to the next run's: (CPU seconds
-        of the process, of which seconds in the garbage collector).
+        of the process, of which seconds in the garbage collector, bytes the process
+        read and wrote through the OS).
     """
     from actors.testing import AdvanceClock, RuntimeHarness, SetTimer  # noqa: PLC0415
 
-    stamps: list[tuple[float, float]] = []
+    stamps: list[tuple[_Stamp, _Stamp]] = []
     gc_clock = _GcClock()
     harness = RuntimeHarness(
         AgentSpec(name="hourly", tools=[_check()]),
-        llm=FunctionLLM(_hourly_model(stamps, gc_clock)),
+        llm=FunctionLLM(_hourly_model(stamps, gc_clock, pause or (lambda _run: None))),
         seed=seed,
         store="sqlite",
         max_virtual_seconds=(days + 2) * 86_400.0,
@@ -260,19 +302,153 @@ def simulate(
     records: list[tuple[object, ...]] = [
         (r.stream, r.version, r.type, r.data, r.metadata, r.recorded_at) for r in trace.records
     ]
-    costs = [(b[0] - a[0], b[1] - a[1]) for a, b in itertools.pairwise(stamps)]
+    costs = [
+        (end[0] - start[0], end[1] - start[1], end[2] - start[2])
+        for (_, start), (end, _) in itertools.pairwise(stamps)
+    ]
     return records, costs
 
 
-async def simulated(days: str) -> dict[str, object]:
-    """:func:`simulate` in this process (a fresh one: see ``run``): its log's digest, for
-    comparing two runs, and the runs' costs."""
-    records, costs = await trio.to_thread.run_sync(simulate, int(days))
+# Runs per turn (see _Turns). A turn's first run pays for the switch from the other
+# process (its caches are the other's), so it is left out on both sides.
+_TURN = 4
+
+
+class _Turns:
+    """Two simulations in two processes taking turns of ``_TURN`` runs, over two pipes.
+
+    The old agent (``days`` old, at least 2) hands over at the start of each turn on its
+    last day and waits; the young one (a fresh simulation of one day) waits at the start
+    of each of its turns and hands back. Only one of them runs at a time, so day-90 runs
+    and day-1 runs alternate within a fraction of a second, and the machine's load (other
+    processes, a noisy neighbour) weighs on both alike instead of on whichever day it
+    happened to fall on. The old one also signals a day ahead, so that the young one
+    starts its interpreter then and not during the old one's first day. A peer that has
+    ended (EOF) no longer holds the other back.
+    """
+
+    def __init__(self, role: str, days: int, take: int, give: int) -> None:
+        self._role = role
+        self._first = 24 * (days - 1)  # the old one's last day: its turns
+        self._take = take
+        self._give = give
+        self._peer_gone = False
+
+    def _hand_over(self) -> None:
+        with contextlib.suppress(BrokenPipeError):
+            os.write(self._give, b".")
+
+    def _wait_turn(self) -> None:
+        if not self._peer_gone and not os.read(self._take, 1):
+            self._peer_gone = True
+
+    def __call__(self, run: int) -> None:
+        if self._role == "young":
+            if run % _TURN == 0:
+                if run:
+                    self._hand_over()
+                self._wait_turn()
+        elif run == self._first - 24:
+            self._hand_over()  # "start your interpreter"
+        elif run >= self._first and (run - self._first) % _TURN == 0:
+            self._hand_over()
+            self._wait_turn()
+
+
+def simulated_in_turns(role: str, days: str, take: str, give: str) -> dict[str, object]:
+    """:func:`simulate` in this process (a fresh one), taking turns with a peer (see
+    ``_Turns``): its log's digest, for comparing two runs, and the runs' costs."""
+    turns = _Turns(role, int(days), int(take), int(give))
+    records, costs = simulate(int(days), pause=turns)
+    os.close(int(give))  # the peer runs free from here
     return {"log": hashlib.sha256(repr(records).encode()).hexdigest(), "costs": costs}
+
+
+def _in_turns(days: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An agent ``days`` old and a fresh one, each in a fresh process, their runs of the
+    old one's last day interleaved with the young one's first (see ``_Turns``)."""
+    if days < 2:  # the young one's cue comes a day before the turns
+        msg = f"days must be at least 2 to take turns, got {days}"
+        raise ValueError(msg)
+    to_young, from_old = os.pipe()[::-1]
+    to_old, from_young = os.pipe()[::-1]
+    launch = (
+        "import os, sys; role, days, take, give = sys.argv[1:]; "
+        "os.read(int(take), 1) if role == 'young' else None; "  # its cue, a day ahead
+        f"import orjson; from {__name__} import simulated_in_turns as s; "
+        "print(orjson.dumps(s(role, days, take, give)).decode())"
+    )
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", launch, role, str(sim_days), str(take), str(give)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(take, give),
+            text=True,
+        )
+        for role, sim_days, take, give in (
+            ("old", days, from_young, to_young),
+            ("young", 1, from_old, to_old),
+        )
+    ]
+    for fd in (to_young, from_old, to_old, from_young):
+        os.close(fd)
+    outcomes = [child.communicate() for child in children]
+    for child, (_, err) in zip(children, outcomes, strict=True):
+        if child.returncode:
+            msg = f"a longevity simulation failed ({child.returncode}):\n{err}"
+            raise RuntimeError(msg)
+    old, young = (orjson.loads(out) for out, _ in outcomes)
+    return old, young
 
 
 def _ratio(value: float, baseline: float) -> float:
     return round(value / baseline, 3) if baseline > 0 else 0.0
+
+
+def _hourly_figures(days: int) -> Figures:
+    """The hourly agent's figures: two old agents, each beside a young one (``_in_turns``)."""
+    # Each simulation in a fresh process: the workloads above leave this one a heap of a
+    # million events' worth, which would weigh on the runs however old the agent is.
+    pairs = [_in_turns(days) for _ in range(2)]
+    figures: Figures = {}
+    olds: list[list[list[float]]] = [old["costs"] for old, _ in pairs]
+    figures["sim_days"] = days
+    figures["sim_runs"] = len(olds[0]) + 1
+    figures["sim_logs_identical"] = int(pairs[0][0]["log"] == pairs[1][0]["log"])
+    # CPU per run (all threads; the machine's other load does not count, but it slows
+    # what does), without and with the garbage collector's share (the kit keeps every
+    # request it was sent, its LLMCall log for the invariants, so the collector's walks
+    # grow with the days). The last day's runs alternate with a fresh agent's first day's
+    # runs (see _Turns): those are the baseline. The first run of each turn is left out
+    # on both sides (it pays for the switch; a simulation's first run is also cold).
+    first = 24 * (days - 1)
+    last_day = [c for costs in olds for i, c in enumerate(costs[first:]) if i % _TURN]
+    first_day = [c for _, young in pairs for i, c in enumerate(young["costs"]) if i % _TURN]
+    own_first_day = [c for costs in olds for c in costs[1:24]]
+    day1, last, own_day1 = (
+        statistics.median(cpu - in_gc for cpu, in_gc, _ in runs)
+        for runs in (first_day, last_day, own_first_day)
+    )
+    day1_gc, last_gc = (statistics.mean(c[0] for c in runs) for runs in (first_day, last_day))
+    figures["run_cpu_ms_day1"] = round(day1 * 1e3, 3)
+    figures[f"run_cpu_ms_day{days}"] = round(last * 1e3, 3)
+    figures["run_cost_ratio_day90_vs_day1"] = _ratio(last, day1)
+    figures["run_cost_ratio_with_gc"] = _ratio(last_gc, day1_gc)
+    # The same last day over the old simulation's own first day, some 20 s earlier: the
+    # figure as it was before the turns, which a shared machine's drift moves both ways.
+    figures["run_cpu_ms_day1_same_process"] = round(own_day1 * 1e3, 3)
+    figures["run_cost_ratio_vs_day1_same_process"] = _ratio(last, own_day1)
+    # The log's I/O per run (the mean, so the runs that also checkpoint or snapshot
+    # count): a count, not a time, so the machine's load cannot move it.
+    io_day1, io_last = (
+        statistics.mean(c[2] for costs in olds for c in costs[window])
+        for window in (slice(1, 24), slice(first + 1, None))
+    )
+    figures["run_io_bytes_day1"] = round(io_day1)
+    figures[f"run_io_bytes_day{days}"] = round(io_last)
+    figures["run_io_ratio_day90_vs_day1"] = _ratio(io_last, io_day1)
+    return figures
 
 
 def run(args: argparse.Namespace) -> Figures:
@@ -307,28 +483,7 @@ def run(args: argparse.Namespace) -> Figures:
         figures["open_events"] = events
         figures["open_ms_1m_events"] = round(checkpointed, 1)
         figures["open_full_scan_ms_1m_events"] = round(full, 1)
-    days = 10 if quick else 90
-    # Each simulation in a fresh process: the workloads above leave this one a heap of a
-    # million events' worth, which would weigh on the runs however old the agent is.
-    sims = [in_fresh_process(f"{__name__}:simulated", str(days)) for _ in range(2)]
-    runs: list[list[tuple[float, float]]] = [sim["costs"] for sim in sims]
-    figures["sim_days"] = days
-    figures["sim_runs"] = len(runs[0]) + 1
-    figures["sim_logs_identical"] = int(sims[0]["log"] == sims[1]["log"])
-    # CPU per run (all threads; the machine's other load does not count), without and
-    # with the garbage collector's share (the kit keeps every request it was sent, its
-    # LLMCall log for the invariants, so the collector's walks grow with the days). Each
-    # day's figure is the mean over both simulations' runs of that day.
-    first_day = [c for costs in runs for c in costs[1:24]]  # a simulation's first is cold
-    last_day = [c for costs in runs for c in costs[-24:]]
-    day1 = statistics.mean(cpu - in_gc for cpu, in_gc in first_day)
-    last = statistics.mean(cpu - in_gc for cpu, in_gc in last_day)
-    day1_gc = statistics.mean(cpu for cpu, _ in first_day)
-    last_gc = statistics.mean(cpu for cpu, _ in last_day)
-    figures["run_cpu_ms_day1"] = round(day1 * 1e3, 3)
-    figures[f"run_cpu_ms_day{days}"] = round(last * 1e3, 3)
-    figures["run_cost_ratio_day90_vs_day1"] = _ratio(last, day1)
-    figures["run_cost_ratio_with_gc"] = _ratio(last_gc, day1_gc)
+    figures.update(_hourly_figures(10 if quick else 90))
     figures.update(context_tokens_max_over_budget(args.quick))
     return figures
 
