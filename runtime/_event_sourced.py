@@ -8,8 +8,11 @@ An actor kind is three pure functions plus effects:
 
 The runtime appends a decision's events *before* anyone acts on them, folds them into the
 state, replies, then asks ``next_step``. Effects (``execute``) run in the actor's nursery
-and come back as messages, so the actor keeps receiving while one is in flight. A restart
-is nothing special: fold the log (from a snapshot if one exists), ask ``next_step``.
+and come back as messages, so the actor keeps receiving while one is in flight. An effect
+that changes nothing outside the actor until its result is recorded (a model call:
+``starts_before_commit``) starts while that append is in flight; its result is still
+handled after it. A restart is nothing special: fold the log (from a snapshot if one
+exists), ask ``next_step``.
 """
 
 from __future__ import annotations
