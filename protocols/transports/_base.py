@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random as _random
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
-from contextlib import aclosing, contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeAlias, cast
 
 import attrs
 import httpx
@@ -24,7 +22,7 @@ from ._config import ProviderConfig, open_http_client
 from ._errors import error_from_status, map_httpx_errors
 from ._repair import repair
 from ._retry import AttemptObserver, call_with_retries
-from ._sse import ServerSentEvent, iter_sse
+from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = ["HTTPTransport", "Transport"]
 
@@ -35,6 +33,11 @@ _SHAPE_ERRORS = (KeyError, TypeError, IndexError, AttributeError, ValueError)
 
 #: A decoded JSON object from a provider (values are whatever orjson produced).
 JsonDict = dict[str, Any]
+
+#: One stream's parser: the items each event adds, in order (an ``LLMResponse`` last, at
+#: the terminal event). It keeps the stream's state between calls and raises ``LLMError``
+#: for an error event or an answer that breaks the provider's rules.
+StreamParser: TypeAlias = Callable[[ServerSentEvent], Sequence[StreamDelta | LLMResponse]]
 
 
 class Transport:
@@ -82,7 +85,7 @@ class HTTPTransport(Transport):
     """Shared code of the provider transports: retries, error mapping, SSE, timeouts.
 
     A subclass says where to send (``_path``, ``_headers``), how to encode the request
-    (``_body``) and how to read the answer (``_parse``, ``_parse_stream``).
+    (``_body``) and how to read the answer (``_parse``, ``_stream_parser``).
 
     Args:
         config (ProviderConfig): where and how to call the provider.
@@ -143,9 +146,8 @@ class HTTPTransport(Transport):
     def _parse(self, data: JsonDict) -> LLMResponse:
         raise NotImplementedError
 
-    def _parse_stream(
-        self, events: AsyncIterator[ServerSentEvent]
-    ) -> AsyncGenerator[StreamDelta | LLMResponse, None]:
+    def _stream_parser(self) -> StreamParser:
+        """A new parser for one stream's events (providers override)."""
         raise NotImplementedError
 
     # --- shared machinery --------------------------------------------------------
@@ -298,39 +300,60 @@ class HTTPTransport(Transport):
             on_attempt=self._on_attempt,
             rand=self._rand,
         )
-        clock = _StreamClock(
-            provider=self.provider,
-            total=total,
-            total_at=started + total,
-            idle=self._config.timeouts.idle,
-        )
-        # The deadlines are cancel scopes around each step, never around a `yield`: a cancel
-        # scope must not stay open while the consumer runs between two items.
+        idle = self._config.timeouts.idle
+        total_at = started + total
+        idle_at = trio.current_time() + idle
+        parse = self._stream_parser()
+        decoder = SSEDecoder()
+        chunks = _body_chunks(response)
         replaced = False
+        # One cancel scope per network read, with the earlier of the two deadlines; the
+        # events a read completed are parsed and handed out with no scope open, since a
+        # cancel scope must not stay open while the consumer runs between two items.
         try:
-            with map_httpx_errors(self.provider, streaming=True, secrets=self._secrets):
-                events = clock.watch(iter_sse(response.aiter_lines()), self._keepalive)
-                async with aclosing(self._parse_stream(events)) as items:
-                    while True:
-                        with clock.step() as scope:
-                            try:
-                                item = await items.__anext__()
-                            except StopAsyncIteration:
-                                break
-                            except _SHAPE_ERRORS as exc:
-                                raise self._shape_error(exc) from exc
-                        if scope.cancelled_caught:
-                            raise clock.expired()
+            while True:
+                with (
+                    trio.CancelScope(deadline=min(total_at, idle_at)) as scope,
+                    map_httpx_errors(self.provider, streaming=True, secrets=self._secrets),
+                ):
+                    chunk = await anext(chunks, None)
+                if scope.cancelled_caught:
+                    raise self._expired(total_at=total_at, idle_at=idle_at)
+                if chunk is None:
+                    break
+                for event in decoder.feed(chunk):
+                    if not self._keepalive(event):
+                        idle_at = trio.current_time() + idle
+                    try:
+                        items = parse(event)
+                    except _SHAPE_ERRORS as exc:
+                        raise self._shape_error(exc) from exc
+                    for item in items:
                         if isinstance(item, LLMResponse):
                             yield _repaired(item, replaced=replaced)
                             return
-                        item, changed = repair(item)
+                        delta, changed = repair(item)
                         replaced = replaced or changed
-                        yield item
+                        yield delta
         finally:
-            await response.aclose()
+            try:
+                await chunks.aclose()
+            finally:
+                await response.aclose()
         msg = f"{self.provider}: the stream ended before its final event"
         raise LLMMalformedStreamError(msg, provider=self.provider)
+
+    def _expired(self, *, total_at: float, idle_at: float) -> LLMTimeoutError:
+        """The error for the stream deadline that just expired."""
+        timeouts = self._config.timeouts
+        if total_at <= idle_at:
+            msg = f"{self.provider}: the stream ran past its {timeouts.total:g} s total timeout"
+            return LLMTimeoutError(msg, phase="total", provider=self.provider)
+        msg = (
+            f"{self.provider}: no data event for {timeouts.idle:g} s "
+            "(the stream's idle timeout)"
+        )
+        return LLMTimeoutError(msg, phase="idle", provider=self.provider)
 
     def _keepalive(self, event: ServerSentEvent) -> bool:
         """Whether ``event`` only keeps the connection open (providers override)."""
@@ -350,54 +373,14 @@ def _repaired(response: LLMResponse, *, replaced: bool) -> LLMResponse:
     return response
 
 
-@attrs.define(eq=False)
-class _StreamClock:
-    """The two deadlines of a stream: the total one, and the idle one moved by data events."""
+def _body_chunks(response: httpx.Response) -> AsyncGenerator[bytes, None]:
+    """The body's bytes as they arrive, decoded when the provider compressed them.
 
-    provider: str
-    total: float
-    """The total timeout, in seconds."""
-    total_at: float
-    """When the total timeout expires (Trio clock)."""
-    idle: float
-    """The idle timeout, in seconds."""
-    _idle_at: float = attrs.field(init=False, default=math.inf)
-    _scope: trio.CancelScope | None = attrs.field(init=False, default=None)
+    An uncompressed body (every provider's SSE we know of) is read raw: one async generator
+    fewer per chunk than ``aiter_bytes`` (whose decoder would pass it through unchanged).
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    chunks = response.aiter_raw() if encoding in ("", "identity") else response.aiter_bytes()
+    # httpx types these as AsyncIterator; they are async generators, which we close.
+    return cast("AsyncGenerator[bytes, None]", chunks)
 
-    def __attrs_post_init__(self) -> None:
-        self._idle_at = trio.current_time() + self.idle
-
-    @contextmanager
-    def step(self) -> Iterator[trio.CancelScope]:
-        """A cancel scope for reading the next item, ending at the earlier deadline."""
-        with trio.CancelScope(deadline=min(self.total_at, self._idle_at)) as scope:
-            self._scope = scope
-            try:
-                yield scope
-            finally:
-                self._scope = None
-
-    def touch(self) -> None:
-        """A data event arrived: the idle deadline starts again."""
-        self._idle_at = trio.current_time() + self.idle
-        if self._scope is not None:
-            self._scope.deadline = min(self.total_at, self._idle_at)
-
-    async def watch(
-        self,
-        events: AsyncIterator[ServerSentEvent],
-        keepalive: Callable[[ServerSentEvent], bool],
-    ) -> AsyncIterator[ServerSentEvent]:
-        """Pass ``events`` on, moving the idle deadline at each one that is not a keep-alive."""
-        async for event in events:
-            if not keepalive(event):
-                self.touch()
-            yield event
-
-    def expired(self) -> LLMTimeoutError:
-        """The error for the deadline that just expired."""
-        if self.total_at <= self._idle_at:
-            msg = f"{self.provider}: the stream ran past its {self.total:g} s total timeout"
-            return LLMTimeoutError(msg, phase="total", provider=self.provider)
-        msg = f"{self.provider}: no data event for {self.idle:g} s (the stream's idle timeout)"
-        return LLMTimeoutError(msg, phase="idle", provider=self.provider)
