@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+import trio
 from _scripted_http import ScriptedHTTPServer, sse, sse_reply
 from hypothesis import given
 from hypothesis import strategies as st
 
 from protocols import LLMRequest, TextDelta, UserMessage
 from protocols.transports import (
+    AnthropicTransport,
     OpenAITransport,
     ProviderConfig,
     RetryPolicy,
@@ -132,3 +138,106 @@ async def test_gzip_stream() -> None:
         async with _openai(server.url) as transport, transport.stream(REQUEST) as stream:
             response = await stream.final_response()
     assert response.content == "Hello wörld"
+
+
+async def test_a_server_talking_after_done_does_not_hold_the_stream() -> None:
+    """Keep-alives after ``[DONE]`` are not waited for: leaving the stream hangs up at once."""
+    with ScriptedHTTPServer([sse_reply(STREAM, drip=b": ping\n\n", drip_every=0.01)]) as server:
+        async with _openai(server.url) as transport:
+            with trio.fail_after(2):
+                async with transport.stream(REQUEST) as stream:
+                    response = await stream.final_response()
+            assert response.content == "Hello wörld"
+            assert await trio.to_thread.run_sync(server.hung_up.wait, 5.0)
+
+
+ANTHROPIC_STREAM = sse(
+    (
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {"id": "msg_1", "model": "claude-test", "usage": {"input_tokens": 3}},
+        },
+    ),
+    (
+        "content_block_start",
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    ),
+    (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+    ),
+    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+    ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+    ("message_stop", {"type": "message_stop"}),
+)
+
+
+class _KeepAliveHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 with keep-alive; records the client port of every request."""
+
+    protocol_version = "HTTP/1.1"
+    ports: list[int]
+
+    def do_POST(self) -> None:
+        self.ports.append(self.client_address[1])
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        body = ANTHROPIC_STREAM if self.path == "/v1/messages" else STREAM
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def keepalive_server() -> Iterator[tuple[str, list[int]]]:
+    ports: list[int] = []
+    handler = type("Handler", (_KeepAliveHandler,), {"ports": ports})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", ports
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_streams_read_to_the_end_reuse_their_connection(
+    keepalive_server: tuple[str, list[int]], provider: str
+) -> None:
+    """A stream read to its terminal event gives its connection back to the pool."""
+    url, ports = keepalive_server
+    transport = (
+        _openai(url)
+        if provider == "openai"
+        else AnthropicTransport(
+            ProviderConfig(provider="anthropic", base_url=url, model="claude-test")
+        )
+    )
+    async with transport:
+        for _ in range(3):
+            async with transport.stream(REQUEST) as stream:
+                response = await stream.final_response()
+            assert response.content in ("Hello wörld", "Hi")
+    assert len(ports) == 3
+    assert len(set(ports)) == 1
+
+
+async def test_a_stream_left_early_does_not_reuse_its_connection(
+    keepalive_server: tuple[str, list[int]],
+) -> None:
+    """Leaving before the end closes the connection (so the provider stops generating)."""
+    url, ports = keepalive_server
+    async with _openai(url) as transport:
+        for _ in range(2):
+            async with transport.stream(REQUEST) as stream:
+                async for _delta in stream:
+                    break
+    assert len(set(ports)) == 2
+

@@ -39,6 +39,11 @@ JsonDict = dict[str, Any]
 #: for an error event or an answer that breaks the provider's rules.
 StreamParser: TypeAlias = Callable[[ServerSentEvent], Sequence[StreamDelta | LLMResponse]]
 
+#: The most we wait, after the terminal event, for the end of the body (see ``_drain``).
+_DRAIN_SECONDS = 0.05
+#: The most bytes we read after the terminal event before giving the connection up.
+_DRAIN_BYTES = 65536
+
 
 class Transport:
     """The base of every LLM transport: ``complete``, ``stream`` and ``aclose``.
@@ -307,6 +312,7 @@ class HTTPTransport(Transport):
         decoder = SSEDecoder()
         chunks = _body_chunks(response)
         replaced = False
+        finished = False
         # One cancel scope per network read, with the earlier of the two deadlines; the
         # events a read completed are parsed and handed out with no scope open, since a
         # cancel scope must not stay open while the consumer runs between two items.
@@ -330,6 +336,7 @@ class HTTPTransport(Transport):
                         raise self._shape_error(exc) from exc
                     for item in items:
                         if isinstance(item, LLMResponse):
+                            finished = True
                             yield _repaired(item, replaced=replaced)
                             return
                         delta, changed = repair(item)
@@ -337,6 +344,8 @@ class HTTPTransport(Transport):
                         yield delta
         finally:
             try:
+                if finished:
+                    await _drain(chunks)
                 await chunks.aclose()
             finally:
                 await response.aclose()
@@ -384,3 +393,22 @@ def _body_chunks(response: httpx.Response) -> AsyncGenerator[bytes, None]:
     # httpx types these as AsyncIterator; they are async generators, which we close.
     return cast("AsyncGenerator[bytes, None]", chunks)
 
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the rest of a body whose terminal event arrived, so its connection is reused.
+
+    Providers end the body right after the terminal event (``[DONE]``, ``message_stop``).
+    Reading up to that end returns the connection to the pool; closing the response any
+    earlier closes the connection, and the next call pays a new TCP and TLS handshake. A
+    body that does not end promptly, or goes on talking, is left to ``aclose``; a failure
+    here only loses the connection, never the answer already given.
+    """
+    left = _DRAIN_BYTES
+    with trio.move_on_after(_DRAIN_SECONDS):
+        try:
+            async for chunk in chunks:
+                left -= len(chunk)
+                if left < 0:
+                    return
+        except httpx.HTTPError:
+            return  # the answer is complete; the connection is closed instead of reused
