@@ -118,6 +118,14 @@ class HTTPTransport(Transport):
         self._secrets: tuple[str, ...] = (
             (config.api_key.reveal(),) if config.api_key is not None else ()
         )
+        # What every request of this transport shares, made once: httpx parses a URL given
+        # as text and builds a timeout on every call, and that showed in the profile.
+        headers = {"content-type": "application/json", **self._headers()}
+        headers.update(dict(config.extra_headers))
+        self._plain_headers = headers
+        self._stream_headers = {**headers, "accept": "text/event-stream"}
+        self._timeout = config.timeouts.to_httpx().as_dict()
+        self._url: httpx.URL | None = None  # parsed on first use, where errors are mapped
 
     def __repr__(self) -> str:
         return (
@@ -158,18 +166,16 @@ class HTTPTransport(Transport):
     # --- shared machinery --------------------------------------------------------
 
     def _build(self, request: LLMRequest, *, stream: bool) -> httpx.Request:
-        headers = {"content-type": "application/json", **self._headers()}
-        headers.update(dict(self._config.extra_headers))
-        if stream:
-            headers["accept"] = "text/event-stream"
-        url = self._config.base_url.rstrip("/") + self._path()
+        content = orjson.dumps(self._body(request, stream=stream))
         with map_httpx_errors(self.provider, secrets=self._secrets):
+            if self._url is None:
+                self._url = httpx.URL(self._config.base_url.rstrip("/") + self._path())
             return self._client.build_request(
                 "POST",
-                url,
-                content=orjson.dumps(self._body(request, stream=stream)),
-                headers=headers,
-                timeout=self._config.timeouts.to_httpx(),
+                self._url,
+                content=content,
+                headers=self._stream_headers if stream else self._plain_headers,
+                extensions={"timeout": self._timeout},
             )
 
     async def _send(self, http_request: httpx.Request) -> httpx.Response:
