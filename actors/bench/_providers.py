@@ -5,6 +5,12 @@ token: bare httpx (the physical baseline), the transport (request building, retr
 wrapper, SSE parsing, delta assembly), and a session actor using the transport (the send,
 the ``RunStarted`` append, the step, and the delta's trip through the observer bus). The
 ratios are our overhead per call relative to the baseline.
+
+All three measure the same thing: from the start of the call to the first token, on a
+stream then read to its end (as a session reads it, so its connection goes back to the
+pool). Each has its own client, so one that closes its connection does not decide whether
+the next gets a warm one, and the calls take turns in a rotating order with a settle
+between them, so work one call leaves behind is not billed to the same neighbour.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 
 import orjson
 import trio
+import trio.testing
 
 from actors import spawn_session
 from actors.events import DeltaReceived, RunEnded
@@ -81,15 +88,21 @@ _Timed = Callable[[], Awaitable[float | None]]
 async def _p50s(n: int, *calls: _Timed) -> list[float]:
     """Median seconds of each call, run interleaved so drift affects all alike.
 
-    A call that returns a float measured its own figure (time to first token of a send that
-    goes on afterwards); otherwise its whole duration is the sample.
+    A call that returns a float measured its own figure (time to first token of a stream
+    that goes on afterwards); otherwise its whole duration is the sample. Each round starts
+    one call later, so every call follows every other equally often (what one leaves
+    behind, such as a session's log writes finishing, slows whichever comes next), and
+    the loop waits for every task to block before the next call.
     """
     samples: list[list[float]] = [[] for _ in calls]
-    for _ in range(n):
-        for i, call in enumerate(calls):
+    for round_ in range(n):
+        for j in range(len(calls)):
+            i = (round_ + j) % len(calls)
+            call = calls[i]
             start = trio.current_time()
             own = await call()
             samples[i].append(own if own is not None else trio.current_time() - start)
+            await trio.testing.wait_all_tasks_blocked()
     return [statistics.median(s) for s in samples]
 
 
@@ -104,13 +117,18 @@ async def _measure(n: int) -> dict[str, float | int | str]:
     )
     plain_body = orjson.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}]})
     request = LLMRequest(messages=[UserMessage("hi")])
+    config = ProviderConfig(provider="openai", base_url=url, model="bench")
     try:
-        async with open_http_client() as client:
-            transport = OpenAITransport(
-                ProviderConfig(provider="openai", base_url=url, model="bench"), client=client
-            )
+        async with (
+            open_http_client() as client,
+            open_http_client() as transport_client,
+            open_http_client() as session_client,
+        ):
+            transport = OpenAITransport(config, client=transport_client)
 
             async def bare_ttft() -> float | None:
+                start = trio.current_time()
+                first: float | None = None
                 async with client.stream(
                     "POST",
                     url + "/chat/completions",
@@ -118,17 +136,19 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                     headers={"content-type": "application/json"},
                 ) as r:
                     async for line in r.aiter_lines():
-                        if line.startswith("data: "):
+                        if first is None and line.startswith("data: "):
                             orjson.loads(line[6:])
-                            break
-                return None
+                            first = trio.current_time() - start
+                return first
 
             async def ours_ttft() -> float | None:
+                start = trio.current_time()
+                first: float | None = None
                 async with transport.stream(request) as stream:
                     async for delta in stream:
-                        if isinstance(delta, TextDelta):
-                            break
-                return None
+                        if first is None and isinstance(delta, TextDelta):
+                            first = trio.current_time() - start
+                return first
 
             async def bare_complete() -> float | None:
                 r = await client.post(
@@ -150,7 +170,8 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                     open_sqlite_store(log) as store,
                     open_runtime(seed=1, store=store) as runtime,
                 ):
-                    session_ttft = await _session_ttft(runtime, transport, n + 1)
+                    session_transport = OpenAITransport(config, client=session_client)
+                    session_ttft = await _session_ttft(runtime, session_transport, n + 1)
                     for warm in (bare_ttft, ours_ttft, session_ttft, bare_complete, ours_complete):
                         await warm()
                     bare_t, ours_t, session_t = await _p50s(n, bare_ttft, ours_ttft, session_ttft)
