@@ -209,20 +209,27 @@ class HTTPTransport(Transport):
         return LLMMalformedStreamError(f"{self.provider}: {problem}", provider=self.provider)
 
     def _decode(self, text: str | bytes, what: str) -> JsonDict:
+        return self._load(text, what)[0]
+
+    def _load(self, text: str | bytes, what: str) -> tuple[JsonDict, bool]:
+        """The JSON object in ``text``, and whether its strings may hold lone surrogates."""
         try:
             data = orjson.loads(text)
+            suspect = False
         except orjson.JSONDecodeError as exc:
             # orjson refuses valid JSON it cannot represent: lone surrogate escapes (which
             # `repair` fixes later) and numbers beyond a double. The stdlib parser takes them.
+            # So only text that came this way can need the repair.
             try:
                 data = json.loads(text, parse_constant=_no_constant)
             except ValueError:
                 msg = f"{self.provider}: {what} is not valid JSON: {exc}"
                 raise LLMMalformedStreamError(msg, provider=self.provider) from exc
+            suspect = True
         if not isinstance(data, dict):
             msg = f"{self.provider}: {what} is JSON but not an object"
             raise LLMMalformedStreamError(msg, provider=self.provider)
-        return data
+        return data, suspect
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Send ``request`` and return the whole answer, retrying as the policy allows.
@@ -253,12 +260,14 @@ class HTTPTransport(Transport):
                         body = await response.aread()
                 finally:
                     await response.aclose()
-                data = self._decode(body, "the response body")
+                data, suspect = self._load(body, "the response body")
                 try:
                     answer = self._parse(data)
                 except _SHAPE_ERRORS as exc:
                     raise self._shape_error(exc) from exc
-                return _repaired(answer, replaced=False)
+                # Walking the whole answer for lone surrogates costs more than the rest of
+                # the parse; orjson never makes them, so only the fallback needs it.
+                return _repaired(answer, replaced=False) if suspect else answer
             assert scope.cancelled_caught
             msg = f"{self.provider}: no complete answer within {total:g} s"
             raise LLMTimeoutError(msg, phase="total", provider=self.provider)
