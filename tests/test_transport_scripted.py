@@ -899,3 +899,24 @@ async def test_headers_sent_with_every_call() -> None:
     ]
     plain = ("/v1/chat/completions", f"Bearer {KEY}", "org-1", "application/json", "*/*")
     assert seen == [plain, (*plain[:4], "text/event-stream"), plain]
+
+
+@pytest.mark.parametrize("call", ["complete", "stream"])
+async def test_retry_deadline_before_the_attempt_timeout_bounds_a_slow_answer(call: str) -> None:
+    """With the policy's deadline shorter than an attempt's total timeout, it is the bound."""
+    with ScriptedHTTPServer([Reply(head_delay=1.5)]) as server:
+        transport = _openai(server, retry=RetryPolicy(deadline=0.3), timeouts=Timeouts(total=60))
+        start = trio.current_time()
+        async with transport:
+            with pytest.raises(LLMTimeoutError) as info:
+                if call == "complete":
+                    await transport.complete(REQUEST)
+                else:
+                    async with transport.stream(REQUEST) as stream:
+                        await stream.final_response()
+        took = trio.current_time() - start
+    assert (info.value.code, info.value.phase) == ("llm.timeout", "total")
+    assert str(info.value) == (
+        "openai: no answer within the 0.3 s deadline for all attempts (1 started)"
+    )
+    assert 0.3 <= took < 1.2

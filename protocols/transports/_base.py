@@ -126,6 +126,10 @@ class HTTPTransport(Transport):
         self._stream_headers = {**headers, "accept": "text/event-stream"}
         self._timeout = config.timeouts.to_httpx().as_dict()
         self._url: httpx.URL | None = None  # parsed on first use, where errors are mapped
+        # An attempt's own total timeout needs a cancel scope only when it can expire before
+        # the retry policy's deadline (by default that comes first, 300 s against 600 s).
+        deadline = config.retry.deadline
+        self._attempt_deadline = deadline is None or deadline > config.timeouts.total
 
     def __repr__(self) -> str:
         return (
@@ -252,23 +256,10 @@ class HTTPTransport(Transport):
         total = self._config.timeouts.total
 
         async def attempt() -> LLMResponse:
-            http_request = self._build(request, stream=False)
-            with trio.move_on_after(total) as scope:
-                response = await self._send(http_request)
-                try:
-                    with map_httpx_errors(self.provider, secrets=self._secrets):
-                        body = await response.aread()
-                finally:
-                    await response.aclose()
-                data, suspect = self._load(body, "the response body")
-                try:
-                    answer = self._parse(data)
-                except _SHAPE_ERRORS as exc:
-                    raise self._shape_error(exc) from exc
-                # Walking the whole answer for lone surrogates costs more than the rest of
-                # the parse; orjson never makes them, so only the fallback needs it.
-                return _repaired(answer, replaced=False) if suspect else answer
-            assert scope.cancelled_caught
+            if not self._attempt_deadline:
+                return await self._complete_once(request)
+            with trio.move_on_after(total):
+                return await self._complete_once(request)
             msg = f"{self.provider}: no complete answer within {total:g} s"
             raise LLMTimeoutError(msg, phase="total", provider=self.provider)
 
@@ -279,6 +270,24 @@ class HTTPTransport(Transport):
             on_attempt=self._on_attempt,
             rand=self._rand,
         )
+
+    async def _complete_once(self, request: LLMRequest) -> LLMResponse:
+        """One attempt of :meth:`complete`, with no deadline of its own."""
+        http_request = self._build(request, stream=False)
+        response = await self._send(http_request)
+        try:
+            with map_httpx_errors(self.provider, secrets=self._secrets):
+                body = await response.aread()
+        finally:
+            await response.aclose()
+        data, suspect = self._load(body, "the response body")
+        try:
+            answer = self._parse(data)
+        except _SHAPE_ERRORS as exc:
+            raise self._shape_error(exc) from exc
+        # Walking the whole answer for lone surrogates costs more than the rest of the
+        # parse; orjson never makes them, so only the fallback's output needs it.
+        return _repaired(answer, replaced=False) if suspect else answer
 
     def stream(self, request: LLMRequest) -> LLMStream:
         """Stream the answer to ``request`` over SSE.
@@ -308,6 +317,8 @@ class HTTPTransport(Transport):
         async def attempt() -> httpx.Response:
             nonlocal started
             started = trio.current_time()
+            if not self._attempt_deadline:
+                return await self._send(http_request)
             with trio.move_on_after(total):
                 return await self._send(http_request)
             msg = f"{self.provider}: no response headers within the {total:g} s total timeout"
