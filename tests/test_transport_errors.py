@@ -9,6 +9,7 @@ import httpx
 import pytest
 import trio
 
+from protocols import LLMRequest, UserMessage
 from protocols.errors import (
     ConfigError,
     LLMAuthError,
@@ -361,6 +362,16 @@ async def test_factory_picks_the_transport_and_shares_the_client() -> None:
             assert type(transport) is cls
             await transport.aclose()
             assert not client.is_closed
+
+
+async def test_an_unusable_base_url_fails_every_call() -> None:
+    """A base URL httpx cannot parse is a ConfigError on each call, not at construction."""
+    config = ProviderConfig(provider="openai", base_url="http://[::1", model="m")
+    async with OpenAITransport(config) as transport:
+        for _ in range(2):
+            with pytest.raises(ConfigError) as info:
+                await transport.complete(LLMRequest(messages=[UserMessage("hi")]))
+            assert str(info.value).startswith("openai: the base URL is not usable: ")
 
 
 def test_secret_masks_itself() -> None:

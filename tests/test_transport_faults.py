@@ -402,6 +402,11 @@ async def test_lone_surrogates_in_a_stream_become_replacement_characters(
             b'{"id": "msg_1", "type": "message", "model": "claude-test", "content": '
             b'[{"type": "text", "text": "a\\ud800b"}], "stop_reason": "end_turn"}',
         ),
+        (  # a surrogate encoded as UTF-8 bytes, which the stdlib parser lets through
+            "openai",
+            b'{"id": "c1", "model": "gpt-test", "choices": [{"index": 0, "message": '
+            b'{"role": "assistant", "content": "a\xed\xa0\x80b"}, "finish_reason": "stop"}]}',
+        ),
     ],
 )
 async def test_lone_surrogates_in_an_answer_become_replacement_characters(

@@ -873,3 +873,50 @@ async def test_a_request_holding_a_view_sends_the_same_body(
     with_tuple = transport._build(LLMRequest(messages=copied, max_tokens=50), stream=False)
     assert with_view.content == with_tuple.content
     assert b"not yet sent" not in with_view.content and b"older" not in with_view.content
+
+
+async def test_headers_sent_with_every_call() -> None:
+    """Key, extra headers and content type go with both calls; only a stream asks for SSE."""
+    body = sse((None, _chunk({"content": "hi"}, finish="stop")), (None, "[DONE]"))
+    replies = [json_reply(200, OK_BODY), sse_reply(body), json_reply(200, OK_BODY)]
+    with ScriptedHTTPServer(replies) as server:
+        config = ProviderConfig(
+            provider="openai",
+            base_url=server.url + "/v1",
+            model="gpt-test",
+            api_key=KEY,
+            extra_headers=(("openai-organization", "org-1"),),
+        )
+        async with OpenAITransport(config) as transport:
+            await transport.complete(REQUEST)
+            async with transport.stream(REQUEST) as stream:
+                await stream.final_response()
+            await transport.complete(REQUEST)
+    seen = [
+        (r.path, r.headers["authorization"], r.headers["openai-organization"],
+         r.headers["content-type"], r.headers.get("accept"))
+        for r in server.requests
+    ]
+    plain = ("/v1/chat/completions", f"Bearer {KEY}", "org-1", "application/json", "*/*")
+    assert seen == [plain, (*plain[:4], "text/event-stream"), plain]
+
+
+@pytest.mark.parametrize("call", ["complete", "stream"])
+async def test_retry_deadline_before_the_attempt_timeout_bounds_a_slow_answer(call: str) -> None:
+    """With the policy's deadline shorter than an attempt's total timeout, it is the bound."""
+    with ScriptedHTTPServer([Reply(head_delay=1.5)]) as server:
+        transport = _openai(server, retry=RetryPolicy(deadline=0.3), timeouts=Timeouts(total=60))
+        start = trio.current_time()
+        async with transport:
+            with pytest.raises(LLMTimeoutError) as info:
+                if call == "complete":
+                    await transport.complete(REQUEST)
+                else:
+                    async with transport.stream(REQUEST) as stream:
+                        await stream.final_response()
+        took = trio.current_time() - start
+    assert (info.value.code, info.value.phase) == ("llm.timeout", "total")
+    assert str(info.value) == (
+        "openai: no answer within the 0.3 s deadline for all attempts (1 started)"
+    )
+    assert 0.3 <= took < 1.2

@@ -5,8 +5,13 @@ token: bare httpx (the physical baseline), the transport (request building, retr
 wrapper, SSE parsing, delta assembly), and a session actor using the transport (the send,
 the ``RunStarted`` append, which the request overlaps, the step, and the delta's trip
 through the observer bus). The ratios are our overhead per call relative to the
-baseline. The server is a process of its own, as a provider is, and every way reads its
-stream to the end, so each call finds the same pooled connection.
+baseline. The server is a process of its own, as a provider is.
+
+All three measure the same thing: from the start of the call to the first token, on a
+stream then read to its end (as a session reads it, so its connection goes back to the
+pool). Each has its own client, so one that closes its connection does not decide whether
+the next gets a warm one, and the calls take turns in a rotating order with a settle
+between them, so work one call leaves behind is not billed to the same neighbour.
 """
 
 from __future__ import annotations
@@ -16,13 +21,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import trio
+import trio.testing
 
 from actors import spawn_session
 from actors.events import DeltaReceived, RunEnded
@@ -56,6 +64,12 @@ _BODY = orjson.dumps(
 )
 
 
+_THINKING = "bench-thinking"
+"""A model whose first token comes after ``_THINKING_S``, as a provider's does after some
+thought (hundreds of milliseconds in practice): long enough for a commit to finish."""
+_THINKING_S = 0.005
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     # One buffered write per response and no Nagle: otherwise delayed ACKs add ~40 ms to
@@ -67,6 +81,8 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length", "0"))
         request = orjson.loads(self.rfile.read(length))
         stream = bool(request.get("stream"))
+        if request.get("model") == _THINKING:
+            time.sleep(_THINKING_S)
         payload = _STREAM if stream else _BODY
         self.send_response(200)
         self.send_header("content-type", "text/event-stream" if stream else "application/json")
@@ -91,15 +107,21 @@ _Timed = Callable[[], Awaitable[float | None]]
 async def _p50s(n: int, *calls: _Timed) -> list[float]:
     """Median seconds of each call, run interleaved so drift affects all alike.
 
-    A call that returns a float measured its own figure (time to first token of a send that
-    goes on afterwards); otherwise its whole duration is the sample.
+    A call that returns a float measured its own figure (time to first token of a stream
+    that goes on afterwards); otherwise its whole duration is the sample. Each round starts
+    one call later, so every call follows every other equally often (what one leaves
+    behind, such as a session's log writes finishing, slows whichever comes next), and
+    the loop waits for every task to block before the next call.
     """
     samples: list[list[float]] = [[] for _ in calls]
-    for _ in range(n):
-        for i, call in enumerate(calls):
+    for round_ in range(n):
+        for j in range(len(calls)):
+            i = (round_ + j) % len(calls)
+            call = calls[i]
             start = trio.current_time()
             own = await call()
             samples[i].append(own if own is not None else trio.current_time() - start)
+            await trio.testing.wait_all_tasks_blocked()
     return [statistics.median(s) for s in samples]
 
 
@@ -121,37 +143,36 @@ async def _measure(n: int) -> dict[str, float | int | str]:
     )
     plain_body = orjson.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}]})
     request = LLMRequest(messages=[UserMessage("hi")])
+    config = ProviderConfig(provider="openai", base_url=url, model="bench")
     try:
-        async with open_http_client() as client:
-            transport = OpenAITransport(
-                ProviderConfig(provider="openai", base_url=url, model="bench"), client=client
-            )
+        async with (
+            open_http_client() as client,
+            open_http_client() as transport_client,
+            open_http_client() as session_client,
+        ):
+            transport = OpenAITransport(config, client=transport_client)
 
-            # Each way times its first token, then reads its stream to the end untimed, as
-            # the session does: a stream left half-read closes its connection, and the next
-            # call would pay a new connection (and the server a new thread) that the one
-            # before it did not.
-            async def bare_ttft() -> float | None:
-                first = 0.0
+            async def bare_ttft(content: bytes = body) -> float | None:
                 start = trio.current_time()
+                first: float | None = None
                 async with client.stream(
                     "POST",
                     url + "/chat/completions",
-                    content=body,
+                    content=content,
                     headers={"content-type": "application/json"},
                 ) as r:
                     async for line in r.aiter_lines():
-                        if line.startswith("data: ") and not first:
+                        if first is None and line.startswith("data: "):
                             orjson.loads(line[6:])
                             first = trio.current_time() - start
                 return first
 
             async def ours_ttft() -> float | None:
-                first = 0.0
                 start = trio.current_time()
+                first: float | None = None
                 async with transport.stream(request) as stream:
                     async for delta in stream:
-                        if isinstance(delta, TextDelta) and not first:
+                        if first is None and isinstance(delta, TextDelta):
                             first = trio.current_time() - start
                 return first
 
@@ -176,10 +197,49 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                     open_sqlite_store(log) as store,
                     open_runtime(seed=1, store=store) as runtime,
                 ):
-                    session_ttft = await _session_ttft(runtime, transport, n + 1)
-                    for warm in (bare_ttft, ours_ttft, session_ttft, bare_complete, ours_complete):
+                    session_transport = OpenAITransport(config, client=session_client)
+                    session_ttft = await _session_ttft(
+                        runtime, session_transport, n + 1, started=True
+                    )
+                    new_session_ttft = await _session_ttft(
+                        runtime, session_transport, n + 1, started=False
+                    )
+                    thinking = attrs.evolve(config, model=_THINKING)
+                    thinking_session_ttft = await _session_ttft(
+                        runtime,
+                        OpenAITransport(thinking, client=session_client),
+                        n + 1,
+                        started=True,
+                    )
+                    thinking_body = orjson.dumps(
+                        {
+                            "model": _THINKING,
+                            "messages": [{"role": "user", "content": "hi"}],
+                            "stream": True,
+                        }
+                    )
+
+                    async def bare_thinking_ttft() -> float | None:
+                        return await bare_ttft(thinking_body)
+
+                    ways = (
+                        bare_ttft,
+                        ours_ttft,
+                        session_ttft,
+                        new_session_ttft,
+                        bare_thinking_ttft,
+                        thinking_session_ttft,
+                    )
+                    for warm in (*ways, bare_complete, ours_complete):
                         await warm()
-                    bare_t, ours_t, session_t = await _p50s(n, bare_ttft, ours_ttft, session_ttft)
+                    (
+                        bare_t,
+                        ours_t,
+                        session_t,
+                        new_session_t,
+                        bare_thinking_t,
+                        session_thinking_t,
+                    ) = await _p50s(n, *ways)
                     bare_c, ours_c = await _p50s(n, bare_complete, ours_complete)
     finally:
         process.kill()
@@ -191,16 +251,32 @@ async def _measure(n: int) -> dict[str, float | int | str]:
         "ttft_ratio": ours_t / bare_t,
         "ttft_session_p50_ms": session_t * 1000,
         "ttft_session_ratio": session_t / bare_t,
+        "ttft_session_over_bare_ms": (session_t - bare_t) * 1000,
+        "ttft_new_session_p50_ms": new_session_t * 1000,
+        "ttft_new_session_ratio": new_session_t / bare_t,
+        "ttft_bare_httpx_thinking_p50_ms": bare_thinking_t * 1000,
+        "ttft_session_thinking_p50_ms": session_thinking_t * 1000,
+        "ttft_session_over_bare_thinking_ms": (session_thinking_t - bare_thinking_t) * 1000,
         "complete_bare_httpx_p50_ms": bare_c * 1000,
         "complete_transport_p50_ms": ours_c * 1000,
         "complete_ratio": ours_c / bare_c,
     }
 
 
-async def _session_ttft(runtime: Any, transport: OpenAITransport, count: int) -> _Timed:
-    """A timed call: a send on a fresh session (so every request is the same size), timed
-    from the send to its first streamed text; the run then finishes untimed."""
+async def _session_ttft(
+    runtime: Any, transport: OpenAITransport, count: int, *, started: bool
+) -> _Timed:
+    """A timed call: the first send on a session of its own (so every request is the same
+    size), timed from the send to its first streamed text; the run then finishes untimed.
+
+    ``started``: the session's actor is running already (it has answered a question), as
+    in a conversation's later turns; otherwise the send starts it (a new session's first
+    turn, ``ttft_new_session_*``).
+    """
     sessions = [await spawn_session(runtime, llm=transport) for _ in range(count)]
+    if started:
+        for session in sessions:
+            await session.state()
 
     async def timed() -> float | None:
         session = sessions.pop()

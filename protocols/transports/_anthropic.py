@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, final
 
 import attrs
@@ -33,7 +33,7 @@ from protocols._llm_stream import (
 )
 from protocols.errors import LLMBadRequestError
 
-from ._base import HTTPTransport, JsonDict
+from ._base import HTTPTransport, JsonDict, StreamParser
 from ._errors import error_from_body
 from ._sse import ServerSentEvent
 
@@ -258,33 +258,15 @@ class AnthropicTransport(HTTPTransport):
         """Anthropic's ``ping`` events carry no data; they do not reset the idle timeout."""
         return event.event == "ping"
 
-    async def _parse_stream(
-        self, events: AsyncIterator[ServerSentEvent]
-    ) -> AsyncGenerator[StreamDelta | LLMResponse, None]:
-        state = _StreamState()
-        async for event in events:
-            data = self._decode(event.data, f"the {event.event!r} event")
-            kind = data.get("type", event.event)
-            if kind == "message_stop":
-                if not state.started:
-                    raise self._malformed("the stream has no message_start event")
-                if not state.blocks and state.assembler.finish_reason is None:
-                    raise self._malformed(
-                        "the stream ended with no content block and no stop reason"
-                    )
-                yield state.assembler.response(model=state.model, id=state.response_id)
-                return
-            if kind == "error":
-                raise error_from_body(self.provider, event.data, secrets=self._secrets)
-            for delta in state.deltas(kind, data):
-                state.assembler.add(delta)
-                yield delta
+    def _stream_parser(self) -> StreamParser:
+        return _StreamState(transport=self).event
 
 
 @attrs.define
 class _StreamState:
     """What a Messages stream has said so far, and the deltas each event adds."""
 
+    transport: AnthropicTransport
     assembler: StreamAssembler = attrs.Factory(StreamAssembler)
     started: bool = False
     model: str = ""
@@ -296,6 +278,26 @@ class _StreamState:
     got_arguments: set[int] = attrs.Factory(set)
     tools: int = 0
     thinking: int = 0
+
+    def event(self, event: ServerSentEvent) -> Sequence[StreamDelta | LLMResponse]:
+        """The items ``event`` adds: its deltas, or the whole response at ``message_stop``."""
+        transport = self.transport
+        data = transport._decode(event.data, f"the {event.event!r} event")
+        kind = data.get("type", event.event)
+        if kind == "message_stop":
+            if not self.started:
+                raise transport._malformed("the stream has no message_start event")
+            if not self.blocks and self.assembler.finish_reason is None:
+                raise transport._malformed(
+                    "the stream ended with no content block and no stop reason"
+                )
+            return [self.assembler.response(model=self.model, id=self.response_id)]
+        if kind == "error":
+            raise error_from_body(transport.provider, event.data, secrets=transport._secrets)
+        deltas = self.deltas(kind, data)
+        for delta in deltas:
+            self.assembler.add(delta)
+        return deltas
 
     def deltas(self, kind: str, data: JsonDict) -> list[StreamDelta]:
         """The deltas one event adds ("ping" and unknown event types add none)."""

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random as _random
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
-from contextlib import aclosing, contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeAlias, cast
 
 import attrs
 import httpx
@@ -24,7 +22,7 @@ from ._config import ProviderConfig, open_http_client
 from ._errors import error_from_status, map_httpx_errors
 from ._repair import repair
 from ._retry import AttemptObserver, call_with_retries
-from ._sse import ServerSentEvent, iter_sse
+from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = ["HTTPTransport", "Transport"]
 
@@ -35,6 +33,16 @@ _SHAPE_ERRORS = (KeyError, TypeError, IndexError, AttributeError, ValueError)
 
 #: A decoded JSON object from a provider (values are whatever orjson produced).
 JsonDict = dict[str, Any]
+
+#: One stream's parser: the items each event adds, in order (an ``LLMResponse`` last, at
+#: the terminal event). It keeps the stream's state between calls and raises ``LLMError``
+#: for an error event or an answer that breaks the provider's rules.
+StreamParser: TypeAlias = Callable[[ServerSentEvent], Sequence[StreamDelta | LLMResponse]]
+
+#: The most we wait, after the terminal event, for the end of the body (see ``_drain``).
+_DRAIN_SECONDS = 0.05
+#: The most bytes we read after the terminal event before giving the connection up.
+_DRAIN_BYTES = 65536
 
 
 class Transport:
@@ -82,7 +90,7 @@ class HTTPTransport(Transport):
     """Shared code of the provider transports: retries, error mapping, SSE, timeouts.
 
     A subclass says where to send (``_path``, ``_headers``), how to encode the request
-    (``_body``) and how to read the answer (``_parse``, ``_parse_stream``).
+    (``_body``) and how to read the answer (``_parse``, ``_stream_parser``).
 
     Args:
         config (ProviderConfig): where and how to call the provider.
@@ -110,6 +118,18 @@ class HTTPTransport(Transport):
         self._secrets: tuple[str, ...] = (
             (config.api_key.reveal(),) if config.api_key is not None else ()
         )
+        # What every request of this transport shares, made once: httpx parses a URL given
+        # as text and builds a timeout on every call, and that showed in the profile.
+        headers = {"content-type": "application/json", **self._headers()}
+        headers.update(dict(config.extra_headers))
+        self._plain_headers = headers
+        self._stream_headers = {**headers, "accept": "text/event-stream"}
+        self._timeout = config.timeouts.to_httpx().as_dict()
+        self._url: httpx.URL | None = None  # parsed on first use, where errors are mapped
+        # An attempt's own total timeout needs a cancel scope only when it can expire before
+        # the retry policy's deadline (by default that comes first, 300 s against 600 s).
+        deadline = config.retry.deadline
+        self._attempt_deadline = deadline is None or deadline > config.timeouts.total
 
     def __repr__(self) -> str:
         return (
@@ -143,26 +163,23 @@ class HTTPTransport(Transport):
     def _parse(self, data: JsonDict) -> LLMResponse:
         raise NotImplementedError
 
-    def _parse_stream(
-        self, events: AsyncIterator[ServerSentEvent]
-    ) -> AsyncGenerator[StreamDelta | LLMResponse, None]:
+    def _stream_parser(self) -> StreamParser:
+        """A new parser for one stream's events (providers override)."""
         raise NotImplementedError
 
     # --- shared machinery --------------------------------------------------------
 
     def _build(self, request: LLMRequest, *, stream: bool) -> httpx.Request:
-        headers = {"content-type": "application/json", **self._headers()}
-        headers.update(dict(self._config.extra_headers))
-        if stream:
-            headers["accept"] = "text/event-stream"
-        url = self._config.base_url.rstrip("/") + self._path()
+        content = orjson.dumps(self._body(request, stream=stream))
         with map_httpx_errors(self.provider, secrets=self._secrets):
+            if self._url is None:
+                self._url = httpx.URL(self._config.base_url.rstrip("/") + self._path())
             return self._client.build_request(
                 "POST",
-                url,
-                content=orjson.dumps(self._body(request, stream=stream)),
-                headers=headers,
-                timeout=self._config.timeouts.to_httpx(),
+                self._url,
+                content=content,
+                headers=self._stream_headers if stream else self._plain_headers,
+                extensions={"timeout": self._timeout},
             )
 
     async def _send(self, http_request: httpx.Request) -> httpx.Response:
@@ -196,20 +213,27 @@ class HTTPTransport(Transport):
         return LLMMalformedStreamError(f"{self.provider}: {problem}", provider=self.provider)
 
     def _decode(self, text: str | bytes, what: str) -> JsonDict:
+        return self._load(text, what)[0]
+
+    def _load(self, text: str | bytes, what: str) -> tuple[JsonDict, bool]:
+        """The JSON object in ``text``, and whether its strings may hold lone surrogates."""
         try:
             data = orjson.loads(text)
+            suspect = False
         except orjson.JSONDecodeError as exc:
             # orjson refuses valid JSON it cannot represent: lone surrogate escapes (which
             # `repair` fixes later) and numbers beyond a double. The stdlib parser takes them.
+            # So only text that came this way can need the repair.
             try:
                 data = json.loads(text, parse_constant=_no_constant)
             except ValueError:
                 msg = f"{self.provider}: {what} is not valid JSON: {exc}"
                 raise LLMMalformedStreamError(msg, provider=self.provider) from exc
+            suspect = True
         if not isinstance(data, dict):
             msg = f"{self.provider}: {what} is JSON but not an object"
             raise LLMMalformedStreamError(msg, provider=self.provider)
-        return data
+        return data, suspect
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Send ``request`` and return the whole answer, retrying as the policy allows.
@@ -232,21 +256,10 @@ class HTTPTransport(Transport):
         total = self._config.timeouts.total
 
         async def attempt() -> LLMResponse:
-            http_request = self._build(request, stream=False)
-            with trio.move_on_after(total) as scope:
-                response = await self._send(http_request)
-                try:
-                    with map_httpx_errors(self.provider, secrets=self._secrets):
-                        body = await response.aread()
-                finally:
-                    await response.aclose()
-                data = self._decode(body, "the response body")
-                try:
-                    answer = self._parse(data)
-                except _SHAPE_ERRORS as exc:
-                    raise self._shape_error(exc) from exc
-                return _repaired(answer, replaced=False)
-            assert scope.cancelled_caught
+            if not self._attempt_deadline:
+                return await self._complete_once(request)
+            with trio.move_on_after(total):
+                return await self._complete_once(request)
             msg = f"{self.provider}: no complete answer within {total:g} s"
             raise LLMTimeoutError(msg, phase="total", provider=self.provider)
 
@@ -257,6 +270,24 @@ class HTTPTransport(Transport):
             on_attempt=self._on_attempt,
             rand=self._rand,
         )
+
+    async def _complete_once(self, request: LLMRequest) -> LLMResponse:
+        """One attempt of :meth:`complete`, with no deadline of its own."""
+        http_request = self._build(request, stream=False)
+        response = await self._send(http_request)
+        try:
+            with map_httpx_errors(self.provider, secrets=self._secrets):
+                body = await response.aread()
+        finally:
+            await response.aclose()
+        data, suspect = self._load(body, "the response body")
+        try:
+            answer = self._parse(data)
+        except _SHAPE_ERRORS as exc:
+            raise self._shape_error(exc) from exc
+        # Walking the whole answer for lone surrogates costs more than the rest of the
+        # parse; orjson never makes them, so only the fallback's output needs it.
+        return _repaired(answer, replaced=False) if suspect else answer
 
     def stream(self, request: LLMRequest) -> LLMStream:
         """Stream the answer to ``request`` over SSE.
@@ -286,6 +317,8 @@ class HTTPTransport(Transport):
         async def attempt() -> httpx.Response:
             nonlocal started
             started = trio.current_time()
+            if not self._attempt_deadline:
+                return await self._send(http_request)
             with trio.move_on_after(total):
                 return await self._send(http_request)
             msg = f"{self.provider}: no response headers within the {total:g} s total timeout"
@@ -298,39 +331,64 @@ class HTTPTransport(Transport):
             on_attempt=self._on_attempt,
             rand=self._rand,
         )
-        clock = _StreamClock(
-            provider=self.provider,
-            total=total,
-            total_at=started + total,
-            idle=self._config.timeouts.idle,
-        )
-        # The deadlines are cancel scopes around each step, never around a `yield`: a cancel
-        # scope must not stay open while the consumer runs between two items.
+        idle = self._config.timeouts.idle
+        total_at = started + total
+        idle_at = trio.current_time() + idle
+        parse = self._stream_parser()
+        decoder = SSEDecoder()
+        chunks = _body_chunks(response)
         replaced = False
+        finished = False
+        # One cancel scope per network read, with the earlier of the two deadlines; the
+        # events a read completed are parsed and handed out with no scope open, since a
+        # cancel scope must not stay open while the consumer runs between two items.
         try:
-            with map_httpx_errors(self.provider, streaming=True, secrets=self._secrets):
-                events = clock.watch(iter_sse(response.aiter_lines()), self._keepalive)
-                async with aclosing(self._parse_stream(events)) as items:
-                    while True:
-                        with clock.step() as scope:
-                            try:
-                                item = await items.__anext__()
-                            except StopAsyncIteration:
-                                break
-                            except _SHAPE_ERRORS as exc:
-                                raise self._shape_error(exc) from exc
-                        if scope.cancelled_caught:
-                            raise clock.expired()
+            while True:
+                with (
+                    trio.CancelScope(deadline=min(total_at, idle_at)) as scope,
+                    map_httpx_errors(self.provider, streaming=True, secrets=self._secrets),
+                ):
+                    chunk = await anext(chunks, None)
+                if scope.cancelled_caught:
+                    raise self._expired(total_at=total_at, idle_at=idle_at)
+                if chunk is None:
+                    break
+                for event in decoder.feed(chunk):
+                    if not self._keepalive(event):
+                        idle_at = trio.current_time() + idle
+                    try:
+                        items = parse(event)
+                    except _SHAPE_ERRORS as exc:
+                        raise self._shape_error(exc) from exc
+                    for item in items:
                         if isinstance(item, LLMResponse):
+                            finished = True
                             yield _repaired(item, replaced=replaced)
                             return
-                        item, changed = repair(item)
+                        delta, changed = repair(item)
                         replaced = replaced or changed
-                        yield item
+                        yield delta
         finally:
-            await response.aclose()
+            try:
+                if finished:
+                    await _drain(chunks)
+                await chunks.aclose()
+            finally:
+                await response.aclose()
         msg = f"{self.provider}: the stream ended before its final event"
         raise LLMMalformedStreamError(msg, provider=self.provider)
+
+    def _expired(self, *, total_at: float, idle_at: float) -> LLMTimeoutError:
+        """The error for the stream deadline that just expired."""
+        timeouts = self._config.timeouts
+        if total_at <= idle_at:
+            msg = f"{self.provider}: the stream ran past its {timeouts.total:g} s total timeout"
+            return LLMTimeoutError(msg, phase="total", provider=self.provider)
+        msg = (
+            f"{self.provider}: no data event for {timeouts.idle:g} s "
+            "(the stream's idle timeout)"
+        )
+        return LLMTimeoutError(msg, phase="idle", provider=self.provider)
 
     def _keepalive(self, event: ServerSentEvent) -> bool:
         """Whether ``event`` only keeps the connection open (providers override)."""
@@ -350,54 +408,33 @@ def _repaired(response: LLMResponse, *, replaced: bool) -> LLMResponse:
     return response
 
 
-@attrs.define(eq=False)
-class _StreamClock:
-    """The two deadlines of a stream: the total one, and the idle one moved by data events."""
+def _body_chunks(response: httpx.Response) -> AsyncGenerator[bytes, None]:
+    """The body's bytes as they arrive, decoded when the provider compressed them.
 
-    provider: str
-    total: float
-    """The total timeout, in seconds."""
-    total_at: float
-    """When the total timeout expires (Trio clock)."""
-    idle: float
-    """The idle timeout, in seconds."""
-    _idle_at: float = attrs.field(init=False, default=math.inf)
-    _scope: trio.CancelScope | None = attrs.field(init=False, default=None)
+    An uncompressed body (every provider's SSE we know of) is read raw: one async generator
+    fewer per chunk than ``aiter_bytes`` (whose decoder would pass it through unchanged).
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    chunks = response.aiter_raw() if encoding in ("", "identity") else response.aiter_bytes()
+    # httpx types these as AsyncIterator; they are async generators, which we close.
+    return cast("AsyncGenerator[bytes, None]", chunks)
 
-    def __attrs_post_init__(self) -> None:
-        self._idle_at = trio.current_time() + self.idle
 
-    @contextmanager
-    def step(self) -> Iterator[trio.CancelScope]:
-        """A cancel scope for reading the next item, ending at the earlier deadline."""
-        with trio.CancelScope(deadline=min(self.total_at, self._idle_at)) as scope:
-            self._scope = scope
-            try:
-                yield scope
-            finally:
-                self._scope = None
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the rest of a body whose terminal event arrived, so its connection is reused.
 
-    def touch(self) -> None:
-        """A data event arrived: the idle deadline starts again."""
-        self._idle_at = trio.current_time() + self.idle
-        if self._scope is not None:
-            self._scope.deadline = min(self.total_at, self._idle_at)
-
-    async def watch(
-        self,
-        events: AsyncIterator[ServerSentEvent],
-        keepalive: Callable[[ServerSentEvent], bool],
-    ) -> AsyncIterator[ServerSentEvent]:
-        """Pass ``events`` on, moving the idle deadline at each one that is not a keep-alive."""
-        async for event in events:
-            if not keepalive(event):
-                self.touch()
-            yield event
-
-    def expired(self) -> LLMTimeoutError:
-        """The error for the deadline that just expired."""
-        if self.total_at <= self._idle_at:
-            msg = f"{self.provider}: the stream ran past its {self.total:g} s total timeout"
-            return LLMTimeoutError(msg, phase="total", provider=self.provider)
-        msg = f"{self.provider}: no data event for {self.idle:g} s (the stream's idle timeout)"
-        return LLMTimeoutError(msg, phase="idle", provider=self.provider)
+    Providers end the body right after the terminal event (``[DONE]``, ``message_stop``).
+    Reading up to that end returns the connection to the pool; closing the response any
+    earlier closes the connection, and the next call pays a new TCP and TLS handshake. A
+    body that does not end promptly, or goes on talking, is left to ``aclose``; a failure
+    here only loses the connection, never the answer already given.
+    """
+    left = _DRAIN_BYTES
+    with trio.move_on_after(_DRAIN_SECONDS):
+        try:
+            async for chunk in chunks:
+                left -= len(chunk)
+                if left < 0:
+                    return
+        except httpx.HTTPError:
+            return  # the answer is complete; the connection is closed instead of reused

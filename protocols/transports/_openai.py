@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import Sequence
 from typing import Any, ClassVar, final
 
+import attrs
 import orjson
 
 from protocols._llm import (
@@ -30,7 +31,7 @@ from protocols._llm_stream import (
     UsageDelta,
 )
 
-from ._base import HTTPTransport, JsonDict
+from ._base import HTTPTransport, JsonDict, StreamParser
 from ._errors import error_from_body
 from ._sse import ServerSentEvent
 
@@ -202,44 +203,54 @@ class OpenAITransport(HTTPTransport):
             id=data.get("id"),
         )
 
-    async def _parse_stream(
-        self, events: AsyncIterator[ServerSentEvent]
-    ) -> AsyncGenerator[StreamDelta | LLMResponse, None]:
-        assembler = StreamAssembler()
-        model = ""
-        response_id: str | None = None
-        saw_choice = False
-        said_something = False  # text, a tool call or a finish reason
-        async for event in events:
-            if event.data.strip() == "[DONE]":
-                if not saw_choice:
-                    raise self._malformed("the stream ended without any choice")
-                if not said_something:
-                    raise self._malformed(
-                        "the stream ended with no text, no tool call and no finish reason"
-                    )
-                yield assembler.response(model=model, id=response_id)
-                return
-            if event.event == "error":
-                raise error_from_body(self.provider, event.data, secrets=self._secrets)
-            chunk = self._decode(event.data, "a stream event")
-            if "error" in chunk:
-                raise error_from_body(self.provider, event.data, secrets=self._secrets)
-            choices = chunk.get("choices")
-            # The usage report may come without choices; Azure opens with `"choices": []`.
-            if not isinstance(choices, list) and not chunk.get("usage"):
-                raise self._malformed("a stream chunk has no choices")
-            if choices:
-                saw_choice = True
-                choice = choices[0]
-                if not isinstance(choice.get("delta"), dict) and not choice.get("finish_reason"):
-                    raise self._malformed("a choice has no delta")
-            model = str(chunk.get("model") or model)
-            response_id = chunk.get("id") or response_id
-            for delta in _chunk_deltas(chunk):
-                said_something = said_something or not isinstance(delta, UsageDelta)
-                assembler.add(delta)
-                yield delta
+    def _stream_parser(self) -> StreamParser:
+        return _Stream(self).event
+
+
+@attrs.define(eq=False)
+class _Stream:
+    """What one Chat Completions stream has said so far, and the items each event adds."""
+
+    transport: OpenAITransport
+    assembler: StreamAssembler = attrs.Factory(StreamAssembler)
+    model: str = ""
+    response_id: str | None = None
+    saw_choice: bool = False
+    said_something: bool = False
+    """Text, a tool call or a finish reason arrived."""
+
+    def event(self, event: ServerSentEvent) -> Sequence[StreamDelta | LLMResponse]:
+        """The items ``event`` adds: its deltas, or the whole response at ``[DONE]``."""
+        transport = self.transport
+        if event.data.strip() == "[DONE]":
+            if not self.saw_choice:
+                raise transport._malformed("the stream ended without any choice")
+            if not self.said_something:
+                raise transport._malformed(
+                    "the stream ended with no text, no tool call and no finish reason"
+                )
+            return [self.assembler.response(model=self.model, id=self.response_id)]
+        if event.event == "error":
+            raise error_from_body(transport.provider, event.data, secrets=transport._secrets)
+        chunk = transport._decode(event.data, "a stream event")
+        if "error" in chunk:
+            raise error_from_body(transport.provider, event.data, secrets=transport._secrets)
+        choices = chunk.get("choices")
+        # The usage report may come without choices; Azure opens with `"choices": []`.
+        if not isinstance(choices, list) and not chunk.get("usage"):
+            raise transport._malformed("a stream chunk has no choices")
+        if choices:
+            self.saw_choice = True
+            choice = choices[0]
+            if not isinstance(choice.get("delta"), dict) and not choice.get("finish_reason"):
+                raise transport._malformed("a choice has no delta")
+        self.model = str(chunk.get("model") or self.model)
+        self.response_id = chunk.get("id") or self.response_id
+        deltas = _chunk_deltas(chunk)
+        for delta in deltas:
+            self.said_something = self.said_something or not isinstance(delta, UsageDelta)
+            self.assembler.add(delta)
+        return deltas
 
 
 def _chunk_deltas(chunk: JsonDict) -> list[StreamDelta]:
