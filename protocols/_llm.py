@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal, TypeAlias, final
 
 import attrs
@@ -11,6 +11,7 @@ import orjson
 
 from ._message_view import MessageView
 from ._types import JsonObject
+from ._util import slot_setter
 
 __all__ = [
     "AssistantMessage",
@@ -493,19 +494,11 @@ class Usage:
 
 
 _new_object = object.__new__
-
-
-def _usage_setter(name: str) -> Callable[[Usage, int], None]:
-    """The ``__set__`` of Usage's slot descriptor for field ``name``."""
-    setter: Callable[[Usage, int], None] = Usage.__dict__[name].__set__
-    return setter
-
-
-_SET_PROMPT = _usage_setter("prompt_tokens")
-_SET_COMPLETION = _usage_setter("completion_tokens")
-_SET_CACHED = _usage_setter("cached_tokens")
-_SET_CACHE_WRITE = _usage_setter("cache_write_tokens")
-_SET_REASONING = _usage_setter("reasoning_tokens")
+_SET_PROMPT = slot_setter(Usage, "prompt_tokens")
+_SET_COMPLETION = slot_setter(Usage, "completion_tokens")
+_SET_CACHED = slot_setter(Usage, "cached_tokens")
+_SET_CACHE_WRITE = slot_setter(Usage, "cache_write_tokens")
+_SET_REASONING = slot_setter(Usage, "reasoning_tokens")
 
 
 @final

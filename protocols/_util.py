@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import attrs
 import trio
+
+T = TypeVar("T")
 
 
 def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> None:
@@ -85,3 +88,20 @@ def _is_real(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return any(_is_real(e) for e in exc.exceptions)
     return not isinstance(exc, trio.Cancelled)
+
+
+def slot_setter(cls: type[T], name: str) -> Callable[[T, object], None]:
+    """The setter of field ``name``'s slot in the slotted class ``cls``, past a frozen
+    class's guard.
+
+    For building a frozen attrs value on a hot path: ``object.__new__(cls)``, then each
+    field through its setter, is the same object as ``cls(...)`` at about half the cost
+    (``__init__`` goes through the frozen ``__setattr__`` for every field). Every field
+    must be set, or reading it raises ``AttributeError``; a test should compare the result
+    with one ``__init__`` built.
+
+    Raises:
+        KeyError: ``cls`` has no slot ``name``.
+    """
+    setter: Callable[[T, object], None] = cls.__dict__[name].__set__
+    return setter

@@ -13,7 +13,7 @@ from ._type_schema import (
     parse_docstring,
     structure_problems,
 )
-from ._util import fixup_module_metadata, unwrap_single_error
+from ._util import fixup_module_metadata, slot_setter, unwrap_single_error
 
 __all__ = [
     "MessageView",
@@ -25,6 +25,7 @@ __all__ = [
     "is_model_class",
     "json_value_of",
     "parse_docstring",
+    "slot_setter",
     "structure_problems",
     "unwrap_single_error",
 ]

@@ -9,6 +9,7 @@ import attrs
 import trio
 
 from protocols.errors import StoreClosedError
+from protocols.lowlevel import slot_setter
 
 if TYPE_CHECKING:
     from protocols import EncodedEvent
@@ -65,19 +66,11 @@ class NewEvent:
 
 
 _new_object = object.__new__
-
-
-def _new_event_setter(name: str) -> Callable[[NewEvent, object], None]:
-    """The ``__set__`` of NewEvent's slot descriptor for field ``name``."""
-    setter: Callable[[NewEvent, object], None] = NewEvent.__dict__[name].__set__
-    return setter
-
-
-_SET_TYPE = _new_event_setter("type")
-_SET_SCHEMA_VERSION = _new_event_setter("schema_version")
-_SET_DATA = _new_event_setter("data")
-_SET_METADATA = _new_event_setter("metadata")
-_SET_RECORDED_AT = _new_event_setter("recorded_at")
+_SET_TYPE = slot_setter(NewEvent, "type")
+_SET_SCHEMA_VERSION = slot_setter(NewEvent, "schema_version")
+_SET_DATA = slot_setter(NewEvent, "data")
+_SET_METADATA = slot_setter(NewEvent, "metadata")
+_SET_RECORDED_AT = slot_setter(NewEvent, "recorded_at")
 
 
 def new_event_from_encoded(encoded: EncodedEvent, metadata: bytes | None) -> NewEvent:

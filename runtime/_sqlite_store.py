@@ -23,7 +23,7 @@ import attrs
 import trio
 
 from protocols.errors import StoreClosedError
-from protocols.lowlevel import unwrap_single_error
+from protocols.lowlevel import slot_setter, unwrap_single_error
 
 from ._event_store import (
     AppendResult,
@@ -74,17 +74,11 @@ T = TypeVar("T")
 logger = logging.getLogger("powertrio.store")
 
 
-def _slot_setter(name: str) -> Callable[[AppendResult, object], None]:
-    """The ``__set__`` of AppendResult's slot descriptor for field ``name``."""
-    setter: Callable[[AppendResult, object], None] = AppendResult.__dict__[name].__set__
-    return setter
-
-
 _new_object = object.__new__
-_SET_STREAM = _slot_setter("stream")
-_SET_VERSION = _slot_setter("version")
-_SET_FIRST = _slot_setter("first_position")
-_SET_LAST = _slot_setter("last_position")
+_SET_STREAM = slot_setter(AppendResult, "stream")
+_SET_VERSION = slot_setter(AppendResult, "version")
+_SET_FIRST = slot_setter(AppendResult, "first_position")
+_SET_LAST = slot_setter(AppendResult, "last_position")
 
 
 def _set_result_slots(

@@ -41,7 +41,7 @@ from protocols import (
     response_deltas,
 )
 from protocols.errors import LLMMalformedStreamError
-from protocols.lowlevel import MessageView, canonical_tools
+from protocols.lowlevel import MessageView, canonical_tools, slot_setter
 
 REQUEST = LLMRequest(
     messages=[
@@ -413,3 +413,9 @@ def test_a_sum_of_usages_is_the_usage_of_the_sums(a: list[int], b: list[int]) ->
     assert (total, hash(total), repr(total)) == (built, hash(built), repr(built))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         total.prompt_tokens = 0  # type: ignore[misc]  # frozen: mypy knows, this checks the runtime
+
+
+def test_a_slot_setter_names_a_field_the_class_does_not_have() -> None:
+    """``slot_setter`` of a name that is no slot of the class fails at once, naming it."""
+    with pytest.raises(KeyError, match="prompt_token"):
+        slot_setter(Usage, "prompt_token")
