@@ -260,34 +260,27 @@ class SessionActor(EventSourcedActor[SessionState]):
             response = await self._config.llm.complete(step.request)
             return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
         context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
-        announced = False
+        announced = trio.Event()
 
         async def announce() -> None:
-            # Observers hear of the round once the events that asked for it are logged.
-            nonlocal announced
-            if not announced:
-                announced = True
-                await self.wait_logged()
-                if bus.active:
-                    bus.publish(
-                        RoundBegan(
-                            session_id=self._session_id, run_id=step.run_id, round=step.round
-                        )
-                    )
-
-        if self._config.llm_hooks:
-            await announce()  # hooks are the application's code: they act on the log
+            # Observers hear of the round as soon as the events that ask for it are logged:
+            # while its request is out, when it went out before them.
+            await self.wait_logged()
+            if bus.active:
+                bus.publish(
+                    RoundBegan(session_id=self._session_id, run_id=step.run_id, round=step.round)
+                )
+            announced.set()
 
         async def innermost(request: LLMRequest) -> LLMResponse:
             if not bus.active:
                 return await self._config.llm.complete(request)
             partial = self._partial = []
-            # The stream sends its request at the first read: the answer starts while the
-            # commit finishes, and the first delta waits for it, if it has to.
+            first = True
             async with self._config.llm.stream(request) as stream:
                 async for delta in stream:
-                    if not announced:
-                        await announce()
+                    if first:
+                        await announced.wait()
                     if delta.type == "text":
                         partial.append(delta.text)
                     bus.publish(
@@ -298,13 +291,24 @@ class SessionActor(EventSourcedActor[SessionState]):
                             delta=delta,
                         )
                     )
-                await announce()
+                    if first:
+                        first = False
+                        # The first token's observers run now, not after the rest of a
+                        # burst that came with it (a short answer comes in one read).
+                        await trio.lowlevel.checkpoint()
+                await announced.wait()
                 return await stream.final_response()
 
         call = chain_llm_hooks(self._config.llm_hooks, innermost, context)
         self._inflight_fingerprint = step.fingerprint
         try:
-            response = await call(step.request)
+            if self._config.llm_hooks:
+                await announce()  # hooks are the application's code: they act on the log
+                response = await call(step.request)
+            else:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(announce)
+                    response = await call(step.request)
         finally:
             self._partial = None
         return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
