@@ -10,24 +10,14 @@ from typing import final
 import attrs
 
 from protocols import LLMRequest, Message, SystemMessage, ToolDefinition
-from protocols.lowlevel import MessageView, canonical_tools
-
-_DIGESTS: dict[int, tuple[tuple[ToolDefinition, ...], tuple[str, ...], str]] = {}
+from protocols.lowlevel import MessageView, cache_by_identity, canonical_tools
 
 
+@cache_by_identity
 def _tools_digest(tools: tuple[ToolDefinition, ...]) -> tuple[tuple[str, ...], str]:
     """The tools' names and the SHA-256 of their canonical JSON, kept per tuple: a session
-    offers the same tuple, its registry's, to every model call (a cached entry holds its
-    tuple, so its id is not reused while cached)."""
-    cached = _DIGESTS.get(id(tools))
-    if cached is not None and cached[0] is tools:
-        return cached[1], cached[2]
-    names = tuple(t.name for t in tools)
-    digest = hashlib.sha256(canonical_tools(tools)).hexdigest()
-    if len(_DIGESTS) >= 256:
-        _DIGESTS.clear()
-    _DIGESTS[id(tools)] = (tools, names, digest)
-    return names, digest
+    offers the same tuple, its registry's, to every model call."""
+    return tuple(t.name for t in tools), hashlib.sha256(canonical_tools(tools)).hexdigest()
 
 
 @final

@@ -11,7 +11,7 @@ import orjson
 
 from ._message_view import MessageView
 from ._types import JsonObject
-from ._util import slot_setter
+from ._util import cache_by_identity, slot_setter
 
 __all__ = [
     "AssistantMessage",
@@ -411,24 +411,14 @@ def _canonical(value: object) -> bytes:
     return orjson.dumps(value, default=_canonical_default, option=orjson.OPT_SORT_KEYS)
 
 
-_TOOLS_CACHE: dict[int, tuple[tuple[ToolDefinition, ...], bytes]] = {}
-
-
+@cache_by_identity
 def canonical_tools(tools: tuple[ToolDefinition, ...]) -> bytes:
     """The canonical JSON of tool definitions (sorted keys, each tool as the dict of its
     fields): what a request's fingerprint hashes of its tools.
 
-    Kept per tuple: a session offers the same tuple to every model call (a cached entry
-    holds its tuple, so its id is not reused while cached).
+    Kept per tuple: a session offers the same tuple to every model call.
     """
-    cached = _TOOLS_CACHE.get(id(tools))
-    if cached is not None and cached[0] is tools:
-        return cached[1]
-    canonical = _canonical(tools)
-    if len(_TOOLS_CACHE) >= 256:
-        _TOOLS_CACHE.clear()
-    _TOOLS_CACHE[id(tools)] = (tools, canonical)
-    return canonical
+    return _canonical(tools)
 
 
 #: The :func:`chain_messages` digest of no messages.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,6 +12,8 @@ import attrs
 import trio
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> None:
@@ -105,3 +108,27 @@ def slot_setter(cls: type[T], name: str) -> Callable[[T, object], None]:
     """
     setter: Callable[[T, object], None] = cls.__dict__[name].__set__
     return setter
+
+
+def cache_by_identity(fn: Callable[[K], V]) -> Callable[[K], V]:
+    """``fn`` with its result kept per argument object, by identity, for the latest 256.
+
+    For an argument offered again and again as the same object and costly to hash by
+    value, such as a session's tuple of tools at every model call. An entry holds its
+    argument, so the argument's ``id`` is not reused while the entry is kept; past 256
+    arguments the cache starts afresh.
+    """
+    cache: dict[int, tuple[K, V]] = {}
+
+    @functools.wraps(fn)
+    def cached(key: K) -> V:
+        hit = cache.get(id(key))
+        if hit is not None and hit[0] is key:
+            return hit[1]
+        value = fn(key)
+        if len(cache) >= 256:
+            cache.clear()
+        cache[id(key)] = (key, value)
+        return value
+
+    return cached

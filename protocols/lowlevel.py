@@ -13,12 +13,13 @@ from ._type_schema import (
     parse_docstring,
     structure_problems,
 )
-from ._util import fixup_module_metadata, slot_setter, unwrap_single_error
+from ._util import cache_by_identity, fixup_module_metadata, slot_setter, unwrap_single_error
 
 __all__ = [
     "MessageView",
     "SUPPORTED_TYPES",
     "SchemaBuilder",
+    "cache_by_identity",
     "canonical_tools",
     "configure_models",
     "fixup_module_metadata",

@@ -41,7 +41,7 @@ from protocols import (
     response_deltas,
 )
 from protocols.errors import LLMMalformedStreamError
-from protocols.lowlevel import MessageView, canonical_tools, slot_setter
+from protocols.lowlevel import MessageView, cache_by_identity, canonical_tools, slot_setter
 
 REQUEST = LLMRequest(
     messages=[
@@ -419,3 +419,26 @@ def test_a_slot_setter_names_a_field_the_class_does_not_have() -> None:
     """``slot_setter`` of a name that is no slot of the class fails at once, naming it."""
     with pytest.raises(KeyError, match="prompt_token"):
         slot_setter(Usage, "prompt_token")
+
+
+def test_cache_by_identity_computes_once_per_object_and_starts_afresh_past_256() -> None:
+    """The same object is computed once; an equal but distinct one is computed again (the
+    cache keys by identity); after 256 other objects the first is computed again."""
+    calls: list[tuple[int, ...]] = []
+
+    @cache_by_identity
+    def total(values: tuple[int, ...]) -> int:
+        calls.append(values)
+        return sum(values)
+
+    first = (1, 2)
+    assert (total(first), total(first)) == (3, 3)
+    assert [first] == calls
+    twin = tuple([1, 2])
+    assert total(twin) == 3
+    assert len(calls) == 2
+    others = [(i, 0) for i in range(256)]
+    for other in others:
+        total(other)
+    assert total(first) == 3
+    assert first is calls[-1]
