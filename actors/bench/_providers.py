@@ -101,6 +101,14 @@ def serve() -> None:
     server.serve_forever()
 
 
+def _body(model: str, *, stream: bool) -> bytes:
+    """A bare request's body: one user message to ``model``."""
+    request: dict[str, object] = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+    if stream:
+        request["stream"] = True
+    return orjson.dumps(request)
+
+
 _Timed = Callable[[], Awaitable[float | None]]
 
 
@@ -138,10 +146,8 @@ async def _measure(n: int) -> dict[str, float | int | str]:
         first += await process.stdout.receive_some()
     host, port = "127.0.0.1", int(first)
     url = f"http://{host!s}:{port}/v1"
-    body = orjson.dumps(
-        {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    )
-    plain_body = orjson.dumps({"model": "bench", "messages": [{"role": "user", "content": "hi"}]})
+    body = _body("bench", stream=True)
+    plain_body = _body("bench", stream=False)
     request = LLMRequest(messages=[UserMessage("hi")])
     config = ProviderConfig(provider="openai", base_url=url, model="bench")
     try:
@@ -211,13 +217,7 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                         n + 1,
                         started=True,
                     )
-                    thinking_body = orjson.dumps(
-                        {
-                            "model": _THINKING,
-                            "messages": [{"role": "user", "content": "hi"}],
-                            "stream": True,
-                        }
-                    )
+                    thinking_body = _body(_THINKING, stream=True)
 
                     async def bare_thinking_ttft() -> float | None:
                         return await bare_ttft(thinking_body)
