@@ -9,6 +9,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from _gated_store import GatedStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -391,21 +392,6 @@ async def test_a_persist_listener_follows_an_owner_from_start_to_stop() -> None:
 # -- steps that start before their commit ----------------------------------------------------
 
 
-class _HeldStore:
-    """The in-memory store, whose appends wait until the test lets them through."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryEventStore()
-        self.gate = trio.Event()
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
-
-    async def append(self, stream: str, events: Sequence[object], expected_version: int) -> object:
-        await self.gate.wait()
-        return await self.inner.append(stream, events, expected_version)  # type: ignore[arg-type]  # NewEvents
-
-
 class EarlyWorker(Worker):
     """A worker whose jobs may start while the append that queued them is in flight."""
 
@@ -433,10 +419,10 @@ class EarlyWorker(Worker):
 async def test_a_step_that_may_start_early_runs_while_its_commit_is_in_flight() -> None:
     """The step starts before the append that asked for it returns; ``wait_logged`` holds it
     until that append is done and told, and its result is handled only after."""
-    store = _HeldStore()
+    store = GatedStore("test.job_queued")
     seen: list[str] = []
     EarlyWorker.seen = seen
-    async with open_runtime(store=store, seed=1) as runtime:  # type: ignore[arg-type]  # a wrapper
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
         ref = await runtime.spawn(EarlyWorker)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ref.tell, Submit("a"))
@@ -457,12 +443,12 @@ async def test_a_step_that_may_start_early_runs_while_its_commit_is_in_flight() 
 async def test_a_step_started_early_is_cancelled_when_its_commit_fails() -> None:
     """An append that fails crashes the actor: the step that started before it never gets
     past ``wait_logged``, and its result is never handled."""
-    store = _HeldStore()
+    store = GatedStore("test.job_queued")
+    store.fail = True
     seen: list[str] = []
     EarlyWorker.seen = seen
-    async with open_runtime(store=store, seed=1) as runtime:  # type: ignore[arg-type]  # a wrapper
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
         ref = await runtime.spawn(EarlyWorker, restart="temporary")
-        store.inner.fail_next_commit()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ref.tell, Submit("a"))
             await trio.testing.wait_all_tasks_blocked()

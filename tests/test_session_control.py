@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import pytest
 import trio
 import trio.testing
+from _gated_store import GatedStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,12 +30,8 @@ from actors.events import (
     RunStarted,
 )
 from protocols import LLMRequest, LLMResponse, ToolCall, Usage, decode_record
-from protocols.errors import StoreError
 from runtime import (
-    AppendResult,
     Backoff,
-    EventStore,
-    NewEvent,
     Supervision,
     open_runtime,
 )
@@ -50,38 +47,6 @@ def answer(text: str = "", *calls: ToolCall, tokens: int = 10) -> LLMResponse:
         usage=Usage(prompt_tokens=tokens, completion_tokens=1),
         model="scripted",
     )
-
-
-class GatedStore:
-    """An in-memory store whose appends of chosen event types wait for a gate.
-
-    ``fail`` makes the next gated append fail (nothing written), as a disk error would.
-    """
-
-    def __init__(self, gated: str) -> None:
-        self.inner = InMemoryEventStore()
-        self.gated = gated
-        self.gate = trio.Event()
-        self.waiting = 0
-        self.fail = False
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
-
-    async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: int
-    ) -> AppendResult:
-        batch = list(events)
-        if any(e.type == self.gated for e in batch) and not self.gate.is_set():
-            self.waiting += 1
-            await self.gate.wait()
-            if self.fail:
-                self.fail = False
-                self.inner.fail_next_commit(StoreError("injected: the disk is gone"))
-        return await self.inner.append(stream, batch, expected_version)
-
-    def as_store(self) -> EventStore:
-        return self  # type: ignore[return-value]  # a duck-typed EventStore
 
 
 async def events_of(store: InMemoryEventStore, stream: str) -> list[object]:

@@ -7,6 +7,7 @@ import logging
 import pytest
 import trio
 import trio.testing
+from _gated_store import GatedStore
 
 import actors._transcript
 from actors import Budget, HookContext, LLMCallNext, Price, ToolCallNext, spawn_session, tool
@@ -374,37 +375,19 @@ async def test_a_tool_hook_error_fails_the_run_and_closes_its_calls() -> None:
 # -- observers and streaming -----------------------------------------------------------
 
 
-class _FirstAppendHeld:
-    """The in-memory store, whose first append waits until the test lets it through."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryEventStore()
-        self.release = trio.Event()
-        self.appends = 0
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
-
-    async def append(self, stream: str, events: object, expected_version: int) -> object:
-        self.appends += 1
-        if self.appends == 1:
-            await self.release.wait()
-        return await self.inner.append(stream, events, expected_version)  # type: ignore[arg-type]  # NewEvents
-
-
 async def test_the_model_is_asked_while_the_run_start_commits_but_nobody_hears_before() -> None:
     """A model call goes out while the events that ask for it are committed (it changes
     nothing outside the session); its answer is recorded after them, and observers hear
     of the run and the round only once the run's start is in the log."""
-    store = _FirstAppendHeld()
+    store = GatedStore("session.run_started")
     asked: list[int] = []
     seen: list[Observation] = []
 
     def model(request: LLMRequest) -> LLMResponse:
-        asked.append(store.appends)
+        asked.append(store.waiting if not store.gate.is_set() else 0)
         return LLMResponse(content="hello")
 
-    async with open_runtime(store=store) as runtime:  # type: ignore[arg-type]  # a wrapper
+    async with open_runtime(store=store.as_store()) as runtime:
         session = await spawn_session(
             runtime, llm=FunctionLLM(model), observers=[seen.append], session_id="early"
         )
@@ -418,7 +401,7 @@ async def test_the_model_is_asked_while_the_run_start_commits_but_nobody_hears_b
             await trio.testing.wait_all_tasks_blocked()
             assert asked == [1]  # asked while the first append is held
             assert seen == []
-            store.release.set()
+            store.gate.set()
         logged = [r.type for r in await store.inner.read("session/early")]
     assert results == ["hello"]
     assert [type(o).__name__ for o in seen][:2] == ["RunBegan", "RoundBegan"]
