@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Generic, Protocol, TypeVar, final
+from typing import Any, Generic, Protocol, TypeVar, cast, final
 
 import attrs
 import trio
@@ -28,7 +28,7 @@ from protocols import EventRegistry, default_registry
 from protocols.errors import CodecError, ConfigError, EventEncodeError, UnknownEventTypeError
 
 from ._actor import Actor
-from ._event_store import EventStore, new_event_from_encoded
+from ._event_store import EventStore, NewEvent, PipelinedAppends, new_event_from_encoded
 from ._ref import PriorityMessage
 from ._snapshot_chunks import decode_snapshot, encode_snapshot
 
@@ -115,6 +115,66 @@ class _StepResult(PriorityMessage):
     def __init__(self, token: object, result: object) -> None:
         self.token = token
         self.result = result
+
+
+class _Waiter:
+    """The actor's task parked until an append it began is decided, or (while it may
+    decide an early step's result) until a message arrives: whichever comes first
+    wakes it, once."""
+
+    __slots__ = ("parked", "task")
+
+    def __init__(self) -> None:
+        self.task = trio.lowlevel.current_task()
+        self.parked = False
+
+    def wake(self) -> None:
+        if self.parked:
+            self.parked = False
+            trio.lowlevel.reschedule(self.task)
+
+    def wake_on_put(self, _: object) -> None:
+        self.wake()
+
+    async def park(self) -> None:
+        self.parked = True
+        # Not cancellable: what was begun is decided within a commit or two (as a plain
+        # append the writer has taken), and the actor must know how it ended.
+        await trio.lowlevel.wait_task_rescheduled(_keep_waiting)
+
+
+def _keep_waiting(_: object) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
+
+
+class _Link:
+    """One append begun by the pipelined path, and whether it is decided yet."""
+
+    __slots__ = ("done", "pending", "waiter")
+
+    def __init__(self, waiter: _Waiter) -> None:
+        self.waiter = waiter
+        self.pending: object = None
+        self.done = False
+
+    def decided(self) -> None:
+        self.done = True
+        self.waiter.wake()
+
+
+@attrs.define(eq=False)
+class _Follow:
+    """An early step's result decided while the append that asked for it commits: its
+    events, queued behind that append, and what to do once they are durable."""
+
+    link: _Link
+    events: list[object]
+    state: Any
+    step: object | None
+    stop: bool
+    version: int
+    """The version these events leave."""
+    began: float = attrs.field(factory=trio.current_time)
 
 
 class EventSourcedActor(Actor[object], Generic[StateT]):
@@ -247,6 +307,12 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         if self.snapshot_every is not None:
             self._check_snapshot_config()
         self._unwritten: list[object] = []
+        # The class must say so: a wrapper that forwards unknown names (a test's store that
+        # holds appends) must not be bypassed by appends begun on the store it wraps.
+        store = self.store
+        self._pipelined_store: PipelinedAppends | None = (
+            cast("PipelinedAppends", store) if hasattr(type(store), "begin_append") else None
+        )
         await self.recover()
         decision = self.recovered(self.state)
         if decision is not None and decision.events:
@@ -353,12 +419,16 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         # pure, so this is what the loop would decide after the commit anyway.
         idle = self._step_token is None
         events, state, step, stop = self._decide_ahead(
-            list(decision.events), decision.stop, chain=idle or decision.cancel_step
+            self.state, list(decision.events), decision.stop, chain=idle or decision.cancel_step
         )
         early = None
         if idle and not stop and not decision.cancel_step:
             early = self._start_early(step)
-        written = await self._commit(events, state)
+        if early is None:
+            written = await self._commit(events, state)
+            follow = None
+        else:
+            written, follow = await self._commit_early(events, state)
         # Log first: the step is cancelled only once the events that say so are durable
         # (an append that fails crashes the actor with the step's fate still undecided).
         if decision.cancel_step:
@@ -369,8 +439,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         if stop:
             self._cancel_step()
             self.context.stop()
-        else:
+        elif follow is None:
             await self._advance(step)
+        else:  # the early step's result was decided while these events committed
+            await self._settle_follow(follow)
         return decision.reply
 
     async def persist(self, events: Sequence[object], *, folded: StateT | None = None) -> None:
@@ -392,13 +464,12 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         await self._commit(events, state)
 
     def _decide_ahead(
-        self, events: list[object], stop: bool, *, chain: bool
+        self, state: StateT, events: list[object], stop: bool, *, chain: bool
     ) -> tuple[list[object], StateT, object | None, bool]:
-        """Fold ``events`` onto the state; while ``chain``, add the events of the decisions
+        """Fold ``events`` onto ``state``; while ``chain``, add the events of the decisions
         ``next_step`` returns on the folded state. Returns the events, the state they fold
         to, the step ``next_step`` asked for last (:data:`_UNASKED` if it was not asked)
         and whether a decision stops the actor. Pure: nothing is appended."""
-        state = self.state
         evolve = self.evolve
         for event in events:
             state = evolve(state, event)
@@ -422,24 +493,36 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         """
         if self._unwritten:
             events = [*self._unwritten, *events]
-        encode = self.registry.encode
-        last = len(events) - 1
-        new = [
-            new_event_from_encoded(encode(event), CONTINUES if i < last else None)
-            for i, event in enumerate(events)
-        ]
+        new = self._encode(events)
         observers = self.context.runtime.commit_observers
         if observers:
             began = trio.current_time()
             result = await self.store.append(self._stream, new, self.version)
-            took = trio.current_time() - began
-            for observe in observers:
-                observe(self._stream, len(new), took)
+            self._observe_commit(len(new), trio.current_time() - began)
         else:
             result = await self.store.append(self._stream, new, self.version)
+        await self._committed(events, state, result.version)
+        return events
+
+    def _encode(self, events: Sequence[object]) -> tuple[NewEvent, ...]:
+        """The events of one append: all but the last marked :data:`CONTINUES`."""
+        encode = self.registry.encode
+        last = len(events) - 1
+        return tuple(
+            new_event_from_encoded(encode(event), CONTINUES if i < last else None)
+            for i, event in enumerate(events)
+        )
+
+    def _observe_commit(self, count: int, took: float) -> None:
+        for observe in self.context.runtime.commit_observers:
+            observe(self._stream, count, took)
+
+    async def _committed(self, events: Sequence[object], state: StateT, version: int) -> None:
+        """``events`` are appended, up to ``version``: make ``state`` (their fold) the
+        actor's, tell the persist listeners, save a snapshot if one is due."""
         self._unwritten = []
         self.state = state
-        previous, self.version = self.version, result.version
+        previous, self.version = self.version, version
         for listener in self.context.runtime.persist_listeners:
             listener.on_persisted(self._stream, events)
         every = self.snapshot_every
@@ -447,7 +530,114 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             previous // every != self.version // every or self.snapshot_due(events)
         ):
             await self._save_snapshot(state)
-        return events
+
+    async def _commit_early(
+        self, events: list[object], state: StateT
+    ) -> tuple[Sequence[object], _Follow | None]:
+        """:meth:`_commit`, while a step that started early runs: if its result comes
+        before these events are durable, decide it now and queue its events right behind
+        them (:class:`_Follow`; :meth:`_settle_follow` sees them through).
+
+        With a model that answers at once (a function model, a replay) this takes the
+        actor's own decision off the critical path between two dependent commits. The
+        result is decided on the state these events fold to, as it would be once they
+        are durable, and before any other message (step results jump the queue): the
+        same decision, made sooner. Nothing acts on it before its events are durable.
+        """
+        store = self._pipelined_store
+        if store is None:
+            return await self._commit(events, state), None
+        written = [*self._unwritten, *events] if self._unwritten else events
+        new = self._encode(written)
+        began = trio.current_time()
+        link = _Link(_Waiter())
+        pending = store.begin_append(self._stream, new, self.version, after=None, wake=link.decided)
+        if pending is None:  # the store is closing: ``append`` says so
+            return await self._commit(events, state), None
+        link.pending = pending
+        follow = await self._wait_for(link, self.version + len(new), state)
+        result = store.finish_append(pending)
+        if self.context.runtime.commit_observers:
+            self._observe_commit(len(new), trio.current_time() - began)
+        await self._committed(written, state, result.version)
+        return written, follow
+
+    async def _wait_for(self, link: _Link, version: int, state: StateT) -> _Follow | None:
+        """Wait until ``link``'s append is decided; meanwhile, decide the running early
+        step's result if it comes first (``state``: the fold of that append's events,
+        ``version``: the version it leaves) and queue its events behind it."""
+        waiter = link.waiter
+        mailbox = self._cell.mailbox
+        token = self._step_token
+        follow: _Follow | None = None
+        while not link.done:
+            if token is not None:
+                head = mailbox.peek_system()
+                if head is None:
+                    mailbox.call_on_first_put(waiter.wake_on_put, None)
+                else:
+                    # Our result, or another system message first (decided in turn).
+                    message = head[0]  # (message, reply)
+                    if type(message) is _StepResult and message.token is token:
+                        follow = self._decide_follow(message.result, state, version, link)
+                        if follow is not None:
+                            mailbox.get_nowait()
+                    token = None
+            await waiter.park()
+            mailbox.drop_put_hook()
+        return follow
+
+    def _decide_follow(
+        self, result: object, state: StateT, version: int, link: _Link
+    ) -> _Follow | None:
+        """Decide the early step's ``result`` on ``state`` and queue its events behind
+        ``link``'s; ``None`` (nothing queued) if that decision appends nothing or stops
+        or cancels: those wait for their turn in the mailbox."""
+        decision = self.handle(state, result)
+        if not decision.events or decision.stop or decision.cancel_step:
+            return None
+        store = self._pipelined_store
+        assert store is not None
+        events, folded, step, stop = self._decide_ahead(
+            state, list(decision.events), False, chain=True
+        )
+        new = self._encode(events)
+        follow = _Follow(_Link(link.waiter), events, folded, step, stop, version + len(new))
+        pending = store.begin_append(
+            self._stream, new, version, after=link.pending, wake=follow.link.decided
+        )
+        if pending is None:  # the store is closing: the result waits in the mailbox
+            return None
+        follow.link.pending = pending
+        self._step_token = None  # the step is over: its result is decided
+        self._step_scope = None
+        self._step_gate = None
+        return follow
+
+    async def _settle_follow(self, follow: _Follow) -> None:
+        """See a follow's events through: wait for their append (deciding the next early
+        step's result meanwhile, the same way), then what :meth:`receive` does after
+        a commit."""
+        store = self._pipelined_store
+        assert store is not None
+        while True:
+            early = None if follow.stop else self._start_early(follow.step)
+            after = await self._wait_for(follow.link, follow.version, follow.state)
+            result = store.finish_append(follow.link.pending)
+            if self.context.runtime.commit_observers:
+                self._observe_commit(len(follow.events), trio.current_time() - follow.began)
+            await self._committed(follow.events, follow.state, result.version)
+            self.after_persist(follow.events)
+            if early is not None:
+                early.set()
+            if follow.stop:
+                self._cancel_step()
+                self.context.stop()
+                return
+            if after is None:
+                await self._advance(follow.step)
+                return
+            follow = after
 
     async def _save_snapshot(self, state: StateT) -> None:
         try:
@@ -478,14 +668,22 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 return
             if isinstance(step, Decision):
                 events, state, step, stop = self._decide_ahead(
-                    list(step.events), step.stop, chain=True
+                    self.state, list(step.events), step.stop, chain=True
                 )
                 early = None if stop else self._start_early(step)
-                self.after_persist(await self._commit(events, state))
+                if early is None:
+                    written = await self._commit(events, state)
+                    follow = None
+                else:
+                    written, follow = await self._commit_early(events, state)
+                self.after_persist(written)
                 if early is not None:
                     early.set()
                 if stop:
                     self.context.stop()
+                    return
+                if follow is not None:
+                    await self._settle_follow(follow)
                     return
                 continue
             self._start_step(step)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, final
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 import attrs
 import trio
@@ -19,6 +19,7 @@ __all__ = [
     "EventStore",
     "EventStoreStatistics",
     "NewEvent",
+    "PipelinedAppends",
     "RecordedEvent",
     "Snapshot",
     "StreamInfo",
@@ -195,6 +196,24 @@ class EventStoreStatistics:
     """Index sweeps that failed (logged; reads still see the unindexed events)."""
     guard_trips: int = 0
     """Group commits the database's one-writer guard refused (re-planned, then retried)."""
+
+
+class PipelinedAppends(Protocol):
+    """A store whose appends can be queued without waiting, one behind another of the
+    same stream (the pipelined path of an event-sourced actor; see
+    ``SqliteEventStore.begin_append``). ``pending`` is the store's own handle."""
+
+    def begin_append(
+        self,
+        stream: str,
+        events: tuple[NewEvent, ...],
+        expected_version: int,
+        *,
+        after: Any,
+        wake: Callable[[], object],
+    ) -> Any: ...
+
+    def finish_append(self, pending: Any) -> AppendResult: ...
 
 
 class EventStore(Protocol):

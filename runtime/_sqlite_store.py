@@ -23,7 +23,7 @@ import attrs
 import trio
 
 from protocols.errors import StoreClosedError
-from protocols.lowlevel import slot_setter, unwrap_single_error
+from protocols.lowlevel import unwrap_single_error
 
 from ._event_store import (
     AppendResult,
@@ -40,6 +40,7 @@ from ._event_store import (
     effective_limit,
 )
 from ._sqlite_audit import audit_database
+from ._sqlite_queue import PendingAppend
 from ._sqlite_schema import (
     DELETE_INDEXED_EVENTS,
     DELETE_ORPHAN_BLOBS,
@@ -72,28 +73,6 @@ __all__ = ["SqliteEventStore", "open_sqlite_store"]
 T = TypeVar("T")
 
 logger = logging.getLogger("powertrio.store")
-
-
-_new_object = object.__new__
-_SET_STREAM = slot_setter(AppendResult, "stream")
-_SET_VERSION = slot_setter(AppendResult, "version")
-_SET_FIRST = slot_setter(AppendResult, "first_position")
-_SET_LAST = slot_setter(AppendResult, "last_position")
-
-
-def _set_result_slots(
-    result: AppendResult, stream: str, version: int, first: int, last: int
-) -> None:
-    """Fill a new AppendResult's slots directly (once per append: the hot path).
-
-    AppendResult is a frozen, slotted attrs class, whose ``__init__`` goes through the
-    frozen ``__setattr__`` guard for each field; writing the slots through their
-    descriptors builds the same object (a test compares them) at half the cost.
-    """
-    _SET_STREAM(result, stream)
-    _SET_VERSION(result, version)
-    _SET_FIRST(result, first)
-    _SET_LAST(result, last)
 
 
 @final
@@ -166,15 +145,41 @@ class SqliteEventStore:
                 await trio.lowlevel.wait_task_rescheduled(pending.abort)
             finally:
                 virtual.release()
-        if pending.outcome is not None:
-            raise pending.outcome
+        return self.finish_append(pending)
+
+    def begin_append(
+        self,
+        stream: str,
+        events: tuple[NewEvent, ...],
+        expected_version: int,
+        *,
+        after: PendingAppend | None,
+        wake: Callable[[], object],
+    ) -> PendingAppend | None:
+        """Queue an append and return at once; ``wake()`` is called (in Trio) once it is
+        decided, then :meth:`finish_append` gives its result. ``None``: not queued (the
+        store is closing, or runs under virtual time); ``append`` instead.
+
+        The pipelined path of an event-sourced actor, which decides its next events while
+        these commit: ``after``, an append of the same stream begun before and not yet
+        finished, makes this one commit only if that one does, right behind it (its
+        ``expected_version`` is the version that one leaves). The caller must see every
+        append it began decided, or take it back with ``pending.abort``.
+        """
+        if self._closing or self._virtual is not None:
+            return None
+        check_append_args(stream, events, expected_version)
+        return self._writer.enqueue_append(stream, events, expected_version, after=after, wake=wake)
+
+    def finish_append(self, pending: PendingAppend) -> AppendResult:
+        """The result of a decided append (see :meth:`begin_append`).
+
+        Raises:
+            ConcurrencyConflictError, StoreClosedError, StoreError: as ``append``.
+        """
+        result = pending.result()
         if not self._appended.is_set():
             self._appended.set()
-        # AppendResult(...) without its frozen-attribute guard: see _set_result_slots.
-        result: AppendResult = _new_object(AppendResult)
-        _set_result_slots(
-            result, stream, pending.version, pending.first_position, pending.last_position
-        )
         return result
 
     async def _checkpointer(self, interval: float) -> None:

@@ -25,6 +25,7 @@ import trio
 from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreError
 
 from ._event_store import CommitSignal, NewEvent
+from ._sqlite_queue import PendingAppend, WriteJob
 from ._sqlite_schema import (
     GROUP_STATEMENT,
     GUARD_MESSAGE,
@@ -62,111 +63,6 @@ _SPLIT_QUEUE = 64
 # readers to leave the WAL, and how many commits to wait after readers kept it busy.
 _CHECKPOINT_WAIT_MS = 200
 _CHECKPOINT_BACKOFF = 16
-
-
-@final
-class PendingAppend:
-    """One queued append, waiting for its group commit (a plain slotted class: hot path).
-
-    The caller parks its task directly (``wait_task_rescheduled``) and is rescheduled
-    once its group is committed: no ``trio.Event`` or parking lot per append.
-    """
-
-    __slots__ = (
-        "events",
-        "expected_version",
-        "first_position",
-        "flight",
-        "last_position",
-        "mutex",
-        "outcome",
-        "queue",
-        "stream",
-        "task",
-        "version",
-    )
-
-    def __init__(
-        self,
-        stream: str,
-        events: tuple[NewEvent, ...],
-        expected_version: int,
-        queue: list[PendingAppend],
-        mutex: threading.Lock,
-        *,
-        flight: Flight | None = None,
-    ) -> None:
-        self.stream = stream
-        self.events = events
-        self.expected_version = expected_version
-        self.queue = queue
-        self.mutex = mutex
-        self.flight = flight
-        self.task = trio.lowlevel.current_task()
-        # An error, or None: once the caller is resumed, None means committed, with the
-        # figures below (set by the writer thread; the caller builds the AppendResult).
-        self.outcome: BaseException | None = None
-        self.version = 0
-        self.first_position = 0
-        self.last_position = 0
-
-    def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
-        """Cancellation: give up if still queued, else wait for the commit in flight.
-
-        Once the writer thread has taken the append out of the queue its outcome is
-        decided by the commit in flight (bounded by one commit), so the caller keeps
-        waiting and learns what happened; the cancellation is delivered at its next
-        checkpoint.
-        """
-        with self.mutex:
-            try:
-                self.queue.remove(self)
-            except ValueError:
-                return trio.lowlevel.Abort.FAILED
-        if self.flight is not None:
-            self.flight.land()  # never handed to the thread: nothing to wait for
-        return trio.lowlevel.Abort.SUCCEEDED
-
-
-@final
-class WriteJob:
-    """A maintenance write (snapshot, deletion, vacuum) queued for the writer thread."""
-
-    __slots__ = ("error", "flight", "fn", "mutex", "queue", "result", "task")
-
-    def __init__(
-        self,
-        fn: Callable[[sqlite3.Connection], object],
-        queue: list[WriteJob],
-        mutex: threading.Lock,
-        flight: Flight | None = None,
-    ) -> None:
-        self.fn = fn
-        self.queue = queue
-        self.mutex = mutex
-        self.flight = flight
-        self.task = trio.lowlevel.current_task()
-        self.result: object = None
-        self.error: BaseException | None = None
-
-    def run(self, conn: sqlite3.Connection, path: str) -> None:
-        """Run in the writer thread; the outcome waits in ``result`` or ``error``."""
-        try:
-            with map_errors(path):
-                self.result = self.fn(conn)
-        except BaseException as exc:  # handed to the waiting task
-            self.error = exc
-
-    def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
-        """Cancellation: give up if not started, else wait for it (like ``to_thread``)."""
-        with self.mutex:
-            try:
-                self.queue.remove(self)
-            except ValueError:
-                return trio.lowlevel.Abort.FAILED
-        if self.flight is not None:
-            self.flight.land()  # never handed to the thread: nothing to wait for
-        return trio.lowlevel.Abort.SUCCEEDED
 
 
 @attrs.define(eq=False)
@@ -313,14 +209,25 @@ class SqliteWriter:
         events: tuple[NewEvent, ...],
         expected_version: int,
         flight: Flight | None = None,
+        *,
+        after: PendingAppend | None = None,
+        wake: Callable[[], object] | None = None,
     ) -> PendingAppend | None:
         """Queue an append for the next group; ``None`` if the thread has stopped.
 
-        The caller parks on the result with ``wait_task_rescheduled(pending.abort)``.
-        ``flight`` (under virtual time) lands once the caller's wake-up is posted.
+        The caller parks on the result with ``wait_task_rescheduled(pending.abort)``, or
+        passes ``wake`` to be called instead. ``flight`` (under virtual time) lands once
+        the caller's wake-up is posted.
         """
         pending = PendingAppend(
-            stream, events, expected_version, self._queue, self._mutex, flight=flight
+            stream,
+            events,
+            expected_version,
+            self._queue,
+            self._mutex,
+            flight=flight,
+            after=after,
+            wake=wake,
         )
         return pending if self._enqueue(self._queue, pending) else None
 
@@ -495,7 +402,11 @@ class SqliteWriter:
         with self._mutex:
             self._in_flight -= len(decided)
         for pending in decided:
-            trio.lowlevel.reschedule(pending.task)
+            pending.after = None  # decided: a chain of them must not keep the first alive
+            if pending.wake is None:
+                trio.lowlevel.reschedule(pending.task)
+            else:
+                pending.wake()
         self._signal.advance(head)
 
     def _fail(self, batch: list[PendingAppend], exc: BaseException) -> None:
@@ -742,7 +653,14 @@ class SqliteWriter:
                 # The guard's own table, so the plan agrees with what SQLite will accept.
                 row = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
                 current = 0 if row is None else cache.setdefault(stream, row[0])
-            if current != pending.expected_version:
+            after = pending.after
+            if current != pending.expected_version or (
+                # Behind an append that failed, or conflicted in this plan: never on top
+                # of what another writer wrote meanwhile, even at the expected version.
+                after is not None
+                and (after.outcome is not None or after.version != pending.expected_version)
+            ):
+                pending.version = 0
                 plan.conflicts.append((pending, current))
                 continue
             pending.first_position = position + 1

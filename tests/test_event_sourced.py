@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
@@ -14,14 +16,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols import EventRegistry
-from protocols.errors import ActorCrashedError, ConcurrencyConflictError, ConfigError
+from protocols.errors import (
+    ActorCrashedError,
+    ActorStoppedError,
+    ConcurrencyConflictError,
+    ConfigError,
+)
 from runtime import (
     ActorCrashed,
     ActorRef,
     Backoff,
     Decision,
     EventSourcedActor,
+    NewEvent,
     Request,
+    SqliteEventStore,
     StepFailed,
     Supervision,
     open_runtime,
@@ -475,3 +484,91 @@ async def test_wait_logged_is_a_checkpoint_for_a_step_started_after_its_commit()
         await ref.tell(Submit("a"))
         await trio.testing.wait_all_tasks_blocked()
         assert (await ref.ask(Status())).done == (("a", "ok"),)
+
+
+# -- an early step's result decided while its commit is in flight ----------------------------
+
+
+class QuickWorker(EarlyWorker):
+    """An early step that answers at once, as a function model or a replay does: its
+    result is in the mailbox before the append that asked for it is durable."""
+
+    async def execute(self, step: object) -> object:
+        assert isinstance(step, str)
+        self.seen.append(f"started {step}")
+        return Worked(step, step.upper())
+
+
+@asynccontextmanager
+async def _writer_paused(store: SqliteEventStore) -> AsyncIterator[None]:
+    """Keep the SQLite writer busy in a maintenance write; appends queue up meanwhile."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(_conn: object) -> None:
+        entered.set()
+        release.wait(30)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store._run_write, hold)
+        assert await trio.to_thread.run_sync(entered.wait, 30)
+        try:
+            yield
+        finally:
+            release.set()
+
+
+async def test_an_early_result_is_decided_while_its_commit_is_in_flight(tmp_path: Path) -> None:
+    """The step's result is decided on the state the queued events fold to, and its own
+    events are queued right behind them: both commit together, in order, and the actor
+    tells of each append only once it is durable."""
+    seen: list[str] = []
+    QuickWorker.seen = seen
+    async with (
+        open_sqlite_store(tmp_path / "log.db") as store,
+        open_runtime(store=store, seed=1) as runtime,
+    ):
+        ref = await runtime.spawn(QuickWorker)
+        await ref.ask(Status())  # started: its stream is folded
+        before = store.statistics()
+        async with trio.open_nursery() as nursery, _writer_paused(store):
+            nursery.start_soon(ref.tell, Submit("a"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert seen == ["started a", "handled a"]  # decided, and nothing told yet
+            assert store.statistics().pending_appends == 2
+        assert (await ref.ask(Status())).done == (("a", "A"),)
+        assert store.statistics().commits - before.commits == 1
+        logged = [(r.version, r.type) for r in await store.read("worker/1")]
+    assert logged == [(1, "test.job_queued"), (2, "test.job_done")]
+    assert seen == ["started a", "handled a", "persisted JobQueued", "persisted JobDone"]
+
+
+async def test_an_early_result_is_never_logged_behind_an_append_that_failed(
+    tmp_path: Path,
+) -> None:
+    """Another writer took the stream while the actor's append was queued: that append
+    conflicts, the actor crashes, and the result decided behind it is neither logged on
+    top of the other writer's events nor told to anyone."""
+    seen: list[str] = []
+    QuickWorker.seen = seen
+    async with (
+        open_sqlite_store(tmp_path / "log.db") as store,
+        open_runtime(store=store, seed=1) as runtime,
+    ):
+        ref = await runtime.spawn(QuickWorker, restart="temporary")
+        await ref.ask(Status())
+        async with trio.open_nursery() as nursery, _writer_paused(store):
+            nursery.start_soon(store.append, "worker/1", [_other_writers_event()], 0)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(ref.tell, Submit("a"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert store.statistics().pending_appends == 3
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(ActorStoppedError):  # crashed on the conflict, not restarted
+            await ref.ask(Status())
+        logged = [r.type for r in await store.read("worker/1")]
+    assert logged == ["test.job_queued"]  # the other writer's event alone
+    assert seen == ["started a", "handled a"]
+
+
+def _other_writers_event() -> NewEvent:
+    return NewEvent.from_encoded(registry.encode(JobQueued("theirs")))

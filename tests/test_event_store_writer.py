@@ -15,7 +15,13 @@ import trio.testing
 
 from protocols import EncodedEvent
 from protocols.errors import ConcurrencyConflictError, StoreClosedError
-from runtime import AppendResult, NewEvent, SqliteEventStore, _sqlite_store, open_sqlite_store
+from runtime import (
+    AppendResult,
+    NewEvent,
+    SqliteEventStore,
+    _sqlite_queue,
+    open_sqlite_store,
+)
 from runtime._event_store import new_event_from_encoded
 from runtime._sqlite_schema import event_checksum
 from runtime._sqlite_writer import _SPLIT_QUEUE, PendingAppend, SqliteWriter
@@ -224,8 +230,8 @@ async def test_an_unexpected_writer_error_answers_everyone(
 
 def test_append_results_built_through_slots_equal_constructed_ones() -> None:
     """The store fills AppendResult's slots directly; the result is the usual frozen value."""
-    fast: AppendResult = _sqlite_store._new_object(AppendResult)
-    _sqlite_store._set_result_slots(fast, "s", 3, 5, 7)
+    fast: AppendResult = _sqlite_queue._new_object(AppendResult)
+    _sqlite_queue._set_result_slots(fast, "s", 3, 5, 7)
     built = AppendResult(stream="s", version=3, first_position=5, last_position=7)
     assert (fast, hash(fast), repr(fast)) == (built, hash(built), repr(built))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
@@ -496,3 +502,90 @@ def test_new_events_built_through_slots_equal_constructed_ones() -> None:
         assert (fast, hash(fast), repr(fast)) == (built, hash(built), repr(built))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         fast.data = b"[]"  # type: ignore[misc]  # frozen: mypy knows, this checks the runtime
+
+
+# -- appends begun without waiting, one behind another (the pipelined path) ---------------
+
+
+class _Begun:
+    """Appends begun with ``begin_append``, and a Trio event per append set when decided."""
+
+    def __init__(self, store: SqliteEventStore) -> None:
+        self.store = store
+        self.decided: list[trio.Event] = []
+
+    def begin(
+        self, stream: str, events: list[NewEvent], expected: int, after: PendingAppend | None
+    ) -> PendingAppend:
+        decided = trio.Event()
+        self.decided.append(decided)
+        pending = self.store.begin_append(
+            stream, tuple(events), expected, after=after, wake=decided.set
+        )
+        assert pending is not None
+        return pending
+
+    async def all_decided(self) -> None:
+        for decided in self.decided:
+            await decided.wait()
+
+
+async def test_an_append_begun_behind_another_commits_right_after_it(tmp_path: Path) -> None:
+    """``after``: the second append is queued before the first is decided, expecting the
+    version the first leaves; both commit, in order, in one group when queued together."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        begun = _Begun(store)
+        before = store.statistics()
+        async with _writer_paused(store):
+            first = begun.begin("a", [_event(0), _event(1)], 0, None)
+            second = begun.begin("a", [_event(2)], 2, first)
+            assert store.statistics().pending_appends == 2
+        await begun.all_decided()
+        assert [store.finish_append(first), store.finish_append(second)] == [
+            AppendResult(stream="a", version=2, first_position=1, last_position=2),
+            AppendResult(stream="a", version=3, first_position=3, last_position=3),
+        ]
+        assert store.statistics().commits - before.commits == 1
+        assert [e.data for e in await store.read("a")] == [b'{"n":0}', b'{"n":1}', b'{"n":2}']
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["one group", "two groups"])
+async def test_an_append_behind_one_that_conflicted_never_commits(
+    tmp_path: Path, together: bool
+) -> None:
+    """Another writer took the stream: the first append conflicts, and the one queued
+    behind it fails too, even though the stream now stands at the version it expected. It
+    was decided on the first one's events, not on the other writer's."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        begun = _Begun(store)
+        async with trio.open_nursery() as nursery, _writer_paused(store):
+            nursery.start_soon(store.append, "a", [_event(9)], 0)  # the other writer
+            await trio.testing.wait_all_tasks_blocked()
+            first = begun.begin("a", [_event(0)], 0, None)
+            if not together:
+                await trio.testing.wait_all_tasks_blocked()
+            second = begun.begin("a", [_event(1)], 1, first)
+        await begun.all_decided()
+        for pending, expected in ((first, 0), (second, 1)):
+            with pytest.raises(ConcurrencyConflictError) as info:
+                store.finish_append(pending)
+            assert (info.value.stream, info.value.expected, info.value.actual) == (
+                "a",
+                expected,
+                1,
+            )
+        assert [e.data for e in await store.read("a")] == [b'{"n":9}']
+
+
+async def test_begin_append_checks_its_arguments_and_declines_when_closing(
+    tmp_path: Path,
+) -> None:
+    """Bad arguments raise as ``append`` would; a closing store queues nothing and says so
+    with ``None`` (the caller then appends and gets the typed error)."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        with pytest.raises(ValueError, match="expected_version"):
+            store.begin_append("a", (_event(0),), -1, after=None, wake=lambda: None)
+        store._begin_close()
+        assert store.begin_append("a", (_event(0),), 0, after=None, wake=lambda: None) is None
+        with pytest.raises(StoreClosedError):
+            await store.append("a", [_event(0)], 0)

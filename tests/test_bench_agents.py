@@ -1,0 +1,33 @@
+"""The agents benchmark's counts: appends and commits of a sequential session, and the
+fewest commits the invariants allow, read from its log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from actors.bench._agents import _min_dependent_commits, _sessions
+
+
+def test_a_sequential_session_counts_its_appends_and_the_commits_they_share(
+    tmp_path: Path,
+) -> None:
+    """Each send appends 4 times (its run's start, the tool call, the tool's result, the
+    answer), counted through the pipelined path too; the commits they take are between
+    the fewest the invariants allow (2: one before the tool round, one before the reply)
+    and one per append."""
+    sends = 3
+    measured = trio.run(lambda: _sessions(1, sends, tmp_path / "log.db", count=True))
+    assert measured.counted == 4 * sends
+    assert _min_dependent_commits(measured.events) == 2 * sends
+    assert 2 * sends <= measured.commits <= 4 * sends
+    assert [e.type for e in measured.events[:7]] == [
+        "session.created",
+        "session.run_started",
+        "session.assistant",
+        "session.tool_started",
+        "session.tool_finished",
+        "session.assistant",
+        "session.run_finished",
+    ]
