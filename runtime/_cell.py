@@ -264,6 +264,13 @@ class _Cell:
         self.actor = None
         self._nursery = None
         self._scope = None
+        if self._children is not None:
+            # Its running children ended with its nursery; one waiting to be restarted
+            # (or whose exit it had not handled yet) had its restart die with it. Left
+            # registered, it would hold its id forever: the next incarnation could not
+            # spawn it again and would find a cell that never runs.
+            for cell in list(self._children.cells.values()):
+                cell.terminate("killed")
         self._children = None
         self.current_reply = None
         if self._deferred:

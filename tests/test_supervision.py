@@ -388,6 +388,38 @@ async def test_a_crashing_parent_takes_its_children_down_and_restarts_fresh(
         assert journal.starts["kid"] == 2
 
 
+async def test_a_child_waiting_for_its_restart_goes_when_its_parent_crashes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The child crashed and waits out its backoff when the parent crashes too: its restart
+    dies with the parent, and so does the child (it does not keep its id registered).
+    The parent's next incarnation spawns it again, and it runs."""
+    journal = Journal()
+
+    class Parent(Actor[object]):
+        async def on_start(self) -> None:
+            await self.context.spawn(lambda: Child(journal, "kid"), name="kid", id="kid")
+
+        async def receive(self, message: object) -> object:
+            raise RuntimeError("parent down")
+
+    slow_restarts = Supervision(backoff=Backoff(initial=60, jitter=0))
+    async with open_runtime(seed=3, supervision=slow_restarts) as runtime:
+        parent = await runtime.spawn(Parent, name="parent")
+        await settle()
+        old_kid = runtime.lookup("kid")
+        await old_kid.tell("crash")
+        await settle()
+        assert journal.starts["kid"] == 1  # waiting a minute for its restart
+        await parent.tell("boom")
+        await trio.sleep(61)  # the parent waits out its own backoff, then starts again
+        new_kid = runtime.lookup("kid")
+        assert not old_kid.alive
+        assert new_kid is not old_kid
+        assert await new_kid.ask("incarnation?") == 1
+        assert journal.starts["kid"] == 2
+
+
 def test_strategies_match_a_model_for_random_crash_sequences() -> None:
     @settings(max_examples=60, deadline=None)
     @given(

@@ -229,12 +229,35 @@ MANAGER = AgentSpec(name="manager", agents=[WORKER], max_rounds=3, budget=Budget
 
 TREE_HARNESS = RuntimeHarness(MANAGER)
 
+ORPHAN_CONVERSATION = (
+    LLMResponse(
+        content="",
+        tool_calls=(
+            ToolCall(id="call_0_0", name="spawn_agent", arguments='{"agent":"worker","task":"a"}'),
+        ),
+        finish_reason="tool_calls",
+    ),
+    LLMResponse(content="", finish_reason="stop"),
+)
+ORPHAN_OPERATIONS = (
+    SendFollowUp(text="a", id="f1", kind="user"),
+    RestartRuntime(),
+    AdvanceClock(seconds=2.0),
+    CrashSession(),
+    FailNextCommit(),
+    SendFollowUp(text="a", id="f2", kind="user"),
+)
+"""A generated case that hung: the worker crashed, and its parent crashed while the
+worker waited for its restart. The worker's cell stayed registered with its restart gone,
+so the parent's next incarnation found it under the worker's id and waited for it forever."""
+
 
 @property_settings(examples=500)
 @given(
     conversation=conversations(MANAGER, max_rounds=3, invalid_calls=False),
     ops=operations(board=False),
 )
+@example(conversation=ORPHAN_CONVERSATION, ops=ORPHAN_OPERATIONS)
 def test_a_tree_of_agents_keeps_every_invariant(
     conversation: tuple[object, ...], ops: tuple[object, ...]
 ) -> None:
