@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, Generic, Protocol, TypeVar, cast, final
+from typing import Generic, Protocol, TypeVar, cast, final
 
 import attrs
 import trio
@@ -118,9 +118,7 @@ class _StepResult(PriorityMessage):
 
 
 class _Waiter:
-    """The actor's task parked until an append it began is decided, or (while it may
-    decide an early step's result) until a message arrives: whichever comes first
-    wakes it, once."""
+    """The actor's task parked until an append it began is decided."""
 
     __slots__ = ("parked", "task")
 
@@ -132,9 +130,6 @@ class _Waiter:
         if self.parked:
             self.parked = False
             trio.lowlevel.reschedule(self.task)
-
-    def wake_on_put(self, _: object) -> None:
-        self.wake()
 
     async def park(self) -> None:
         self.parked = True
@@ -148,33 +143,50 @@ def _keep_waiting(_: object) -> trio.lowlevel.Abort:
 
 
 class _Link:
-    """One append begun by the pipelined path, and whether it is decided yet."""
+    """One append begun by the pipelined path, and whether it is decided yet; while the
+    actor waits for it, what the early step's result is decided on (``state``, the fold
+    of its events, and ``version``, the version they leave) and, once it is, the follow."""
 
-    __slots__ = ("done", "pending", "waiter")
+    __slots__ = ("done", "follow", "pending", "state", "token", "version", "waiter")
 
     def __init__(self, waiter: _Waiter) -> None:
         self.waiter = waiter
         self.pending: object = None
         self.done = False
+        self.token: object | None = None
+        self.state: object = None
+        self.version = 0
+        self.follow: _Follow | None = None
 
     def decided(self) -> None:
         self.done = True
         self.waiter.wake()
 
 
-@attrs.define(eq=False)
 class _Follow:
     """An early step's result decided while the append that asked for it commits: its
-    events, queued behind that append, and what to do once they are durable."""
+    events (queued behind that append), their fold, the step ``next_step`` asked for on
+    it, whether a decision stops the actor, and the version the events leave."""
 
-    link: _Link
-    events: list[object]
-    state: Any
-    step: object | None
-    stop: bool
-    version: int
-    """The version these events leave."""
-    began: float = attrs.field(factory=trio.current_time)
+    __slots__ = ("began", "events", "link", "state", "step", "stop", "version")
+
+    def __init__(  # noqa: PLR0917  # private, built in one place
+        self,
+        link: _Link,
+        events: list[object],
+        state: object,
+        step: object | None,
+        stop: bool,
+        version: int,
+        began: float,
+    ) -> None:
+        self.link = link
+        self.events = events
+        self.state = state
+        self.step = step
+        self.stop = stop
+        self.version = version
+        self.began = began
 
 
 class EventSourcedActor(Actor[object], Generic[StateT]):
@@ -307,6 +319,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         if self.snapshot_every is not None:
             self._check_snapshot_config()
         self._unwritten: list[object] = []
+        self._open_link: _Link | None = None
         # The class must say so: a wrapper that forwards unknown names (a test's store that
         # holds appends) must not be bypassed by appends begun on the store it wraps.
         store = self.store
@@ -535,14 +548,16 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self, events: list[object], state: StateT
     ) -> tuple[Sequence[object], _Follow | None]:
         """:meth:`_commit`, while a step that started early runs: if its result comes
-        before these events are durable, decide it now and queue its events right behind
-        them (:class:`_Follow`; :meth:`_settle_follow` sees them through).
+        before these events are durable, it is decided then and its events queued right
+        behind them (:class:`_Follow`; :meth:`_settle_follow` sees them through).
 
         With a model that answers at once (a function model, a replay) this takes the
         actor's own decision off the critical path between two dependent commits. The
         result is decided on the state these events fold to, as it would be once they
-        are durable, and before any other message (step results jump the queue): the
-        same decision, made sooner. Nothing acts on it before its events are durable.
+        are durable, and only when no other system message is ahead of it (step results
+        jump the queue of user messages): the same decision, made sooner, by the step's
+        task as it finishes (no hop through the mailbox; the actor's task is parked
+        here). Nothing acts on it before its events are durable.
         """
         store = self._pipelined_store
         if store is None:
@@ -563,29 +578,20 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         return written, follow
 
     async def _wait_for(self, link: _Link, version: int, state: StateT) -> _Follow | None:
-        """Wait until ``link``'s append is decided; meanwhile, decide the running early
-        step's result if it comes first (``state``: the fold of that append's events,
-        ``version``: the version it leaves) and queue its events behind it."""
-        waiter = link.waiter
-        mailbox = self._cell.mailbox
-        token = self._step_token
-        follow: _Follow | None = None
-        while not link.done:
-            if token is not None:
-                head = mailbox.peek_system()
-                if head is None:
-                    mailbox.call_on_first_put(waiter.wake_on_put, None)
-                else:
-                    # Our result, or another system message first (decided in turn).
-                    message = head[0]  # (message, reply)
-                    if type(message) is _StepResult and message.token is token:
-                        follow = self._decide_follow(message.result, state, version, link)
-                        if follow is not None:
-                            mailbox.get_nowait()
-                    token = None
-            await waiter.park()
-            mailbox.drop_put_hook()
-        return follow
+        """Wait until ``link``'s append is decided. Meanwhile the running early step, if
+        it finishes first, decides its own result on ``state`` (the fold of that append's
+        events; ``version``, the version it leaves) and queues its events behind it
+        (:meth:`_run_step`): returns that follow, if any."""
+        link.token = self._step_token
+        link.state = state
+        link.version = version
+        self._open_link = link
+        try:
+            while not link.done:
+                await link.waiter.park()
+        finally:
+            self._open_link = None
+        return link.follow
 
     def _decide_follow(
         self, result: object, state: StateT, version: int, link: _Link
@@ -602,11 +608,13 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             state, list(decision.events), False, chain=True
         )
         new = self._encode(events)
-        follow = _Follow(_Link(link.waiter), events, folded, step, stop, version + len(new))
+        follow = _Follow(
+            _Link(link.waiter), events, folded, step, stop, version + len(new), trio.current_time()
+        )
         pending = store.begin_append(
             self._stream, new, version, after=link.pending, wake=follow.link.decided
         )
-        if pending is None:  # the store is closing: the result waits in the mailbox
+        if pending is None:  # the store is closing: the result goes to the mailbox
             return None
         follow.link.pending = pending
         self._step_token = None  # the step is over: its result is decided
@@ -622,11 +630,12 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         assert store is not None
         while True:
             early = None if follow.stop else self._start_early(follow.step)
-            after = await self._wait_for(follow.link, follow.version, follow.state)
+            state = cast("StateT", follow.state)
+            after = await self._wait_for(follow.link, follow.version, state)
             result = store.finish_append(follow.link.pending)
             if self.context.runtime.commit_observers:
                 self._observe_commit(len(follow.events), trio.current_time() - follow.began)
-            await self._committed(follow.events, follow.state, result.version)
+            await self._committed(follow.events, state, result.version)
             self.after_persist(follow.events)
             if early is not None:
                 early.set()
@@ -723,8 +732,23 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         if scope.cancelled_caught:
             return
         mailbox = self._cell.mailbox
-        if not mailbox.closed:
-            mailbox.put_system((_StepResult(token, result), None))
+        if mailbox.closed:
+            return
+        link = self._open_link
+        if (
+            link is not None
+            and link.token is token
+            and link.follow is None
+            and mailbox.peek_system() is None
+        ):
+            # The actor waits for the append that asked for this step, and no other system
+            # message is ahead of this result: it is what the actor decides next, on the
+            # fold of that append. Decide it now and queue its events behind it.
+            state = cast("StateT", link.state)
+            link.follow = self._decide_follow(result, state, link.version, link)
+            if link.follow is not None:
+                return
+        mailbox.put_system((_StepResult(token, result), None))
 
     def _cancel_step(self) -> None:
         if self._step_scope is not None:

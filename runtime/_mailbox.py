@@ -217,10 +217,6 @@ class _Mailbox(Generic[T]):
         system = self._system
         return system[0] if system else None
 
-    def drop_put_hook(self) -> None:
-        """Forget a hook set by :meth:`call_on_first_put` that has not fired."""
-        self._on_put = self._on_put_arg = None
-
     async def wait(self) -> None:
         """Park until something is queued or :meth:`interrupt` is called."""
         if self._user or self._system:
