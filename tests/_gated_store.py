@@ -1,13 +1,16 @@
-"""A store whose appends wait for the test, for tests of what happens while one is held."""
+"""Appends held for the test, for tests of what happens while one is: a store whose
+appends wait for a gate, and an SQLite writer kept busy."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 
 import trio
 
 from protocols.errors import StoreError
-from runtime import AppendResult, EventStore, NewEvent
+from runtime import AppendResult, EventStore, NewEvent, SqliteEventStore
 from runtime.testing import InMemoryEventStore
 
 
@@ -41,3 +44,29 @@ class GatedStore:
 
     def as_store(self) -> EventStore:
         return self  # type: ignore[return-value]  # a duck-typed EventStore
+
+
+def hold_in_thread() -> tuple[Callable[..., None], threading.Event, threading.Event]:
+    """A function that blocks the thread calling it until released, and its two events."""
+    entered = threading.Event()
+    release = threading.Event()
+
+    def hold(*_args: object) -> None:
+        entered.set()
+        release.wait(30)
+
+    return hold, entered, release
+
+
+@asynccontextmanager
+async def writer_paused(store: SqliteEventStore) -> AsyncIterator[None]:
+    """Keep the SQLite writer thread busy in a maintenance write; appends queue up
+    meanwhile, and are committed (in one group) once the block is left."""
+    hold, entered, release = hold_in_thread()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store._run_write, hold)
+        assert await trio.to_thread.run_sync(entered.wait, 30)
+        try:
+            yield
+        finally:
+            release.set()

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 import pytest
 import trio
 import trio.testing
-from _gated_store import GatedStore
+from _gated_store import GatedStore, writer_paused
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +28,6 @@ from runtime import (
     EventSourcedActor,
     NewEvent,
     Request,
-    SqliteEventStore,
     StepFailed,
     Supervision,
     open_runtime,
@@ -499,24 +496,6 @@ class QuickWorker(EarlyWorker):
         return Worked(step, step.upper())
 
 
-@asynccontextmanager
-async def _writer_paused(store: SqliteEventStore) -> AsyncIterator[None]:
-    """Keep the SQLite writer busy in a maintenance write; appends queue up meanwhile."""
-    entered, release = threading.Event(), threading.Event()
-
-    def hold(_conn: object) -> None:
-        entered.set()
-        release.wait(30)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(store._run_write, hold)
-        assert await trio.to_thread.run_sync(entered.wait, 30)
-        try:
-            yield
-        finally:
-            release.set()
-
-
 async def test_an_early_result_is_decided_while_its_commit_is_in_flight(tmp_path: Path) -> None:
     """The step's result is decided on the state the queued events fold to, and its own
     events are queued right behind them: both commit together, in order, and the actor
@@ -530,7 +509,7 @@ async def test_an_early_result_is_decided_while_its_commit_is_in_flight(tmp_path
         ref = await runtime.spawn(QuickWorker)
         await ref.ask(Status())  # started: its stream is folded
         before = store.statistics()
-        async with trio.open_nursery() as nursery, _writer_paused(store):
+        async with trio.open_nursery() as nursery, writer_paused(store):
             nursery.start_soon(ref.tell, Submit("a"))
             await trio.testing.wait_all_tasks_blocked()
             assert seen == ["started a", "handled a"]  # decided, and nothing told yet
@@ -556,7 +535,7 @@ async def test_an_early_result_is_never_logged_behind_an_append_that_failed(
     ):
         ref = await runtime.spawn(QuickWorker, restart="temporary")
         await ref.ask(Status())
-        async with trio.open_nursery() as nursery, _writer_paused(store):
+        async with trio.open_nursery() as nursery, writer_paused(store):
             nursery.start_soon(store.append, "worker/1", [_other_writers_event()], 0)
             await trio.testing.wait_all_tasks_blocked()
             nursery.start_soon(ref.tell, Submit("a"))

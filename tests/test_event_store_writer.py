@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
 import pytest
 import trio
 import trio.testing
+from _gated_store import hold_in_thread, writer_paused
 
 from protocols import EncodedEvent
 from protocols.errors import ConcurrencyConflictError, StoreClosedError
@@ -31,31 +31,6 @@ Outcome = AppendResult | ConcurrencyConflictError
 
 def _event(n: int) -> NewEvent:
     return NewEvent(type="t", schema_version=1, data=b'{"n":%d}' % n)
-
-
-def _hold_in_thread() -> tuple[Callable[..., None], threading.Event, threading.Event]:
-    """A function that blocks the thread calling it until released, and its two events."""
-    entered = threading.Event()
-    release = threading.Event()
-
-    def hold(*_args: object) -> None:
-        entered.set()
-        release.wait(30)
-
-    return hold, entered, release
-
-
-@asynccontextmanager
-async def _writer_paused(store: SqliteEventStore) -> AsyncIterator[None]:
-    """Keep the writer thread busy in a maintenance write; appends queue up meanwhile."""
-    hold, entered, release = _hold_in_thread()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(store._run_write, hold)
-        assert await trio.to_thread.run_sync(entered.wait, 30)
-        try:
-            yield
-        finally:
-            release.set()
 
 
 async def _queue_in_order(
@@ -95,7 +70,7 @@ async def test_a_conflict_in_a_group_fails_alone(tmp_path: Path) -> None:
             attempt("b-stale", "b", 1, 2),  # stale once b2 is in
             attempt("c", "c", 1, 0),
         ]
-        async with trio.open_nursery() as nursery, _writer_paused(store):
+        async with trio.open_nursery() as nursery, writer_paused(store):
             await _queue_in_order(nursery, calls, store)
 
         after = store.statistics()
@@ -137,7 +112,7 @@ async def test_a_long_queue_met_at_idle_is_committed_as_two_groups(tmp_path: Pat
             results.append(await store.append(f"s/{i}", [_event(i)], 0))
 
         count = 2 * _SPLIT_QUEUE
-        async with trio.open_nursery() as nursery, _writer_paused(store):
+        async with trio.open_nursery() as nursery, writer_paused(store):
             for i in range(count):
                 nursery.start_soon(one, i)
             await trio.testing.wait_all_tasks_blocked()
@@ -151,7 +126,7 @@ async def test_cancelling_an_append_the_writer_holds_returns_its_result(tmp_path
     """Once its group is being committed, a cancelled caller still learns the outcome
     (the append is durable) and the cancellation arrives at its next checkpoint."""
     async with open_sqlite_store(tmp_path / "log.db") as store:
-        hold, entered, release = _hold_in_thread()
+        hold, entered, release = hold_in_thread()
 
         def arm(conn: sqlite3.Connection) -> None:
             conn.create_function("hold_insert", 0, hold)
@@ -186,7 +161,7 @@ async def test_a_cancelled_maintenance_write_that_never_ran_writes_nothing(
     """A snapshot still queued behind another write is dropped when its caller is cancelled."""
     async with open_sqlite_store(tmp_path / "log.db") as store:
         await store.append("s", [_event(1)], 0)
-        async with _writer_paused(store):
+        async with writer_paused(store):
             with trio.move_on_after(0.05) as scope:
                 await store.save_snapshot("s", 1, type="st", schema_version=1, data=b"{}")
             assert scope.cancelled_caught
@@ -482,7 +457,7 @@ async def test_closing_catches_the_index_up(tmp_path: Path) -> None:
     async with (
         open_sqlite_store(path, index_lag=2) as store,
         trio.open_nursery() as nursery,
-        _writer_paused(store),
+        writer_paused(store),
     ):
         for i in range(5):
             nursery.start_soon(store.append, f"s/{i}", [_event(i)], 0)
@@ -536,7 +511,7 @@ async def test_an_append_begun_behind_another_commits_right_after_it(tmp_path: P
     async with open_sqlite_store(tmp_path / "log.db") as store:
         begun = _Begun(store)
         before = store.statistics()
-        async with _writer_paused(store):
+        async with writer_paused(store):
             first = begun.begin("a", [_event(0), _event(1)], 0, None)
             second = begun.begin("a", [_event(2)], 2, first)
             assert store.statistics().pending_appends == 2
@@ -558,7 +533,7 @@ async def test_an_append_behind_one_that_conflicted_never_commits(
     was decided on the first one's events, not on the other writer's."""
     async with open_sqlite_store(tmp_path / "log.db") as store:
         begun = _Begun(store)
-        async with trio.open_nursery() as nursery, _writer_paused(store):
+        async with trio.open_nursery() as nursery, writer_paused(store):
             nursery.start_soon(store.append, "a", [_event(9)], 0)  # the other writer
             await trio.testing.wait_all_tasks_blocked()
             first = begun.begin("a", [_event(0)], 0, None)

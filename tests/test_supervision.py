@@ -364,20 +364,25 @@ async def test_stopping_a_node_stops_its_whole_subtree() -> None:
         assert keep.alive
 
 
+class KidsParent(Actor[object]):
+    """Starts one child, ``kid``; crashes on every message."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    async def on_start(self) -> None:
+        await self.context.spawn(lambda: Child(self.journal, "kid"), name="kid", id="kid")
+
+    async def receive(self, message: object) -> object:
+        raise RuntimeError("parent down")
+
+
 async def test_a_crashing_parent_takes_its_children_down_and_restarts_fresh(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     journal = Journal()
-
-    class Parent(Actor[object]):
-        async def on_start(self) -> None:
-            await self.context.spawn(lambda: Child(journal, "kid"), name="kid", id="kid")
-
-        async def receive(self, message: object) -> object:
-            raise RuntimeError("parent down")
-
     async with open_runtime(seed=3, supervision=Supervision(backoff=NO_DELAY)) as runtime:
-        parent = await runtime.spawn(Parent, name="parent")
+        parent = await runtime.spawn(lambda: KidsParent(journal), name="parent")
         await settle()
         old_kid = runtime.lookup("kid")
         await parent.tell("boom")
@@ -395,17 +400,9 @@ async def test_a_child_waiting_for_its_restart_goes_when_its_parent_crashes(
     dies with the parent, and so does the child (it does not keep its id registered).
     The parent's next incarnation spawns it again, and it runs."""
     journal = Journal()
-
-    class Parent(Actor[object]):
-        async def on_start(self) -> None:
-            await self.context.spawn(lambda: Child(journal, "kid"), name="kid", id="kid")
-
-        async def receive(self, message: object) -> object:
-            raise RuntimeError("parent down")
-
     slow_restarts = Supervision(backoff=Backoff(initial=60, jitter=0))
     async with open_runtime(seed=3, supervision=slow_restarts) as runtime:
-        parent = await runtime.spawn(Parent, name="parent")
+        parent = await runtime.spawn(lambda: KidsParent(journal), name="parent")
         await settle()
         old_kid = runtime.lookup("kid")
         await old_kid.tell("crash")
