@@ -10,9 +10,11 @@ The runtime appends a decision's events *before* anyone acts on them, folds them
 state, replies, then asks ``next_step``. Effects (``execute``) run in the actor's nursery
 and come back as messages, so the actor keeps receiving while one is in flight. An effect
 that changes nothing outside the actor until its result is recorded (a model call:
-``starts_before_commit``) starts while that append is in flight; its result is still
-handled after it. A restart is nothing special: fold the log (from a snapshot if one
-exists), ask ``next_step``.
+``starts_before_commit``) starts while that append is in flight; a result that comes
+before the append is durable is decided on the fold of its events and queued behind it
+(on a store that can: ``PipelinedAppends``), and nothing acts on either before each is
+durable. A restart is nothing special: fold the log (from a snapshot if one exists), ask
+``next_step``.
 """
 
 from __future__ import annotations
@@ -263,11 +265,13 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         still in flight. Pure; ``False`` by default.
 
         Only for an effect that changes nothing outside the actor until its result is
-        recorded, such as a model call. Its result is handled only once that append is
-        durable (the mailbox is serial), and :meth:`execute` awaits :meth:`wait_logged`
-        before it tells anyone of the step (an observer, a hook). The effect then runs
-        while the commit does, instead of after it; a crash before the commit loses the
-        effect's work, as a crash during the effect always has.
+        recorded, such as a model call. :meth:`execute` awaits :meth:`wait_logged` before
+        it tells anyone of the step (an observer, a hook). The effect then runs while the
+        commit does, instead of after it; a crash before the commit loses the effect's
+        work, as a crash during the effect always has. A result that comes before that
+        append is durable is decided at once, on the fold of its events, as it would be
+        next anyway; its events are queued behind that append, and nothing acts on them
+        (``after_persist``, the next step) before they are durable.
         """
         return False
 
