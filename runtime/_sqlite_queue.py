@@ -48,7 +48,9 @@ class PendingAppend:
     """One queued append, waiting for its group commit (a plain slotted class: hot path).
 
     The caller parks its task directly (``wait_task_rescheduled``) and is rescheduled
-    once its group is committed: no ``trio.Event`` or parking lot per append.
+    once its group is committed: no ``trio.Event`` or parking lot per append. An append
+    begun without waiting (``SqliteEventStore.begin_append``) has ``wake`` called instead,
+    and may be queued ``after`` another of its stream.
     """
 
     __slots__ = (
