@@ -44,6 +44,7 @@ from ._postgres_schema import (
     map_errors,
 )
 from ._virtual_time import Flight
+from ._writer_queue import take_back
 
 if TYPE_CHECKING:
     import psycopg
@@ -104,14 +105,7 @@ class PendingAppend:
 
     def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
         """Cancellation: give up if still queued, else wait for the commit in flight."""
-        with self.mutex:
-            try:
-                self.queue.remove(self)
-            except ValueError:
-                return trio.lowlevel.Abort.FAILED
-        if self.flight is not None:
-            self.flight.land()  # never handed to the thread: nothing to wait for
-        return trio.lowlevel.Abort.SUCCEEDED
+        return take_back(self)
 
 
 @final
@@ -141,14 +135,7 @@ class WriteJob:
 
     def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
         """Cancellation: give up if not started, else wait for it (like ``to_thread``)."""
-        with self.mutex:
-            try:
-                self.queue.remove(self)
-            except ValueError:
-                return trio.lowlevel.Abort.FAILED
-        if self.flight is not None:
-            self.flight.land()  # never handed to the thread: nothing to wait for
-        return trio.lowlevel.Abort.SUCCEEDED
+        return take_back(self)
 
 
 @attrs.define(eq=False)

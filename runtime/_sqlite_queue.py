@@ -18,6 +18,7 @@ from protocols.lowlevel import slot_setter
 from ._event_store import AppendResult, NewEvent
 from ._sqlite_schema import map_errors
 from ._virtual_time import Flight
+from ._writer_queue import take_back
 
 __all__ = ["PendingAppend", "WriteJob"]
 
@@ -119,14 +120,7 @@ class PendingAppend:
         waiting and learns what happened; the cancellation is delivered at its next
         checkpoint.
         """
-        with self.mutex:
-            try:
-                self.queue.remove(self)
-            except ValueError:
-                return trio.lowlevel.Abort.FAILED
-        if self.flight is not None:
-            self.flight.land()  # never handed to the thread: nothing to wait for
-        return trio.lowlevel.Abort.SUCCEEDED
+        return take_back(self)
 
 
 @final
@@ -160,11 +154,4 @@ class WriteJob:
 
     def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
         """Cancellation: give up if not started, else wait for it (like ``to_thread``)."""
-        with self.mutex:
-            try:
-                self.queue.remove(self)
-            except ValueError:
-                return trio.lowlevel.Abort.FAILED
-        if self.flight is not None:
-            self.flight.land()  # never handed to the thread: nothing to wait for
-        return trio.lowlevel.Abort.SUCCEEDED
+        return take_back(self)
