@@ -441,11 +441,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         early = None
         if idle and not stop and not decision.cancel_step:
             early = self._start_early(step)
-        if early is None:
-            written = await self._commit(events, state)
-            follow = None
-        else:
-            written, follow = await self._commit_early(events, state)
+        written, follow = await self._commit_early(events, state, started=early is not None)
         # Log first: the step is cancelled only once the events that say so are durable
         # (an append that fails crashes the actor with the step's fate still undecided).
         if decision.cancel_step:
@@ -549,11 +545,11 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             await self._save_snapshot(state)
 
     async def _commit_early(
-        self, events: list[object], state: StateT
+        self, events: list[object], state: StateT, *, started: bool
     ) -> tuple[Sequence[object], _Follow | None]:
-        """:meth:`_commit`, while a step that started early runs: if its result comes
-        before these events are durable, it is decided then and its events queued right
-        behind them (:class:`_Follow`; :meth:`_settle_follow` sees them through).
+        """:meth:`_commit`; if a step ``started`` early for these events: should its
+        result come before they are durable, it is decided then and its events queued
+        right behind them (:class:`_Follow`; :meth:`_settle_follow` sees them through).
 
         With a model that answers at once (a function model, a replay) this takes the
         actor's own decision off the critical path between two dependent commits. The
@@ -564,7 +560,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         here). Nothing acts on it before its events are durable.
         """
         store = self._pipelined_store
-        if store is None:
+        if store is None or not started:
             return await self._commit(events, state), None
         written = [*self._unwritten, *events] if self._unwritten else events
         new = self._encode(written)
@@ -684,11 +680,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                     self.state, list(step.events), step.stop, chain=True
                 )
                 early = None if stop else self._start_early(step)
-                if early is None:
-                    written = await self._commit(events, state)
-                    follow = None
-                else:
-                    written, follow = await self._commit_early(events, state)
+                written, follow = await self._commit_early(events, state, started=early is not None)
                 self.after_persist(written)
                 if early is not None:
                     early.set()
