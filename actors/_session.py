@@ -295,6 +295,9 @@ class SessionActor(EventSourcedActor[SessionState]):
                         first = False
                         # The first token's observers run now, not after the rest of a
                         # burst that came with it (a short answer comes in one read).
+                        # Two schedule points: Trio may run a batch in either order, and
+                        # the observers woken by the publish run by the second.
+                        await trio.lowlevel.checkpoint()
                         await trio.lowlevel.checkpoint()
                 await announced.wait()
                 return await stream.final_response()

@@ -292,7 +292,9 @@ class LLMStream:
             msg = "an LLMStream can be entered only once; ask the LLM for a new stream"
             raise RuntimeError(msg)
         self._source = self._open()
-        await trio.lowlevel.checkpoint()
+        # A cancel point, not a schedule point: the first read sends the request, and a
+        # trip through the scheduler here would only delay it (time to first token).
+        await trio.lowlevel.checkpoint_if_cancelled()
         return self
 
     async def __aexit__(

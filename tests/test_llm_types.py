@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator
 import attrs
 import orjson
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -385,6 +386,27 @@ async def test_stream_misuse() -> None:
     with pytest.raises(RuntimeError, match="can be entered only once"):
         async with stream:
             pass
+
+
+async def test_entering_a_stream_is_a_cancel_point_that_sends_at_once() -> None:
+    """Entering checks for cancellation but lets no other task run first: the first read,
+    which sends the request, comes right after (time to first token)."""
+    order: list[str] = []
+
+    async def other() -> None:
+        order.append("other task")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        async with LLMStream(lambda: _source([LLMResponse(content="hi")])):
+            order.append("entered")
+    assert order == ["entered", "other task"]
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        with pytest.raises(trio.Cancelled):
+            async with LLMStream(lambda: _source([LLMResponse(content="hi")])):
+                order.append("entered while cancelled")
+    assert order == ["entered", "other task"]
 
 
 def test_every_message_type_has_text() -> None:

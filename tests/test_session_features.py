@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -26,8 +27,11 @@ from actors.lowlevel import is_provider_valid
 from protocols import (
     LLMRequest,
     LLMResponse,
+    LLMStream,
     ResponseFormat,
+    StreamDelta,
     SystemMessage,
+    TextDelta,
     ToolCall,
     ToolOutcome,
     ToolResultMessage,
@@ -451,6 +455,47 @@ async def test_observers_see_the_run_in_order_with_live_deltas() -> None:
     # Only whole answers are in the log, never the deltas.
     events = [decode_record(r) for r in await store.read("session/obs")]
     assert [type(e).__name__ for e in events].count("AssistantRecorded") == 2
+
+
+class _BurstLLM:
+    """A model whose whole answer arrives in one read: its stream hands out every delta
+    without a schedule point between them, counting how many it has handed out."""
+
+    def __init__(self) -> None:
+        self.handed_out = 0
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        raise AssertionError("observed sessions stream")
+
+    def stream(self, request: LLMRequest) -> LLMStream:
+        async def source() -> AsyncIterator[StreamDelta | LLMResponse]:
+            await trio.lowlevel.checkpoint()
+            for word in ("one ", "two ", "three"):
+                self.handed_out += 1
+                yield TextDelta(word)
+            yield LLMResponse(content="one two three")
+
+        self.handed_out = 0
+        return LLMStream(source)
+
+
+async def test_a_first_delta_reaches_observers_before_the_rest_of_its_burst() -> None:
+    """Time to first token: the observers run on the first delta of a read before the
+    session turns to the next one, whatever order Trio runs a batch in."""
+    llm = _BurstLLM()
+    async with open_runtime() as runtime:
+        session = await spawn_session(runtime, llm=llm)
+        for _ in range(24):  # a 50 % chance each, if only one order worked
+            first_seen_at: list[int] = []
+            with session.observe(buffer=64) as observations:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(session.send, "count")
+                    async for observation in observations:
+                        if isinstance(observation, DeltaReceived) and not first_seen_at:
+                            first_seen_at.append(llm.handed_out)
+                        if isinstance(observation, RunEnded):
+                            break
+            assert first_seen_at == [1]
 
 
 async def test_an_observer_error_is_contained_counted_and_logged(
