@@ -403,10 +403,11 @@ class SqliteWriter:
             self._in_flight -= len(decided)
         for pending in decided:
             pending.after = None  # decided: a chain of them must not keep the first alive
-            if pending.wake is None:
+            wake, pending.wake = pending.wake, None  # a bound method of what holds pending
+            if wake is None:
                 trio.lowlevel.reschedule(pending.task)
             else:
-                pending.wake()
+                wake()
         self._signal.advance(head)
 
     def _fail(self, batch: list[PendingAppend], exc: BaseException) -> None:
