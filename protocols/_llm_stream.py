@@ -265,10 +265,12 @@ class LLMStream:
                 ...
             response = await stream.final_response()
 
-    Leaving the ``async with`` block (normally, by an error or by cancellation) closes the
-    underlying source at once, which for HTTP transports closes the connection, so the
-    provider stops generating. :meth:`final_response` reads whatever is left and returns the
-    assembled :class:`LLMResponse`; it can be called without iterating at all.
+    Entering is a cancel point but lets no other task run first: the first read, which
+    sends the request, follows at once. Leaving the ``async with`` block (normally, by an
+    error or by cancellation) closes the underlying source at once, which for HTTP
+    transports closes the connection, so the provider stops generating.
+    :meth:`final_response` reads whatever is left and returns the assembled
+    :class:`LLMResponse`; it can be called without iterating at all.
 
     Sources are async generators yielding deltas and, last, the assembled
     :class:`LLMResponse`; transports and test doubles build them. Users get streams from
