@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from importlib.metadata import entry_points
 
@@ -13,6 +14,13 @@ from hypothesis import settings
 
 from actors.cli._local_llm import local_llm_missing, open_local_llm_server
 from runtime.testing import PostgresServer
+
+# A runner started in the background by a shell without job control (`cmd &`, nohup)
+# ignores SIGINT, and the children the tests start would inherit that: the tests that
+# stop a command with Ctrl-C (SIGINT, exit code 130) would find it still running. Handled
+# signals go back to their default in a child, ignored ones stay ignored.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # POWERTRIO_LONG_PROPERTIES=1: the long run of the property tests, 10,000 examples each
 # (the properties of actors.testing.property_settings and those without their own count).

@@ -280,7 +280,12 @@ def test_log_follow_sees_what_another_process_appends(workdir: Path) -> None:
         time.sleep(1.0)
     finally:
         follower.send_signal(signal.SIGINT)
-        out, err = follower.communicate(timeout=10)
+        try:
+            out, err = follower.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            follower.kill()  # a failure, not a follower left running
+            follower.communicate()
+            raise
     assert follower.returncode == 130, err
     types = [json.loads(line)["type"] for line in out.splitlines()]
     assert "session.follow_up_received" in types

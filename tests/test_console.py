@@ -587,7 +587,11 @@ def test_powertrio_ui_serves_the_log_until_it_is_stopped(db: Path) -> None:
             fleet = httpx.get(started["url"] + "api/fleet", timeout=30).json()
         finally:
             process.send_signal(signal.SIGINT)
-            code = process.wait(timeout=30)
+            try:
+                code = process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()  # a failure, not a test run that never ends
+                raise
     assert {row["id"] for row in fleet["sessions"]} >= {"demo", "xss", "ask"}
     assert code == 130
 
