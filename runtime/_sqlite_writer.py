@@ -477,7 +477,10 @@ class SqliteWriter:
         plan = self._plan(conn, batch, group=True)
         if plan is None:
             return False
-        if plan.event_count:
+        if not plan.event_count:
+            if plan.conflicts and self._cache_moved(conn):
+                return False  # conflicts seen on a stale cache: the transaction decides
+        else:
             try:
                 params = (
                     orjson.dumps(plan.group_rows),
@@ -604,6 +607,10 @@ class SqliteWriter:
             self.counters.wal_checkpoints += 1
             self._wal_room.truncated()
 
+    def _cache_moved(self, conn: sqlite3.Connection) -> bool:
+        """Whether another connection committed since the cache was filled."""
+        return bool(conn.execute("PRAGMA data_version").fetchone()[0] != self._data_version)
+
     def _check_cache(self, conn: sqlite3.Connection) -> None:
         """Drop and re-read the cache if another connection committed since it was filled."""
         data_version = conn.execute("PRAGMA data_version").fetchone()[0]
@@ -619,11 +626,12 @@ class SqliteWriter:
     ) -> _Plan | None:
         """Check expected versions and build the rows of one group commit.
 
-        Stream versions and the head come from a cache this connection keeps, checked
-        against ``PRAGMA data_version``: if another connection committed anything since,
-        the cache is dropped and re-read. Inside the write transaction nobody can commit
-        between this check and our commit; for the group statement, its own condition on
-        ``data_version`` closes that gap. A stream missing from the cache is read once
+        Stream versions and the head come from a cache this connection keeps, valid as
+        long as no other connection has committed (``PRAGMA data_version`` has not moved).
+        The transaction checks that first, dropping and re-reading a stale cache, and
+        nobody can commit between that check and its commit. The group statement checks
+        it itself as it takes the write lock, and writes nothing on a stale cache: the
+        transaction then re-plans the group. A stream missing from the cache is read once
         and cached (a committed fact; a rollback or a change drops the whole cache). What
         this batch writes goes to ``plan.streams`` and joins the cache after the commit.
 
@@ -631,7 +639,10 @@ class SqliteWriter:
         batch needs the explicit transaction.
         """
         now = self._clock()
-        self._check_cache(conn)
+        if not group:  # the group statement checks for itself (see above)
+            # Not asking before a group saves the writer thread one trip out of and back
+            # into the GIL per commit, a wait for the Trio thread each time.
+            self._check_cache(conn)
         cache = self._versions
         upto = self._indexed_upto
         threshold = self._blob_threshold

@@ -354,6 +354,51 @@ async def test_payloads_and_names_round_trip_on_both_commit_paths(
     assert stored == expected
 
 
+async def test_an_append_only_a_stale_cache_refuses_commits(tmp_path: Path) -> None:
+    """A group is planned on the cache without asking SQLite first. When the cache, stale
+    since another connection committed, is all that refuses an append, the transaction
+    decides it on the file: no conflict is reported that the log does not have."""
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path) as store, open_sqlite_store(path) as other:
+        await store.append("a", [_event(1)], 0)  # store's cache: a is at 1
+        await other.append("a", [_event(2)], 1)
+        result = await store.append("a", [_event(3)], 2)
+        assert (result.version, result.first_position) == (3, 3)
+        assert store.statistics().conflicts == 0
+        assert [e.version for e in await store.read("a")] == [1, 2, 3]
+
+
+class _CountedConnection:
+    """The writer's connection, recording the first word of each statement it runs."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.statements: list[str] = []
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        self.statements.append(sql.split(None, 2)[0] + " " + sql.split(None, 2)[1])
+        return self.conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.conn, name)
+
+
+async def test_a_group_commit_on_a_current_cache_is_one_statement(tmp_path: Path) -> None:
+    """The writer thread asks SQLite nothing else for a group on a current cache: each
+    call into SQLite releases the GIL and takes it back, a wait for the Trio thread."""
+    async with open_sqlite_store(tmp_path / "log.db") as store:
+        await store.append("a", [_event(1)], 0)
+        await store.append("b", [_event(1)], 0)  # both streams are in the cache now
+        writer = store._writer
+        counted = _CountedConnection(writer._conn)
+        writer._conn = counted  # type: ignore[assignment]
+        try:
+            await store.append("a", [_event(2), _event(3)], 1)
+        finally:
+            writer._conn = counted.conn
+    assert counted.statements == ["INSERT INTO"]
+
+
 async def test_a_commit_from_elsewhere_after_the_plan_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
