@@ -12,6 +12,8 @@ import pytest
 import trio
 import trio.testing
 from _gated_store import hold_in_thread, writer_paused
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from protocols import EncodedEvent
 from protocols.errors import ConcurrencyConflictError, StoreClosedError
@@ -368,8 +370,54 @@ async def test_an_append_only_a_stale_cache_refuses_commits(tmp_path: Path) -> N
         assert [e.version for e in await store.read("a")] == [1, 2, 3]
 
 
+_SHARED_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from([0, 1]),  # which of the two stores appends
+        st.sampled_from(["a", "b"]),
+        st.sampled_from([0, 0, 0, -1, 1]),  # off the stream's true version by this much
+        st.integers(1, 3),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=_SHARED_STEPS)
+def test_two_stores_on_one_file_agree_with_the_file(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[int, str, int, int]]
+) -> None:
+    """Two stores take turns on one file, each with its own version cache, stale as soon
+    as the other commits: an append at the stream's true version commits, any other
+    conflicts naming that version, and both stores read what the file holds."""
+    path = tmp_path_factory.mktemp("shared") / "log.db"
+
+    async def run() -> None:
+        truth: dict[str, int] = {}
+        async with open_sqlite_store(path) as first, open_sqlite_store(path) as second:
+            stores = (first, second)
+            for which, stream, off, count in steps:
+                current = truth.get(stream, 0)
+                expected = current + off
+                events = [_event(i) for i in range(count)]
+                if off == 0 or expected < 0:
+                    result = await stores[which].append(stream, events, current)
+                    assert result.version == current + count
+                    truth[stream] = current + count
+                    continue
+                with pytest.raises(ConcurrencyConflictError) as info:
+                    await stores[which].append(stream, events, expected)
+                assert (info.value.expected, info.value.actual) == (expected, current)
+            for store in stores:
+                for stream, version in truth.items():
+                    assert [e.version for e in await store.read(stream)] == list(
+                        range(1, version + 1)
+                    )
+
+    trio.run(run)
+
+
 class _CountedConnection:
-    """The writer's connection, recording the first word of each statement it runs."""
+    """The writer's connection, recording the first two words of each statement it runs."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
