@@ -199,7 +199,14 @@ class PostgresEventStore(TextIndexMethods):
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
         await self._park(pending.abort)
-        return pending.result()
+        if pending.outcome is not None:
+            raise pending.outcome
+        return AppendResult(
+            stream=stream,
+            version=pending.version,
+            first_position=pending.first_position,
+            last_position=pending.last_position,
+        )
 
     async def _park(self, abort: Callable[[object], trio.lowlevel.Abort]) -> None:
         """Wait for the writer thread to resume this task (holding a virtual clock)."""

@@ -44,7 +44,7 @@ from ._postgres_schema import (
     map_errors,
 )
 from ._virtual_time import Flight
-from ._writer_queue import QueuedAppend, QueuedWrite
+from ._writer_queue import take_back
 
 if TYPE_CHECKING:
     import psycopg
@@ -59,10 +59,23 @@ _RETRIES = 3
 
 
 @final
-class PendingAppend(QueuedAppend):
-    """An append queued for the PostgreSQL writer thread, fenced or not."""
+class PendingAppend:
+    """One queued append, waiting for its group commit (a plain slotted class: hot path)."""
 
-    __slots__ = ("fence",)
+    __slots__ = (
+        "events",
+        "expected_version",
+        "fence",
+        "first_position",
+        "flight",
+        "last_position",
+        "mutex",
+        "outcome",
+        "queue",
+        "stream",
+        "task",
+        "version",
+    )
 
     def __init__(
         self,
@@ -75,16 +88,31 @@ class PendingAppend(QueuedAppend):
         flight: Flight | None = None,
         fence: tuple[int, int] | None = None,
     ) -> None:
-        super().__init__(stream, events, expected_version, queue, mutex, flight=flight)
+        self.stream = stream
         # (shard, epoch) of the lease the append is made under; None: not fenced.
         self.fence = fence
+        self.events = events
+        self.expected_version = expected_version
+        self.queue = queue
+        self.mutex = mutex
+        self.flight = flight
+        self.task = trio.lowlevel.current_task()
+        # An error, or None: once the caller is resumed, None means committed.
+        self.outcome: BaseException | None = None
+        self.version = 0
+        self.first_position = 0
+        self.last_position = 0
+
+    def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
+        """Cancellation: give up if still queued, else wait for the commit in flight."""
+        return take_back(self)
 
 
 @final
-class WriteJob(QueuedWrite["psycopg.Connection"]):
+class WriteJob:
     """A maintenance write (snapshot, deletion) queued for the writer thread."""
 
-    __slots__ = ("retry",)
+    __slots__ = ("error", "flight", "fn", "mutex", "queue", "result", "retry", "task")
 
     def __init__(
         self,
@@ -95,9 +123,19 @@ class WriteJob(QueuedWrite["psycopg.Connection"]):
         *,
         retry: bool = False,
     ) -> None:
-        super().__init__(fn, queue, mutex, flight)
+        self.fn = fn
         # Idempotent (running it twice does no harm): retried through an outage.
         self.retry = retry
+        self.queue = queue
+        self.mutex = mutex
+        self.flight = flight
+        self.task = trio.lowlevel.current_task()
+        self.result: object = None
+        self.error: BaseException | None = None
+
+    def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
+        """Cancellation: give up if not started, else wait for it (like ``to_thread``)."""
+        return take_back(self)
 
 
 @attrs.define(eq=False)

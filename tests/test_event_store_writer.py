@@ -21,7 +21,7 @@ from runtime import (
     AppendResult,
     NewEvent,
     SqliteEventStore,
-    _writer_queue,
+    _sqlite_queue,
     open_sqlite_store,
 )
 from runtime._event_store import new_event_from_encoded
@@ -207,8 +207,8 @@ async def test_an_unexpected_writer_error_answers_everyone(
 
 def test_append_results_built_through_slots_equal_constructed_ones() -> None:
     """The store fills AppendResult's slots directly; the result is the usual frozen value."""
-    fast: AppendResult = _writer_queue._new_object(AppendResult)
-    _writer_queue._set_result_slots(fast, "s", 3, 5, 7)
+    fast: AppendResult = _sqlite_queue._new_object(AppendResult)
+    _sqlite_queue._set_result_slots(fast, "s", 3, 5, 7)
     built = AppendResult(stream="s", version=3, first_position=5, last_position=7)
     assert (fast, hash(fast), repr(fast)) == (built, hash(built), repr(built))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
