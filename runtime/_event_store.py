@@ -195,7 +195,9 @@ class EventStoreStatistics:
     sweep_failures: int = 0
     """Index sweeps that failed (logged; reads still see the unindexed events)."""
     guard_trips: int = 0
-    """Group commits the database's one-writer guard refused (re-planned, then retried)."""
+    """Group commits the database's one-writer guard refused on a stale version cache
+    (re-planned, then retried; each is logged). A wrong expected version on a stream the
+    writer had not seen yet is counted as a conflict, not here."""
 
 
 class PipelinedAppends(Protocol):

@@ -82,6 +82,8 @@ class _Plan:
     streams: dict[str, int] = attrs.field(factory=dict)
     accepted: int = 0
     conflicts: list[tuple[PendingAppend, int]] = attrs.field(factory=list)
+    # Some stream's version was the caller's word, for the guard to check (group only).
+    guessed: bool = False
 
 
 @attrs.define(eq=False)
@@ -472,7 +474,9 @@ class SqliteWriter:
 
         Outside a transaction the plan rests on the cache and reads of the moment; the
         statement's ``data_version`` condition makes sure nothing changed before it took
-        the write lock.
+        the write lock, and its guard that every version the plan took on the caller's
+        word is right. Either way it writes nothing otherwise, and the transaction
+        re-plans.
         """
         plan = self._plan(conn, batch, group=True)
         if plan is None:
@@ -491,8 +495,15 @@ class SqliteWriter:
                 )
                 ready()
                 written = conn.execute(INSERT_GROUP, params).rowcount
-            except BaseException:
+            except sqlite3.Error:
+                if plan.guessed:
+                    # A guessed version was wrong (the guard), or the write failed: its
+                    # conflicts may rest on the guess, so the transaction decides all.
+                    return False
                 self._decide_conflicts(plan)  # conflicts stay conflicts when the rest fails
+                raise
+            except BaseException:
+                self._decide_conflicts(plan)
                 raise
             if written != plan.event_count:
                 return False
@@ -632,8 +643,10 @@ class SqliteWriter:
         nobody can commit between that check and its commit. The group statement checks
         it itself as it takes the write lock, and writes nothing on a stale cache: the
         transaction then re-plans the group. A stream missing from the cache is read once
-        and cached (a committed fact; a rollback or a change drops the whole cache). What
-        this batch writes goes to ``plan.streams`` and joins the cache after the commit.
+        and cached (a committed fact; a rollback or a change drops the whole cache); for
+        the group statement, it takes the caller's expected version instead, which the
+        statement's guard checks. What this batch writes goes to ``plan.streams`` and
+        joins the cache after the commit.
 
         With ``group``, builds the rows of ``INSERT_GROUP``, or returns None if the
         batch needs the explicit transaction.
@@ -658,20 +671,29 @@ class SqliteWriter:
             stream = pending.stream
             if group and not _plain(stream):
                 return None
+            after = pending.after
+            # Behind an append that failed, or conflicted in this plan: never on top of
+            # what another writer wrote meanwhile, even at the expected version.
+            behind_failure = after is not None and (
+                after.outcome is not None or after.version != pending.expected_version
+            )
             current = written.get(stream)
             if current is None:
                 current = cache.get(stream)
             if current is None:
-                # The guard's own table, so the plan agrees with what SQLite will accept.
-                row = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
-                current = 0 if row is None else cache.setdefault(stream, row[0])
-            after = pending.after
-            if current != pending.expected_version or (
-                # Behind an append that failed, or conflicted in this plan: never on top
-                # of what another writer wrote meanwhile, even at the expected version.
-                after is not None
-                and (after.outcome is not None or after.version != pending.expected_version)
-            ):
+                if group and pending.events and not behind_failure:
+                    # A stream the cache has not seen (a new session's first append):
+                    # take the caller's version. The guard checks it as the first row
+                    # goes in; if it is wrong, the statement writes nothing and the
+                    # transaction re-plans from the log. Reading it here would cost the
+                    # writer thread a trip out of and back into the GIL.
+                    current = pending.expected_version
+                    plan.guessed = True
+                else:
+                    # The guard's own table, so the plan agrees with what SQLite accepts.
+                    row = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
+                    current = 0 if row is None else cache.setdefault(stream, row[0])
+            if behind_failure or current != pending.expected_version:
                 pending.version = 0
                 plan.conflicts.append((pending, current))
                 continue

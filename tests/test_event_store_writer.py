@@ -447,6 +447,88 @@ async def test_a_group_commit_on_a_current_cache_is_one_statement(tmp_path: Path
     assert counted.statements == ["INSERT INTO"]
 
 
+async def test_a_stream_the_cache_has_not_seen_costs_no_read(tmp_path: Path) -> None:
+    """A new stream's first append, or an old stream's first after reopening, is the one
+    statement too: the plan takes the caller's version and the guard checks it."""
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path) as store:
+        await store.append("a", [_event(1)], 0)  # fills the cache
+        writer = store._writer
+        counted = _CountedConnection(writer._conn)
+        writer._conn = counted  # type: ignore[assignment]
+        try:
+            await store.append("new", [_event(1)], 0)
+        finally:
+            writer._conn = counted.conn
+    assert counted.statements == ["INSERT INTO"]
+    async with open_sqlite_store(path) as store:
+        await store.append("b", [_event(1)], 0)  # fills the cache, without "a"
+        writer = store._writer
+        counted = _CountedConnection(writer._conn)
+        writer._conn = counted  # type: ignore[assignment]
+        try:
+            result = await store.append("a", [_event(2)], 1)
+        finally:
+            writer._conn = counted.conn
+        assert (result.version, result.first_position) == (2, 4)
+    assert counted.statements == ["INSERT INTO"]
+
+
+async def test_a_wrong_guess_is_decided_on_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stale version on a stream the cache has not seen: the guard refuses the group,
+    and the transaction decides every append in it on the file, including those that the
+    wrong guess made look right or wrong. No stale cache is reported."""
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path) as store:
+        await store.append("a", [_event(1), _event(2)], 0)
+        await store.append("d", [_event(1), _event(2)], 0)
+    async with open_sqlite_store(path) as store:
+        await store.append("warm", [_event(0)], 0)  # fills the cache, without "a" or "d"
+        outcomes: dict[str, Outcome] = {}
+
+        def attempt(
+            name: str, stream: str, expected: int, count: int = 1
+        ) -> Callable[[], Awaitable[None]]:
+            async def run() -> None:
+                events = [_event(i) for i in range(count)]
+                try:
+                    outcomes[name] = await store.append(stream, events, expected)
+                except ConcurrencyConflictError as exc:
+                    outcomes[name] = exc
+
+            return run
+
+        calls = [
+            attempt("stale-a", "a", 0, count=3),  # "a" is at 2; the guess puts it at 3
+            attempt("on-the-file", "a", 2),  # wrong by the guess, right by the file
+            attempt("stale-d", "d", 0),  # "d" is at 2; the guess puts it at 1
+            attempt("by-the-guess", "d", 1),  # right by the guess, wrong by the file
+            attempt("other", "c", 0),
+        ]
+        before = store.statistics()
+        async with trio.open_nursery() as nursery, writer_paused(store):
+            await _queue_in_order(nursery, calls, store)
+        after = store.statistics()
+        conflicts = {
+            name: (e.expected, e.actual)
+            for name, e in outcomes.items()
+            if isinstance(e, ConcurrencyConflictError)
+        }
+        assert conflicts == {"stale-a": (0, 2), "stale-d": (0, 2), "by-the-guess": (1, 2)}
+        assert outcomes["on-the-file"] == AppendResult(
+            stream="a", version=3, first_position=6, last_position=6
+        )
+        assert outcomes["other"] == AppendResult(
+            stream="c", version=1, first_position=7, last_position=7
+        )
+        assert (after.conflicts - before.conflicts, after.guard_trips) == (3, 0)
+        assert [e.version for e in await store.read("a")] == [1, 2, 3]
+        assert [e.version for e in await store.read("d")] == [1, 2]
+    assert "stale version cache" not in caplog.text
+
+
 async def test_a_commit_from_elsewhere_after_the_plan_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
