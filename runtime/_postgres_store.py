@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, TypeVar, cast, final
 import attrs
 import trio
 
-from protocols.errors import StoreClosedError
+from protocols.errors import FencedError, StoreClosedError
 
 from ._event_store import (
     AppendResult,
@@ -65,7 +65,7 @@ from ._postgres_schema import (
     row_to_event,
 )
 from ._postgres_text import TextIndexMethods, forget_streams
-from ._postgres_writer import PostgresWriter
+from ._postgres_writer import PendingAppend, PostgresWriter
 from ._virtual_time import VirtualRun, run_in_thread, virtual_run
 
 if TYPE_CHECKING:
@@ -199,10 +199,53 @@ class PostgresEventStore(TextIndexMethods):
             await trio.lowlevel.checkpoint()
             raise StoreClosedError()
         await self._park(pending.abort)
+        return self.finish_append(pending)
+
+    def begin_append(
+        self,
+        stream: str,
+        events: tuple[NewEvent, ...],
+        expected_version: int,
+        *,
+        after: PendingAppend | None,
+        wake: Callable[[], object],
+    ) -> PendingAppend | None:
+        """Queue an append and return at once; ``wake()`` is called (in Trio) once it is
+        decided, then :meth:`finish_append` gives its result. ``None``: not queued (the
+        store is closing, runs under virtual time, or this node does not hold the
+        stream's lease); ``append`` instead, which says why.
+
+        The pipelined path of an event-sourced actor, which decides its next events while
+        these commit: ``after``, an append of the same stream begun before and not yet
+        finished, makes this one commit only if that one does, right behind it (its
+        ``expected_version`` is the version that one leaves). The caller must see every
+        append it began decided: through an outage, that is at the latest when the
+        store's retry deadline has passed.
+        """
+        if self._closing or self._virtual is not None:
+            return None
+        check_append_args(stream, events, expected_version)
+        fence = None
+        if self._fence is not None:
+            try:
+                fence = self._fence.claim(stream)
+            except FencedError:
+                return None
+        return self._writer.enqueue_append(
+            stream, events, expected_version, None, fence, after=after, wake=wake
+        )
+
+    def finish_append(self, pending: PendingAppend) -> AppendResult:
+        """The result of a decided append (see :meth:`begin_append`).
+
+        Raises:
+            ConcurrencyConflictError, FencedError, StoreClosedError,
+            StoreUnavailableError, StoreError: as ``append``.
+        """
         if pending.outcome is not None:
             raise pending.outcome
         return AppendResult(
-            stream=stream,
+            stream=pending.stream,
             version=pending.version,
             first_position=pending.first_position,
             last_position=pending.last_position,

@@ -60,9 +60,15 @@ _RETRIES = 3
 
 @final
 class PendingAppend:
-    """One queued append, waiting for its group commit (a plain slotted class: hot path)."""
+    """One queued append, waiting for its group commit (a plain slotted class: hot path).
+
+    Its caller parks its task, or, for an append begun without waiting
+    (``PostgresEventStore.begin_append``), has ``wake`` called; such an append may be
+    queued ``after`` another of its stream.
+    """
 
     __slots__ = (
+        "after",
         "events",
         "expected_version",
         "fence",
@@ -75,6 +81,7 @@ class PendingAppend:
         "stream",
         "task",
         "version",
+        "wake",
     )
 
     def __init__(
@@ -87,10 +94,17 @@ class PendingAppend:
         *,
         flight: Flight | None = None,
         fence: tuple[int, int] | None = None,
+        after: PendingAppend | None = None,
+        wake: Callable[[], object] | None = None,
     ) -> None:
         self.stream = stream
         # (shard, epoch) of the lease the append is made under; None: not fenced.
         self.fence = fence
+        # Queued behind ``after`` (same stream, before it is decided): commits only if
+        # ``after`` does, at the version ``after`` leaves.
+        self.after = after
+        # Called (in Trio) once decided, instead of rescheduling the task.
+        self.wake = wake
         self.events = events
         self.expected_version = expected_version
         self.queue = queue
@@ -225,14 +239,26 @@ class PostgresWriter:
         expected_version: int,
         flight: Flight | None = None,
         fence: tuple[int, int] | None = None,
+        *,
+        after: PendingAppend | None = None,
+        wake: Callable[[], object] | None = None,
     ) -> PendingAppend | None:
         """Queue an append for the next group; ``None`` if the thread has stopped.
 
         ``flight`` (under virtual time) lands once the caller's wake-up is posted;
-        ``fence`` is the ``(shard, epoch)`` the commit must find this node still holding.
+        ``fence`` is the ``(shard, epoch)`` the commit must find this node still holding;
+        ``after`` and ``wake``: see ``PostgresEventStore.begin_append``.
         """
         pending = PendingAppend(
-            stream, events, expected_version, self._queue, self._mutex, flight=flight, fence=fence
+            stream,
+            events,
+            expected_version,
+            self._queue,
+            self._mutex,
+            flight=flight,
+            fence=fence,
+            after=after,
+            wake=wake,
         )
         return pending if self._enqueue(self._queue, pending) else None
 
@@ -351,7 +377,12 @@ class PostgresWriter:
         with self._mutex:
             self._in_flight -= len(decided)
         for pending in decided:
-            trio.lowlevel.reschedule(pending.task)
+            pending.after = None  # decided: a chain of them must not keep the first alive
+            wake, pending.wake = pending.wake, None  # a bound method of what holds pending
+            if wake is None:
+                trio.lowlevel.reschedule(pending.task)
+            else:
+                wake()
         self._signal.advance(head)
 
     def _connection(self) -> psycopg.Connection:
@@ -487,7 +518,14 @@ class PostgresWriter:
         for pending in batch:
             stream = pending.stream
             current = versions.get(stream, 0)
-            if current != pending.expected_version:
+            after = pending.after
+            if current != pending.expected_version or (
+                # Behind an append that failed, or conflicted in this plan: never on top
+                # of what another writer wrote meanwhile, even at the expected version.
+                after is not None
+                and (after.outcome is not None or after.version != pending.expected_version)
+            ):
+                pending.version = 0
                 plan.conflicts.append((pending, current))
                 continue
             for event in pending.events:
