@@ -9,7 +9,8 @@ a node cancels its subtree.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from types import UnionType
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
@@ -19,6 +20,7 @@ from protocols.errors import (
     ActorStoppedError,
     CodecError,
     CorruptLogError,
+    FencedError,
     IntensityExceededError,
     PowertrioError,
     RuntimeClosedError,
@@ -72,20 +74,28 @@ def _first_error(exc: BaseException) -> Exception | None:
     return None
 
 
+E = TypeVar("E", bound=BaseException)
+
+
+def _cause_of(error: BaseException, kinds: type[E] | UnionType) -> E | None:
+    """``error`` or what caused it, if one of ``kinds``."""
+    seen: BaseException | None = error
+    for _ in range(8):  # a cause chain is short; a cycle must not hang the supervisor
+        if seen is None:
+            return None
+        if isinstance(seen, kinds):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
 def _restart_cannot_fix(error: BaseException) -> bool:
     """Whether ``error`` (or what caused it) is about the actor's data, not its run.
 
     A log that does not decode or a damaged store decodes the same way after a restart:
     restarting only loops, and escalating restarts the same fold one level higher.
     """
-    seen: BaseException | None = error
-    for _ in range(8):  # a cause chain is short; a cycle must not hang the supervisor
-        if seen is None:
-            return False
-        if isinstance(seen, CodecError | CorruptLogError):
-            return True
-        seen = seen.__cause__
-    return False
+    return _cause_of(error, CodecError | CorruptLogError) is not None
 
 
 class _Cell:
@@ -418,6 +428,18 @@ class _Children:
         if restart == "temporary" or (restart == "transient" and error is None):
             cell.terminate("crashed" if error is not None else "normal", error)
             return
+        node = runtime.node
+        fenced = None if error is None or node is None else _cause_of(error, FencedError)
+        if fenced is not None and node is not None:
+            # Its node's lease lapsed, or its shard moved on: the actor did nothing wrong,
+            # so this costs none of its restarts. It starts again after the node's next
+            # lease round if the lease is renewed by then; if the shard is lost, its new
+            # owner serves the stream, and the actor stops here for good.
+            if node.may_write(fenced.stream):
+                self._schedule_restart([cell], node.config.ttl / 3, fenced=fenced)
+            else:
+                self._hand_over(cell, fenced)
+            return
         now = trio.current_time()
         if cell.spec.on_give_up == "stop":
             if cell.intensity is None:
@@ -449,7 +471,18 @@ class _Children:
         if now - cell.started_at > self.supervision.within:
             cell.restart_count = 0  # it had been stable: start the backoff over
         cell.restart_count += 1
-        delay = self.supervision.backoff.delay(cell.restart_count, runtime.ids.random)
+        self._schedule_restart(
+            group, self.supervision.backoff.delay(cell.restart_count, runtime.ids.random)
+        )
+
+    def _schedule_restart(
+        self, group: list[_Cell], delay: float, *, fenced: FencedError | None = None
+    ) -> None:
+        """Restart ``group`` (stopped already) after ``delay`` seconds, unless stopped
+        for good meanwhile. ``fenced``: why the one actor of ``group`` crashed; if its
+        node no longer holds the stream's shard by then, it is handed over instead
+        (:meth:`_hand_over`)."""
+        runtime = group[0].runtime
         token = object()
         for member in group:
             member.restart_token = token
@@ -463,7 +496,7 @@ class _Children:
                 )
             )
         runtime._restarts += len(group)
-        self.owner.nursery.start_soon(self._restart_later, group, delay, token)
+        self.owner.nursery.start_soon(self._restart_later, group, delay, token, fenced)
 
     def _give_up_on(self, cell: _Cell, error: Exception | None) -> None:
         """Stop ``cell`` alone for good; its siblings and this supervisor go on."""
@@ -487,7 +520,13 @@ class _Children:
             return cells
         return cells[cells.index(cell) :]
 
-    async def _restart_later(self, group: list[_Cell], delay: float, token: object) -> None:
+    async def _restart_later(
+        self,
+        group: list[_Cell],
+        delay: float,
+        token: object,
+        fenced: FencedError | None = None,
+    ) -> None:
         if delay > 0:
             await trio.sleep(delay)
         for cell in group:
@@ -498,7 +537,24 @@ class _Children:
                 and not self.closing
             ):
                 cell.restart_token = None
+                node = cell.runtime.node
+                if fenced is not None and node is not None and not node.may_write(fenced.stream):
+                    self._hand_over(cell, fenced)
+                    continue
                 await self._launch(cell)
+
+    def _hand_over(self, cell: _Cell, fenced: FencedError) -> None:
+        """Stop a fenced actor for good: its node no longer holds the stream's shard,
+        whose new owner serves it. Callers get :class:`ActorFailedError` caused by
+        ``fenced`` (so a node's host sends them to the new owner)."""
+        logger.info(
+            "actor %s stopped: node %r no longer holds shard %s, whose owner serves %s",
+            cell.path,
+            fenced.node,
+            fenced.shard,
+            fenced.stream,
+        )
+        cell.terminate("failed", fenced)
 
     async def stop_child(
         self, cell: _Cell, *, final: bool, reason: StopReason = "shutdown"

@@ -187,6 +187,12 @@ class ClusterNode:
         key = placement_key(stream, self.config.placed)
         return None if key is None else shard_of(key, self.config.shards)
 
+    def may_write(self, stream: str) -> bool:
+        """Whether this node holds the lease an append to ``stream`` is made under (or
+        the stream is not placed): :meth:`claim` would not refuse it."""
+        shard = self.shard_of_stream(stream)
+        return shard is None or shard in self._held or shard in self._surplus
+
     def owns(self, session_id: str) -> bool:
         """Whether this node holds the session's shard now."""
         return self.shard_of_session(session_id) in self._held

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import _postgres
 import psycopg
@@ -15,6 +16,8 @@ from protocols.errors import ConfigError, FencedError
 from runtime import NewEvent, Node, Runtime, open_postgres_store, open_runtime
 from runtime._node import placement_key, shard_of
 from runtime.testing import PostgresServer
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -200,3 +203,86 @@ async def test_a_lost_shard_stops_its_actors_without_a_host(
         await _until(lambda: not session.ref.alive)
         assert 0 not in runtime.node.held
         assert runtime.node.fenced_appends == 0  # stopped before it tried to write
+
+
+async def test_an_actor_fenced_off_a_lost_shard_stops_without_a_crash_loop(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """Another node took the shard, and the local session writes before the next lease
+    round tells its node: the append is fenced, and the session waits for that round
+    (one restart scheduled, none used up), which stops it for good."""
+    from actors import spawn_session
+    from protocols import LLMResponse
+    from protocols.errors import ActorStoppedError
+    from runtime import ActorRestarting
+    from runtime.testing import FunctionLLM
+
+    ttl = 0.6
+    async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=ttl)) as runtime:
+        assert runtime.node is not None
+        session_id = _stream_in(0, 2).removeprefix("session/")
+        llm = FunctionLLM(lambda request: LLMResponse(content="hi"))
+        session = await spawn_session(runtime, llm=llm, session_id=session_id)
+        await session.send("hello")
+        with runtime.subscribe() as lifecycle:
+            with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+                conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+                conn.execute(
+                    "UPDATE shard_leases SET node = 'b', epoch = epoch + 1, "
+                    "expires_at = now() + interval '1 hour' WHERE shard = 0"
+                )
+            with pytest.raises(ActorStoppedError):  # the run's append was fenced
+                await session.send("again")
+            await _until(lambda: not session.ref.alive)
+            await trio.sleep(2 * ttl)  # nothing comes back
+            restarts = _drain(lifecycle, ActorRestarting)
+        assert runtime.node.fenced_appends >= 1
+        assert len(restarts) == 1
+        assert not session.ref.alive
+
+
+async def test_an_actor_fenced_off_a_shard_its_node_knows_lost_is_handed_over(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """The node knows it does not hold the shard, and an actor of it writes anyway: it
+    stops for good at once, with no restart, and calls to it fail with the fence as the
+    cause (a host sends them to the shard's owner)."""
+    from actors import spawn_session
+    from protocols import LLMResponse
+    from protocols.errors import ActorFailedError
+    from runtime import ActorRestarting
+    from runtime.testing import FunctionLLM
+
+    async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=0.6)) as runtime:
+        node = runtime.node
+        assert node is not None
+        with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+            conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+            conn.execute(
+                "UPDATE shard_leases SET node = 'b', epoch = epoch + 1, "
+                "expires_at = now() + interval '1 hour' WHERE shard = 1"
+            )
+        await _until(lambda: 1 not in node.held)
+        session_id = _stream_in(1, 2).removeprefix("session/")
+        llm = FunctionLLM(lambda request: LLMResponse(content="hi"))
+        with runtime.subscribe() as lifecycle:
+            session = await spawn_session(runtime, llm=llm, session_id=session_id)
+            with pytest.raises(ActorFailedError) as caught, trio.fail_after(10):
+                await session.send("hello")  # a restart loop would keep it waiting
+            await trio.sleep(0.5)
+            restarts = _drain(lifecycle, ActorRestarting)
+        assert caught.value.cause_code == FencedError.code
+        assert restarts == []
+        assert not session.ref.alive
+
+
+def _drain(channel: trio.MemoryReceiveChannel[object], kind: type[T]) -> list[T]:
+    """What ``channel`` holds now, of ``kind``."""
+    found: list[T] = []
+    while True:
+        try:
+            item = channel.receive_nowait()
+        except trio.WouldBlock:
+            return found
+        if isinstance(item, kind):
+            found.append(item)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import AbstractAsyncContextManager
 
 import _cluster_agents
 import _postgres
+import psycopg
 import pytest
 import trio
 
@@ -130,4 +132,46 @@ async def test_a_timer_fires_once_on_the_node_that_took_its_session_over(
         assert state.timers.pending == ()
         records = await a.runtime.store.read(f"session/{moving.id}")
         assert [r.type for r in records].count("timer.scheduled") == 1
+        assert [r.type for r in records].count("timer.fired") == 1
+
+
+async def test_a_session_fenced_while_its_node_keeps_the_shard_fires_its_timer(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """The node's leases lapse again and again (a stalled node), but no other node takes
+    them: the session's writes are fenced as its wake-up comes due. Each fenced crash
+    waits for the next lease round instead of using up the session's restarts, so once
+    the leases hold again the session is back and its timer fires, once."""
+    async with _host(postgres_server, schema, "a") as a:
+        session = await a.create("sleeper", session_id="s0")
+        await session.send("nap", id="r1")  # its wake-up is due in 1 s
+
+        def lapse() -> None:
+            # Hold the node's lease rounds back (each starts by renewing its heartbeat),
+            # and let its leases expire; no other node takes them.
+            with (
+                psycopg.connect(postgres_server.dsn(), autocommit=True) as rounds,
+                psycopg.connect(postgres_server.dsn(), autocommit=True) as leases,
+            ):
+                for conn in (rounds, leases):
+                    conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+                rounds.execute("BEGIN")
+                rounds.execute("LOCK TABLE cluster_nodes IN SHARE ROW EXCLUSIVE MODE")
+                leases.execute(
+                    "UPDATE shard_leases SET expires_at = clock_timestamp() - "
+                    "interval '1 second' WHERE node = 'a'"
+                )
+                time.sleep(2.5)
+                rounds.execute("COMMIT")
+
+        await trio.to_thread.run_sync(lapse)
+        assert a.node.fenced_appends > 0  # the wake-up came due while fenced
+        with trio.fail_after(20):
+            for _ in range(2000):
+                if any(r.type == "timer.fired" for r in await a.runtime.store.read_all()):
+                    break
+                await trio.sleep(0.05)
+        state = await a._local[session.id].state()
+        assert state.timers.pending == ()
+        records = await a.runtime.store.read(f"session/{session.id}")
         assert [r.type for r in records].count("timer.fired") == 1
