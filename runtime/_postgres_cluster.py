@@ -79,11 +79,14 @@ class Fence(Protocol):
         """
 
 
-# The append's fence, in the append's own transaction: FOR SHARE holds the rows, so a
-# takeover (FOR UPDATE SKIP LOCKED) cannot land between this check and the commit.
+# The append's fence, in the append's own transaction: FOR KEY SHARE holds the rows, so
+# a takeover (FOR UPDATE SKIP LOCKED) cannot land between this check and the commit. Not
+# FOR SHARE: the node's own renewal (an UPDATE of expires_at, FOR NO KEY UPDATE) must not
+# wait for its appends, which may wait a TTL for the position lock a paused node holds;
+# the lease would lapse meanwhile and every append after it be fenced.
 CHECK_LEASES = (
     "SELECT shard, epoch FROM shard_leases WHERE node = %s AND shard = ANY(%s::int[]) "
-    "AND expires_at > clock_timestamp() FOR SHARE"
+    "AND expires_at > clock_timestamp() FOR KEY SHARE"
 )
 
 

@@ -427,7 +427,7 @@ class PostgresWriter:
 
     def limit_idle(self, conn: psycopg.Connection) -> None:
         """A fenced writer paused inside a transaction (SIGSTOP) holds its lease rows
-        ``FOR SHARE``: the server ends such a transaction after ``fence_idle`` seconds,
+        ``FOR KEY SHARE``: the server ends such a transaction after ``fence_idle`` seconds,
         so a takeover waits at most that long."""
         if self.fence_node is not None and self.fence_idle > 0:
             with map_errors(self._server):
@@ -622,7 +622,7 @@ class PostgresWriter:
     def _fence(self, conn: psycopg.Connection, batch: list[PendingAppend]) -> list[PendingAppend]:
         """The appends whose lease this node still holds; the others are refused, fenced.
 
-        The lease rows are read ``FOR SHARE`` in the append's transaction: a takeover
+        The lease rows are read ``FOR KEY SHARE`` in the append's transaction: a takeover
         waits for this commit, so no append lands after its shard changed hands.
         """
         fenced = [pending for pending in batch if pending.fence is not None]

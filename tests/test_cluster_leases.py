@@ -3,6 +3,7 @@ lost a shard writes nothing to it (``store.fenced``)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -122,6 +123,49 @@ async def test_two_nodes_split_the_shards(postgres_server: PostgresServer, schem
             await b.store.append(stream, [_event()], 0)
         # b left in order: a takes its shards back.
         await _until(lambda: len(a.node.held) == 4)
+
+
+async def test_appends_waiting_for_a_paused_writers_lock_keep_the_lease(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """Another process holds the position lock for twice the TTL (a node paused inside
+    its insert): this node's appends wait for it, and its lease rounds go on meanwhile,
+    so no lease lapses and nothing is fenced."""
+    from runtime._postgres_schema import lock_key
+
+    ttl = 0.6
+    async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=ttl)) as runtime:
+        assert runtime.node is not None
+        locked, release = threading.Event(), threading.Event()
+
+        def pause_holding_the_lock() -> None:
+            with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+                conn.execute("BEGIN")
+                conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(schema),))
+                locked.set()
+                release.wait(30)
+                conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(schema),))
+                conn.execute("COMMIT")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, pause_holding_the_lock)
+            await trio.to_thread.run_sync(locked.wait, 30)
+            waiting = trio.Event()
+
+            async def first_append() -> None:
+                waiting.set()
+                await runtime.store.append(_stream_in(0, 2), [_event()], 0)
+
+            nursery.start_soon(first_append)
+            await waiting.wait()
+            await trio.sleep(2 * ttl)  # the append waits for the lock all along
+            release.set()
+        # Right after: both shards still take appends under the same epochs.
+        for shard, expected in ((0, 1), (1, 0)):
+            result = await runtime.store.append(_stream_in(shard, 2), [_event()], expected)
+            assert result.version == expected + 1
+        assert runtime.node.fenced_appends == 0
+        assert sorted(runtime.node.held) == [0, 1]
 
 
 async def test_a_stale_epoch_is_fenced_in_the_commit(
