@@ -202,8 +202,8 @@ class EventStoreStatistics:
 
 class PipelinedAppends(Protocol):
     """A store whose appends can be queued without waiting, one behind another of the
-    same stream (the pipelined path of an event-sourced actor; see
-    ``SqliteEventStore.begin_append``). ``pending`` is the store's own handle."""
+    same stream: the pipelined path of an event-sourced actor, which decides its next
+    events while these commit. The SQLite and PostgreSQL stores have it."""
 
     def begin_append(
         self,
@@ -213,9 +213,21 @@ class PipelinedAppends(Protocol):
         *,
         after: Any,
         wake: Callable[[], object],
-    ) -> Any: ...
+    ) -> Any:
+        """Queue an append and return at once; ``wake()`` is called (in Trio) once it is
+        decided, then :meth:`finish_append` gives its result. ``None``: not queued (the
+        store says why); ``append`` instead, which raises the reason.
 
-    def finish_append(self, pending: Any) -> AppendResult: ...
+        ``after``, an append of the same stream begun before and not yet finished, makes
+        this one commit only if that one does, right behind it (its ``expected_version``
+        is the version that one leaves). The caller must see every append it began
+        decided. Returns the store's own handle of the append.
+        """
+        ...
+
+    def finish_append(self, pending: Any) -> AppendResult:
+        """The result of a decided append, or its error raised as ``append`` would."""
+        ...
 
 
 class EventStore(Protocol):

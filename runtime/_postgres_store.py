@@ -210,17 +210,11 @@ class PostgresEventStore(TextIndexMethods):
         after: PendingAppend | None,
         wake: Callable[[], object],
     ) -> PendingAppend | None:
-        """Queue an append and return at once; ``wake()`` is called (in Trio) once it is
-        decided, then :meth:`finish_append` gives its result. ``None``: not queued (the
-        store is closing, runs under virtual time, or this node does not hold the
-        stream's lease); ``append`` instead, which says why.
+        """Queue an append behind ``after`` and return at once (``PipelinedAppends``).
 
-        The pipelined path of an event-sourced actor, which decides its next events while
-        these commit: ``after``, an append of the same stream begun before and not yet
-        finished, makes this one commit only if that one does, right behind it (its
-        ``expected_version`` is the version that one leaves). The caller must see every
-        append it began decided: through an outage, that is at the latest when the
-        store's retry deadline has passed.
+        ``None``: not queued, as the store is closing, runs under virtual time, or serves
+        a node that does not hold the stream's lease. Through an outage a begun append is
+        decided at the latest when the store's retry deadline has passed.
         """
         if self._closing or self._virtual is not None:
             return None

@@ -156,15 +156,10 @@ class SqliteEventStore:
         after: PendingAppend | None,
         wake: Callable[[], object],
     ) -> PendingAppend | None:
-        """Queue an append and return at once; ``wake()`` is called (in Trio) once it is
-        decided, then :meth:`finish_append` gives its result. ``None``: not queued (the
-        store is closing, or runs under virtual time); ``append`` instead.
+        """Queue an append behind ``after`` and return at once (``PipelinedAppends``).
 
-        The pipelined path of an event-sourced actor, which decides its next events while
-        these commit: ``after``, an append of the same stream begun before and not yet
-        finished, makes this one commit only if that one does, right behind it (its
-        ``expected_version`` is the version that one leaves). The caller must see every
-        append it began decided, or take it back with ``pending.abort``.
+        ``None``: not queued, as the store is closing or runs under virtual time. A begun
+        append is decided within a commit or two, or taken back with ``pending.abort``.
         """
         if self._closing or self._virtual is not None:
             return None

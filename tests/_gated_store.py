@@ -1,8 +1,9 @@
 """Appends held for the test, for tests of what happens while one is: a store whose
-appends wait for a gate, and an SQLite writer kept busy."""
+appends wait for a gate, and a writer thread (SQLite's or PostgreSQL's) kept busy."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -10,7 +11,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from protocols.errors import StoreError
-from runtime import AppendResult, EventStore, NewEvent, SqliteEventStore
+from runtime import AppendResult, EventStore, NewEvent, PostgresEventStore, SqliteEventStore
 from runtime.testing import InMemoryEventStore
 
 
@@ -59,12 +60,16 @@ def hold_in_thread() -> tuple[Callable[..., None], threading.Event, threading.Ev
 
 
 @asynccontextmanager
-async def writer_paused(store: SqliteEventStore) -> AsyncIterator[None]:
-    """Keep the SQLite writer thread busy in a maintenance write; appends queue up
+async def writer_paused(store: SqliteEventStore | PostgresEventStore) -> AsyncIterator[None]:
+    """Keep the store's writer thread busy in a maintenance write; appends queue up
     meanwhile, and are committed (in one group) once the block is left."""
     hold, entered, release = hold_in_thread()
+    if isinstance(store, PostgresEventStore):
+        write = functools.partial(store._run_write, hold, retry=False)
+    else:
+        write = functools.partial(store._run_write, hold)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(store._run_write, hold)
+        nursery.start_soon(write)
         assert await trio.to_thread.run_sync(entered.wait, 30)
         try:
             yield

@@ -45,6 +45,28 @@ async def _queue_in_order(
     assert store.statistics().pending_appends == len(calls)
 
 
+def _attempt(
+    store: SqliteEventStore,
+    outcomes: dict[str, Outcome],
+    name: str,
+    stream: str,
+    expected: int,
+    *,
+    count: int = 1,
+) -> Callable[[], Awaitable[None]]:
+    """A call appending ``count`` events to ``stream`` at ``expected``, its outcome (the
+    result or the conflict) kept in ``outcomes[name]``."""
+
+    async def run() -> None:
+        events = [_event(i) for i in range(count)]
+        try:
+            outcomes[name] = await store.append(stream, events, expected)
+        except ConcurrencyConflictError as exc:
+            outcomes[name] = exc
+
+    return run
+
+
 async def test_a_conflict_in_a_group_fails_alone(tmp_path: Path) -> None:
     """One group holding good and stale appends: each stale one raises the typed conflict
     and writes nothing, the others commit together, in queue order, in one transaction."""
@@ -52,25 +74,12 @@ async def test_a_conflict_in_a_group_fails_alone(tmp_path: Path) -> None:
         await store.append("a", [_event(0)], 0)
         before = store.statistics()
         outcomes: dict[str, Outcome] = {}
-
-        def attempt(
-            name: str, stream: str, count: int, expected: int
-        ) -> Callable[[], Awaitable[None]]:
-            async def run() -> None:
-                events = [_event(i) for i in range(count)]
-                try:
-                    outcomes[name] = await store.append(stream, events, expected)
-                except ConcurrencyConflictError as exc:
-                    outcomes[name] = exc
-
-            return run
-
         calls = [
-            attempt("b1", "b", 2, 0),
-            attempt("a-stale", "a", 1, 0),
-            attempt("b2", "b", 1, 2),  # builds on b1, which is in the same group
-            attempt("b-stale", "b", 1, 2),  # stale once b2 is in
-            attempt("c", "c", 1, 0),
+            _attempt(store, outcomes, "b1", "b", 0, count=2),
+            _attempt(store, outcomes, "a-stale", "a", 0),
+            _attempt(store, outcomes, "b2", "b", 2),  # builds on b1, in the same group
+            _attempt(store, outcomes, "b-stale", "b", 2),  # stale once b2 is in
+            _attempt(store, outcomes, "c", "c", 0),
         ]
         async with trio.open_nursery() as nursery, writer_paused(store):
             await _queue_in_order(nursery, calls, store)
@@ -487,25 +496,16 @@ async def test_a_wrong_guess_is_decided_on_the_file(
     async with open_sqlite_store(path) as store:
         await store.append("warm", [_event(0)], 0)  # fills the cache, without "a" or "d"
         outcomes: dict[str, Outcome] = {}
-
-        def attempt(
-            name: str, stream: str, expected: int, count: int = 1
-        ) -> Callable[[], Awaitable[None]]:
-            async def run() -> None:
-                events = [_event(i) for i in range(count)]
-                try:
-                    outcomes[name] = await store.append(stream, events, expected)
-                except ConcurrencyConflictError as exc:
-                    outcomes[name] = exc
-
-            return run
-
         calls = [
-            attempt("stale-a", "a", 0, count=3),  # "a" is at 2; the guess puts it at 3
-            attempt("on-the-file", "a", 2),  # wrong by the guess, right by the file
-            attempt("stale-d", "d", 0),  # "d" is at 2; the guess puts it at 1
-            attempt("by-the-guess", "d", 1),  # right by the guess, wrong by the file
-            attempt("other", "c", 0),
+            # "a" is at 2; the guess puts it at 3
+            _attempt(store, outcomes, "stale-a", "a", 0, count=3),
+            # wrong by the guess, right by the file
+            _attempt(store, outcomes, "on-the-file", "a", 2),
+            # "d" is at 2; the guess puts it at 1
+            _attempt(store, outcomes, "stale-d", "d", 0),
+            # right by the guess, wrong by the file
+            _attempt(store, outcomes, "by-the-guess", "d", 1),
+            _attempt(store, outcomes, "other", "c", 0),
         ]
         before = store.statistics()
         async with trio.open_nursery() as nursery, writer_paused(store):
@@ -655,87 +655,3 @@ def test_new_events_built_through_slots_equal_constructed_ones() -> None:
 
 
 # -- appends begun without waiting, one behind another (the pipelined path) ---------------
-
-
-class _Begun:
-    """Appends begun with ``begin_append``, and a Trio event per append set when decided."""
-
-    def __init__(self, store: SqliteEventStore) -> None:
-        self.store = store
-        self.decided: list[trio.Event] = []
-
-    def begin(
-        self, stream: str, events: list[NewEvent], expected: int, after: PendingAppend | None
-    ) -> PendingAppend:
-        decided = trio.Event()
-        self.decided.append(decided)
-        pending = self.store.begin_append(
-            stream, tuple(events), expected, after=after, wake=decided.set
-        )
-        assert pending is not None
-        return pending
-
-    async def all_decided(self) -> None:
-        for decided in self.decided:
-            await decided.wait()
-
-
-async def test_an_append_begun_behind_another_commits_right_after_it(tmp_path: Path) -> None:
-    """``after``: the second append is queued before the first is decided, expecting the
-    version the first leaves; both commit, in order, in one group when queued together."""
-    async with open_sqlite_store(tmp_path / "log.db") as store:
-        begun = _Begun(store)
-        before = store.statistics()
-        async with writer_paused(store):
-            first = begun.begin("a", [_event(0), _event(1)], 0, None)
-            second = begun.begin("a", [_event(2)], 2, first)
-            assert store.statistics().pending_appends == 2
-        await begun.all_decided()
-        assert [store.finish_append(first), store.finish_append(second)] == [
-            AppendResult(stream="a", version=2, first_position=1, last_position=2),
-            AppendResult(stream="a", version=3, first_position=3, last_position=3),
-        ]
-        assert store.statistics().commits - before.commits == 1
-        assert [e.data for e in await store.read("a")] == [b'{"n":0}', b'{"n":1}', b'{"n":2}']
-
-
-@pytest.mark.parametrize("together", [True, False], ids=["one group", "two groups"])
-async def test_an_append_behind_one_that_conflicted_never_commits(
-    tmp_path: Path, together: bool
-) -> None:
-    """Another writer took the stream: the first append conflicts, and the one queued
-    behind it fails too, even though the stream now stands at the version it expected. It
-    was decided on the first one's events, not on the other writer's."""
-    async with open_sqlite_store(tmp_path / "log.db") as store:
-        begun = _Begun(store)
-        async with trio.open_nursery() as nursery, writer_paused(store):
-            nursery.start_soon(store.append, "a", [_event(9)], 0)  # the other writer
-            await trio.testing.wait_all_tasks_blocked()
-            first = begun.begin("a", [_event(0)], 0, None)
-            if not together:
-                await trio.testing.wait_all_tasks_blocked()
-            second = begun.begin("a", [_event(1)], 1, first)
-        await begun.all_decided()
-        for pending, expected in ((first, 0), (second, 1)):
-            with pytest.raises(ConcurrencyConflictError) as info:
-                store.finish_append(pending)
-            assert (info.value.stream, info.value.expected, info.value.actual) == (
-                "a",
-                expected,
-                1,
-            )
-        assert [e.data for e in await store.read("a")] == [b'{"n":9}']
-
-
-async def test_begin_append_checks_its_arguments_and_declines_when_closing(
-    tmp_path: Path,
-) -> None:
-    """Bad arguments raise as ``append`` would; a closing store queues nothing and says so
-    with ``None`` (the caller then appends and gets the typed error)."""
-    async with open_sqlite_store(tmp_path / "log.db") as store:
-        with pytest.raises(ValueError, match="expected_version"):
-            store.begin_append("a", (_event(0),), -1, after=None, wake=lambda: None)
-        store._begin_close()
-        assert store.begin_append("a", (_event(0),), 0, after=None, wake=lambda: None) is None
-        with pytest.raises(StoreClosedError):
-            await store.append("a", [_event(0)], 0)
