@@ -268,15 +268,31 @@ async def test_an_actor_fenced_off_a_lost_shard_stops_without_a_crash_loop(
         llm = FunctionLLM(lambda request: LLMResponse(content="hi"))
         session = await spawn_session(runtime, llm=llm, session_id=session_id)
         await session.send("hello")
-        with runtime.subscribe() as lifecycle:
-            with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+
+        async def send_again() -> None:
+            with pytest.raises(ActorStoppedError):  # its run's append is fenced
+                await session.send("again")
+
+        with (
+            runtime.subscribe() as lifecycle,
+            psycopg.connect(postgres_server.dsn(), autocommit=True) as rounds,
+            psycopg.connect(postgres_server.dsn(), autocommit=True) as leases,
+        ):
+            for conn in (rounds, leases):
                 conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
-                conn.execute(
+            async with trio.open_nursery() as nursery:
+                # The node's lease rounds wait (each starts by renewing its heartbeat)
+                # while another node takes the shard: the session writes before its
+                # node knows, and waits for the next round.
+                rounds.execute("BEGIN")
+                rounds.execute("LOCK TABLE cluster_nodes IN SHARE ROW EXCLUSIVE MODE")
+                leases.execute(
                     "UPDATE shard_leases SET node = 'b', epoch = epoch + 1, "
                     "expires_at = now() + interval '1 hour' WHERE shard = 0"
                 )
-            with pytest.raises(ActorStoppedError):  # the run's append was fenced
-                await session.send("again")
+                nursery.start_soon(send_again)
+                await _until(lambda: runtime.node is not None and runtime.node.fenced_appends > 0)
+                rounds.execute("COMMIT")  # the round finds the shard lost, stops the session
             await _until(lambda: not session.ref.alive)
             await trio.sleep(2 * ttl)  # nothing comes back
             restarts = _drain(lifecycle, ActorRestarting)
