@@ -8,6 +8,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
+from _gated_store import writer_paused
 
 from actors import Tool, spawn_session, tool
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage
@@ -60,14 +63,13 @@ def _echo() -> Tool[[str], Coroutine[Any, Any, str]]:
     return tool(echo)
 
 
-async def test_a_sessions_sends_on_postgres_take_fewer_commits_than_appends(
+async def test_a_sessions_next_decision_is_queued_behind_its_commit_on_postgres(
     postgres_server: PostgresServer, schema: str
 ) -> None:
-    """A send of two rounds and one tool call is four decisions that append. Pipelined,
-    the tool call and the second model call are decided while the events asking for them
-    commit, and go in right behind them: fewer commits than decisions, and the log and
-    the session agree."""
-    sends = 10
+    """While the writer is held, a send queues its run's start, and its model answers at
+    once: that answer's events are decided and queued behind the start, not sent to the
+    actor's mailbox to wait for the commit. Both then commit in one group, and the send
+    completes with the log and the session agreeing."""
     async with (
         _store(postgres_server, schema) as store,
         open_runtime(store=store, seed=1) as runtime,
@@ -75,12 +77,19 @@ async def test_a_sessions_sends_on_postgres_take_fewer_commits_than_appends(
         session = await spawn_session(runtime, llm=FunctionLLM(_answer), tools=[_echo()])
         await session.state()
         before = store.statistics().commits
-        for i in range(sends):
-            result = await session.send(f"message {i}")
-            assert (result.status, result.text) == ("completed", "done")
-        commits = store.statistics().commits - before
+        results = []
+
+        async def send() -> None:
+            results.append(await session.send("message"))
+
+        async with trio.open_nursery() as nursery, writer_paused(store):
+            nursery.start_soon(send)
+            await trio.testing.wait_all_tasks_blocked()
+            assert store.statistics().pending_appends == 2
+        assert [(r.status, r.text) for r in results] == [("completed", "done")]
         state = await session.state()
         recorded = await store.read(f"session/{session.id}")
-    assert commits < 4 * sends, commits
-    assert len(state.transcript) == 4 * sends
-    assert sum(e.type == "session.run_finished" for e in recorded) == sends
+        commits = store.statistics().commits - before
+    assert len(state.transcript) == 4
+    assert [e.type for e in recorded].count("session.run_finished") == 1
+    assert commits < 4  # four appends; the first two in one group
