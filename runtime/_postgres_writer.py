@@ -44,7 +44,7 @@ from ._postgres_schema import (
     map_errors,
 )
 from ._virtual_time import Flight
-from ._writer_queue import take_back
+from ._writer_queue import behind_failure, take_back
 
 if TYPE_CHECKING:
     import psycopg
@@ -518,13 +518,7 @@ class PostgresWriter:
         for pending in batch:
             stream = pending.stream
             current = versions.get(stream, 0)
-            after = pending.after
-            if current != pending.expected_version or (
-                # Behind an append that failed, or conflicted in this plan: never on top
-                # of what another writer wrote meanwhile, even at the expected version.
-                after is not None
-                and (after.outcome is not None or after.version != pending.expected_version)
-            ):
+            if current != pending.expected_version or behind_failure(pending):
                 pending.version = 0
                 plan.conflicts.append((pending, current))
                 continue

@@ -41,6 +41,7 @@ from ._sqlite_schema import (
 )
 from ._virtual_time import Flight
 from ._wal_headroom import WalHeadroom
+from ._writer_queue import behind_failure
 
 __all__ = ["PendingAppend", "SqliteWriter", "WriteJob"]
 
@@ -671,17 +672,12 @@ class SqliteWriter:
             stream = pending.stream
             if group and not _plain(stream):
                 return None
-            after = pending.after
-            # Behind an append that failed, or conflicted in this plan: never on top of
-            # what another writer wrote meanwhile, even at the expected version.
-            behind_failure = after is not None and (
-                after.outcome is not None or after.version != pending.expected_version
-            )
+            refused = behind_failure(pending)
             current = written.get(stream)
             if current is None:
                 current = cache.get(stream)
             if current is None:
-                if group and pending.events and not behind_failure:
+                if group and pending.events and not refused:
                     # A stream the cache has not seen (a new session's first append):
                     # take the caller's version. The guard checks it as the first row
                     # goes in; if it is wrong, the statement writes nothing and the
@@ -693,7 +689,7 @@ class SqliteWriter:
                     # The guard's own table, so the plan agrees with what SQLite accepts.
                     row = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
                     current = 0 if row is None else cache.setdefault(stream, row[0])
-            if behind_failure or current != pending.expected_version:
+            if refused or current != pending.expected_version:
                 pending.version = 0
                 plan.conflicts.append((pending, current))
                 continue

@@ -1,4 +1,5 @@
-"""Taking an item back from a writer thread's queue, for the SQLite and PostgreSQL stores.
+"""What the SQLite and PostgreSQL writers share about their queued items: taking one back,
+and when a pipelined append may not commit.
 
 A task waiting for a queued append or maintenance write is cancelled: if the writer thread
 has not taken the item yet it never will, else the item's outcome is decided by the work in
@@ -43,3 +44,37 @@ def take_back(item: Queued) -> trio.lowlevel.Abort:
     if item.flight is not None:
         item.flight.land()  # never handed to the thread: nothing to wait for
     return trio.lowlevel.Abort.SUCCEEDED
+
+
+class _Decided(Protocol):
+    """An append as its plan or commit left it."""
+
+    @property
+    def outcome(self) -> BaseException | None:
+        """Its error, once decided; ``None`` while it is accepted or committed."""
+
+    @property
+    def version(self) -> int:
+        """The version it leaves (0 while refused or not planned)."""
+
+
+class _Pipelined(Protocol):
+    """An append that may be queued behind another of its stream."""
+
+    @property
+    def after(self) -> _Decided | None:
+        """The append it was queued behind, if any."""
+
+    @property
+    def expected_version(self) -> int:
+        """The version it expects its stream at."""
+
+
+def behind_failure(pending: _Pipelined) -> bool:
+    """Whether ``pending`` was queued behind an append that failed, or that conflicted
+    or left another version in this plan: it then conflicts too, never landing on top of
+    what another writer wrote meanwhile, even at its expected version."""
+    after = pending.after
+    return after is not None and (
+        after.outcome is not None or after.version != pending.expected_version
+    )
