@@ -33,6 +33,7 @@ from ._actor import Actor
 from ._event_store import EventStore, NewEvent, PipelinedAppends, new_event_from_encoded
 from ._ref import PriorityMessage
 from ._snapshot_chunks import decode_snapshot, encode_snapshot
+from ._steps import Follow, Link, StepRunner, Waiter
 
 StateT = TypeVar("StateT")
 
@@ -117,78 +118,6 @@ class _StepResult(PriorityMessage):
     def __init__(self, token: object, result: object) -> None:
         self.token = token
         self.result = result
-
-
-class _Waiter:
-    """The actor's task parked until an append it began is decided."""
-
-    __slots__ = ("parked", "task")
-
-    def __init__(self) -> None:
-        self.task = trio.lowlevel.current_task()
-        self.parked = False
-
-    def wake(self) -> None:
-        if self.parked:
-            self.parked = False
-            trio.lowlevel.reschedule(self.task)
-
-    async def park(self) -> None:
-        self.parked = True
-        # Not cancellable: what was begun is decided within a commit or two (as a plain
-        # append the writer has taken), and the actor must know how it ended.
-        await trio.lowlevel.wait_task_rescheduled(_keep_waiting)
-
-
-def _keep_waiting(_: object) -> trio.lowlevel.Abort:
-    return trio.lowlevel.Abort.FAILED
-
-
-class _Link:
-    """One append begun by the pipelined path, and whether it is decided yet; while the
-    actor waits for it, what the early step's result is decided on (``state``, the fold
-    of its events, and ``version``, the version they leave) and, once it is, the follow."""
-
-    __slots__ = ("done", "follow", "pending", "state", "token", "version", "waiter")
-
-    def __init__(self, waiter: _Waiter) -> None:
-        self.waiter = waiter
-        self.pending: object = None
-        self.done = False
-        self.token: object | None = None
-        self.state: object = None
-        self.version = 0
-        self.follow: _Follow | None = None
-
-    def decided(self) -> None:
-        self.done = True
-        self.waiter.wake()
-
-
-class _Follow:
-    """An early step's result decided while the append that asked for it commits: its
-    events (queued behind that append), their fold, the step ``next_step`` asked for on
-    it, whether a decision stops the actor, and the version the events leave."""
-
-    __slots__ = ("began", "events", "link", "state", "step", "stop", "version")
-
-    def __init__(  # noqa: PLR0917  # private, built in one place
-        self,
-        link: _Link,
-        events: list[object],
-        state: object,
-        step: object | None,
-        stop: bool,
-        version: int,
-        began: float,
-    ) -> None:
-        self.link = link
-        self.events = events
-        self.state = state
-        self.step = step
-        self.stop = stop
-        self.version = version
-        self.began = began
 
 
 class EventSourcedActor(Actor[object], Generic[StateT]):
@@ -316,14 +245,14 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
 
     async def on_start(self) -> None:
         self._stream = self.stream_name()
-        self._step_scope: trio.CancelScope | None = None
         self._step_token: object | None = None
         self._step_gate: trio.Event | None = None
+        self._runner: StepRunner | None = None
         self.snapshot_version = 0
         if self.snapshot_every is not None:
             self._check_snapshot_config()
         self._unwritten: list[object] = []
-        self._open_link: _Link | None = None
+        self._open_link: Link | None = None
         # The class must say so: a wrapper that forwards unknown names (a test's store that
         # holds appends) must not be bypassed by appends begun on the store it wraps.
         store = self.store
@@ -417,7 +346,6 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             if message.token is not self._step_token:
                 return None  # the result of a step that was cancelled meanwhile
             self._step_token = None
-            self._step_scope = None
             self._step_gate = None
             message = message.result
         decision = self.handle(self.state, message)
@@ -546,10 +474,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
 
     async def _commit_early(
         self, events: list[object], state: StateT, *, started: bool
-    ) -> tuple[Sequence[object], _Follow | None]:
+    ) -> tuple[Sequence[object], Follow | None]:
         """:meth:`_commit`; if a step ``started`` early for these events: should its
         result come before they are durable, it is decided then and its events queued
-        right behind them (:class:`_Follow`; :meth:`_settle_follow` sees them through).
+        right behind them (:class:`Follow`; :meth:`_settle_follow` sees them through).
 
         With a model that answers at once (a function model, a replay) this takes the
         actor's own decision off the critical path between two dependent commits. The
@@ -564,20 +492,21 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             return await self._commit(events, state), None
         written = [*self._unwritten, *events] if self._unwritten else events
         new = self._encode(written)
-        began = trio.current_time()
-        link = _Link(_Waiter())
+        observed = bool(self.context.runtime.commit_observers)  # else not timed at all
+        began = trio.current_time() if observed else 0.0
+        link = Link(Waiter())
         pending = store.begin_append(self._stream, new, self.version, after=None, wake=link.decided)
         if pending is None:  # the store is closing: ``append`` says so
             return await self._commit(events, state), None
         link.pending = pending
         follow = await self._wait_for(link, self.version + len(new), state)
         result = store.finish_append(pending)
-        if self.context.runtime.commit_observers:
+        if observed:
             self._observe_commit(len(new), trio.current_time() - began)
         await self._committed(written, state, result.version)
         return written, follow
 
-    async def _wait_for(self, link: _Link, version: int, state: StateT) -> _Follow | None:
+    async def _wait_for(self, link: Link, version: int, state: StateT) -> Follow | None:
         """Wait until ``link``'s append is decided. Meanwhile the running early step, if
         it finishes first, decides its own result on ``state`` (the fold of that append's
         events; ``version``, the version it leaves) and queues its events behind it
@@ -594,8 +523,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         return link.follow
 
     def _decide_follow(
-        self, result: object, state: StateT, version: int, link: _Link
-    ) -> _Follow | None:
+        self, result: object, state: StateT, version: int, link: Link
+    ) -> Follow | None:
         """Decide the early step's ``result`` on ``state`` and queue its events behind
         ``link``'s; ``None`` (nothing queued) if that decision appends nothing or stops
         or cancels: those wait for their turn in the mailbox."""
@@ -608,8 +537,14 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             state, list(decision.events), False, chain=True
         )
         new = self._encode(events)
-        follow = _Follow(
-            _Link(link.waiter), events, folded, step, stop, version + len(new), trio.current_time()
+        follow = Follow(
+            Link(link.waiter),
+            events,
+            folded,
+            step,
+            stop,
+            version + len(new),
+            trio.current_time() if self.context.runtime.commit_observers else None,
         )
         pending = store.begin_append(
             self._stream, new, version, after=link.pending, wake=follow.link.decided
@@ -618,11 +553,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             return None
         follow.link.pending = pending
         self._step_token = None  # the step is over: its result is decided
-        self._step_scope = None
         self._step_gate = None
         return follow
 
-    async def _settle_follow(self, follow: _Follow) -> None:
+    async def _settle_follow(self, follow: Follow) -> None:
         """See a follow's events through: wait for their append (deciding the next early
         step's result meanwhile, the same way), then what :meth:`receive` does after
         a commit."""
@@ -633,7 +567,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             state = cast("StateT", follow.state)
             after = await self._wait_for(follow.link, follow.version, state)
             result = store.finish_append(follow.link.pending)
-            if self.context.runtime.commit_observers:
+            if follow.began is not None:  # timed: an observer was there when it began
                 self._observe_commit(len(follow.events), trio.current_time() - follow.began)
             await self._committed(follow.events, state, result.version)
             self.after_persist(follow.events)
@@ -710,23 +644,37 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
 
     def _start_step(self, step: object, gate: trio.Event | None = None) -> None:
         token = object()
-        scope = trio.CancelScope()
         self._step_token = token
-        self._step_scope = scope
         self._step_gate = gate
-        self.context.start_soon(
-            self._run_step, step, token, scope, name=f"{self.context.path} step"
-        )
+        runner = self._runner
+        if runner is None:
+            runner = self._runner = StepRunner(step, token)
+            self.context.start_soon(self._run_steps, runner, name=f"{self.context.path} step")
+        else:
+            runner.give(step, token)
 
-    async def _run_step(self, step: object, token: object, scope: trio.CancelScope) -> None:
-        result: object
-        with scope:
-            try:
-                result = await self.execute(step)
-            except Exception as exc:
-                result = StepFailed(step, exc)
-        if scope.cancelled_caught:
-            return
+    async def _run_steps(self, runner: StepRunner) -> None:
+        """Run the steps given to ``runner``, one after another, until it is cancelled
+        (:meth:`_cancel_step`; the next step starts a new runner)."""
+        runner.task = trio.lowlevel.current_task()
+        with runner.scope:
+            while True:
+                work = runner.next
+                if work is None:
+                    await runner.wait_for_work()
+                    continue
+                runner.next = None
+                step, token = work
+                result: object
+                try:
+                    result = await self.execute(step)
+                except Exception as exc:
+                    result = StepFailed(step, exc)
+                if runner.cancelled:
+                    return  # cancelled as it finished: its result is not wanted
+                self._step_finished(token, result)
+
+    def _step_finished(self, token: object, result: object) -> None:
         mailbox = self._cell.mailbox
         if mailbox.closed:
             return
@@ -747,9 +695,9 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         mailbox.put_system((_StepResult(token, result), None))
 
     def _cancel_step(self) -> None:
-        if self._step_scope is not None:
-            self._step_scope.cancel()
-        self._step_scope = None
+        if self._step_token is not None and self._runner is not None:
+            self._runner.cancel()
+            self._runner = None
         self._step_token = None
         self._step_gate = None
 

@@ -343,6 +343,49 @@ async def test_a_restart_resumes_pending_steps_from_the_log(
     assert executed == ["a", "b", "b"]  # "b" had no recorded result, so it ran again
 
 
+@attrs.frozen
+class Skip:
+    pass
+
+
+step_tasks: list[tuple[str, trio.lowlevel.Task]] = []
+
+
+class TaskNoting(Worker):
+    """A worker that notes which task runs each step, and can give up the running one."""
+
+    def handle(self, state: Jobs, message: object) -> Decision:
+        if isinstance(message, Skip):
+            return Decision(events=[JobDone(state.queued[0], "skipped")], cancel_step=True)
+        return super().handle(state, message)
+
+    async def execute(self, step: object) -> object:
+        step_tasks.append((str(step), trio.lowlevel.current_task()))
+        return await super().execute(step)
+
+
+async def test_steps_share_one_task_until_one_is_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    executed.clear()
+    step_tasks.clear()
+    async with open_runtime(store=InMemoryEventStore(), seed=1) as runtime:
+        ref = await runtime.spawn(TaskNoting)
+        for job in ("a", "b", "c", "d"):
+            await ref.tell(Submit(job))
+        await trio.sleep(2.5)  # "a" and "b" done, "c" in flight
+        await ref.tell(Skip())
+        await trio.sleep(10)
+        status = await ref.ask(Status())
+    # "c" never came back: its task was cancelled with it.
+    assert status.done == (("a", "A"), ("b", "B"), ("c", "skipped"), ("d", "D"))
+    assert [job for job, _ in step_tasks] == ["a", "b", "c", "d"]
+    first = step_tasks[0][1]
+    assert step_tasks[1][1] is first
+    assert step_tasks[2][1] is first
+    assert step_tasks[3][1] is not first
+
+
 # -- the persist-listener seam ---------------------------------------------------------------
 
 
