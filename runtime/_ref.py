@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar, cast, final, overload
 
 import trio
@@ -149,13 +147,16 @@ class ActorRef(Generic[MsgT]):
             ActorStoppedError: the actor has stopped for good.
         """
         mailbox = self._cell.mailbox
-        with self._stopped_errors():
+        try:
             if isinstance(message, PriorityMessage):
                 await checkpoint_if_cancelled()
                 mailbox.put_system((message, None))
                 await trio.lowlevel.cancel_shielded_checkpoint()
             else:
                 await mailbox.put((message, None))
+        except ActorStoppedError:
+            self._raise_why_stopped()
+            raise
 
     def tell_nowait(self, message: MsgT) -> None:
         """Send ``message`` without waiting; a full mailbox applies its overflow policy.
@@ -165,11 +166,14 @@ class ActorRef(Generic[MsgT]):
             MailboxFullError: the mailbox is full and its overflow policy is ``reject``.
         """
         mailbox = self._cell.mailbox
-        with self._stopped_errors():
+        try:
             if isinstance(message, PriorityMessage):
                 mailbox.put_system((message, None))
             else:
                 mailbox.put_nowait((message, None))
+        except ActorStoppedError:
+            self._raise_why_stopped()
+            raise
 
     def tell_from_thread(self, message: MsgT) -> None:
         """Send ``message`` from a thread that is not running Trio.
@@ -225,7 +229,7 @@ class ActorRef(Generic[MsgT]):
     async def _enqueue(self, message: object, reply: Reply[object]) -> None:
         mailbox = self._cell.mailbox
         item = (message, reply)
-        with self._stopped_errors():
+        try:
             if isinstance(message, PriorityMessage):
                 await checkpoint_if_cancelled()
                 mailbox.put_system(item)
@@ -234,16 +238,15 @@ class ActorRef(Generic[MsgT]):
                 mailbox.put_unchecked(item)
             else:
                 await mailbox.put(item)
-
-    @contextmanager
-    def _stopped_errors(self) -> Iterator[None]:
-        """A closed mailbox says "stopped"; an actor that failed says why (its cause)."""
-        try:
-            yield
         except ActorStoppedError:
-            error = self._cell.stopped_error()
-            if type(error) is ActorStoppedError:
-                raise
+            self._raise_why_stopped()
+            raise
+
+    def _raise_why_stopped(self) -> None:
+        """A closed mailbox says "stopped": if the actor failed, raise why instead (its
+        cause); else return, and the caller re-raises the plain error."""
+        error = self._cell.stopped_error()
+        if type(error) is not ActorStoppedError:
             raise error from error.__cause__
 
     def statistics(self) -> MailboxStatistics:
