@@ -5,8 +5,10 @@ Run ``python -m actors.bench SUITE [--json] [--quick]`` with ``SUITE`` one of ``
 figures, then a fleet of node processes: sends/s, failover, lost, duplicates),
 ``agents``, ``providers``, ``longevity`` (what a session of months costs), ``console``
 (the web console's log page on a session of a million events), ``limits`` (the fleet
-limiter), ``fleet`` (a node's drain) and ``peers`` (the agents' sends beside power-loop's,
-the baseline issue 16's goals are stated against; needs the ``bench`` extra).
+limiter), ``fleet`` (a node's drain), ``peers`` (the agents' sends beside power-loop's,
+the baseline issue 16's goals are stated against; needs the ``bench`` extra) and
+``instructions`` (the agents' instructions per send beside the store's alone, counted by
+valgrind: figures that hold still while the machine's speed moves).
 """
 
 from __future__ import annotations
@@ -23,5 +25,6 @@ SUITES: dict[str, str] = {
     "limits": "actors.bench._limits",
     "fleet": "actors.bench._fleet",
     "peers": "actors.bench._peers",
+    "instructions": "actors.bench._instructions",
 }
 """Suite name -> the module whose ``run(args)`` measures it: the kernel's and the agents'."""

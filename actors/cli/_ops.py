@@ -208,8 +208,9 @@ async def cmd_import(ctx: CliContext, args: argparse.Namespace) -> int:
 def cmd_bench(ctx: CliContext, args: argparse.Namespace) -> int:
     """``powertrio bench``: every benchmark suite (or ``--suite``), a table or one JSON object.
 
-    A suite that cannot run here for want of an optional package (``peers`` without
-    power-loop) is listed as skipped, with its reason, unless it was named with ``--suite``.
+    A suite that cannot run here for want of an optional tool (``peers`` without
+    power-loop, ``instructions`` without valgrind) is listed as skipped, with its reason,
+    unless it was named with ``--suite``.
 
     Synchronous: each suite runs its own ``trio.run``.
     """
