@@ -7,6 +7,8 @@ from typing import Any, TypeVar
 
 import attrs
 
+from protocols.lowlevel import slot_setter
+
 T = TypeVar("T")
 
 _UNCHANGED: Any = object()
@@ -41,8 +43,7 @@ def replacer(cls: type[T]) -> Callable[..., T]:
         )
     ):
         raise TypeError(f"{cls.__qualname__}: evolve does more than copy its fields")
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_set": object.__setattr__}
-    namespace["_unchanged"] = _UNCHANGED
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_unchanged": _UNCHANGED}
     lines = [
         "def replace(_self_, *, " + ", ".join(f"{f.name}=_unchanged" for f in fields) + "):",
         "    _made_ = _new(_cls)",
@@ -52,8 +53,10 @@ def replacer(cls: type[T]) -> Callable[..., T]:
         if f.converter is not None:
             namespace[f"_convert_{f.name}"] = f.converter
             new = f"_convert_{f.name}({f.name})"
+        # Each slot's own setter: past the frozen guard, and no lookup of the name.
+        namespace[f"_set_{f.name}"] = slot_setter(cls, f.name)
         lines.append(
-            f"    _set(_made_, {f.name!r}, _self_.{f.name} if {f.name} is _unchanged else {new})"
+            f"    _set_{f.name}(_made_, _self_.{f.name} if {f.name} is _unchanged else {new})"
         )
     lines.append("    return _made_")
     exec("\n".join(lines), namespace)  # code written from the field names
