@@ -65,8 +65,9 @@ from ._postgres_schema import (
     row_to_event,
 )
 from ._postgres_text import TextIndexMethods, forget_streams
-from ._postgres_writer import PendingAppend, PostgresWriter
+from ._postgres_writer import PostgresWriter
 from ._virtual_time import VirtualRun, run_in_thread, virtual_run
+from ._writer_queue import PendingAppend
 
 if TYPE_CHECKING:
     import psycopg
@@ -236,14 +237,7 @@ class PostgresEventStore(TextIndexMethods):
             ConcurrencyConflictError, FencedError, StoreClosedError,
             StoreUnavailableError, StoreError: as ``append``.
         """
-        if pending.outcome is not None:
-            raise pending.outcome
-        return AppendResult(
-            stream=pending.stream,
-            version=pending.version,
-            first_position=pending.first_position,
-            last_position=pending.last_position,
-        )
+        return pending.result()
 
     async def _park(self, abort: Callable[[object], trio.lowlevel.Abort]) -> None:
         """Wait for the writer thread to resume this task (holding a virtual clock)."""

@@ -44,82 +44,18 @@ from ._postgres_schema import (
     map_errors,
 )
 from ._virtual_time import Flight
-from ._writer_queue import behind_failure, take_back
+from ._writer_queue import PendingAppend, behind_failure, resume, take_back
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PendingAppend", "PostgresWriter", "WriteJob"]
+__all__ = ["PostgresWriter", "WriteJob"]
 
 _Item = TypeVar("_Item", "PendingAppend", "WriteJob")
 
 # How often a group is retried when another writer (another node, a stray client) took a
 # version between our read and our insert; the primary key refused it, nothing was written.
 _RETRIES = 3
-
-
-@final
-class PendingAppend:
-    """One queued append, waiting for its group commit (a plain slotted class: hot path).
-
-    Its caller parks its task, or, for an append begun without waiting
-    (``PostgresEventStore.begin_append``), has ``wake`` called; such an append may be
-    queued ``after`` another of its stream.
-    """
-
-    __slots__ = (
-        "after",
-        "events",
-        "expected_version",
-        "fence",
-        "first_position",
-        "flight",
-        "last_position",
-        "mutex",
-        "outcome",
-        "queue",
-        "stream",
-        "task",
-        "version",
-        "wake",
-    )
-
-    def __init__(
-        self,
-        stream: str,
-        events: tuple[NewEvent, ...],
-        expected_version: int,
-        queue: list[PendingAppend],
-        mutex: threading.Lock,
-        *,
-        flight: Flight | None = None,
-        fence: tuple[int, int] | None = None,
-        after: PendingAppend | None = None,
-        wake: Callable[[], object] | None = None,
-    ) -> None:
-        self.stream = stream
-        # (shard, epoch) of the lease the append is made under; None: not fenced.
-        self.fence = fence
-        # Queued behind ``after`` (same stream, before it is decided): commits only if
-        # ``after`` does, at the version ``after`` leaves.
-        self.after = after
-        # Called (in Trio) once decided, instead of rescheduling the task.
-        self.wake = wake
-        self.events = events
-        self.expected_version = expected_version
-        self.queue = queue
-        self.mutex = mutex
-        self.flight = flight
-        self.task = trio.lowlevel.current_task()
-        # An error, or None: once the caller is resumed, None means committed.
-        self.outcome: BaseException | None = None
-        self.version = 0
-        self.first_position = 0
-        self.last_position = 0
-
-    def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
-        """Cancellation: give up if still queued, else wait for the commit in flight."""
-        return take_back(self)
 
 
 @final
@@ -376,13 +312,7 @@ class PostgresWriter:
         """Resume the callers of a decided group (Trio thread; must not raise)."""
         with self._mutex:
             self._in_flight -= len(decided)
-        for pending in decided:
-            pending.after = None  # decided: a chain of them must not keep the first alive
-            wake, pending.wake = pending.wake, None  # a bound method of what holds pending
-            if wake is None:
-                trio.lowlevel.reschedule(pending.task)
-            else:
-                wake()
+        resume(decided)
         self._signal.advance(head)
 
     def _connection(self) -> psycopg.Connection:

@@ -40,7 +40,6 @@ from ._event_store import (
     effective_limit,
 )
 from ._sqlite_audit import audit_database
-from ._sqlite_queue import PendingAppend
 from ._sqlite_schema import (
     DELETE_INDEXED_EVENTS,
     DELETE_ORPHAN_BLOBS,
@@ -67,6 +66,7 @@ from ._sqlite_schema import (
 from ._sqlite_writer import SqliteWriter
 from ._store_ops import CheckProblem, CheckReport
 from ._virtual_time import VirtualRun, run_in_thread, virtual_run
+from ._writer_queue import PendingAppend
 
 __all__ = ["SqliteEventStore", "open_sqlite_store"]
 

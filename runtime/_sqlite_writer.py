@@ -25,7 +25,7 @@ import trio
 from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreError
 
 from ._event_store import CommitSignal, NewEvent
-from ._sqlite_queue import PendingAppend, WriteJob
+from ._sqlite_queue import WriteJob
 from ._sqlite_schema import (
     GROUP_STATEMENT,
     GUARD_MESSAGE,
@@ -41,9 +41,9 @@ from ._sqlite_schema import (
 )
 from ._virtual_time import Flight
 from ._wal_headroom import WalHeadroom
-from ._writer_queue import behind_failure
+from ._writer_queue import PendingAppend, behind_failure, resume
 
-__all__ = ["PendingAppend", "SqliteWriter", "WriteJob"]
+__all__ = ["SqliteWriter", "WriteJob"]
 
 _Item = TypeVar("_Item", "PendingAppend", "WriteJob")
 
@@ -404,13 +404,7 @@ class SqliteWriter:
         """Resume the callers of a decided group (Trio thread; must not raise)."""
         with self._mutex:
             self._in_flight -= len(decided)
-        for pending in decided:
-            pending.after = None  # decided: a chain of them must not keep the first alive
-            wake, pending.wake = pending.wake, None  # a bound method of what holds pending
-            if wake is None:
-                trio.lowlevel.reschedule(pending.task)
-            else:
-                wake()
+        resume(decided)
         self._signal.advance(head)
 
     def _fail(self, batch: list[PendingAppend], exc: BaseException) -> None:

@@ -21,12 +21,13 @@ from runtime import (
     AppendResult,
     NewEvent,
     SqliteEventStore,
-    _sqlite_queue,
+    _writer_queue,
     open_sqlite_store,
 )
 from runtime._event_store import new_event_from_encoded
 from runtime._sqlite_schema import event_checksum
-from runtime._sqlite_writer import _SPLIT_QUEUE, PendingAppend, SqliteWriter
+from runtime._sqlite_writer import _SPLIT_QUEUE, SqliteWriter
+from runtime._writer_queue import PendingAppend
 
 Outcome = AppendResult | ConcurrencyConflictError
 
@@ -216,8 +217,8 @@ async def test_an_unexpected_writer_error_answers_everyone(
 
 def test_append_results_built_through_slots_equal_constructed_ones() -> None:
     """The store fills AppendResult's slots directly; the result is the usual frozen value."""
-    fast: AppendResult = _sqlite_queue._new_object(AppendResult)
-    _sqlite_queue._set_result_slots(fast, "s", 3, 5, 7)
+    fast: AppendResult = _writer_queue._new_object(AppendResult)
+    _writer_queue._set_result_slots(fast, "s", 3, 5, 7)
     built = AppendResult(stream="s", version=3, first_position=5, last_position=7)
     assert (fast, hash(fast), repr(fast)) == (built, hash(built), repr(built))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
