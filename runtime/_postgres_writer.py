@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, final
 
 import attrs
 import trio
@@ -44,14 +44,12 @@ from ._postgres_schema import (
     map_errors,
 )
 from ._virtual_time import Flight
-from ._writer_queue import PendingAppend, behind_failure, resume, take_back
+from ._writer_queue import GroupCommitWriter, PendingAppend, behind_failure, take_back
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["PostgresWriter", "WriteJob"]
-
-_Item = TypeVar("_Item", "PendingAppend", "WriteJob")
 
 # How often a group is retried when another writer (another node, a stray client) took a
 # version between our read and our insert; the primary key refused it, nothing was written.
@@ -117,7 +115,7 @@ class _Retry(Exception):  # control flow inside the writer, never raised out
 
 @final
 @attrs.define(eq=False, repr=False)
-class PostgresWriter:
+class PostgresWriter(GroupCommitWriter):
     """The writer thread of one ``PostgresEventStore`` and the state it shares with Trio."""
 
     _dsn: str
@@ -212,29 +210,6 @@ class PostgresWriter:
         job = WriteJob(fn, self._jobs, self._mutex, flight, retry=retry)
         return job if self._enqueue(self._jobs, job) else None
 
-    def _enqueue(self, queue: list[_Item], item: _Item) -> bool:
-        with self._mutex:
-            if self._stopping:
-                if item.flight is not None:
-                    item.flight.land()
-                return False
-            queue.append(item)
-            if self._idle:
-                self._idle = False
-                self._work.notify()
-        return True
-
-    def pending_appends(self) -> int:
-        """Appends queued or taken but not yet handed back."""
-        with self._mutex:
-            return len(self._queue) + self._in_flight
-
-    def request_stop(self) -> None:
-        """Ask the thread to commit what is queued, then stop (``drained`` tells when)."""
-        with self._mutex:
-            self._stopping = True
-            self._work.notify()
-
     def join(self) -> None:
         """Wait for the thread to end and close its connection."""
         if self.thread is not None:
@@ -253,7 +228,7 @@ class PostgresWriter:
                     self._resume_job(work)
                     continue
                 head = self._commit(work)
-                self._hand_back(work, head)
+                self._post_decided(work, head)
         finally:
             self._stop()
 
@@ -286,34 +261,11 @@ class PostgresWriter:
             pending.outcome = StoreClosedError("the event store's writer stopped")
             self.counters.failed_appends += 1
         if left:
-            self._hand_back(left, 0)
+            self._post_decided(left, 0)
         for job in jobs:
             job.error = StoreClosedError("the event store's writer stopped")
             self._resume_job(job)
         self._call_soon(self.drained.set)
-
-    def _call_soon(self, fn: Callable[..., object], *args: object) -> None:
-        with contextlib.suppress(trio.RunFinishedError):
-            self._token.run_sync_soon(fn, *args)
-
-    def _resume_job(self, job: WriteJob) -> None:
-        self._call_soon(trio.lowlevel.reschedule, job.task)
-        if job.flight is not None:
-            job.flight.land()
-
-    def _hand_back(self, decided: list[PendingAppend], head: int) -> None:
-        self._call_soon(self._deliver, decided, head)
-        # Under virtual time: only now, with the wake-up posted, may Trio wait for I/O.
-        for pending in decided:
-            if pending.flight is not None:
-                pending.flight.land()
-
-    def _deliver(self, decided: list[PendingAppend], head: int) -> None:
-        """Resume the callers of a decided group (Trio thread; must not raise)."""
-        with self._mutex:
-            self._in_flight -= len(decided)
-        resume(decided)
-        self._signal.advance(head)
 
     def _connection(self) -> psycopg.Connection:
         """The write connection, reconnecting after a loss.

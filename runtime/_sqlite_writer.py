@@ -16,7 +16,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable
-from typing import Literal, TypeVar, final
+from typing import Literal, final
 
 import attrs
 import orjson
@@ -41,11 +41,9 @@ from ._sqlite_schema import (
 )
 from ._virtual_time import Flight
 from ._wal_headroom import WalHeadroom
-from ._writer_queue import PendingAppend, behind_failure, resume
+from ._writer_queue import GroupCommitWriter, PendingAppend, behind_failure
 
 __all__ = ["SqliteWriter", "WriteJob"]
-
-_Item = TypeVar("_Item", "PendingAppend", "WriteJob")
 
 logger = logging.getLogger("powertrio.store")
 
@@ -146,7 +144,7 @@ def _as_store_error(path: str, exc: BaseException) -> BaseException:
 
 @final
 @attrs.define(eq=False, repr=False)
-class SqliteWriter:
+class SqliteWriter(GroupCommitWriter):
     """The writer thread of one ``SqliteEventStore`` and the state it shares with Trio.
 
     The store queues appends and maintenance writes here from the Trio thread; the
@@ -244,29 +242,6 @@ class SqliteWriter:
         """
         job = WriteJob(fn, self._jobs, self._mutex, flight)
         return job if self._enqueue(self._jobs, job) else None
-
-    def _enqueue(self, queue: list[_Item], item: _Item) -> bool:
-        with self._mutex:
-            if self._stopping:  # closing, or the thread died (see _stop): nobody would run it
-                if item.flight is not None:
-                    item.flight.land()
-                return False
-            queue.append(item)
-            if self._idle:
-                self._idle = False
-                self._work.notify()
-        return True
-
-    def pending_appends(self) -> int:
-        """Appends queued or taken but not yet handed back."""
-        with self._mutex:
-            return len(self._queue) + self._in_flight
-
-    def request_stop(self) -> None:
-        """Ask the thread to commit what is queued, then stop (``drained`` tells when)."""
-        with self._mutex:
-            self._stopping = True
-            self._work.notify()
 
     def join(self) -> None:
         """Wait for the thread to end; after ``drained``, this returns at once."""
@@ -382,30 +357,9 @@ class SqliteWriter:
             self._resume_job(job)
         self._call_soon(self.drained.set)
 
-    def _call_soon(self, fn: Callable[..., object], *args: object) -> None:
-        """Run ``fn(*args)`` in the Trio thread (from the writer thread)."""
-        with contextlib.suppress(trio.RunFinishedError):  # nobody is left to tell
-            self._token.run_sync_soon(fn, *args)
-
-    def _resume_job(self, job: WriteJob) -> None:
-        self._call_soon(trio.lowlevel.reschedule, job.task)
-        if job.flight is not None:
-            job.flight.land()
-
     def _hand_back(self, decided: list[PendingAppend]) -> None:
         if decided:
-            self._call_soon(self._deliver, decided, self._db_head)
-            # Under virtual time: only now, with the wake-up posted, may Trio wait for I/O.
-            for pending in decided:
-                if pending.flight is not None:
-                    pending.flight.land()
-
-    def _deliver(self, decided: list[PendingAppend], head: int) -> None:
-        """Resume the callers of a decided group (Trio thread; must not raise)."""
-        with self._mutex:
-            self._in_flight -= len(decided)
-        resume(decided)
-        self._signal.advance(head)
+            self._post_decided(decided, self._db_head)
 
     def _fail(self, batch: list[PendingAppend], exc: BaseException) -> None:
         for pending in batch:

@@ -8,15 +8,16 @@ flight and the task keeps waiting for it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol, final
+from typing import Any, Protocol, TypeVar, final
 
 import trio
 
 from protocols.lowlevel import slot_setter
 
-from ._event_store import AppendResult, NewEvent
+from ._event_store import AppendResult, CommitSignal, NewEvent
 from ._virtual_time import Flight
 
 
@@ -175,3 +176,83 @@ def resume(decided: list[PendingAppend]) -> None:
             trio.lowlevel.reschedule(pending.task)
         else:
             wake()
+
+
+class _Job(Protocol):
+    """A maintenance write, as the Trio side resumes its caller."""
+
+    @property
+    def task(self) -> trio.lowlevel.Task:
+        """The task parked on it."""
+
+    @property
+    def flight(self) -> Flight | None:
+        """Under virtual time, the flight that lands once the caller's wake-up is posted."""
+
+
+_Item = TypeVar("_Item", bound=Queued)
+
+
+class GroupCommitWriter:
+    """What the SQLite and PostgreSQL writers share: queueing appends and maintenance
+    writes for the writer thread under one mutex, and handing them back to Trio through
+    the run's token. The writers declare these attributes as their own fields."""
+
+    _mutex: threading.Lock
+    _work: threading.Condition
+    _queue: list[PendingAppend]
+    _idle: bool
+    _stopping: bool
+    _in_flight: int
+    _token: trio.lowlevel.TrioToken
+    _signal: CommitSignal
+
+    def _enqueue(self, queue: list[_Item], item: _Item) -> bool:
+        """Queue ``item`` and wake the thread; ``False`` if it has stopped (closing, or it
+        died), as nobody would run the item."""
+        with self._mutex:
+            if self._stopping:
+                if item.flight is not None:
+                    item.flight.land()
+                return False
+            queue.append(item)
+            if self._idle:
+                self._idle = False
+                self._work.notify()
+        return True
+
+    def pending_appends(self) -> int:
+        """Appends queued or taken but not yet handed back."""
+        with self._mutex:
+            return len(self._queue) + self._in_flight
+
+    def request_stop(self) -> None:
+        """Ask the thread to commit what is queued, then stop (``drained`` tells when)."""
+        with self._mutex:
+            self._stopping = True
+            self._work.notify()
+
+    def _call_soon(self, fn: Callable[..., object], *args: object) -> None:
+        """Run ``fn(*args)`` in the Trio thread (from the writer thread)."""
+        with contextlib.suppress(trio.RunFinishedError):  # nobody is left to tell
+            self._token.run_sync_soon(fn, *args)
+
+    def _resume_job(self, job: _Job) -> None:
+        self._call_soon(trio.lowlevel.reschedule, job.task)
+        if job.flight is not None:
+            job.flight.land()
+
+    def _post_decided(self, decided: list[PendingAppend], head: int) -> None:
+        """Have Trio resume the callers of ``decided`` (from the writer thread)."""
+        self._call_soon(self._deliver, decided, head)
+        # Under virtual time: only now, with the wake-up posted, may Trio wait for I/O.
+        for pending in decided:
+            if pending.flight is not None:
+                pending.flight.land()
+
+    def _deliver(self, decided: list[PendingAppend], head: int) -> None:
+        """Resume the callers of a decided group (Trio thread; must not raise)."""
+        with self._mutex:
+            self._in_flight -= len(decided)
+        resume(decided)
+        self._signal.advance(head)
