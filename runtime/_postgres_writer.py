@@ -44,7 +44,7 @@ from ._postgres_schema import (
     map_errors,
 )
 from ._virtual_time import Flight
-from ._writer_queue import GroupCommitWriter, PendingAppend, behind_failure, take_back
+from ._writer_queue import GroupCommitWriter, PendingAppend, WakeWhenIdle, behind_failure, take_back
 
 if TYPE_CHECKING:
     import psycopg
@@ -137,6 +137,9 @@ class PostgresWriter(GroupCommitWriter):
         default=attrs.Factory(lambda self: lock_key(self._schema), takes_self=True)
     )
     _mutex: threading.Lock = attrs.field(factory=threading.Lock)
+    _nudge: WakeWhenIdle = attrs.field(
+        default=attrs.Factory(lambda self: WakeWhenIdle(self._wake_thread), takes_self=True)
+    )
     _work: threading.Condition = attrs.field(
         default=attrs.Factory(lambda self: threading.Condition(self._mutex), takes_self=True)
     )
@@ -160,11 +163,7 @@ class PostgresWriter(GroupCommitWriter):
 
     def start(self) -> None:
         """Start the writer thread (once, from Trio)."""
-        thread = threading.Thread(
-            target=self._main, name=f"powertrio-pg-writer {self._server}", daemon=True
-        )
-        thread.start()
-        self.thread = thread
+        self.thread = self._start_thread(self._main, f"powertrio-pg-writer {self._server}")
 
     def enqueue_append(
         self,
@@ -212,6 +211,7 @@ class PostgresWriter(GroupCommitWriter):
 
     def join(self) -> None:
         """Wait for the thread to end and close its connection."""
+        self._stop_nudging()
         if self.thread is not None:
             self.thread.join()
         if self._conn is not None:

@@ -41,7 +41,7 @@ from ._sqlite_schema import (
 )
 from ._virtual_time import Flight
 from ._wal_headroom import WalHeadroom
-from ._writer_queue import GroupCommitWriter, PendingAppend, behind_failure
+from ._writer_queue import GroupCommitWriter, PendingAppend, WakeWhenIdle, behind_failure
 
 __all__ = ["SqliteWriter", "WriteJob"]
 
@@ -167,6 +167,9 @@ class SqliteWriter(GroupCommitWriter):
     # writes, whether the thread sleeps on _work, whether it should stop once drained,
     # and how many appends it has taken but not handed back.
     _mutex: threading.Lock = attrs.field(factory=threading.Lock)
+    _nudge: WakeWhenIdle = attrs.field(
+        default=attrs.Factory(lambda self: WakeWhenIdle(self._wake_thread), takes_self=True)
+    )
     _work: threading.Condition = attrs.field(
         default=attrs.Factory(lambda self: threading.Condition(self._mutex), takes_self=True)
     )
@@ -198,11 +201,7 @@ class SqliteWriter(GroupCommitWriter):
 
     def start(self) -> None:
         """Start the writer thread (once, from Trio)."""
-        thread = threading.Thread(
-            target=self._main, name=f"powertrio-writer {self._path}", daemon=True
-        )
-        thread.start()
-        self.thread = thread
+        self.thread = self._start_thread(self._main, f"powertrio-writer {self._path}")
 
     def enqueue_append(
         self,
@@ -245,6 +244,7 @@ class SqliteWriter(GroupCommitWriter):
 
     def join(self) -> None:
         """Wait for the thread to end; after ``drained``, this returns at once."""
+        self._stop_nudging()
         if self.thread is not None:
             self.thread.join()
 

@@ -1,5 +1,7 @@
-"""What the SQLite and PostgreSQL writers share about their queued items: the append,
-taking one back, when a pipelined append may not commit, and resuming its caller.
+"""What the SQLite and PostgreSQL writers share: the queued append and its rules (taking
+one back, when a pipelined append may not commit, resuming its caller), and the Trio side
+of a writer thread (queueing work, waking the thread once Trio is idle, handing what it
+decided back).
 
 A task waiting for a queued append or maintenance write is cancelled: if the writer thread
 has not taken the item yet it never will, else the item's outcome is decided by the work in
@@ -193,11 +195,47 @@ class _Job(Protocol):
 _Item = TypeVar("_Item", bound=Queued)
 
 
+_ROUNDS = 4
+"""Scheduler rounds an append may wait for Trio to go idle before its writer is woken
+anyway (a busy Trio thread is seldom idle)."""
+
+
+class WakeWhenIdle(trio.abc.Instrument):
+    """Wakes an idle writer thread for the appends queued meanwhile when Trio is about
+    to wait for I/O, or after a few scheduler rounds if it never does.
+
+    Woken at once, the thread would take the GIL from the Trio thread at its next
+    release, while it still works on what follows the append (the model call the
+    appended events asked for goes out while they commit). Each such hand-over of the
+    GIL costs a wake-up, a tenth of a millisecond or more. Woken once Trio has nothing
+    to run, the thread does its Python work then, and syncs without the GIL.
+    """
+
+    __slots__ = ("_rounds", "_wake", "due")
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+        self._rounds = 0
+        self.due = False
+        """An append is queued for an idle thread that has not been woken for it."""
+
+    def before_io_wait(self, timeout: float) -> None:
+        if not self.due:
+            return
+        self._rounds += 1
+        if timeout > 0 or self._rounds >= _ROUNDS:
+            self.due = False
+            self._rounds = 0
+            self._wake()
+
+
 class GroupCommitWriter:
     """What the SQLite and PostgreSQL writers share: queueing appends and maintenance
-    writes for the writer thread under one mutex, and handing them back to Trio through
-    the run's token. The writers declare these attributes as their own fields."""
+    writes for the writer thread under one mutex, waking it, and handing what it decided
+    back to Trio through the run's token. The writers declare these attributes as their
+    own fields."""
 
+    _nudge: WakeWhenIdle
     _mutex: threading.Lock
     _work: threading.Condition
     _queue: list[PendingAppend]
@@ -207,19 +245,45 @@ class GroupCommitWriter:
     _token: trio.lowlevel.TrioToken
     _signal: CommitSignal
 
+    def _start_thread(self, main: Callable[[], None], name: str) -> threading.Thread:
+        """Start the writer thread running ``main`` (once, from Trio)."""
+        trio.lowlevel.add_instrument(self._nudge)
+        thread = threading.Thread(target=main, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def _stop_nudging(self) -> None:
+        """Take the idle wake-up out of the run (the store is closed)."""
+        with contextlib.suppress(KeyError, RuntimeError):  # never added, or Trio is gone
+            trio.lowlevel.remove_instrument(self._nudge)
+
     def _enqueue(self, queue: list[_Item], item: _Item) -> bool:
-        """Queue ``item`` and wake the thread; ``False`` if it has stopped (closing, or it
-        died), as nobody would run the item."""
+        """Queue ``item`` and wake the thread (for an append, once Trio is idle: see
+        :class:`WakeWhenIdle`); ``False`` if it has stopped (closing, or it died), as
+        nobody would run the item."""
         with self._mutex:
             if self._stopping:
                 if item.flight is not None:
                     item.flight.land()
                 return False
             queue.append(item)
+            if not self._idle:
+                return True
+            if queue is not self._queue or item.flight is not None:
+                # A maintenance write, or an append under virtual time (whose clock must
+                # not wait on a thread nobody woke).
+                self._idle = False
+                self._work.notify()
+                return True
+        self._nudge.due = True
+        return True
+
+    def _wake_thread(self) -> None:
+        """Wake the thread if it waits for work (Trio thread)."""
+        with self._mutex:
             if self._idle:
                 self._idle = False
                 self._work.notify()
-        return True
 
     def pending_appends(self) -> int:
         """Appends queued or taken but not yet handed back."""

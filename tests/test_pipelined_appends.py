@@ -3,6 +3,7 @@ behind another of its stream commits only if that one does, right behind it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -112,3 +113,49 @@ async def test_begin_append_checks_its_arguments_and_declines_when_closing(
     assert store.begin_append("a", (_event(0),), 0, after=None, wake=lambda: None) is None
     with pytest.raises(StoreClosedError):
         await store.append("a", [_event(0)], 0)
+
+
+async def _writer_waits_for_work(store: Store) -> None:
+    writer = store._writer
+    while True:
+        with writer._mutex:
+            if writer._idle and not writer._queue:
+                return
+        await trio.sleep(0.001)
+
+
+def _still_queued(store: Store, pending: Any) -> bool:
+    writer = store._writer
+    with writer._mutex:
+        return writer._queue == [pending]
+
+
+async def test_an_idle_writer_is_woken_for_an_append_once_trio_waits_for_io(
+    store: Store,
+) -> None:
+    """While the task that began the append runs on, the writer thread is left waiting
+    (woken, it would take the GIL from that task); once Trio waits for I/O it is woken,
+    and the append commits."""
+    await _writer_waits_for_work(store)
+    begun = _Begun(store)
+    pending = begun.begin("a", [_event(0)], 0, None)
+    for _ in range(3):  # rounds of a busy Trio thread, each 5 ms without the GIL
+        time.sleep(0.005)  # noqa: ASYNC251  # on purpose: busy, and the GIL left free
+        await trio.lowlevel.checkpoint()
+    assert _still_queued(store, pending)
+    await begun.all_decided()  # Trio waits for I/O
+    assert store.finish_append(pending).version == 1
+
+
+async def test_a_trio_thread_that_never_waits_wakes_its_writer_within_a_few_rounds(
+    store: Store,
+) -> None:
+    await _writer_waits_for_work(store)
+    begun = _Begun(store)
+    pending = begun.begin("a", [_event(0)], 0, None)
+    rounds = 0
+    while not begun.decided[0].is_set():
+        await trio.lowlevel.checkpoint()  # runnable again at once: Trio never waits
+        rounds += 1
+        assert rounds < 100_000, "the writer was never woken"
+    assert store.finish_append(pending).version == 1
