@@ -137,9 +137,6 @@ class PostgresWriter(GroupCommitWriter):
         default=attrs.Factory(lambda self: lock_key(self._schema), takes_self=True)
     )
     _mutex: threading.Lock = attrs.field(factory=threading.Lock)
-    _nudge: WakeWhenIdle = attrs.field(
-        default=attrs.Factory(lambda self: WakeWhenIdle(self._wake_thread), takes_self=True)
-    )
     _work: threading.Condition = attrs.field(
         default=attrs.Factory(lambda self: threading.Condition(self._mutex), takes_self=True)
     )
@@ -148,6 +145,10 @@ class PostgresWriter(GroupCommitWriter):
     _idle: bool = False
     _stopping: bool = False
     _in_flight: int = 0
+    # The Trio thread's alone: wakes the thread for appends once Trio is idle.
+    _nudge: WakeWhenIdle = attrs.field(
+        default=attrs.Factory(lambda self: WakeWhenIdle(self._wake_thread), takes_self=True)
+    )
     thread: threading.Thread | None = None
     drained: trio.Event = attrs.field(factory=trio.Event)
     """Set (in the Trio thread) once the thread has answered everything and stopped."""

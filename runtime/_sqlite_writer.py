@@ -167,9 +167,6 @@ class SqliteWriter(GroupCommitWriter):
     # writes, whether the thread sleeps on _work, whether it should stop once drained,
     # and how many appends it has taken but not handed back.
     _mutex: threading.Lock = attrs.field(factory=threading.Lock)
-    _nudge: WakeWhenIdle = attrs.field(
-        default=attrs.Factory(lambda self: WakeWhenIdle(self._wake_thread), takes_self=True)
-    )
     _work: threading.Condition = attrs.field(
         default=attrs.Factory(lambda self: threading.Condition(self._mutex), takes_self=True)
     )
@@ -178,6 +175,10 @@ class SqliteWriter(GroupCommitWriter):
     _idle: bool = False
     _stopping: bool = False
     _in_flight: int = 0
+    # The Trio thread's alone: wakes the thread for appends once Trio is idle.
+    _nudge: WakeWhenIdle = attrs.field(
+        default=attrs.Factory(lambda self: WakeWhenIdle(self._wake_thread), takes_self=True)
+    )
     thread: threading.Thread | None = None
     # Commit common groups with INSERT_GROUP (tests turn it off to cover the other way).
     group_statement: bool = GROUP_STATEMENT
