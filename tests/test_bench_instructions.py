@@ -33,6 +33,7 @@ def test_the_raw_workload_repeats_the_appends_of_a_sessions_sends(tmp_path: Path
     session_0 = [e.type for e in events if e.stream == "session/0"]
     assert session_0 == [e.type for i in range(4) for e in shape_sends[i % _SHAPE_SENDS]]
 
+
 def test_without_valgrind_the_bench_says_how_to_install_it_and_measures_nothing(
     tmp_path: Path,
 ) -> None:
