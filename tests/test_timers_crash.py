@@ -39,7 +39,8 @@ class Run:
 
 def _run_child(path: Path, plan: tuple[str, float] | None) -> Run:
     """Run the child; ``("fired", k)`` kills it right after its k-th recorded firing,
-    ``("sleep", s)`` kills it ``s`` seconds after ``ready``, ``None`` lets it finish."""
+    ``("due", k)`` right after its k-th delivery began, ``("sleep", s)`` ``s`` seconds
+    after ``ready``; ``None`` lets it finish."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, str(CHILD), str(path), str(ONE_SHOTS)],
@@ -64,7 +65,8 @@ def _run_child(path: Path, plan: tuple[str, float] | None) -> Run:
                 done.set()
             elif word in ("fired", "due"):
                 (fired if word == "fired" else due).append((rest[0], float(rest[1])))
-                if plan is not None and plan[0] == "fired" and len(fired) == plan[1]:
+                counted = {"fired": fired, "due": due}.get(plan[0]) if plan else None
+                if plan is not None and counted is not None and len(counted) == plan[1]:
                     proc.send_signal(signal.SIGKILL)
         ready.set()
 
@@ -112,11 +114,12 @@ def test_sigkill_around_deliveries_fires_each_timer_exactly_once(tmp_path: Path)
         if runs[-1].finished:
             break
     # The random kills must include one that cut a delivery off; under load they may all
-    # land elsewhere, so keep killing (bounded) until one did, then let the work finish.
+    # land elsewhere, so keep killing (bounded) until one did, then let the work finish:
+    # right after a delivery began, which its recording takes a commit to follow.
     for _ in range(20):
         if any(set(run.due) - set(run.fired) for run in runs if not run.finished):
             break
-        runs.append(_run_child(path, ("sleep", rng.uniform(0, 0.1))))
+        runs.append(_run_child(path, ("due", 1)))
     if not runs[-1].finished:
         runs.append(_run_child(path, None))
     assert runs[-1].finished
