@@ -2,7 +2,8 @@
 speed moves.
 
 On a shared machine a timed figure moves by 20-50 % within the hour, so a change worth
-5 % cannot be seen in sends per second. An instruction count moves by 1-2 %. Each figure
+5 % cannot be seen in sends per second. An instruction count moves by 1-2 % (3-4 % with
+other work running beside it: thread timing changes how appends group). Each figure
 is the difference of two runs under ``valgrind --tool=callgrind --separate-threads=yes``,
 of ``SENDS`` and of ``3 * SENDS`` sends per session, so start-up and set-up cancel:
 
@@ -15,7 +16,7 @@ of ``SENDS`` and of ``3 * SENDS`` sends per session, so start-up and set-up canc
   baseline: the same events, in the same appends, at the same concurrency, appended
   straight to the store (no actors, no decisions), as ``raw_sends_per_s_N`` of ``agents``.
 
-Needs ``valgrind`` on the ``PATH``; about 5 minutes (1 with ``--quick``).
+Needs ``valgrind`` on the ``PATH``; about 5 minutes (1.5 with ``--quick``).
 """
 
 from __future__ import annotations
