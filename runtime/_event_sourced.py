@@ -435,13 +435,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         if self._unwritten:
             events = [*self._unwritten, *events]
         new = self._encode(events)
-        observers = self.context.runtime.commit_observers
-        if observers:
-            began = trio.current_time()
-            result = await self.store.append(self._stream, new, self.version)
-            self._observe_commit(len(new), trio.current_time() - began)
-        else:
-            result = await self.store.append(self._stream, new, self.version)
+        began = self._commit_began()
+        result = await self.store.append(self._stream, new, self.version)
+        if began is not None:
+            self._observe_commit(len(new), began)
         await self._committed(events, state, result.version)
         return events
 
@@ -454,7 +451,13 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             for i, event in enumerate(events)
         )
 
-    def _observe_commit(self, count: int, took: float) -> None:
+    def _commit_began(self) -> float | None:
+        """When an append begins, if a commit observer is there to be told how long it
+        took; ``None``: with no observer, an append is not timed at all."""
+        return trio.current_time() if self.context.runtime.commit_observers else None
+
+    def _observe_commit(self, count: int, began: float) -> None:
+        took = trio.current_time() - began
         for observe in self.context.runtime.commit_observers:
             observe(self._stream, count, took)
 
@@ -492,8 +495,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             return await self._commit(events, state), None
         written = [*self._unwritten, *events] if self._unwritten else events
         new = self._encode(written)
-        observed = bool(self.context.runtime.commit_observers)  # else not timed at all
-        began = trio.current_time() if observed else 0.0
+        began = self._commit_began()
         link = Link(Waiter())
         pending = store.begin_append(self._stream, new, self.version, after=None, wake=link.decided)
         if pending is None:  # the store is closing: ``append`` says so
@@ -501,8 +503,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         link.pending = pending
         follow = await self._wait_for(link, self.version + len(new), state)
         result = store.finish_append(pending)
-        if observed:
-            self._observe_commit(len(new), trio.current_time() - began)
+        if began is not None:
+            self._observe_commit(len(new), began)
         await self._committed(written, state, result.version)
         return written, follow
 
@@ -544,7 +546,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             step,
             stop,
             version + len(new),
-            trio.current_time() if self.context.runtime.commit_observers else None,
+            self._commit_began(),
         )
         pending = store.begin_append(
             self._stream, new, version, after=link.pending, wake=follow.link.decided
@@ -567,8 +569,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             state = cast("StateT", follow.state)
             after = await self._wait_for(follow.link, follow.version, state)
             result = store.finish_append(follow.link.pending)
-            if follow.began is not None:  # timed: an observer was there when it began
-                self._observe_commit(len(follow.events), trio.current_time() - follow.began)
+            if follow.began is not None:
+                self._observe_commit(len(follow.events), follow.began)
             await self._committed(follow.events, state, result.version)
             self.after_persist(follow.events)
             if early is not None:
