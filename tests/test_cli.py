@@ -1,4 +1,7 @@
-"""The ``powertrio`` console script, run for real in subprocesses, in a temporary directory.
+"""The ``powertrio`` console script, in a temporary directory.
+
+Commands run in this process (``tests/_cli.py``); the ones that watch another process, a
+terminal or a signal start the real console script.
 
 Offline throughout: ``--demo`` forces the scripted demo model (``POWERTRIO_DEMO_DELAY=0``
 makes it answer at once). The live view and Ctrl-C are tested in a real terminal under
@@ -17,7 +20,6 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from _cli import command, environment, run_cli
 
 from actors import (
     AgentSpec,
@@ -39,43 +42,14 @@ from runtime import open_runtime, open_sqlite_store
 from runtime._sqlite_schema import event_checksum
 from runtime.testing import FunctionLLM
 
-SCRIPT = Path(sys.executable).parent / "powertrio"
-"""The installed console script (``pip install -e .`` puts it beside the interpreter)."""
-
 TASK = "plan a picnic"
 
 
-def command() -> list[str]:
-    """How to start the CLI: the console script, else its entry point."""
-    if SCRIPT.exists():
-        return [str(SCRIPT)]
-    return [sys.executable, "-c", "from actors.cli import main; raise SystemExit(main())"]
-
-
-def environment(**extra: str) -> dict[str, str]:
-    """This environment without any provider settings, with an instant demo model."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("POWERTRIO_", "OPENAI_", "ANTHROPIC_"))
-    }
-    env.update({"POWERTRIO_DEMO_DELAY": "0", "COLUMNS": "200"}, **extra)
-    return env
-
-
 def cli(
-    cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+    cwd: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``powertrio ARGS`` in ``cwd`` and return what it did."""
-    return subprocess.run(
-        [*command(), *args],
-        cwd=cwd,
-        env=env or environment(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """Run ``powertrio ARGS`` in ``cwd`` (in this process) and return what it did."""
+    return run_cli(*args, cwd=cwd, env=env)
 
 
 def cli_json(cwd: Path, *args: str) -> object:

@@ -893,8 +893,13 @@ async def test_headers_sent_with_every_call() -> None:
                 await stream.final_response()
             await transport.complete(REQUEST)
     seen = [
-        (r.path, r.headers["authorization"], r.headers["openai-organization"],
-         r.headers["content-type"], r.headers.get("accept"))
+        (
+            r.path,
+            r.headers["authorization"],
+            r.headers["openai-organization"],
+            r.headers["content-type"],
+            r.headers.get("accept"),
+        )
         for r in server.requests
     ]
     plain = ("/v1/chat/completions", f"Bearer {KEY}", "org-1", "application/json", "*/*")

@@ -36,7 +36,7 @@ BODY = (
     "id: 7\n"
     "\n"
     "\r\n"
-    "data: {\"x\": 1}\n"
+    'data: {"x": 1}\n'
     "retry: 10\n"
     "what: ever\n"
     "\r"
@@ -240,4 +240,3 @@ async def test_a_stream_left_early_does_not_reuse_its_connection(
                 async for _delta in stream:
                     break
     assert len(set(ports)) == 2
-
