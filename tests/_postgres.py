@@ -10,6 +10,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 import trio
+from _wait import wait_until_async
 
 from actors import AgentSpec, NodeHost, host_node
 from runtime import EventStore, Node, open_postgres_store, open_runtime
@@ -98,8 +99,8 @@ async def two_nodes(
 
 async def wait_for_split(a: NodeHost, b: NodeHost) -> None:
     """Until two nodes of 4 shards hold 2 each (10 s at most)."""
-    with trio.fail_after(10):
-        for _ in range(1000):
-            if len(a.node.held) == 2 == len(b.node.held):
-                return
-            await trio.sleep(0.05)
+
+    async def split() -> bool:
+        return len(a.node.held) == 2 == len(b.node.held)
+
+    await wait_until_async(split, "two nodes holding 2 shards each", timeout=10)

@@ -1,8 +1,7 @@
 """The ``powertrio`` CLI on a PostgreSQL log: ``--db postgresql://...`` and ``POWERTRIO_DB``.
 
-Each test gets a database of its own on the session's server. The CLI runs as
-``python -m actors.cli`` in a subprocess with this checkout on ``PYTHONPATH`` (offline:
-the scripted demo model, answering at once).
+Each test gets a database of its own on the session's server. The CLI runs in this
+process (``tests/_cli.py``; offline: the scripted demo model, answering at once).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from _cli import environment, run_cli
 from psycopg import sql
 
 from runtime.lowlevel import postgres_lock
@@ -44,18 +44,8 @@ def dsn(postgres_server: PostgresServer) -> Iterator[str]:
 def cli(
     *args: str, db: str | None = None, env: dict[str, str] | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``powertrio [--db DB] ARGS`` and return what it printed."""
-    environment = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("POWERTRIO_", "OPENAI_", "ANTHROPIC_"))
-    }
-    environment.update(PYTHONPATH=str(ROOT), POWERTRIO_DEMO_DELAY="0", COLUMNS="200")
-    environment.update(env or {})
-    argv = [sys.executable, "-m", "actors.cli", *(["--db", db] if db else []), *args]
-    return subprocess.run(
-        argv, capture_output=True, text=True, env=environment, cwd=cwd, timeout=120, check=False
-    )
+    """Run ``powertrio [--db DB] ARGS`` (in this process) and return what it printed."""
+    return run_cli(*(["--db", db] if db else []), *args, cwd=cwd, env=environment(**(env or {})))
 
 
 def test_a_run_and_every_reading_command_work_on_postgres(dsn: str, tmp_path: Path) -> None:

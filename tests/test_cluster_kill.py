@@ -17,6 +17,7 @@ import _postgres
 import psycopg
 import pytest
 import trio
+from _wait import wait_until
 
 import actors
 from actors._session_events import evolve as session_evolve  # the fold, as the owner folds
@@ -45,17 +46,17 @@ def _wait(
     *,
     child: Child | None = None,
 ) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
+    def alive() -> None:
         if child is not None and child.proc.poll() is not None:
             tail = "\n".join(child.lines()[-30:])
             name = what if isinstance(what, str) else what()
             raise AssertionError(f"node {child.name} exited waiting for {name}:\n{tail}")
-        if time.monotonic() > deadline:
-            tail = "" if child is None else "\n".join(child.lines()[-30:])
-            name = what if isinstance(what, str) else what()
-            raise AssertionError(f"timed out waiting for {name}\n{tail}")
-        time.sleep(0.05)
+
+    def described() -> str:
+        tail = "" if child is None else "\n".join(child.lines()[-30:])
+        return f"{what if isinstance(what, str) else what()}\n{tail}"
+
+    wait_until(done, described, timeout=seconds, check=alive)
 
 
 @pytest.fixture

@@ -9,13 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
 import trio.testing
+from _wait import wait_until
 
 pytest.importorskip("starlette", reason="the console extra is not installed")
 pytest.importorskip("hypercorn", reason="the console extra is not installed")
@@ -94,12 +94,14 @@ def _free_port() -> int:
 
 def _wait_for(url: str) -> httpx.Response:
     """The first answer of a server that is starting (a subprocess's)."""
-    for _ in range(300):
+
+    def answered() -> httpx.Response | None:
         try:
             return httpx.get(url, timeout=30)
         except httpx.TransportError:
-            time.sleep(0.1)
-    return httpx.get(url, timeout=30)
+            return None
+
+    return wait_until(answered, f"a server to answer at {url}", timeout=30)
 
 
 def test_powertrio_serve_serves_the_console_with_ui_port(tmp_path: Path) -> None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import hypothesis
 import orjson
 import pytest
 import trio
+from _cli import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -691,12 +691,9 @@ def test_the_command_line_shows_and_replays_a_compacted_session(tmp_path: Path) 
             await run_ledger(store, [(20, 1)] * 12, policy, agent)
 
     trio.run(record)
-    cli = [sys.executable, "-c", "from actors.cli import main; raise SystemExit(main())"]
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*cli, *args, "--db", str(db)], capture_output=True, text=True, timeout=120, check=False
-        )
+        done = run_cli(*args, "--db", str(db), cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         return done
 

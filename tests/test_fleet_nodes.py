@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -26,6 +25,8 @@ import _postgres
 import psycopg
 import pytest
 import trio
+from _cli import run_cli
+from _wait import wait_until
 
 from actors.testing import assert_runs_end_once, assert_timers_fire_once
 from runtime import RecordedEvent, open_postgres_store
@@ -72,14 +73,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "actors.cli", "--db", dsn, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=_env(),
-    )
+    return run_cli("--db", dsn, *args, cwd=ROOT, env=_env())
 
 
 class Serve:
@@ -116,14 +110,12 @@ def _status(dsn: str) -> dict[str, dict[str, object]]:
 
 
 def _wait(what: str, done: Callable[[], bool], nodes: list[Serve], seconds: float = 90) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
+    def alive() -> None:
         for node in nodes:
             if node.proc.poll() is not None:
                 pytest.fail(f"node {node.name} exited waiting for {what}:\n{node.text()[-3000:]}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
+
+    wait_until(done, what, timeout=seconds, every=0.2, check=alive)
 
 
 def _free_port() -> int:

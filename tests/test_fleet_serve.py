@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from _cli import run_cli
+from _wait import wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -28,14 +30,7 @@ every = "1s"
 
 
 def _cli(db: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "actors.cli", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, **env},
-    )
+    return run_cli("--db", str(db), *args, cwd=Path.cwd(), env={**os.environ, **env})
 
 
 def _serve(db: Path, delay: str) -> subprocess.Popen[str]:
@@ -59,16 +54,15 @@ def _status(db: Path) -> dict[str, object]:
 
 
 def _wait_for(db: Path, what: str, test: object) -> dict[str, object]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if db.exists():
-            status = _status(db)
-            agents = status["agents"]
-            assert isinstance(agents, list)
-            if agents and callable(test) and test(agents[0]):
-                return status
-        time.sleep(0.1)
-    pytest.fail(f"the node never got to: {what}")
+    def reached() -> dict[str, object] | None:
+        if not db.exists():
+            return None
+        status = _status(db)
+        agents = status["agents"]
+        assert isinstance(agents, list)
+        return status if agents and callable(test) and test(agents[0]) else None
+
+    return wait_until(reached, f"the node to get to: {what}")
 
 
 @pytest.fixture

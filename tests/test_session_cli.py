@@ -7,11 +7,11 @@ import json
 import logging
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import trio
+from _cli import run_cli
 
 from actors import RunResult, ask_human, spawn_session
 from actors.cli._common import CliContext
@@ -75,16 +75,8 @@ async def test_a_repeated_send_of_a_run_waiting_for_a_human_returns_at_once(
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    code = "from actors.cli import main; raise SystemExit(main())"
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "200", "POWERTRIO_DEMO_DELAY": "0"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    env = {**os.environ, "COLUMNS": "200", "POWERTRIO_DEMO_DELAY": "0"}
+    return run_cli(*args, cwd=cwd, env=env)
 
 
 async def test_show_and_sessions_say_what_a_session_waits_for(
