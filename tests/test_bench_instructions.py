@@ -3,17 +3,17 @@ a send, and without valgrind the bench says so."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import trio
 
+from actors.bench import SUITES, _instructions
 from actors.bench._agents import _sessions
-from actors.bench._instructions import _SHAPE_SENDS, _per_send, _repeated
+from actors.bench._instructions import _SHAPE_SENDS, _per_send, _repeated, callgrind
+from runtime.bench import main
 
 
 def test_the_raw_workload_repeats_the_appends_of_a_sessions_sends(tmp_path: Path) -> None:
@@ -35,30 +35,45 @@ def test_the_raw_workload_repeats_the_appends_of_a_sessions_sends(tmp_path: Path
 
 
 def test_without_valgrind_the_bench_says_how_to_install_it_and_measures_nothing(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "actors.bench", "instructions", "--quick"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PATH": str(tmp_path)},  # an empty folder: no valgrind on it
-    )
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert done.stderr == (
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no valgrind on it
+    code = main(["instructions", "--quick"], suites=SUITES, prog="python -m actors.bench")
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert err == (
         "python -m actors.bench instructions: error [config.invalid]: the instructions "
         "benchmark counts with valgrind, which is not on the PATH: install it (Debian: "
         "apt-get install valgrind); no figures were measured\n"
     )
 
 
-@pytest.mark.slow
+def test_a_sends_figure_is_the_difference_of_two_runs_so_start_up_cancels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each figure divides the difference of a run with 3x the sends and one with 1x by the
+    sends between them: what the process does once (start-up, imports) drops out."""
+    start_up, per_send_main, per_send_all = 5_000_000, 700_000, 900_000
+
+    def count(kind: str, n: int, sends: int) -> tuple[int, int]:
+        assert kind == "sessions"
+        done = n * sends
+        return start_up + per_send_main * done, 3 * start_up + per_send_all * done
+
+    monkeypatch.setattr(_instructions, "_count", count)
+    assert _per_send("sessions", 4, 1) == (700_000.0, 900_000.0)
+
+
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
-def test_valgrind_counts_a_sends_instructions_in_the_trio_thread_and_the_writers() -> None:
-    main, every = _per_send("sessions", 4, 1)
-    # Python runs about a thousand instructions a bytecode-heavy call: a send (a decision
-    # per event, four appends, a model call and a tool) takes a few hundred thousand.
-    assert main > 200_000
-    # The SQLite writer and the WAL checkpointer run in threads of their own.
-    assert every > main
+def test_callgrind_counts_each_threads_instructions_the_main_thread_first() -> None:
+    """A tiny program under the bench's callgrind run (seconds, not the bench's minutes):
+    one count per thread, the main thread's first, the busy thread's the larger."""
+    code = (
+        "import threading; "
+        "t = threading.Thread(target=sum, args=(range(1_000_000),)); t.start(); t.join()"
+    )
+    main, worker = callgrind([sys.executable, "-S", "-c", code])
+    # Summing a million numbers takes tens of instructions each.
+    assert worker > 10_000_000
+    assert 0 < main < worker

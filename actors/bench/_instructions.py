@@ -81,13 +81,20 @@ async def _workload(kind: str, n: int, sends: int, folder: Path) -> None:
 def _count(kind: str, n: int, sends: int) -> tuple[int, int]:
     """Instructions of the Trio thread and of all threads, of one run under callgrind."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
         code = (
             "import sys, trio; from pathlib import Path; "
             "from actors.bench._instructions import _workload; "
             "kind, n, sends, folder = sys.argv[1:]; "
             "trio.run(_workload, kind, int(n), int(sends), Path(folder))"
         )
+        totals = callgrind([sys.executable, "-c", code, kind, str(n), str(sends), tmp])
+    return totals[0], sum(totals)
+
+
+def callgrind(argv: list[str]) -> list[int]:
+    """The instructions each thread of ``argv`` ran under callgrind, the main thread first."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
         subprocess.run(
             [
                 "valgrind",
@@ -96,20 +103,16 @@ def _count(kind: str, n: int, sends: int) -> tuple[int, int]:
                 "--dump-instr=no",
                 "--collect-jumps=no",
                 f"--callgrind-out-file={out}",
-                sys.executable,
-                "-c",
-                code,
-                kind,
-                str(n),
-                str(sends),
-                tmp,
+                *argv,
             ],
             check=True,
             capture_output=True,
         )
-        # One file per thread, ``out-01`` the main (Trio) thread's.
-        totals = {path.name: _summary(path) for path in Path(tmp).glob("callgrind.out-*")}
-    return totals["callgrind.out-01"], sum(totals.values())
+        # One file per thread, ``callgrind.out-01`` the main (Trio) thread's.
+        files = sorted(
+            Path(tmp).glob("callgrind.out-*"), key=lambda path: int(path.name.rsplit("-", 1)[1])
+        )
+        return [_summary(path) for path in files]
 
 
 def _summary(path: Path) -> int:
