@@ -39,7 +39,7 @@ def environment(**extra: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _environ(values: Mapping[str, str]) -> Iterator[None]:
+def environ(values: Mapping[str, str]) -> Iterator[None]:
     """``os.environ`` is exactly ``values`` inside the block, and as it was after it."""
     saved = dict(os.environ)
     os.environ.clear()
@@ -61,7 +61,7 @@ def run_cli(
     """
     stdout, stderr = io.StringIO(), io.StringIO()
     with (
-        _environ(environment() if env is None else env),
+        environ(environment() if env is None else env),
         contextlib.chdir(cwd),
         contextlib.redirect_stdout(stdout),
         contextlib.redirect_stderr(stderr),

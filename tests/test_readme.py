@@ -1,24 +1,27 @@
 """The README's code runs as written on a machine with no provider configured.
 
-Its Python blocks run as scripts; its command block runs line by line in one folder (a
+Its Python blocks run as scripts and its command block runs line by line in one folder (a
 line that names a placeholder such as ``ID`` stands for many commands and is skipped, as
 are the set-up commands, which ``.ci/run`` itself is). With no provider a command either
-falls back to an offline model or fails with one typed line that says what to set.
+falls back to an offline model or fails with one typed line that says what to set. Both
+run in this process, as ``__main__`` and through the CLI's ``main``: no interpreter start-up
+per block or command.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
+import runpy
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import environ, run_cli
 
 README = Path(__file__).parent.parent / "README.md"
-POWERTRIO = Path(sys.executable).parent / "powertrio"
 PLACEHOLDER = re.compile(r"\b(ID|REQUEST|NEW|SUITE|FILE)\b")
 
 
@@ -54,12 +57,15 @@ def test_python_blocks_run_offline(number: int, tmp_path: Path) -> None:
     """Each Python block of the README runs as a script and exits 0 with no provider."""
     script = tmp_path / "block.py"
     script.write_text(_blocks("python")[number], encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=_offline_environment(),
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with (
+        environ(_offline_environment()),
+        contextlib.chdir(tmp_path),
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
+        runpy.run_path(str(script), run_name="__main__")
+    assert "Traceback" not in stderr.getvalue()
 
 
 def test_the_command_block_runs_line_by_line(tmp_path: Path) -> None:
@@ -72,11 +78,7 @@ def test_the_command_block_runs_line_by_line(tmp_path: Path) -> None:
             continue  # every benchmark suite: minutes of work, run by test_cli's bench test
         if command.startswith("powertrio run --offline"):
             continue  # the local model's run: test_cli drives the same server, much faster
-        argv = [str(POWERTRIO), *shlex.split(command)[1:]]
-        done = subprocess.run(
-            argv, cwd=tmp_path, env=_offline_environment(),
-            capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
+        done = run_cli(*shlex.split(command)[1:], cwd=tmp_path, env=_offline_environment())
         if done.returncode != 0:
             first = done.stderr.strip().splitlines()[0]
             assert first.startswith("error [config.missing]: "), (command, done.stderr)
