@@ -4,7 +4,7 @@ Each test runs ``tests/_session_crash_child.py`` several times on one SQLite fil
 kills are exact: the child SIGKILLs itself right after an append was acknowledged (or as
 a model call or a timer delivery begins); the timers and tree tests add kills at random
 moments. After the last (uninterrupted) process, the test reads the log and checks what
-issue 6 and issue 7 promise: each follow-up injected once, the human reply resumes the
+the runtime promises: each follow-up injected once, the human reply resumes the
 run, each timer fires once per due time, each child runs and finishes once, and the
 tree's answer equals an uninterrupted run's.
 """

@@ -4,7 +4,7 @@ Hypothesis generates a whole operation list (sends, follow-ups with repeated ids
 of both modes, timer schedules and cancels, virtual time advances, failed appends that
 crash the actor, and restarts of the runtime on the same store); one ``trio.run`` under
 ``MockClock(autojump_threshold=0)`` plays it. The log is then checked
-against issue 6's invariants: every follow-up id is injected at most once and, once the
+against the session's invariants: every follow-up id is injected at most once and, once the
 session has settled, exactly once; every timer fires at most once per due time; every
 LLM request is provider-valid; and the state a restarted session reports equals the fold
 of its log.

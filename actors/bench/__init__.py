@@ -6,7 +6,7 @@ figures, then a fleet of node processes: sends/s, failover, lost, duplicates),
 ``agents``, ``providers``, ``longevity`` (what a session of months costs), ``console``
 (the web console's log page on a session of a million events), ``limits`` (the fleet
 limiter), ``fleet`` (a node's drain), ``peers`` (the agents' sends beside power-loop's,
-the baseline issue 16's goals are stated against; needs the ``bench`` extra) and
+the baseline our performance goals are stated against; needs the ``bench`` extra) and
 ``instructions`` (the agents' instructions per send beside the store's alone, counted by
 valgrind: figures that hold still while the machine's speed moves).
 """

@@ -1,6 +1,6 @@
 """Peer benchmark: the agents' sends beside power-loop 8.0.0's, measured in the same run.
 
-Issue 16 states its goals as ratios against power-loop (an embeddable agent kernel on
+Our performance goals are ratios against power-loop (an embeddable agent kernel on
 asyncio, ``pip install 'powertrio[bench]'``), so both sides run the same workload here:
 one send is 2 rounds and 1 tool call (``echo``) against a zero-latency function model, the
 sessions persisted in an on-disk SQLite file by each side's own durable store, as shipped
@@ -44,7 +44,7 @@ from runtime.bench import Figures
 
 PEER = "power-loop"
 PEER_VERSION = "8.0.0"
-"""The version issue 16's goals were stated against."""
+"""The version our goals are stated against."""
 
 SESSIONS_AT_ONCE = 256
 
