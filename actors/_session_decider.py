@@ -25,6 +25,7 @@ from protocols import (
     ResponseFormat,
     ToolCall,
     ToolDefinition,
+    ToolOutcome,
     Usage,
     aborted_outcome,
     interrupted_outcome,
@@ -133,6 +134,72 @@ def recovered(config: SessionConfig, state: SessionState) -> Decision | None:
 # -- messages ----------------------------------------------------------------------------
 
 
+def _unencodable(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate, which no UTF-8 encoder (nor orjson) takes."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _replaced(text: str) -> str:
+    """``text`` with each lone surrogate turned into U+FFFD (a pair written apart is joined)."""
+    if not _unencodable(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _recordable_outcome(outcome: ToolOutcome) -> ToolOutcome:
+    """``outcome`` with its text made encodable (a tool may return a lone surrogate)."""
+    if _unencodable(outcome.content):
+        return attrs.evolve(outcome, content=_replaced(outcome.content))
+    return outcome
+
+
+def _recordable(answer: AssistantMessage) -> AssistantMessage:
+    """``answer`` with no text the log cannot encode.
+
+    The HTTP transports repair a provider's lone surrogates, but any other LLM (a function,
+    a user's own class) may hand one over, and an event holding it cannot be written: the
+    session would crash and ask the model again, in a loop. Text becomes U+FFFD. A call's
+    arguments keep what the model wrote, each lone surrogate escaped as JSON writes it
+    (``\\ud800``): the log can hold that, and the tool layer refuses it as invalid arguments
+    (``tool.invalid_args``) the model reads, as it does when a provider sends the escape.
+    """
+    calls = answer.tool_calls
+    bad_calls = any(
+        _unencodable(c.arguments) or _unencodable(c.name) or _unencodable(c.id) for c in calls
+    )
+    bad_text = _unencodable(answer.content) or any(
+        _unencodable(block.thinking) or _unencodable(block.signature or "")
+        for block in answer.thinking
+    )
+    if not (bad_calls or bad_text):
+        return answer
+    return AssistantMessage(
+        content=_replaced(answer.content),
+        tool_calls=tuple(
+            ToolCall(
+                id=_replaced(c.id),
+                name=_replaced(c.name),
+                arguments=c.arguments.encode("utf-8", "backslashreplace").decode("utf-8"),
+            )
+            for c in calls
+        ),
+        thinking=tuple(
+            attrs.evolve(
+                block,
+                thinking=_replaced(block.thinking),
+                signature=None if block.signature is None else _replaced(block.signature),
+            )
+            for block in answer.thinking
+        ),
+    )
+
+
 def handle(config: SessionConfig, state: SessionState, message: object) -> Decision:
     """What ``message`` means in ``state``: the events to append and the reply."""
     # A step's answer first: two of a send's four messages.
@@ -141,10 +208,12 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
     if isinstance(message, LLMAnswered) and message.run_id == run_id:
         assert run is not None
         response = message.response
-        answer = AssistantMessage(
-            content=response.content,
-            tool_calls=response.tool_calls,
-            thinking=response.thinking,
+        answer = _recordable(
+            AssistantMessage(
+                content=response.content,
+                tool_calls=response.tool_calls,
+                thinking=response.thinking,
+            )
         )
         return Decision(
             events=[
@@ -164,7 +233,7 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
         assert run is not None
         open_ids = {call.call_id for call in run.open_calls}
         events: list[object] = [
-            ToolFinished(run_id=message.run_id, outcome=outcome)
+            ToolFinished(run_id=message.run_id, outcome=_recordable_outcome(outcome))
             for outcome in message.outcomes
             if outcome.call_id in open_ids
         ]
@@ -308,7 +377,7 @@ def _handle_cancel(
             AssistantRecorded(
                 run_id=run_id,
                 round=run.rounds + 1,
-                message=AssistantMessage(content=stamped.partial),
+                message=AssistantMessage(content=_replaced(stamped.partial)),
                 usage=Usage(),
                 model=config.model or "",
                 finish_reason="interrupted",

@@ -15,6 +15,7 @@ from ._types import JsonObject
 from .errors import ToolArgumentsError, ToolDefinitionError, ToolInterruptedError
 
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "CrashPolicy",
     "ToolOutcome",
     "ToolSpec",
@@ -23,6 +24,7 @@ __all__ = [
     "denied_outcome",
     "idempotency_key",
     "interrupted_outcome",
+    "nests_deeper_than",
     "parse_tool_arguments",
     "validate_tool_name",
 ]
@@ -212,8 +214,21 @@ def denied_outcome(call_id: str, tool_name: str, reason: str) -> ToolOutcome:
 _INEXACT: Final = float(2**63)
 
 
+#: The most arrays and objects a call's arguments may nest inside each other (the
+#: arguments object itself is level 1). Real arguments stay far below it; deeper values
+#: break what reads them later (recursive checks, and orjson writes no more than 255
+#: levels), so they are refused where they are parsed.
+MAX_ARGUMENT_DEPTH: Final = 128
+
+_TOO_DEEP: Final = f"$: arrays and objects nest more than {MAX_ARGUMENT_DEPTH} levels deep"
+
+
 class _TooLargeError(ValueError):
     """A number in the arguments that no Python number can hold."""
+
+
+class _TooDeepError(ValueError):
+    """The arguments nest deeper than :data:`MAX_ARGUMENT_DEPTH`."""
 
 
 def parse_tool_arguments(name: str, text: str) -> object:
@@ -234,24 +249,55 @@ def parse_tool_arguments(name: str, text: str) -> object:
 
     Raises:
         ToolArgumentsError: the text is not JSON (the message quotes the parser, with the
-            position in the text as sent), or a number is too large for any Python number:
-            a float beyond a 64-bit double, or an integer with more digits than
-            ``sys.get_int_max_str_digits()``.
+            position in the text as sent), a number is too large for any Python number
+            (a float beyond a 64-bit double, or an integer with more digits than
+            ``sys.get_int_max_str_digits()``), or arrays and objects nest more than
+            :data:`MAX_ARGUMENT_DEPTH` levels deep.
     """
     if not text.strip():
         return {}
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("Recursion limit reached"):  # orjson stops at 1024 levels
+            raise ToolArgumentsError(name, (_TOO_DEEP,)) from exc
         exact = _loads_exact(name, text)
         if exact is None:
             raise ToolArgumentsError(name, (f"$: not valid JSON ({exc})",)) from exc
         return exact[0]
-    if _has_inexact_number(value):
+    try:
+        inexact = _scan(value, 1)
+    except _TooDeepError as exc:
+        raise ToolArgumentsError(name, (_TOO_DEEP,)) from exc
+    if inexact:
         exact = _loads_exact(name, text)
         if exact is not None:
             return exact[0]
     return value
+
+
+def nests_deeper_than(value: object, limit: int) -> bool:
+    """Whether arrays and objects in ``value`` nest more than ``limit`` levels deep.
+
+    The walk stops at ``limit``, so it never recurses deeper than that, whatever ``value``.
+
+    Args:
+        value (object): a decoded JSON value (the value itself, if an array or an object,
+            is level 1).
+        limit (int): the most levels allowed.
+
+    Returns:
+        (bool): True when some array or object sits deeper than ``limit``.
+    """
+    if isinstance(value, dict):
+        if limit < 1:
+            return True
+        return any(nests_deeper_than(item, limit - 1) for item in value.values())
+    if isinstance(value, list):
+        if limit < 1:
+            return True
+        return any(nests_deeper_than(item, limit - 1) for item in value)
+    return False
 
 
 def _loads_exact(name: str, text: str) -> tuple[object] | None:
@@ -262,8 +308,12 @@ def _loads_exact(name: str, text: str) -> tuple[object] | None:
         )
     except _TooLargeError as exc:
         raise ToolArgumentsError(name, (f"$: {exc}",)) from exc
+    except RecursionError as exc:  # the stdlib parser recurses once per level
+        raise ToolArgumentsError(name, (_TOO_DEEP,)) from exc
     except ValueError:
         return None
+    if nests_deeper_than(value, MAX_ARGUMENT_DEPTH):
+        raise ToolArgumentsError(name, (_TOO_DEEP,))
     if _has_lone_surrogate(value):  # orjson's refusal stands; such text cannot be stored
         return None
     return (value,)
@@ -291,13 +341,23 @@ def _no_constant(literal: str) -> object:
     raise ValueError(msg)
 
 
-def _has_inexact_number(value: object) -> bool:
+def _scan(value: object, depth: int) -> bool:
+    """Whether ``value`` (at level ``depth``) holds a float that may be an inexact integer.
+
+    The one walk over the arguments also checks their depth (_TooDeepError), so it never
+    recurses past :data:`MAX_ARGUMENT_DEPTH`.
+    """
     if isinstance(value, float):
         return abs(value) >= _INEXACT
-    if isinstance(value, dict):
-        return any(_has_inexact_number(item) for item in value.values())
-    if isinstance(value, list):
-        return any(_has_inexact_number(item) for item in value)
+    if isinstance(value, (dict, list)):
+        if depth > MAX_ARGUMENT_DEPTH:
+            raise _TooDeepError
+        items = value.values() if isinstance(value, dict) else value
+        inexact = False
+        for item in items:  # no early exit: every branch's depth is checked
+            if _scan(item, depth + 1):
+                inexact = True
+        return inexact
     return False
 
 

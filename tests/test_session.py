@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors import Session, ToolRegistry, spawn_session, tool
-from actors.events import AssistantRecorded
+from actors.events import AssistantRecorded, ToolFinished
 from actors.lowlevel import is_provider_valid, provider_valid
 from protocols import (
     AssistantMessage,
@@ -168,6 +168,97 @@ async def test_bad_arguments_and_tool_errors_go_back_to_the_model() -> None:
     assert "RuntimeError" in results["boom"].content
     assert "disk full" in results["boom"].content
     assert "no tool named 'missing_tool'" in results["nope"].content
+
+
+@tool
+def echo(text: str) -> str:
+    """Echo the text."""
+    return text
+
+
+async def _tool_finished(store: InMemoryEventStore, session: Session) -> list[ToolFinished]:
+    records = await store.read(f"session/{session.id}")
+    return [e for e in map(decode_record, records) if isinstance(e, ToolFinished)]
+
+
+async def test_deeply_nested_arguments_are_invalid_and_the_run_goes_on() -> None:
+    """Arguments nested 10,000 deep are invalid arguments the model reads, not a crash."""
+    deep = '{"text": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    llm = ScriptedLLM([answer("", call("deep", "echo", deep)), answer("I will not nest")])
+    store = InMemoryEventStore()
+    async with open_runtime(store=store, seed=1) as runtime:
+        session = await spawn_session(runtime, llm=llm, tools=[echo])
+        bystander = await spawn_session(runtime, llm=ScriptedLLM([answer("fine")]))
+        result = await session.send("nest")
+        other = await bystander.send("hello")
+        (finished,) = await _tool_finished(store, session)
+    llm.assert_complete()
+    assert (result.status, result.text) == ("completed", "I will not nest")
+    assert (other.status, other.text) == ("completed", "fine")
+    expected = (
+        "invalid arguments for tool 'echo': $: arrays and objects nest more than 128 levels deep"
+    )
+    assert llm.requests[1].messages[-1] == ToolResultMessage(
+        tool_call_id="deep", content=expected, is_error=True
+    )
+    assert (finished.outcome.status, finished.outcome.error_code) == (
+        "invalid_arguments",
+        "tool.invalid_args",
+    )
+
+
+async def test_a_lone_surrogate_in_arguments_is_invalid_and_the_model_is_asked_once_more() -> None:
+    """An LLM handing over a lone surrogate (not a JSON escape) gets invalid arguments back.
+
+    The log cannot encode a lone surrogate: the call is recorded with it escaped as JSON
+    writes it, the model reads ``tool.invalid_args``, and it is asked once more, not again
+    and again by a crash-looping session.
+    """
+
+    def model(request: LLMRequest) -> LLMResponse:
+        if isinstance(request.messages[-1], ToolResultMessage):
+            return answer("sorry")
+        return answer("a \udc00 here", call("c1", "echo", '{"text": "a\ud800b"}'))
+
+    llm = FunctionLLM(model)
+    store = InMemoryEventStore()
+    async with open_runtime(store=store, seed=1) as runtime:
+        session = await spawn_session(runtime, llm=llm, tools=[echo])
+        result = await session.send("echo")
+        (finished,) = await _tool_finished(store, session)
+        state = await session.state()
+    assert (result.status, result.text) == ("completed", "sorry")
+    assert len(llm.requests) == 2
+    recorded = state.transcript[1]
+    assert isinstance(recorded, AssistantMessage)
+    assert recorded.content == "a \ufffd here"
+    assert recorded.tool_calls == (call("c1", "echo", '{"text": "a\\ud800b"}'),)
+    (result_message,) = [m for m in llm.requests[1].messages if isinstance(m, ToolResultMessage)]
+    assert result_message.is_error
+    assert result_message.content == (
+        "invalid arguments for tool 'echo': $: not valid JSON "
+        "(no low surrogate in string: line 1 column 12 (char 11))"
+    )
+    assert (finished.outcome.status, finished.outcome.error_code) == (
+        "invalid_arguments",
+        "tool.invalid_args",
+    )
+
+
+@tool
+def lone_surrogate() -> str:
+    """Return text holding a lone surrogate."""
+    return "x\udc00y"
+
+
+async def test_a_tool_result_with_a_lone_surrogate_is_recorded_with_a_replacement() -> None:
+    """A tool's text the log cannot encode is recorded with U+FFFD, with no crash."""
+    llm = ScriptedLLM([answer("", call("c1", "lone_surrogate", "{}")), answer("ok")])
+    async with open_runtime(seed=1) as runtime:
+        session = await spawn_session(runtime, llm=llm, tools=[lone_surrogate])
+        result = await session.send("go")
+    assert (result.status, result.text) == ("completed", "ok")
+    assert llm.requests[1].messages[-1] == ToolResultMessage(tool_call_id="c1", content="x\ufffdy")
 
 
 async def test_round_limit_stops_the_run() -> None:

@@ -20,7 +20,7 @@ from actors import ToolContext, ToolRegistry, tool
 from actors.lowlevel import open_tool_runner, run_tool_calls
 from protocols import ToolOutcome, idempotency_key, parse_tool_arguments, validate_json
 from protocols._llm import ToolCall
-from protocols.errors import ToolError, ToolInterruptedError
+from protocols.errors import ToolArgumentsError, ToolError, ToolInterruptedError
 
 
 @attrs.frozen
@@ -488,6 +488,44 @@ async def test_numbers_beyond_any_python_number_are_refused_clearly(
     )
     assert (outcome.status, outcome.error_code) == ("invalid_arguments", "tool.invalid_args")
     assert outcome.content == f"invalid arguments for tool 'digits': {problem}"
+
+
+def _nested(depth: int, opener: str = "[", closer: str = "]") -> str:
+    """Arguments whose ``text`` nests ``depth`` arrays or objects (the arguments are one more)."""
+    inner = (
+        opener * depth + closer * depth if opener == "[" else '{"a": ' * depth + "1" + "}" * depth
+    )
+    return '{"text": ' + inner + "}"
+
+
+@pytest.mark.parametrize("depth", [128, 1_023, 1_030, 10_000])
+@pytest.mark.parametrize("kind", ["[", "{"])
+async def test_arguments_nested_too_deep_are_invalid_arguments(depth: int, kind: str) -> None:
+    """Arrays or objects nested past the limit are refused with one clear problem, at any
+    depth: the parsers' own limits (orjson at 1024, the stdlib's recursion) never show."""
+    (outcome,) = await run_tool_calls(
+        [call("echo", _nested(depth, kind))], REGISTRY, session_id="s1"
+    )
+    assert (outcome.status, outcome.error_code) == ("invalid_arguments", "tool.invalid_args")
+    assert outcome.content == (
+        "invalid arguments for tool 'echo': $: arrays and objects nest more than 128 levels deep"
+    )
+
+
+async def test_arguments_nested_up_to_the_limit_are_checked_by_the_schema() -> None:
+    """127 levels inside the arguments object (128 in all) are parsed and validated."""
+    (outcome,) = await run_tool_calls([call("echo", _nested(127))], REGISTRY, session_id="s1")
+    assert (
+        outcome.content == "invalid arguments for tool 'echo': $.text: expected string, got array"
+    )
+
+
+async def test_huge_integers_nested_too_deep_are_refused_by_the_exact_parser() -> None:
+    """The exact-integer parse (beyond orjson) checks the depth too."""
+    text = '{"text": ' + "[" * 200 + "1" + "0" * 30 + "]" * 200 + "}"
+    with pytest.raises(ToolArgumentsError) as info:
+        parse_tool_arguments("echo", text)
+    assert info.value.problems == ("$: arrays and objects nest more than 128 levels deep",)
 
 
 async def test_lone_surrogate_escapes_in_arguments_stay_invalid_json() -> None:

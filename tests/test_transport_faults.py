@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import attrs
+import httpx
 import orjson
 import pytest
 import trio
+import trio.testing
 from _scripted_http import Reply, ScriptedHTTPServer, json_reply, sse, sse_reply
 
 from protocols import LLMRequest, UserMessage
@@ -181,6 +185,54 @@ async def test_total_timeout_covers_the_wait_for_headers(provider: str) -> None:
     assert (error.code, error.phase) == ("llm.timeout", "total")
     assert str(error) == f"{provider}: no response headers within the 0.3 s total timeout"
     assert 0.3 <= took < 1.5
+
+
+class _SlowBody(httpx.AsyncByteStream):
+    """A body read in ``size`` pieces, one per ``every`` seconds: a slow but steady link."""
+
+    def __init__(self, body: bytes, size: int, every: float) -> None:
+        self._body, self._size, self._every = body, size, every
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for start in range(0, len(self._body), self._size):
+            await trio.sleep(self._every)
+            yield self._body[start : start + self._size]
+
+
+async def test_a_50_mb_event_arriving_for_longer_than_the_idle_timeout_is_read_whole(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Idle means no bytes: one 50 MB event taking 200 s to arrive (256 KiB a second) is
+    read to its end with the default 60 s idle timeout, which counts its bytes as progress."""
+    text = "x" * 50_000_000
+    body = (
+        b"data: "
+        + orjson.dumps(_openai_chunk({"role": "assistant", "content": text}))
+        + b"\n\ndata: "
+        + orjson.dumps(_openai_chunk({}, finish="stop"))
+        + b"\n\ndata: [DONE]\n\n"
+    )
+
+    def reply(_request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream"},
+            stream=_SlowBody(body, 262_144, 1.0),
+        )
+
+    config = ProviderConfig(
+        provider="openai",
+        base_url="http://provider.invalid/v1",
+        model="gpt-test",
+        retry=RetryPolicy(max_attempts=1),
+    )
+    async with httpx.AsyncClient(transport=httpx.MockTransport(reply)) as client:
+        transport = OpenAITransport(config, client=client)
+        start = trio.current_time()
+        async with transport.stream(REQUEST) as stream:
+            response = await stream.final_response()
+    assert trio.current_time() - start > 3 * config.timeouts.idle
+    assert (len(response.content), response.finish_reason) == (50_000_000, "stop")
 
 
 async def test_idle_timeout_default() -> None:

@@ -759,6 +759,39 @@ async def test_anthropic_complete() -> None:
     assert response.finish_reason == "tool_calls"
 
 
+async def test_anthropic_sends_arguments_nested_too_deep_as_raw_text() -> None:
+    """A call whose arguments nest past the tools' limit (refused as invalid arguments)
+    goes back as its raw text, since the body could not encode it as an object."""
+    deep = '{"a": ' + "[" * 300 + "]" * 300 + "}"
+    request = LLMRequest(
+        messages=[
+            UserMessage("nest"),
+            AssistantMessage(tool_calls=[ToolCall(id="t0", name="weather", arguments=deep)]),
+            ToolResultMessage(tool_call_id="t0", content="invalid", is_error=True),
+        ],
+        max_tokens=16,
+    )
+    body = {
+        "id": "msg_3",
+        "type": "message",
+        "model": "claude-test",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+    with ScriptedHTTPServer([json_reply(200, body)]) as server:
+        async with _anthropic(server) as transport:
+            response = await transport.complete(request)
+    assert response.content == "ok"
+    (use,) = server.requests[0].json()["messages"][1]["content"]
+    assert use == {
+        "type": "tool_use",
+        "id": "t0",
+        "name": "weather",
+        "input": {"_raw_arguments": deep},
+    }
+
+
 async def test_anthropic_error_event_in_stream() -> None:
     """An `error` event mid-stream raises the mapped class (overloaded -> llm.server)."""
     body = sse(

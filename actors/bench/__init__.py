@@ -3,7 +3,8 @@
 Run ``python -m actors.bench SUITE [--json] [--quick]`` with ``SUITE`` one of ``actors``,
 ``log`` (the kernel's suites, from ``runtime.bench``), ``cluster`` (the kernel's store
 figures, then a fleet of node processes: sends/s, failover, lost, duplicates),
-``agents``, ``providers``, ``longevity`` (what a session of months costs), ``console``
+``agents``, ``providers``, ``sse`` (CPU to read one SSE event of 8 to 50 MB beside
+the raw bytes), ``longevity`` (what a session of months costs), ``console``
 (the web console's log page on a session of a million events), ``limits`` (the fleet
 limiter), ``fleet`` (a node's drain), ``peers`` (the agents' sends beside power-loop's,
 the baseline our performance goals are stated against; needs the ``bench`` extra) and
@@ -20,6 +21,7 @@ SUITES: dict[str, str] = {
     "cluster": "actors.bench._cluster",
     "agents": "actors.bench._agents",
     "providers": "actors.bench._providers",
+    "sse": "actors.bench._sse",
     "longevity": "actors.bench._longevity",
     "console": "actors.bench._console",
     "limits": "actors.bench._limits",

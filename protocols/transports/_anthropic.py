@@ -31,6 +31,7 @@ from protocols._llm_stream import (
     ToolCallDelta,
     UsageDelta,
 )
+from protocols._tools import MAX_ARGUMENT_DEPTH, nests_deeper_than
 from protocols.errors import LLMBadRequestError
 
 from ._base import HTTPTransport, JsonDict, StreamParser
@@ -82,13 +83,20 @@ def _tool_input(arguments: str) -> object:
     """The tool-use ``input`` object for a call's raw arguments.
 
     Anthropic wants an object; a model's invalid JSON is passed back under
-    ``_raw_arguments`` so the transcript stays valid and nothing is lost.
+    ``_raw_arguments`` so the transcript stays valid and nothing is lost. So are arguments
+    nested too deep to be a tool's (they were refused as invalid): orjson writes no more
+    than 255 levels, and the request body would fail to encode. Text shorter than the limit
+    cannot nest deeper than it, so the usual call is not walked.
     """
     try:
         value = orjson.loads(arguments or "{}")
     except orjson.JSONDecodeError:
         return {"_raw_arguments": arguments}
-    return value if isinstance(value, dict) else {"_raw_arguments": arguments}
+    if not isinstance(value, dict) or (
+        len(arguments) > MAX_ARGUMENT_DEPTH and nests_deeper_than(value, MAX_ARGUMENT_DEPTH)
+    ):
+        return {"_raw_arguments": arguments}
+    return value
 
 
 def _blocks(message: Message) -> tuple[Literal["user", "assistant"], list[JsonDict]]:

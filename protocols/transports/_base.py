@@ -43,6 +43,10 @@ StreamParser: TypeAlias = Callable[[ServerSentEvent], Sequence[StreamDelta | LLM
 _DRAIN_SECONDS = 0.05
 #: The most bytes we read after the terminal event before giving the connection up.
 _DRAIN_BYTES = 65536
+#: Bytes that count as progress toward a data event: a stream bringing this much of an
+#: event in progress is not idle, however long the event (one of many megabytes takes many
+#: reads), while a few trickled bytes or keep-alives are.
+_PROGRESS_BYTES = 65536
 
 
 class Transport:
@@ -331,9 +335,8 @@ class HTTPTransport(Transport):
             on_attempt=self._on_attempt,
             rand=self._rand,
         )
-        idle = self._config.timeouts.idle
         total_at = started + total
-        idle_at = trio.current_time() + idle
+        idle = _IdleDeadline(self._config.timeouts.idle)
         parse = self._stream_parser()
         decoder = SSEDecoder()
         chunks = _body_chunks(response)
@@ -345,17 +348,18 @@ class HTTPTransport(Transport):
         try:
             while True:
                 with (
-                    trio.CancelScope(deadline=min(total_at, idle_at)) as scope,
+                    trio.CancelScope(deadline=min(total_at, idle.at)) as scope,
                     map_httpx_errors(self.provider, streaming=True, secrets=self._secrets),
                 ):
                     chunk = await anext(chunks, None)
                 if scope.cancelled_caught:
-                    raise self._expired(total_at=total_at, idle_at=idle_at)
+                    raise self._expired(total_at=total_at, idle_at=idle.at)
                 if chunk is None:
                     break
+                idle.read(len(chunk))
                 for event in decoder.feed(chunk):
                     if not self._keepalive(event):
-                        idle_at = trio.current_time() + idle
+                        idle.progress()
                     try:
                         items = parse(event)
                     except _SHAPE_ERRORS as exc:
@@ -393,6 +397,34 @@ class HTTPTransport(Transport):
     def _keepalive(self, event: ServerSentEvent) -> bool:
         """Whether ``event`` only keeps the connection open (providers override)."""
         return False
+
+
+@attrs.define
+class _IdleDeadline:
+    """When a stream's idle timeout expires: ``idle`` seconds after its last progress.
+
+    Progress is a data event, or :data:`_PROGRESS_BYTES` more of the body: a large event
+    arriving over many reads is not idleness, while keep-alives and a few trickled bytes
+    are. Moving the deadline costs a clock read per network read, nothing per byte.
+    """
+
+    idle: float
+    at: float = attrs.field(init=False)
+    _arrived: int = attrs.field(init=False, default=0)
+    """Bytes read since the deadline last moved."""
+
+    def __attrs_post_init__(self) -> None:
+        self.progress()
+
+    def read(self, size: int) -> None:
+        """Count ``size`` bytes just read."""
+        self._arrived += size
+        if self._arrived >= _PROGRESS_BYTES:
+            self.progress()
+
+    def progress(self) -> None:
+        """Move the deadline: the stream made progress now."""
+        self.at, self._arrived = trio.current_time() + self.idle, 0
 
 
 def _no_constant(name: str) -> object:

@@ -68,8 +68,10 @@ class Timeouts:
     ``connect``, ``read``, ``write`` and ``pool`` go to httpx (``read`` bounds the wait for
     any bytes at all). ``idle`` bounds the wait for the next data event of a stream: a
     provider that sends keep-alive comments or trickles bytes without ever finishing an
-    event is stopped by it, where ``read`` would wait forever. ``total`` bounds one whole
-    attempt, from sending the request to the last byte of the answer or of the stream.
+    event is stopped by it, where ``read`` would wait forever. A large event still arriving
+    is not idleness: every 64 KiB of the body counts as progress, so one event of many
+    megabytes may take longer than ``idle`` to arrive. ``total`` bounds one whole attempt,
+    from sending the request to the last byte of the answer or of the stream.
     """
 
     connect: float = 10.0
@@ -81,8 +83,8 @@ class Timeouts:
     pool: float = 30.0
     """Seconds to wait for a free connection from the pool."""
     idle: float = 60.0
-    """Seconds a stream may go without a data event; SSE comments and ``ping`` events
-    (keep-alives) do not count as data."""
+    """Seconds a stream may go without a data event or 64 KiB of one; SSE comments and
+    ``ping`` events (keep-alives) do not count as data."""
     total: float = 600.0
     """Seconds for one attempt as a whole, a stream's headers and all its events included."""
 

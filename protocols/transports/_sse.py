@@ -44,8 +44,8 @@ class SSEDecoder:
     notice that the stream ended without its terminal event.
     """
 
-    _pending: bytes = attrs.field(init=False, default=b"")
-    """The start of a line whose end has not arrived."""
+    _pending: list[bytes] = attrs.field(init=False, factory=list)
+    """The pieces of a line whose end has not arrived, joined once when it does."""
     _after_cr: bool = attrs.field(init=False, default=False)
     """The last chunk ended with CR: an LF opening the next one ends no line."""
     _lines: list[str] = attrs.field(init=False, factory=list)
@@ -70,23 +70,32 @@ class SSEDecoder:
         Returns:
             (Iterator[ServerSentEvent]): the events that this piece completed, in order.
         """
-        data = self._pending + chunk if self._pending else chunk
-        if not data:
-            return self._events()
-        if self._after_cr:
+        # Only the new chunk is scanned: the pending pieces hold no line ending, so a line
+        # that spans many reads (one event of many megabytes) costs its bytes once, not
+        # once per read.
+        if self._after_cr and chunk:
             self._after_cr = False
-            if data[0] == 0x0A:  # the LF of a CRLF cut after its CR
-                data = data[1:]
-        if b"\r" in data:
-            self._after_cr = data[-1] == 0x0D
-            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        end = data.rfind(b"\n")
-        if end < 0:
-            self._pending = data
+            if chunk[0] == 0x0A:  # the LF of a CRLF cut after its CR
+                chunk = chunk[1:]
+        if not chunk:
             return self._events()
-        self._pending = data[end + 1 :]
+        if b"\r" in chunk:
+            self._after_cr = chunk[-1] == 0x0D
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            self._pending.append(chunk)
+            return self._events()
+        if self._pending:
+            self._pending.append(chunk[:end])
+            data = b"".join(self._pending)
+            self._pending.clear()
+        else:
+            data = chunk[:end]
+        if end + 1 < len(chunk):
+            self._pending.append(chunk[end + 1 :])
         # Cutting at LF never splits a UTF-8 sequence, so the complete lines decode at once.
-        lines = data[:end].decode("utf-8", "replace").split("\n")
+        lines = data.decode("utf-8", "replace").split("\n")
         if self._next < len(self._lines):
             lines = self._lines[self._next :] + lines
         self._lines, self._next = lines, 0
