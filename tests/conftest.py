@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import AsyncIterator, Iterator
 from importlib.metadata import entry_points
 
+# `pytest --hypothesis-profile=deep` (tests/_depth.py): importing it registers the profile
+# before Hypothesis's own plugin loads the one the option names.
+import _depth  # noqa: F401
 import _llama
 import _postgres
 import pytest
-from hypothesis import settings
 
 from actors.cli._local_llm import local_llm_missing, open_local_llm_server
 from runtime.testing import PostgresServer
@@ -21,12 +22,6 @@ from runtime.testing import PostgresServer
 # signals go back to their default in a child, ignored ones stay ignored.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-# POWERTRIO_LONG_PROPERTIES=1: the long run of the property tests, 10,000 examples each
-# (the properties of actors.testing.property_settings and those without their own count).
-settings.register_profile("long", max_examples=10_000)
-if os.environ.get("POWERTRIO_LONG_PROPERTIES"):
-    settings.load_profile("long")
 
 # The test kit's fixtures come from the `pytest11` entry point of the installed powertrio;
 # in an environment installed before that entry point existed, load the plugin here.

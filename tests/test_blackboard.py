@@ -10,6 +10,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -1032,7 +1033,7 @@ class BoardDeciderMachine(RuleBasedStateMachine):
 
 
 BoardDeciderMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=30, deadline=None
+    max_examples=examples(60), stateful_step_count=30, deadline=None
 )
 TestBoardDecider = BoardDeciderMachine.TestCase
 
@@ -1048,7 +1049,7 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(ops=operations)
 def test_the_board_actor_agrees_with_a_dict_and_restarts_to_the_fold(
     ops: list[tuple[str, str, JsonValue, int | None]],

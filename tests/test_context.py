@@ -13,6 +13,7 @@ import orjson
 import pytest
 import trio
 from _cli import run_cli
+from _depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -197,7 +198,7 @@ def transcripts(draw: st.DrawFn) -> tuple[Message, ...]:
     return transcript.closed().messages
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     messages=transcripts(),
     window=st.integers(50, 3000),
@@ -251,7 +252,7 @@ async def run_ledger(
 
 
 @settings(
-    max_examples=12,
+    max_examples=examples(12),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

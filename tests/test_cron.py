@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,7 +89,7 @@ _EXPRESSIONS = st.tuples(
 ).map(" ".join)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(expression=_EXPRESSIONS, start=st.integers(1_600_000_000, 1_900_000_000))
 def test_next_after_is_the_first_matching_minute(expression: str, start: int) -> None:
     """``next_after(t)`` matches, is after ``t``, and no minute in between matches."""
@@ -104,7 +105,7 @@ def test_next_after_is_the_first_matching_minute(expression: str, start: int) ->
         minute += 60
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(expression=_EXPRESSIONS)
 def test_parsing_is_stable(expression: str) -> None:
     """Parsing never fails on a well-formed expression, and gives the same sets twice;

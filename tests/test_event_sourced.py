@@ -10,6 +10,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from _gated_store import GatedStore, writer_paused
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -146,7 +147,7 @@ def drain(channel: trio.MemoryReceiveChannel[object]) -> list[object]:
             return out
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(amounts=st.lists(st.integers(-1000, 1000), max_size=60), every=st.integers(1, 7))
 def test_a_snapshot_equals_the_fold_of_the_events_before_it(amounts: list[int], every: int) -> None:
     async def scenario() -> None:

@@ -20,6 +20,7 @@ from typing import TypeVar
 import _postgres
 import pytest
 import trio
+from _depth import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -227,7 +228,7 @@ class PostgresStoreMachine(EventStoreMachine):
         return _postgres.postgres_backend(self.server)()
 
 
-STATEFUL = settings(max_examples=40, stateful_step_count=25, deadline=None)
+STATEFUL = settings(max_examples=examples(40), stateful_step_count=25, deadline=None)
 TestMemoryStore = MemoryStoreMachine.TestCase
 TestMemoryStore.settings = STATEFUL
 TestSqliteStore = SqliteStoreMachine.TestCase

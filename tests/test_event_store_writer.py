@@ -11,6 +11,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from _gated_store import hold_in_thread, writer_paused
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -391,7 +392,7 @@ _SHARED_STEPS = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=_SHARED_STEPS)
 def test_two_stores_on_one_file_agree_with_the_file(
     tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[int, str, int, int]]

@@ -11,6 +11,7 @@ import orjson
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -452,7 +453,7 @@ _FILES = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(files=_FILES)
 def test_apply_converges_on_the_last_file_whatever_came_before(files: list[dict[str, str]]) -> None:
     """After any sequence of applies, the live agents and their specs are the last file's,

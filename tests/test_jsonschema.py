@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from _depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import (
@@ -305,7 +306,7 @@ def test_recursive_reference_through_a_child_is_fine() -> None:
     )
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_generated_values_validate(data: st.DataObject) -> None:
     """Every value generated from a schema satisfies it (no false alarms)."""
@@ -314,7 +315,7 @@ def test_generated_values_validate(data: st.DataObject) -> None:
     assert validate_json(schema, value) == ()
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_type_mutations_are_reported_at_their_path(data: st.DataObject) -> None:
     """Putting a value of a forbidden type anywhere yields a problem at exactly that path."""
@@ -330,7 +331,7 @@ def test_type_mutations_are_reported_at_their_path(data: st.DataObject) -> None:
     assert any(p.startswith(f"{path}: ") for p in problems), (path, bad, problems)
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_unexpected_properties_are_reported(data: st.DataObject) -> None:
     """An extra key on a closed object is rejected at the key's path."""

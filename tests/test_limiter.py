@@ -9,6 +9,7 @@ import unittest.mock
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -134,13 +135,13 @@ class Model:
         )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(policy=policies, ops=operations)
 def test_grants_never_exceed_a_limit_in_any_window_and_settles_reconcile(policy, ops):
     check_operations(policy, ops)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(policy=policies, ops=operations)
 def test_the_window_in_chunks_of_two_folds_the_same(policy, ops):
     """The window is kept in chunks (64 grants each); with chunks of 2 every append, settle
@@ -207,7 +208,7 @@ def check_fold(model: Model) -> None:
     assert state.busy == busy
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     policy=policies,
     asks=st.lists(
@@ -240,7 +241,7 @@ def test_every_waiting_call_is_granted_in_time(policy, asks):
     assert len(model.grants) == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     trees=st.integers(2, 5),
     per_tree=st.lists(st.integers(1, 12), min_size=5, max_size=5),
@@ -536,7 +537,7 @@ def _check_log(events: list[object], policy: LimiterPolicy) -> None:
             open_.difference_update(event.grant_ids)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     policy=policies,
     agents=st.lists(
@@ -642,7 +643,7 @@ async def test_a_settle_after_the_limiter_stopped_is_logged_not_raised(caplog):
     assert "limiter fleet has stopped; _Settle(grant_id='1', tokens=1) not told" in caplog.text
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     steps=st.lists(
         st.tuples(

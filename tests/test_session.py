@@ -8,6 +8,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -436,7 +437,7 @@ async def run_conversation(plan: list[int], crash_at: int | None) -> tuple[objec
     return state.transcript, result.usage
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     plan=st.lists(st.integers(0, 3), min_size=0, max_size=4),
     crash_at=st.integers(1, 30),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from _gated_store import GatedStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -269,7 +270,7 @@ async def _send_with_kills(store: InMemoryEventStore, kills: list[tuple[float, b
     return result
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     kills=st.lists(
         st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0]), st.booleans()),

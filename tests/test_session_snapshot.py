@@ -9,6 +9,7 @@ from unittest import mock
 import attrs
 import orjson
 import pytest
+from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,7 +147,7 @@ def _roundtrip(state: SessionState) -> SessionState:
     return decoded
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(session_events(), st.data())
 def test_snapshot_plus_tail_equals_the_full_fold(events: list[object], data: st.DataObject) -> None:
     # Chunks of 3 messages, so generated sessions cross chunk boundaries.

@@ -9,13 +9,12 @@ session has settled, exactly once; every timer fires at most once per due time; 
 LLM request is provider-valid; and the state a restarted session reports equals the fold
 of its log.
 
-Set ``POWERTRIO_LONG_PROPERTIES=1`` for 10,000 examples instead of the default 200.
+``pytest --hypothesis-profile=deep`` runs 10,000 examples instead of 200.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections import Counter
 from collections.abc import Sequence
 from typing import TypeVar
@@ -24,6 +23,7 @@ import attrs
 import trio
 import trio.lowlevel
 import trio.testing
+from _depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,7 +68,6 @@ from runtime.testing import FunctionLLM, InMemoryEventStore
 
 T = TypeVar("T")
 
-EXAMPLES = 10_000 if os.environ.get("POWERTRIO_LONG_PROPERTIES") == "1" else 200
 FAST_RESTART = Supervision(max_restarts=1000, within=1, backoff=Backoff(initial=0))
 START = 1_750_000_000.0
 """The wall clock at the start of every example (epoch seconds)."""
@@ -393,7 +392,7 @@ def check(outcome: Outcome, records: list[RecordedEvent], problems: list[str]) -
 
 
 @settings(
-    max_examples=EXAMPLES,
+    max_examples=examples(200),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

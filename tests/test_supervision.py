@@ -8,6 +8,7 @@ import random
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -247,7 +248,7 @@ async def test_backoff_resets_after_a_stable_run(autojump_clock: trio.testing.Mo
     assert delays == [1.0, 10.0, 1.0]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     initial=st.floats(0, 10),
     factor=st.floats(1, 4),
@@ -418,7 +419,7 @@ async def test_a_child_waiting_for_its_restart_goes_when_its_parent_crashes(
 
 
 def test_strategies_match_a_model_for_random_crash_sequences() -> None:
-    @settings(max_examples=60, deadline=None)
+    @settings(max_examples=examples(60), deadline=None)
     @given(
         strategy=st.sampled_from(["one_for_one", "one_for_all", "rest_for_one"]),
         size=st.integers(1, 6),

@@ -1,7 +1,7 @@
 """The property-testing kit (``actors.testing``) on the project's own session agent.
 
-The properties run at least 500 examples each (``property_settings``); with
-``POWERTRIO_LONG_PROPERTIES=1`` the ``long`` profile of ``conftest.py`` makes it 10,000.
+The properties run at least 500 examples each (``property_settings``);
+``pytest --hypothesis-profile=deep`` makes it 10,000 (``tests/_depth.py``).
 Then every invariant helper is shown to fail, with its message, on a broken case.
 """
 
@@ -22,6 +22,7 @@ import orjson
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
@@ -166,7 +167,7 @@ def test_operations_on_a_session_keep_every_invariant(
     check_operations(HARNESS, conversation, ops)
 
 
-@property_settings(max_examples=50)
+@property_settings(max_examples=examples(50))
 @given(conversation=conversations(CALCULATOR, max_rounds=4), ops=operations())
 def test_operations_on_sqlite_keep_every_invariant(
     conversation: tuple[object, ...], ops: tuple[object, ...]
@@ -200,7 +201,7 @@ FOUND_OPERATIONS = (
 (``timer.cancelled`` in one play, ``timer.fired`` in the other)."""
 
 
-@property_settings(max_examples=15)
+@property_settings(max_examples=examples(15))
 @given(conversation=conversations(CALCULATOR, max_rounds=3), ops=operations(max_size=6))
 @example(conversation=FOUND_CONVERSATION, ops=FOUND_OPERATIONS)
 def test_a_run_on_sqlite_is_reproducible(

@@ -10,6 +10,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from _timer_owner import STREAM, GetState, Owner, OwnerState, fold, registry
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -704,7 +705,7 @@ _op: st.SearchStrategy[Op] = st.one_of(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(ops=st.lists(_op, min_size=4, max_size=30))
 def test_any_schedule_cancel_advance_restart_sequence_fires_each_due_time_once(
     ops: list[Op],

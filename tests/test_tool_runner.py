@@ -13,6 +13,7 @@ import pytest
 import trio
 import trio.testing
 import trio_asyncio
+from _depth import examples
 from hypothesis import given, settings
 from strategies import tool_calls
 
@@ -440,7 +441,7 @@ def test_check_cancelled_raises_interrupted() -> None:
     )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(tool_calls(["echo", "fail", "who", "nope", "positive"]))
 def test_nothing_a_model_sends_raises(calls: list[ToolCall]) -> None:
     """Whatever names and argument text arrive, every call gets exactly one outcome, in order."""

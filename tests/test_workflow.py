@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 import trio
 import trio.testing
+from _depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -370,7 +371,7 @@ async def _run_small(store: object) -> object:
         return await handle.result()
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_workflow_killed_at_any_event_ends_as_if_never_killed(data: st.DataObject) -> None:
     """Crash the workflow at its k-th append: same result, same step results, and no

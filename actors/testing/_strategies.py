@@ -93,8 +93,9 @@ def property_settings(examples: int = 500, **overrides: object) -> Settings:
     """Hypothesis settings for a property test of an agent with this kit.
 
     At least ``examples`` examples, or more when the loaded settings profile asks for
-    more (so a "long" profile, e.g. ``max_examples=10_000`` loaded from an environment
-    variable in ``conftest.py``, lengthens every such property at once). No deadline:
+    more (so a "deep" profile, e.g. ``max_examples=10_000`` registered in ``conftest.py``
+    and loaded with ``pytest --hypothesis-profile=deep``, lengthens every such property
+    at once). No deadline:
     the harness runs whole conversations, and time spent is never a failure. The
     ``function_scoped_fixture`` health check is off because the kit's fixtures are
     stateless across examples: each run builds its own runtime, store and model.
