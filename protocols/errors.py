@@ -12,6 +12,7 @@ The tree (code in brackets)::
     │   ├── AgentSpecError                        [config.agent_spec]
     │   ├── ConsoleTokenRequiredError             [config.console_token]
     │   ├── BadConnectionStringError              [config.connection_string]
+    │   ├── UnsupportedLogSchemeError             [config.db_scheme]
     │   ├── FleetFileError                        [config.fleet_file]
     │   ├── CronSyntaxError                       [config.cron]
     │   └── FleetAgentNotFoundError (LookupError) [config.fleet_agent]
@@ -36,6 +37,7 @@ The tree (code in brackets)::
     │   ├── StreamNotFoundError (LookupError)     [store.stream_not_found]
     │   ├── StoreNotFoundError (LookupError)      [store.not_found]
     │   ├── StoreLockedError                      [store.locked]
+    │   ├── StoreReadOnlyError                    [store.read_only]
     │   ├── StoreUnavailableError                 [store.unavailable]
     │   ├── StoreRefusedError                     [store.refused]
     │   └── FencedError                           [store.fenced]
@@ -142,6 +144,7 @@ from ._errors_files import (
     OutputFileError,
     StoreLockedError,
     StoreNotFoundError,
+    StoreReadOnlyError,
 )
 from ._errors_fleet import CronSyntaxError, FleetAgentNotFoundError, FleetFileError
 from ._errors_kernel import (
@@ -198,7 +201,12 @@ from ._errors_log import (
     StreamNotFoundError,
     UnknownEventTypeError,
 )
-from ._errors_server import BadConnectionStringError, StoreRefusedError, StoreUnavailableError
+from ._errors_server import (
+    BadConnectionStringError,
+    StoreRefusedError,
+    StoreUnavailableError,
+    UnsupportedLogSchemeError,
+)
 from ._util import fixup_module_metadata as _fixup
 
 __all__ = [
@@ -271,6 +279,7 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreReadOnlyError",
     "StoreRefusedError",
     "StoreSchemaVersionError",
     "StoreUnavailableError",
@@ -287,6 +296,7 @@ __all__ = [
     "ToolNotFoundError",
     "ToolTimeoutError",
     "UnknownEventTypeError",
+    "UnsupportedLogSchemeError",
     "UnsupportedTypeError",
     "WorkflowCancelledError",
     "WorkflowError",

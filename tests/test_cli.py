@@ -693,6 +693,12 @@ def test_reading_commands_need_an_existing_log(tmp_path: Path) -> None:
             "no event log at 'no/such/dir/x.sqlite': its folder 'no/such/dir' does not exist",
         ),
         (("--db", ".", "run", "--demo", TASK), "config.invalid", "--db names the folder '.'"),
+        (
+            ("--db", "mysql://me:secret@db/logs", "sessions"),
+            "config.db_scheme",
+            "the event log cannot be a mysql:// database: give a SQLite file's path, "
+            "or a PostgreSQL URI (postgresql://, postgres://)",
+        ),
         (("run", "--demo", "  "), "config.invalid", "the task is empty"),
         (("import", "nosuch.jsonl"), "io.not_found", "no file at 'nosuch.jsonl'"),
         (
@@ -715,6 +721,27 @@ def test_ordinary_mistakes_get_a_code_of_their_own(
     assert f"error [{code}]: " in done.stderr and message in done.stderr, done.stderr
     assert "internal" not in done.stderr
     assert before == sorted(p.name for p in workdir.iterdir())
+
+
+def test_a_read_only_log_is_its_own_error_with_a_hint(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite refusing to write (a read-only file or folder) is ``store.read_only`` with
+    what to do, not ``error [store]`` and SQLite's raw text."""
+
+    def read_only(path: str, *, read_only: bool) -> sqlite3.Connection:
+        del read_only  # as a read-only file opens for every connection, even as root
+        return sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
+
+    monkeypatch.setattr("runtime._sqlite_schema.connect", read_only)
+    done = cli(workdir, "run", "--demo", TASK)
+    assert done.returncode == 1, done.stderr
+    assert (
+        "error [store.read_only]: the event log 'powertrio.sqlite' is read-only (attempt to "
+        "write a readonly database): let this user write the file and its folder"
+    ) in " ".join(done.stderr.split())
 
 
 def test_import_of_a_file_that_is_no_export_blames_the_file(workdir: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +26,7 @@ from protocols.errors import (
     StoreLockedError,
     StoreNotFoundError,
     StreamNotFoundError,
+    UnsupportedLogSchemeError,
 )
 from runtime import PostgresEventStore, SqliteEventStore, open_postgres_store, open_sqlite_store
 
@@ -52,6 +54,9 @@ SESSION_PREFIX = "session/"
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 """``--db`` values starting so name a PostgreSQL database, not a file."""
+
+_URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+"""What makes a ``--db`` value a URI rather than a path."""
 
 LogStore: TypeAlias = "SqliteEventStore | PostgresEventStore"
 """What :func:`open_log` opens."""
@@ -87,6 +92,11 @@ class CliContext:
 
         value = db or os.environ.get("POWERTRIO_DB") or DEFAULT_DB
         dsn = value if value.startswith(POSTGRES_SCHEMES) else None
+        scheme = _URI_SCHEME.match(value)
+        if dsn is None and scheme is not None:
+            # mysql://x is no file path: taken as one, it would be "no event log at 'mysql:/x'".
+            supported = tuple(s.removesuffix("://") for s in POSTGRES_SCHEMES)
+            raise UnsupportedLogSchemeError(scheme.group(1), supported)
         path = Path(value) if dsn is None else Path(_server_label(dsn))
         if dsn is None and path.is_dir():
             source = "--db" if db else "POWERTRIO_DB"
