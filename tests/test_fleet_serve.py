@@ -110,7 +110,7 @@ def test_a_second_sigterm_cancels_at_once_and_the_log_stays_valid(db: Path) -> N
         node.kill()
     assert node.returncode == 0, err
     assert "SIGTERM again: stopping now" in err
-    assert "(1 runs cancelled at once)" in err
+    assert "(1 run cancelled at once)" in err
     agent = _status(db)["agents"][0]  # type: ignore[index]
     assert agent["last_status"] == "cancelled"
     checked = _cli(db, "check")
@@ -170,7 +170,7 @@ def test_a_node_killed_mid_run_leaves_the_run_to_the_next_node(db: Path) -> None
     shown = _cli(db, "show", "ticker-1")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.count("user: Tick.") == 1  # one run
-    assert "run completed · 1 rounds" in shown.stdout  # its model call made once
+    assert "run completed · 1 round · " in shown.stdout  # its model call made once
 
 
 # -- in a terminal --------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def test_serve_status_and_drain_in_a_terminal(db: Path, tmp_path: Path) -> None:
 
     try:
         window("serve", f"{cli} serve --node n1 --poll 0.2")
-        _screen(tmux, "fleet:serve", "node n1 serving 1 agents")
+        _screen(tmux, "fleet:serve", "node n1 serving 1 agent · ")
         _wait_for(db, "a finished run", lambda a: a["last_status"] == "completed")
         window("status", f"{cli} fleet status")
         shown = _screen(tmux, "fleet:status", "EXIT=0")

@@ -43,6 +43,7 @@ __all__ = [
     "fmt_age",
     "fmt_time",
     "open_log",
+    "plural",
     "resolve_session",
     "session_id_of",
 ]
@@ -339,6 +340,11 @@ def fmt_age(seconds: float) -> str:
         if seconds >= size:
             return f"{int(seconds // size)}{unit}"
     return f"{int(seconds)}s"
+
+
+def plural(count: int, noun: str) -> str:
+    """``count`` and its noun as people say it: ``1 round``, ``2 rounds``, ``1,024 events``."""
+    return f"{count:,} {noun if count == 1 else noun + 's'}"
 
 
 def shorten(text: str, width: int) -> str:

@@ -32,7 +32,7 @@ import trio
 from protocols import LLM
 from protocols.errors import ConfigError, InputFileNotFoundError
 
-from ._common import CliContext, db_lock, fmt_age, fmt_iso, fmt_time, open_log
+from ._common import CliContext, db_lock, fmt_age, fmt_iso, fmt_time, open_log, plural
 from ._serve_ui import add_serve_ui_options, console_services
 
 if TYPE_CHECKING:
@@ -86,13 +86,17 @@ def add_fleet_commands(
     def sub(name: str, help: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help, description=help, parents=[common])
 
-    sub("apply", "reconcile the log with a fleet file (TOML)").add_argument("file")
+    fleet_file = "the fleet file (TOML)"
+    sub("apply", "reconcile the log with a fleet file (TOML)").add_argument("file", help=fleet_file)
     sub("status", "per agent: state, node, last run, next wake-up, usage today, errors")
-    sub("pause", "no new runs for an agent until resumed").add_argument("agent")
-    sub("resume", "let a paused agent run again").add_argument("agent")
-    sub("drain", "ask a serving node to drain and exit").add_argument("node")
+    agent = "the agent's name, as the fleet file declares it"
+    sub("pause", "no new runs for an agent until resumed").add_argument("agent", help=agent)
+    sub("resume", "let a paused agent run again").add_argument("agent", help=agent)
+    sub("drain", "ask a serving node to drain and exit").add_argument(
+        "node", help="the node's name (serve --node), as `powertrio fleet status` lists it"
+    )
     upgrade = sub("upgrade", "check a new fleet file against the agents' recent runs")
-    upgrade.add_argument("file")
+    upgrade.add_argument("file", help=fleet_file)
     upgrade.add_argument(
         "--check", action="store_true", required=True, help="replay, report, change nothing"
     )
@@ -201,7 +205,8 @@ async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
     if ctx.json:
         ctx.emit({"node": name, "drained": True, "cancelled_runs": node.cancelled_runs})
     else:
-        ctx.err.print(f"node {name} drained ({node.cancelled_runs} runs cancelled at once)")
+        cancelled = plural(node.cancelled_runs, "run")
+        ctx.err.print(f"node {name} drained ({cancelled} cancelled at once)")
     return 0
 
 
@@ -209,8 +214,8 @@ async def _serve_until_stopped(ctx: CliContext, node: FleetNode, metrics: str | 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_signals, node, ctx)
         await nursery.start(node.serve)
-        agents = len(node.agents())
-        ctx.err.print(f"node {node.node} serving {agents} agents · log {ctx.db}", soft_wrap=True)
+        agents = plural(len(node.agents()), "agent")
+        ctx.err.print(f"node {node.node} serving {agents} · log {ctx.db}", soft_wrap=True)
         if metrics is not None:
             ctx.err.print(f"metrics on http://{metrics}/metrics", soft_wrap=True)
         await node.stopped.wait()
@@ -300,7 +305,7 @@ async def _apply(ctx: CliContext, args: argparse.Namespace) -> int:
     for name in report.retired:
         ctx.out.print(f"retired  {name} (its history stays)")
     if not (report.created or report.changed or report.retired):
-        ctx.out.print(f"up to date ({len(report.unchanged)} agents)")
+        ctx.out.print(f"up to date ({plural(len(report.unchanged), 'agent')})")
     return 0
 
 
@@ -345,7 +350,7 @@ async def _status(ctx: CliContext) -> int:
             ago = fmt_age(now - a.last_finished_at)
             last = f"{a.last_run} {a.last_status} {ago} ago"
         limit = f"/{a.day_tokens}" if a.day_tokens else ""
-        today = f"{a.runs_today} runs {a.tokens_today}{limit} tok"
+        today = f"{plural(a.runs_today, 'run')} {a.tokens_today}{limit} tok"
         errors = str(a.errors) if not a.last_error else f"{a.errors} ({a.last_error})"
         pending = " (new spec at next run)" if a.running_hash not in {None, a.spec_hash} else ""
         table.add_row(
