@@ -15,7 +15,8 @@ The tree (code in brackets)::
     │   ├── UnsupportedLogSchemeError             [config.db_scheme]
     │   ├── FleetFileError                        [config.fleet_file]
     │   ├── CronSyntaxError                       [config.cron]
-    │   └── FleetAgentNotFoundError (LookupError) [config.fleet_agent]
+    │   ├── FleetAgentNotFoundError (LookupError) [config.fleet_agent]
+    │   └── FleetNodeNotFoundError (LookupError)  [config.fleet_node]
     ├── ActorError                                [actor]
     │   ├── ActorStoppedError                     [actor.stopped]
     │   │   └── ActorFailedError                  [actor.failed]
@@ -146,7 +147,12 @@ from ._errors_files import (
     StoreNotFoundError,
     StoreReadOnlyError,
 )
-from ._errors_fleet import CronSyntaxError, FleetAgentNotFoundError, FleetFileError
+from ._errors_fleet import (
+    CronSyntaxError,
+    FleetAgentNotFoundError,
+    FleetFileError,
+    FleetNodeNotFoundError,
+)
 from ._errors_kernel import (
     ActorCrashedError,
     ActorError,
@@ -239,6 +245,7 @@ __all__ = [
     "FileAccessError",
     "FleetAgentNotFoundError",
     "FleetFileError",
+    "FleetNodeNotFoundError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
     "HookVetoError",

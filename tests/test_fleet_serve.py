@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _cli import run_cli
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -120,7 +121,11 @@ def test_a_second_sigterm_cancels_at_once_and_the_log_stays_valid(db: Path) -> N
 def test_fleet_drain_from_another_process(db: Path) -> None:
     node = _serve(db, "0")
     try:
-        _wait_for(db, "the agent hosted", lambda a: a["node"] == "n1")
+        status = _wait_for(db, "the agent hosted", lambda a: a["node"] == "n1")
+        assert [(n["name"], n["state"]) for n in status["nodes"]] == [("n1", "running")]  # type: ignore[attr-defined, index]
+        typo = run_cli("--db", str(db), "fleet", "drain", "n2", cwd=db.parent)
+        assert typo.returncode == 2, typo.stderr
+        assert "error [config.fleet_node]: the fleet has no node 'n2' (nodes: n1)" in typo.stderr
         asked = _cli(db, "fleet", "drain", "n1")
         assert asked.stdout.strip() == "asked node n1 to drain"
         _out, err = node.communicate(timeout=60)
@@ -145,8 +150,13 @@ def test_a_node_killed_mid_run_leaves_the_run_to_the_next_node(db: Path) -> None
         node.communicate(timeout=60)
     finally:
         node.kill()
-    agent = _status(db)["agents"][0]  # type: ignore[index]
+    status = _status(db)
+    agent = status["agents"][0]  # type: ignore[index]
     assert (agent["state"], agent["last_run"]) == ("running", None)
+    # It recorded no stop, but its lock (the SQLite node's lease) died with it: lost.
+    assert [(n["name"], n["state"]) for n in status["nodes"]] == [("n1", "lost")]  # type: ignore[attr-defined, index]
+    shown = run_cli("--db", str(db), "fleet", "status", cwd=db.parent).stdout
+    assert "node n1: lost (pid " in shown and "n1 (lost)" in shown
     node = _serve(db, "0")
     try:
         status = _wait_for(db, "run-1 finished", lambda a: a["last_run"] is not None)

@@ -39,6 +39,7 @@ __all__ = [
     "check_folder",
     "CliContext",
     "db_lock",
+    "db_holder",
     "db_in_use",
     "fmt_age",
     "fmt_time",
@@ -318,6 +319,17 @@ def db_in_use(db: Path | CliContext) -> bool:
             return True
         fcntl.flock(handle, fcntl.LOCK_UN)
         return False
+
+
+def db_holder(db: Path) -> str | None:
+    """Who holds the SQLite log's driver lock right now, as it wrote itself in the lock
+    file (``pid N (`powertrio serve`)``), or ``None`` when no process holds it."""
+    if not db_in_use(db):
+        return None
+    try:
+        return _lock_path(db).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 # -- formatting --------------------------------------------------------------------------
