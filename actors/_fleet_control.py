@@ -14,11 +14,16 @@ from typing import Any, final
 import attrs
 
 from protocols import decode_record, encode
-from protocols.errors import ConcurrencyConflictError, FleetAgentNotFoundError
+from protocols.errors import (
+    ConcurrencyConflictError,
+    FleetAgentNotFoundError,
+    FleetNodeNotFoundError,
+)
 from runtime import EventStore, NewEvent
 
 from ._fleet_events import (
     CONTROL_STREAM,
+    NODE_PREFIX,
     FleetAgentChanged,
     FleetAgentDeclared,
     FleetAgentPaused,
@@ -216,7 +221,15 @@ async def set_paused(store: EventStore, name: str, *, paused: bool, reason: str 
 
 
 async def request_drain(store: EventStore, node: str) -> None:
-    """Ask ``node`` to drain: it stops taking work, lets runs finish their turn, exits."""
+    """Ask ``node`` to drain: it stops taking work, lets runs finish their turn, exits.
+
+    Raises:
+        FleetNodeNotFoundError: no node of that name ever served this fleet (a typo would
+            otherwise be asked, and never answer).
+    """
+    known = sorted(info.stream[len(NODE_PREFIX) :] for info in await store.streams(NODE_PREFIX))
+    if node not in known:
+        raise FleetNodeNotFoundError(node, known)
 
     def decide(state: ControlState) -> list[object]:
         return [FleetNodeDrainRequested(node=node)]

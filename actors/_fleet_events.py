@@ -17,7 +17,7 @@ CLI, a web console, a test) computes the same status; the log is the only author
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal, final
 
@@ -275,11 +275,16 @@ class AgentStatus:
     skipped: int
 
 
+NodeState = Literal["running", "draining", "stopped", "lost"]
+"""``lost``: the log says running or draining, but the node's lease lapsed unrenewed (it
+was killed, or cut off from the log): it stopped without recording it."""
+
+
 @final
 @attrs.frozen(kw_only=True)
 class NodeStatus:
     name: str
-    state: Literal["running", "draining", "stopped"]
+    state: NodeState
     pid: int
     version: str
     started_at: float
@@ -294,6 +299,18 @@ class FleetStatus:
 
     def agent(self, name: str) -> AgentStatus | None:
         return next((a for a in self.agents if a.name == name), None)
+
+    def with_live_nodes(self, live: Collection[str]) -> FleetStatus:
+        """This status, knowing which nodes hold a lease now (``live``): a node the log
+        has running or draining that is not among them is ``lost``. The log alone cannot
+        tell: a node killed with SIGKILL records nothing."""
+        nodes = tuple(
+            attrs.evolve(n, state="lost")
+            if n.state in {"running", "draining"} and n.name not in live
+            else n
+            for n in self.nodes
+        )
+        return attrs.evolve(self, nodes=nodes)
 
 
 @attrs.define

@@ -83,6 +83,9 @@ class FleetNode:
         host: on a fleet of nodes (PostgreSQL), the node's session host: the node then
             hosts the agents whose shards it holds, follows them as leases move, and
             runs each run's session wherever that session's shard is.
+        on_hosting: called with the agents the node hosts (:meth:`agents`) each time
+            that set changes after the node started serving (leases moved, an agent was
+            declared), so what a node says it hosts follows what ``fleet status`` says.
     """
 
     def __init__(
@@ -95,6 +98,7 @@ class FleetNode:
         poll: float = 1.0,
         services: Sequence[NodeService] = (),
         host: NodeHost | None = None,
+        on_hosting: Callable[[list[str]], None] | None = None,
     ) -> None:
         if host is not None and host.node.shard_of_stream(AGENT_PREFIX + "x") is None:
             msg = (
@@ -117,6 +121,8 @@ class FleetNode:
         self._unavailable: dict[str, AgentDecl] = {}
         self._sessions: dict[str, Session | ClusterSession] = {}
         self._unrecorded: set[str] = set()
+        self._on_hosting = on_hosting
+        self._hosting: list[str] | None = None  # None until serving: the start is no change
         self._changed = trio.Event()
         self._reconciling = trio.Lock()
         self._drain = trio.Event()
@@ -170,6 +176,7 @@ class FleetNode:
         self._control = await read_control(self.runtime.store)
         start_version = self._control.version  # drain requests before this one are old
         await self._reconcile()
+        self._hosting = self.agents()
         task_status.started()
         async with trio.open_nursery() as nursery:
             for service in self._services:
@@ -214,6 +221,11 @@ class FleetNode:
         # both would spawn the same agent.
         async with self._reconciling:
             await self._reconcile_now()
+            hosting = self.agents()
+            if self._hosting is not None and hosting != self._hosting:
+                self._hosting = hosting
+                if self._on_hosting is not None and not self.draining:
+                    self._on_hosting(hosting)
 
     def _gone(self, name: str) -> bool:
         """Whether the agent's actor has stopped (its shard was lost: the cluster node

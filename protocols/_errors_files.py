@@ -18,6 +18,7 @@ __all__ = [
     "OutputFileError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreReadOnlyError",
 ]
 
 
@@ -42,6 +43,25 @@ class StoreLockedError(StoreError):
         super().__init__(
             f"the event log {path!r} is being driven by {holder}; stop it there (Ctrl-C), "
             "or wait for it to end"
+        )
+
+
+class StoreReadOnlyError(StoreError):
+    """The log's file, or the folder it is in, cannot be written by this process.
+
+    SQLite writes beside the file too (its ``-wal`` and ``-shm`` files), and opening a log
+    writes to it (recovery, upgrades), so even a reading command needs both writable.
+    """
+
+    code = "store.read_only"
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(
+            f"the event log {path!r} is read-only ({detail}): let this user write the file "
+            "and its folder (SQLite keeps its -wal and -shm files beside it), or copy the "
+            "log to a writable folder and point --db at the copy"
         )
 
 

@@ -10,7 +10,12 @@ from collections.abc import Sequence
 
 from ._errors_base import ConfigError
 
-__all__ = ["CronSyntaxError", "FleetAgentNotFoundError", "FleetFileError"]
+__all__ = [
+    "CronSyntaxError",
+    "FleetAgentNotFoundError",
+    "FleetFileError",
+    "FleetNodeNotFoundError",
+]
 
 
 class FleetFileError(ConfigError):
@@ -55,3 +60,15 @@ class FleetAgentNotFoundError(ConfigError, LookupError):
         self.known = tuple(known)
         listed = ", ".join(self.known) if self.known else "none: run `powertrio fleet apply FILE`"
         super().__init__(f"the fleet has no agent {name!r} (agents: {listed})")
+
+
+class FleetNodeNotFoundError(ConfigError, LookupError):
+    """A command names a node that never served this fleet (a typo would go unheeded)."""
+
+    code = "config.fleet_node"
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        self.name = name
+        self.known = tuple(known)
+        listed = ", ".join(self.known) if self.known else "none: start one with `powertrio serve`"
+        super().__init__(f"the fleet has no node {name!r} (nodes: {listed})")

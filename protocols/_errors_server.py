@@ -7,12 +7,18 @@ answer in time, which the user fixes by bringing the server back, never with a r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from ._errors_base import ConfigError
 from ._errors_log import StoreError
 
-__all__ = ["BadConnectionStringError", "StoreRefusedError", "StoreUnavailableError"]
+__all__ = [
+    "BadConnectionStringError",
+    "StoreRefusedError",
+    "StoreUnavailableError",
+    "UnsupportedLogSchemeError",
+]
 
 
 class StoreUnavailableError(StoreError):
@@ -86,4 +92,22 @@ class BadConnectionStringError(ConfigError):
         super().__init__(
             f"the PostgreSQL connection string is not valid ({detail}); write it as "
             "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or 'host=HOST dbname=DATABASE'"
+        )
+
+
+class UnsupportedLogSchemeError(ConfigError):
+    """``--db`` (or ``POWERTRIO_DB``) is a URI of a kind of database powertrio cannot use.
+
+    Only the scheme is repeated: the rest of the URI may hold a password.
+    """
+
+    code = "config.db_scheme"
+
+    def __init__(self, scheme: str, supported: Sequence[str]) -> None:
+        self.scheme = scheme
+        self.supported = tuple(supported)
+        listed = ", ".join(f"{s}://" for s in self.supported)
+        super().__init__(
+            f"the event log cannot be a {scheme}:// database: give a SQLite file's path, "
+            f"or a PostgreSQL URI ({listed})"
         )

@@ -12,9 +12,11 @@ The tree (code in brackets)::
     │   ├── AgentSpecError                        [config.agent_spec]
     │   ├── ConsoleTokenRequiredError             [config.console_token]
     │   ├── BadConnectionStringError              [config.connection_string]
+    │   ├── UnsupportedLogSchemeError             [config.db_scheme]
     │   ├── FleetFileError                        [config.fleet_file]
     │   ├── CronSyntaxError                       [config.cron]
-    │   └── FleetAgentNotFoundError (LookupError) [config.fleet_agent]
+    │   ├── FleetAgentNotFoundError (LookupError) [config.fleet_agent]
+    │   └── FleetNodeNotFoundError (LookupError)  [config.fleet_node]
     ├── ActorError                                [actor]
     │   ├── ActorStoppedError                     [actor.stopped]
     │   │   └── ActorFailedError                  [actor.failed]
@@ -36,6 +38,7 @@ The tree (code in brackets)::
     │   ├── StreamNotFoundError (LookupError)     [store.stream_not_found]
     │   ├── StoreNotFoundError (LookupError)      [store.not_found]
     │   ├── StoreLockedError                      [store.locked]
+    │   ├── StoreReadOnlyError                    [store.read_only]
     │   ├── StoreUnavailableError                 [store.unavailable]
     │   ├── StoreRefusedError                     [store.refused]
     │   └── FencedError                           [store.fenced]
@@ -142,8 +145,14 @@ from ._errors_files import (
     OutputFileError,
     StoreLockedError,
     StoreNotFoundError,
+    StoreReadOnlyError,
 )
-from ._errors_fleet import CronSyntaxError, FleetAgentNotFoundError, FleetFileError
+from ._errors_fleet import (
+    CronSyntaxError,
+    FleetAgentNotFoundError,
+    FleetFileError,
+    FleetNodeNotFoundError,
+)
 from ._errors_kernel import (
     ActorCrashedError,
     ActorError,
@@ -198,7 +207,12 @@ from ._errors_log import (
     StreamNotFoundError,
     UnknownEventTypeError,
 )
-from ._errors_server import BadConnectionStringError, StoreRefusedError, StoreUnavailableError
+from ._errors_server import (
+    BadConnectionStringError,
+    StoreRefusedError,
+    StoreUnavailableError,
+    UnsupportedLogSchemeError,
+)
 from ._util import fixup_module_metadata as _fixup
 
 __all__ = [
@@ -231,6 +245,7 @@ __all__ = [
     "FileAccessError",
     "FleetAgentNotFoundError",
     "FleetFileError",
+    "FleetNodeNotFoundError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
     "HookVetoError",
@@ -271,6 +286,7 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreReadOnlyError",
     "StoreRefusedError",
     "StoreSchemaVersionError",
     "StoreUnavailableError",
@@ -287,6 +303,7 @@ __all__ = [
     "ToolNotFoundError",
     "ToolTimeoutError",
     "UnknownEventTypeError",
+    "UnsupportedLogSchemeError",
     "UnsupportedTypeError",
     "WorkflowCancelledError",
     "WorkflowError",

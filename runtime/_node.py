@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ._postgres_store import PostgresEventStore
     from ._ref import ActorRef
 
-__all__ = ["ClusterNode", "Node", "placement_key", "shard_of"]
+__all__ = ["ClusterNode", "Node", "live_nodes", "placement_key", "shard_of"]
 
 logger = logging.getLogger("powertrio.node")
 
@@ -118,6 +118,19 @@ def placement_key(stream: str, placed: tuple[str, ...] = ("session", "board")) -
 def shard_of(key: str, shards: int) -> int:
     """The shard of a placement key (CRC-32, stable across processes and versions)."""
     return zlib.crc32(key.encode()) % shards
+
+
+async def live_nodes(store: PostgresEventStore) -> frozenset[str]:
+    """The names of the nodes of a fleet on ``store`` whose heartbeat lease has not lapsed.
+
+    A node renews it with its shards' leases every ``ttl / 3`` seconds and drops it as it
+    leaves, so a node the log says is running but that is missing here was killed or cut
+    off: ``powertrio fleet status`` calls it lost.
+
+    Raises:
+        StoreUnavailableError: the server cannot be reached.
+    """
+    return await store._call(sql.live_nodes)
 
 
 def _channel(schema: str) -> str:

@@ -26,6 +26,7 @@ __all__ = [
     "LeaseTick",
     "answer_message",
     "lease_tick",
+    "live_nodes",
     "pending_messages",
     "placements_in",
     "post_message",
@@ -199,6 +200,17 @@ def release_shards(conn: psycopg.Connection, node: str, held: dict[int, int]) ->
         "WHERE l.shard = h.shard AND l.epoch = h.epoch AND l.node = %s",
         (list(held), list(held.values()), node),
     )
+
+
+def live_nodes(conn: psycopg.Connection) -> frozenset[str]:
+    """The nodes whose heartbeat has not lapsed (none before any node ever ran here)."""
+    row = conn.execute("SELECT to_regclass('cluster_nodes')").fetchone()
+    if row is None or row[0] is None:
+        return frozenset()
+    rows = conn.execute(
+        "SELECT node FROM cluster_nodes WHERE expires_at > clock_timestamp()"
+    ).fetchall()
+    return frozenset(str(node) for (node,) in rows)
 
 
 def leave(conn: psycopg.Connection, node: str) -> None:

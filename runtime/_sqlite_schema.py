@@ -20,6 +20,8 @@ from protocols.errors import (
     CorruptLogError,
     ForeignDatabaseError,
     StoreError,
+    StoreNotFoundError,
+    StoreReadOnlyError,
     StoreSchemaVersionError,
 )
 
@@ -243,6 +245,11 @@ _DELETE_UNREFERENCED_CHUNK = (
 Synchronous = Literal["FULL", "NORMAL", "OFF"]
 
 
+_SQLITE_READONLY = 8
+"""SQLite's primary result code for a write refused by a read-only file or folder (its
+extended codes keep it in their low byte)."""
+
+
 @contextlib.contextmanager
 def map_errors(path: str) -> Iterator[None]:
     """Turn sqlite3 errors into our typed errors (the one boundary for this backend)."""
@@ -252,6 +259,8 @@ def map_errors(path: str) -> Iterator[None]:
         text = str(exc)
         if "malformed" in text or "not a database" in text or "corrupt" in text:
             raise CorruptLogError(path, text) from exc
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF == _SQLITE_READONLY:
+            raise StoreReadOnlyError(path, text) from exc
         raise StoreError(f"event log {path!r}: {text}") from exc
 
 
@@ -474,8 +483,13 @@ def open_database(
         CorruptLogError: the file is damaged or not an SQLite database.
         ForeignDatabaseError: the file is another application's SQLite database.
         StoreSchemaVersionError: a newer powertrio wrote the file.
+        StoreNotFoundError: ``path`` is a folder.
+        StoreReadOnlyError: the file or its folder cannot be written.
         StoreError: the file cannot be opened, or WAL mode cannot be turned on.
     """
+    if os.path.isdir(path):
+        hint = "it is a folder: name the log's file (new or existing) in it"
+        raise StoreNotFoundError(path, hint)
     if os.path.exists(path) and os.path.getsize(path) > 0:
         with open(path, "rb") as file:
             header = file.read(len(_SQLITE_HEADER))

@@ -726,6 +726,8 @@ async def open_sqlite_store(
         CorruptLogError: the file is damaged or not an SQLite database.
         ForeignDatabaseError: the file is another application's SQLite database.
         StoreSchemaVersionError: a newer powertrio wrote the file.
+        StoreNotFoundError: ``path`` is a folder.
+        StoreReadOnlyError: the file or its folder is read-only.
         StoreError: the file cannot be opened (permissions, missing directory).
     """
     if blob_threshold < 0:

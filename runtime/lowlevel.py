@@ -9,6 +9,7 @@ from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._event_sourced import CONTINUES, Outcome
 from ._gc_tuning import RUNTIME_GC_THRESHOLD
+from ._node import live_nodes
 from ._persist_listener import CommitObserver, PersistListener
 from ._postgres_lock import postgres_lock, postgres_lock_held
 from ._snapshot_chunks import (
@@ -42,6 +43,7 @@ __all__ = [
     "encode_snapshot",
     "hold_virtual_clock",
     "is_timer_event",
+    "live_nodes",
     "postgres_lock",
     "postgres_lock_held",
     "register_timer_events",

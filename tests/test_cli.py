@@ -38,7 +38,7 @@ from actors import (
     workflow,
 )
 from protocols import LLMRequest, LLMResponse, Usage
-from runtime import open_runtime, open_sqlite_store
+from runtime import NewEvent, open_runtime, open_sqlite_store
 from runtime._sqlite_schema import event_checksum
 from runtime.testing import FunctionLLM
 
@@ -237,6 +237,71 @@ def test_log_prints_events_as_json_lines_and_the_tree_with_tree(
     assert {f"session/{sid}", f"session/{sid}.1", f"session/{sid}.2"} == {e["stream"] for e in tree}
     assert sorted(e["position"] for e in tree) == [e["position"] for e in tree]
     assert "session.run_started" in cli(where, "log", sid).stdout
+
+
+def test_log_takes_any_stream_by_its_full_name(workdir: Path) -> None:
+    """``log`` shows a fleet agent's or a board's stream by name, as ``export --stream``
+    takes it, besides session ids; a name that is not there is named as given."""
+
+    async def append() -> None:
+        async with open_sqlite_store(workdir / "powertrio.sqlite") as store:
+            note = NewEvent(type="test.note", schema_version=1, data=b'{"n": 1}')
+            await store.append("fleet/agent/watch", [note, note], 0)
+            await store.append("board/x", [note], 0)
+
+    trio.run(append)
+    done = cli(workdir, "log", "fleet/agent/watch", "--json")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(e["stream"], e["version"], e["type"]) for e in lines] == [
+        ("fleet/agent/watch", 1, "test.note"),
+        ("fleet/agent/watch", 2, "test.note"),
+    ]
+    assert "test.note" in cli(workdir, "log", "board/x").stdout
+    missing = cli(workdir, "log", "board/nosuch")
+    assert missing.returncode == 1
+    assert "error [store.stream_not_found]: no stream named 'board/nosuch' in the event log" in (
+        missing.stderr
+    )
+
+
+def test_counts_read_as_people_say_them(tmp_path: Path) -> None:
+    """One of a thing is singular: ``1 round``, ``1 agent``, never ``1 rounds``."""
+
+    async def main() -> None:
+        log = tmp_path / "powertrio.sqlite"
+        async with open_sqlite_store(log) as store, open_runtime(store=store) as runtime:
+            llm = FunctionLLM(lambda _request: LLMResponse(content="done"))
+            session = await spawn_session(runtime, llm=llm, session_id="single")
+            await session.send("one thing")
+
+    trio.run(main)
+    shown = cli(tmp_path, "show", "single").stdout
+    assert "run completed · 1 round · " in shown and "1 rounds" not in shown
+    assert "1 agent · " in cli(tmp_path, "tree", "single").stdout
+
+
+def test_every_positional_argument_has_help() -> None:
+    """``powertrio COMMAND --help`` explains every positional argument (ID, FILE, TEXT...),
+    not only the options; and every command and sub-command has a line in its list."""
+    from actors.cli._main import build_parser
+
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helped = {choice.dest for choice in action._choices_actions if choice.help}
+                missing.extend(
+                    f"{parser.prog} {name}" for name in action.choices if name not in helped
+                )
+                for sub in action.choices.values():
+                    walk(sub)
+            elif not action.option_strings and not action.help:
+                missing.append(f"{parser.prog} {action.metavar or action.dest}")
+
+    walk(build_parser())
+    assert missing == []
 
 
 def test_log_follow_sees_what_another_process_appends(workdir: Path) -> None:
@@ -590,6 +655,15 @@ def test_an_interrupted_run_is_listed_so_and_cancel_ends_it(tmp_path: Path) -> N
     assert session["status"] == "running"  # its process held the log then
     sid = str(session["session_id"])
     assert cli_json(tmp_path, "sessions")[0]["status"] == "interrupted"  # type: ignore[index]
+    shown = cli_json(tmp_path, "show", sid)
+    assert isinstance(shown, dict)
+    run_id = shown["open_run"]
+    assert shown["status"] == "interrupted" and str(run_id).startswith("run_")
+    text = cli(tmp_path, "show", sid).stdout
+    assert " ".join(text.split()).endswith(
+        f"interrupted: run {run_id} never finished (no process drives this log); `powertrio "
+        f'send {sid} "..."` resumes it, `powertrio cancel {sid}` ends it'
+    )
     cancelled = cli_json(tmp_path, "cancel", sid)
     assert isinstance(cancelled, dict)
     assert (cancelled["session_id"], cancelled["cancelled"], cancelled["status"]) == (
@@ -604,6 +678,7 @@ def test_an_interrupted_run_is_listed_so_and_cancel_ends_it(tmp_path: Path) -> N
         "message": f"session {sid!r} has no open run: nothing to cancel",
     }
     assert cli_json(tmp_path, "sessions")[0]["status"] == "cancelled"  # type: ignore[index]
+    assert cli_json(tmp_path, "show", sid)["status"] == "cancelled"  # type: ignore[index]
 
 
 def _wait_on_pty(master: int, needle: bytes, timeout: float = 20) -> bytes:
@@ -693,6 +768,12 @@ def test_reading_commands_need_an_existing_log(tmp_path: Path) -> None:
             "no event log at 'no/such/dir/x.sqlite': its folder 'no/such/dir' does not exist",
         ),
         (("--db", ".", "run", "--demo", TASK), "config.invalid", "--db names the folder '.'"),
+        (
+            ("--db", "mysql://me:secret@db/logs", "sessions"),
+            "config.db_scheme",
+            "the event log cannot be a mysql:// database: give a SQLite file's path, "
+            "or a PostgreSQL URI (postgresql://, postgres://)",
+        ),
         (("run", "--demo", "  "), "config.invalid", "the task is empty"),
         (("import", "nosuch.jsonl"), "io.not_found", "no file at 'nosuch.jsonl'"),
         (
@@ -715,6 +796,28 @@ def test_ordinary_mistakes_get_a_code_of_their_own(
     assert f"error [{code}]: " in done.stderr and message in done.stderr, done.stderr
     assert "internal" not in done.stderr
     assert before == sorted(p.name for p in workdir.iterdir())
+
+
+def test_a_read_only_log_is_its_own_error_with_a_hint(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite refusing to write (a read-only file or folder) is ``store.read_only`` with
+    what to do, not ``error [store]`` and SQLite's raw text."""
+
+    def read_only(path: str, *, read_only: bool) -> sqlite3.Connection:
+        del read_only  # as a read-only file opens for every connection, even as root
+        return sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
+
+    monkeypatch.setattr("runtime._sqlite_schema.connect", read_only)
+    done = cli(workdir, "run", "--demo", TASK)
+    assert done.returncode == 1, done.stderr
+    said = " ".join(done.stderr.split())
+    # The session's actor may meet it first (then it is the cause of actor.failed).
+    assert "[store.read_only]: the event log 'powertrio.sqlite' is read-only (attempt to " in said
+    assert "write a readonly database): let this user write the file and its folder" in said
+    assert "internal" not in said
 
 
 def test_import_of_a_file_that_is_no_export_blames_the_file(workdir: Path) -> None:

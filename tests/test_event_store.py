@@ -19,6 +19,8 @@ from protocols.errors import (
     ForeignDatabaseError,
     StoreClosedError,
     StoreError,
+    StoreNotFoundError,
+    StoreReadOnlyError,
     StoreSchemaVersionError,
 )
 from runtime import EventStore, NewEvent, SqliteEventStore, open_sqlite_store
@@ -314,6 +316,49 @@ async def test_not_a_database_is_reported(tmp_path: Path) -> None:
     assert info.value.code == "store.corrupt"
     assert info.value.detail == "the file is not an SQLite database (bad header)"
     assert path.read_bytes() == b"these are my notes, not a database\n" * 10
+
+
+async def test_a_folder_is_not_a_log(tmp_path: Path) -> None:
+    """A folder where the file should be is ``store.not_found`` saying so, not a bare
+    ``IsADirectoryError``."""
+    with pytest.raises(StoreNotFoundError) as info:
+        async with open_sqlite_store(tmp_path):
+            pass
+    assert info.value.code == "store.not_found"
+    assert str(info.value) == (
+        f"no event log at {str(tmp_path)!r}: it is a folder: name the log's file "
+        "(new or existing) in it"
+    )
+
+
+def _read_only_connect(path: str, *, read_only: bool) -> sqlite3.Connection:
+    """A connection SQLite itself opens read-only: what a read-only file or folder gives a
+    process (the tests may run as root, whom file modes do not stop)."""
+    del read_only
+    return sqlite3.connect(
+        f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+    )
+
+
+async def test_a_read_only_log_says_so_with_its_own_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's "attempt to write a readonly database" is ``store.read_only`` with what to
+    do, not the generic ``store``."""
+    path = tmp_path / "log.sqlite"
+    async with open_sqlite_store(path) as store:
+        await store.append("s", [_event(1)], 0)
+    monkeypatch.setattr("runtime._sqlite_schema.connect", _read_only_connect)
+    with pytest.raises(StoreReadOnlyError) as info:
+        async with open_sqlite_store(path) as store:
+            await store.append("s", [_event(2)], 1)
+    assert info.value.code == "store.read_only"
+    assert info.value.path == str(path)
+    assert str(info.value) == (
+        f"the event log {str(path)!r} is read-only (attempt to write a readonly database): "
+        "let this user write the file and its folder (SQLite keeps its -wal and -shm files "
+        "beside it), or copy the log to a writable folder and point --db at the copy"
+    )
 
 
 async def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:

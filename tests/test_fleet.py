@@ -25,19 +25,22 @@ from actors import (
     read_fleet_status,
     set_paused,
 )
-from actors._fleet_control import read_control
+from actors._fleet_control import read_control, request_drain
 from actors._fleet_upgrade import upgrade_check
 from actors.cli._fleet_demo import fleet_demo_llm
 from actors.events import (
     FleetAgentChanged,
     FleetAgentDeclared,
     FleetAgentRetired,
+    FleetNodeDraining,
+    FleetNodeStarted,
+    FleetNodeStopped,
     FleetRunFinished,
     FleetRunSkipped,
     FleetRunStarted,
 )
 from protocols import LLM, decode, decode_record, encode
-from protocols.errors import FleetAgentNotFoundError, FleetFileError
+from protocols.errors import FleetAgentNotFoundError, FleetFileError, FleetNodeNotFoundError
 from runtime import (
     Clock,
     EventStore,
@@ -357,6 +360,89 @@ def test_fleet_status_is_a_pure_fold() -> None:
     assert digest.code_version == "powertrio 0 spec h1"
     assert fleet_status(events[:3], now=START + DAY).agents[0].tokens_today == 0
     assert fleet_status(events, now=START).agents[0].state == "retired"
+
+
+def test_a_node_whose_lease_lapsed_is_lost_not_running() -> None:
+    """The log cannot tell a node that was killed from a running one (SIGKILL records
+    nothing): given the nodes whose lease holds, the others the log has running or
+    draining are lost; a stopped node stays stopped."""
+    started = [
+        (f"fleet/node/{name}", FleetNodeStarted(node=name, pid=pid, version="0", started_at=START))
+        for name, pid in (("a", 11), ("b", 12), ("c", 13), ("d", 14))
+    ]
+    events: list[tuple[str, object]] = [
+        *started,
+        ("fleet/node/c", FleetNodeDraining(node="c", reason="SIGTERM", deadline=START + 30)),
+        ("fleet/node/d", FleetNodeStopped(node="d", stopped_at=START + 1)),
+    ]
+    status = fleet_status(events, now=START + 2)
+    assert [(n.name, n.state) for n in status.nodes] == [
+        ("a", "running"),
+        ("b", "running"),
+        ("c", "draining"),
+        ("d", "stopped"),
+    ]
+    seen = status.with_live_nodes({"a"})
+    assert [(n.name, n.state) for n in seen.nodes] == [
+        ("a", "running"),
+        ("b", "lost"),
+        ("c", "lost"),
+        ("d", "stopped"),
+    ]
+    assert seen.agents == status.agents
+
+
+def test_a_node_says_each_time_the_agents_it_hosts_change() -> None:
+    """``on_hosting`` gets the hosted agents whenever that set changes after the start
+    (here an agent declared meanwhile), not for the start itself: ``serve`` prints those,
+    so what it says follows what ``fleet status`` says."""
+
+    async def main() -> None:
+        said: list[list[str]] = []
+        async with open_runtime(clock=Clock(START)) as runtime:
+            fleet_file = parse_fleet_file(FLEET)
+            await apply_fleet(runtime.store, FleetFile(agents=fleet_file.agents[:1]))
+            node = FleetNode(runtime, node="n1", llm_for=_demo, poll=60.0, on_hosting=said.append)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(node.serve)
+                assert (node.agents(), said) == (["digest"], [])
+                await apply_fleet(runtime.store, fleet_file)
+                await trio.sleep(61)
+                assert said == [["digest", "pinger"]]
+                status = await read_fleet_status(runtime.store, now=START)
+                assert {a.name: a.node for a in status.agents} == {"digest": "n1", "pinger": "n1"}
+                node.drain("test over")
+        assert said == [["digest", "pinger"]]  # the drain is no change to announce
+
+    _run(main)
+
+
+def test_draining_a_node_that_never_served_is_an_error_naming_the_nodes() -> None:
+    """``fleet drain NOSUCH`` would ask no one and never be answered: it names the nodes
+    there are instead, and appends nothing."""
+
+    async def main() -> None:
+        async with open_runtime(clock=Clock(START)) as runtime:
+            store = runtime.store
+            with pytest.raises(FleetNodeNotFoundError) as none:
+                await request_drain(store, "n1")
+            assert str(none.value) == (
+                "the fleet has no node 'n1' (nodes: none: start one with `powertrio serve`)"
+            )
+            for name in ("n2", "n1"):
+                event = FleetNodeStarted(node=name, pid=1, version="0", started_at=START)
+                await store.append(f"fleet/node/{name}", [NewEvent.from_encoded(encode(event))], 0)
+            with pytest.raises(FleetNodeNotFoundError) as unknown:
+                await request_drain(store, "nosuch")
+            assert (unknown.value.code, unknown.value.known) == ("config.fleet_node", ("n1", "n2"))
+            assert str(unknown.value) == "the fleet has no node 'nosuch' (nodes: n1, n2)"
+            assert await store.stream_version("fleet") == 0
+            await request_drain(store, "n2")
+            assert [type(e).__name__ for e in await _events(store, "fleet")] == [
+                "FleetNodeDrainRequested"
+            ]
+
+    _run(main)
 
 
 # -- an old log ----------------------------------------------------------------------------

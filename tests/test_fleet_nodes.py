@@ -10,6 +10,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -104,9 +105,25 @@ class Serve:
 
 
 def _status(dsn: str) -> dict[str, dict[str, object]]:
-    done = _cli(dsn, "fleet", "status", "--json")
+    done = run_cli("--db", dsn, "fleet", "status", "--json", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return {a["name"]: a for a in json.loads(done.stdout)["agents"]}
+
+
+def _nodes(dsn: str) -> dict[str, str]:
+    """Node -> its state, as ``fleet status`` says (run in this process)."""
+    done = run_cli("--db", dsn, "fleet", "status", "--json", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return {n["name"]: n["state"] for n in json.loads(done.stdout)["nodes"]}
+
+
+_HOSTING = re.compile(r"^node (\S+) (?:serving|now hosts) (\d+) agents?\b", re.MULTILINE)
+
+
+def _said_hosting(node: Serve) -> int | None:
+    """How many agents the node said last that it hosts (start-up line, then changes)."""
+    said = _HOSTING.findall(node.text())
+    return int(said[-1][1]) if said else None
 
 
 def _wait(what: str, done: Callable[[], bool], nodes: list[Serve], seconds: float = 90) -> None:
@@ -185,7 +202,17 @@ def test_two_nodes_split_a_fleet_and_one_takes_over_when_the_other_is_killed(
             lambda: _settled(dsn),
             nodes,
         )
-        hosted = Counter(str(s["node"]) for s in _status(dsn).values())
+
+        # What each node says it hosts follows the leases to what `fleet status` says
+        # (its start-up line alone counted only the shards it took first).
+        hosted: Counter[str] = Counter()
+
+        def told() -> bool:
+            hosted.clear()
+            hosted.update(str(s["node"]) for s in _status(dsn).values())
+            return all(_said_hosting(n) == hosted[n.name] for n in nodes)
+
+        _wait("each node's last hosting line to match fleet status", told, nodes)
         victim_name = hosted.most_common(1)[0][0]
         victim = next(n for n in nodes if n.name == victim_name)
         b = next(n for n in nodes if n.name != victim_name)  # the survivor
@@ -203,6 +230,12 @@ def test_two_nodes_split_a_fleet_and_one_takes_over_when_the_other_is_killed(
             )
 
         _wait(f"node {b.name} running {moved} (ttl 3 s)", taken_over, [b])
+        # The victim recorded no stop; its lease lapsed: lost, not running forever.
+        _wait(
+            f"fleet status calling {victim_name} lost",
+            lambda: _nodes(dsn) == {victim_name: "lost", b.name: "running"},
+            [b],
+        )
         if otel:  # the survivor's lease gauge counts every shard (16)
             scraped = {"text": ""}
             held = f'powertrio_leases{{node="{b.name}",state="shards_held"}} 16.0'

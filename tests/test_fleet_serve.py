@@ -104,7 +104,7 @@ def test_a_second_sigterm_cancels_at_once_and_the_log_stays_valid(db: Path) -> N
         node.kill()
     assert node.returncode == 0, err
     assert "SIGTERM again: stopping now" in err
-    assert "(1 runs cancelled at once)" in err
+    assert "(1 run cancelled at once)" in err
     agent = _status(db)["agents"][0]  # type: ignore[index]
     assert agent["last_status"] == "cancelled"
     checked = _cli(db, "check")
@@ -114,7 +114,11 @@ def test_a_second_sigterm_cancels_at_once_and_the_log_stays_valid(db: Path) -> N
 def test_fleet_drain_from_another_process(db: Path) -> None:
     node = _serve(db, "0")
     try:
-        _wait_for(db, "the agent hosted", lambda a: a["node"] == "n1")
+        status = _wait_for(db, "the agent hosted", lambda a: a["node"] == "n1")
+        assert [(n["name"], n["state"]) for n in status["nodes"]] == [("n1", "running")]  # type: ignore[attr-defined, index]
+        typo = run_cli("--db", str(db), "fleet", "drain", "n2", cwd=db.parent)
+        assert typo.returncode == 2, typo.stderr
+        assert "error [config.fleet_node]: the fleet has no node 'n2' (nodes: n1)" in typo.stderr
         asked = _cli(db, "fleet", "drain", "n1")
         assert asked.stdout.strip() == "asked node n1 to drain"
         _out, err = node.communicate(timeout=60)
@@ -139,8 +143,13 @@ def test_a_node_killed_mid_run_leaves_the_run_to_the_next_node(db: Path) -> None
         node.communicate(timeout=60)
     finally:
         node.kill()
-    agent = _status(db)["agents"][0]  # type: ignore[index]
+    status = _status(db)
+    agent = status["agents"][0]  # type: ignore[index]
     assert (agent["state"], agent["last_run"]) == ("running", None)
+    # It recorded no stop, but its lock (the SQLite node's lease) died with it: lost.
+    assert [(n["name"], n["state"]) for n in status["nodes"]] == [("n1", "lost")]  # type: ignore[attr-defined, index]
+    shown = run_cli("--db", str(db), "fleet", "status", cwd=db.parent).stdout
+    assert "node n1: lost (pid " in shown and "n1 (lost)" in shown
     node = _serve(db, "0")
     try:
         status = _wait_for(db, "run-1 finished", lambda a: a["last_run"] is not None)
@@ -164,7 +173,7 @@ def test_a_node_killed_mid_run_leaves_the_run_to_the_next_node(db: Path) -> None
     shown = _cli(db, "show", "ticker-1")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.count("user: Tick.") == 1  # one run
-    assert "run completed · 1 rounds" in shown.stdout  # its model call made once
+    assert "run completed · 1 round · " in shown.stdout  # its model call made once
 
 
 # -- in a terminal --------------------------------------------------------------------------
@@ -213,7 +222,7 @@ def test_serve_status_and_drain_in_a_terminal(db: Path, tmp_path: Path) -> None:
 
     try:
         window("serve", f"{cli} serve --node n1 --poll 0.2")
-        _screen(tmux, "fleet:serve", "node n1 serving 1 agents")
+        _screen(tmux, "fleet:serve", "node n1 serving 1 agent · ")
         _wait_for(db, "a finished run", lambda a: a["last_status"] == "completed")
         window("status", f"{cli} fleet status")
         shown = _screen(tmux, "fleet:status", "EXIT=0")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +26,7 @@ from protocols.errors import (
     StoreLockedError,
     StoreNotFoundError,
     StreamNotFoundError,
+    UnsupportedLogSchemeError,
 )
 from runtime import PostgresEventStore, SqliteEventStore, open_postgres_store, open_sqlite_store
 
@@ -37,10 +39,12 @@ __all__ = [
     "check_folder",
     "CliContext",
     "db_lock",
+    "db_holder",
     "db_in_use",
     "fmt_age",
     "fmt_time",
     "open_log",
+    "plural",
     "resolve_session",
     "session_id_of",
 ]
@@ -52,6 +56,9 @@ SESSION_PREFIX = "session/"
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 """``--db`` values starting so name a PostgreSQL database, not a file."""
+
+_URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+"""What makes a ``--db`` value a URI rather than a path."""
 
 LogStore: TypeAlias = "SqliteEventStore | PostgresEventStore"
 """What :func:`open_log` opens."""
@@ -87,6 +94,11 @@ class CliContext:
 
         value = db or os.environ.get("POWERTRIO_DB") or DEFAULT_DB
         dsn = value if value.startswith(POSTGRES_SCHEMES) else None
+        scheme = _URI_SCHEME.match(value)
+        if dsn is None and scheme is not None:
+            # mysql://x is no file path: taken as one, it would be "no event log at 'mysql:/x'".
+            supported = tuple(s.removesuffix("://") for s in POSTGRES_SCHEMES)
+            raise UnsupportedLogSchemeError(scheme.group(1), supported)
         path = Path(value) if dsn is None else Path(_server_label(dsn))
         if dsn is None and path.is_dir():
             source = "--db" if db else "POWERTRIO_DB"
@@ -309,6 +321,17 @@ def db_in_use(db: Path | CliContext) -> bool:
         return False
 
 
+def db_holder(db: Path) -> str | None:
+    """Who holds the SQLite log's driver lock right now, as it wrote itself in the lock
+    file (``pid N (`powertrio serve`)``), or ``None`` when no process holds it."""
+    if not db_in_use(db):
+        return None
+    try:
+        return _lock_path(db).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
 # -- formatting --------------------------------------------------------------------------
 
 
@@ -329,6 +352,11 @@ def fmt_age(seconds: float) -> str:
         if seconds >= size:
             return f"{int(seconds // size)}{unit}"
     return f"{int(seconds)}s"
+
+
+def plural(count: int, noun: str) -> str:
+    """``count`` and its noun as people say it: ``1 round``, ``2 rounds``, ``1,024 events``."""
+    return f"{count:,} {noun if count == 1 else noun + 's'}"
 
 
 def shorten(text: str, width: int) -> str:

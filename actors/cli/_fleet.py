@@ -32,12 +32,23 @@ import trio
 from protocols import LLM
 from protocols.errors import ConfigError, InputFileNotFoundError
 
-from ._common import CliContext, db_lock, fmt_age, fmt_iso, fmt_time, open_log
+from ._common import (
+    CliContext,
+    db_holder,
+    db_lock,
+    fmt_age,
+    fmt_iso,
+    fmt_time,
+    open_log,
+    plural,
+)
 from ._serve_ui import add_serve_ui_options, console_services
 
 if TYPE_CHECKING:
     from actors import AgentDecl, FleetFile, FleetNode, FleetStatus, NodeService
     from runtime import Runtime
+
+    from ._common import LogStore
 
 __all__ = ["add_fleet_commands", "cmd_fleet", "cmd_serve"]
 
@@ -86,13 +97,17 @@ def add_fleet_commands(
     def sub(name: str, help: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help, description=help, parents=[common])
 
-    sub("apply", "reconcile the log with a fleet file (TOML)").add_argument("file")
+    fleet_file = "the fleet file (TOML)"
+    sub("apply", "reconcile the log with a fleet file (TOML)").add_argument("file", help=fleet_file)
     sub("status", "per agent: state, node, last run, next wake-up, usage today, errors")
-    sub("pause", "no new runs for an agent until resumed").add_argument("agent")
-    sub("resume", "let a paused agent run again").add_argument("agent")
-    sub("drain", "ask a serving node to drain and exit").add_argument("node")
+    agent = "the agent's name, as the fleet file declares it"
+    sub("pause", "no new runs for an agent until resumed").add_argument("agent", help=agent)
+    sub("resume", "let a paused agent run again").add_argument("agent", help=agent)
+    sub("drain", "ask a serving node to drain and exit").add_argument(
+        "node", help="the node's name (serve --node), as `powertrio fleet status` lists it"
+    )
     upgrade = sub("upgrade", "check a new fleet file against the agents' recent runs")
-    upgrade.add_argument("file")
+    upgrade.add_argument("file", help=fleet_file)
     upgrade.add_argument(
         "--check", action="store_true", required=True, help="replay, report, change nothing"
     )
@@ -194,6 +209,7 @@ async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
                     drain_deadline=args.drain_deadline,
                     poll=args.poll,
                     services=services(runtime),
+                    on_hosting=_say_hosting(ctx, name),
                 )
                 await _serve_until_stopped(ctx, node, _metrics_address(args))
     else:
@@ -201,7 +217,8 @@ async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
     if ctx.json:
         ctx.emit({"node": name, "drained": True, "cancelled_runs": node.cancelled_runs})
     else:
-        ctx.err.print(f"node {name} drained ({node.cancelled_runs} runs cancelled at once)")
+        cancelled = plural(node.cancelled_runs, "run")
+        ctx.err.print(f"node {name} drained ({cancelled} cancelled at once)")
     return 0
 
 
@@ -209,12 +226,29 @@ async def _serve_until_stopped(ctx: CliContext, node: FleetNode, metrics: str | 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_signals, node, ctx)
         await nursery.start(node.serve)
-        agents = len(node.agents())
-        ctx.err.print(f"node {node.node} serving {agents} agents · log {ctx.db}", soft_wrap=True)
+        agents = plural(len(node.agents()), "agent")
+        ctx.err.print(f"node {node.node} serving {agents} · log {ctx.db}", soft_wrap=True)
         if metrics is not None:
             ctx.err.print(f"metrics on http://{metrics}/metrics", soft_wrap=True)
         await node.stopped.wait()
         nursery.cancel_scope.cancel()
+
+
+def _say_hosting(ctx: CliContext, name: str) -> Callable[[list[str]], None]:
+    """A line each time the agents a node hosts change: on PostgreSQL the start-up line
+    counts only the shards the node took first (the others' surplus comes later), so
+    without these the node would tell another story than ``fleet status``."""
+
+    def say(agents: list[str]) -> None:
+        listed = ", ".join(agents[:_LISTED]) + (", ..." if len(agents) > _LISTED else "")
+        hosts = plural(len(agents), "agent") + (f": {listed}" if agents else "")
+        ctx.err.print(f"node {name} now hosts {hosts}", soft_wrap=True)
+
+    return say
+
+
+_LISTED = 10
+"""Agents named in a hosting line; past that it says how many."""
 
 
 async def _serve_on_postgres(
@@ -241,6 +275,7 @@ async def _serve_on_postgres(
             poll=args.poll,
             services=services(runtime),
             host=host,
+            on_hosting=_say_hosting(ctx, name),
         )
         await _serve_until_stopped(ctx, node, _metrics_address(args))
     return node
@@ -300,7 +335,7 @@ async def _apply(ctx: CliContext, args: argparse.Namespace) -> int:
     for name in report.retired:
         ctx.out.print(f"retired  {name} (its history stays)")
     if not (report.created or report.changed or report.retired):
-        ctx.out.print(f"up to date ({len(report.unchanged)} agents)")
+        ctx.out.print(f"up to date ({plural(len(report.unchanged), 'agent')})")
     return 0
 
 
@@ -333,25 +368,27 @@ async def _status(ctx: CliContext) -> int:
     async with open_log(ctx) as store:
         now = time.time()
         status = await read_fleet_status(store, now=now)
+        status = status.with_live_nodes(await _live_nodes(ctx, store, status))
     if ctx.json:
         ctx.emit(status_json(status))
         return 0
     table = Table(box=None, pad_edge=False)
     for column in ("agent", "state", "node", "last run", "next wake-up", "today", "errors"):
         table.add_column(column)
+    lost = {n.name for n in status.nodes if n.state == "lost"}
     for a in status.agents:
         last = "-"
         if a.last_run is not None and a.last_finished_at is not None:
             ago = fmt_age(now - a.last_finished_at)
             last = f"{a.last_run} {a.last_status} {ago} ago"
         limit = f"/{a.day_tokens}" if a.day_tokens else ""
-        today = f"{a.runs_today} runs {a.tokens_today}{limit} tok"
+        today = f"{plural(a.runs_today, 'run')} {a.tokens_today}{limit} tok"
         errors = str(a.errors) if not a.last_error else f"{a.errors} ({a.last_error})"
         pending = " (new spec at next run)" if a.running_hash not in {None, a.spec_hash} else ""
         table.add_row(
             a.name,
             a.state + pending,
-            a.node or "-",
+            (a.node + " (lost)" if a.node in lost else a.node) if a.node else "-",
             last,
             fmt_time(a.next_wakeup) if a.next_wakeup else "-",
             today,
@@ -362,8 +399,25 @@ async def _status(ctx: CliContext) -> int:
     else:
         ctx.out.print(table)
     for n in status.nodes:
-        ctx.out.print(f"node {n.name}: {n.state} (pid {n.pid}, powertrio {n.version})")
+        gone = ": its lease lapsed and it recorded no stop (killed?)" if n.state == "lost" else ""
+        ctx.out.print(f"node {n.name}: {n.state} (pid {n.pid}, powertrio {n.version}){gone}")
     return 0
+
+
+async def _live_nodes(ctx: CliContext, store: LogStore, status: FleetStatus) -> set[str]:
+    """The nodes whose lease holds now. On PostgreSQL, those whose heartbeat lease has
+    not lapsed; on SQLite the one node holding the log's driver lock (the kernel drops it
+    when its process dies, however it dies), known by the pid it recorded."""
+    if ctx.dsn is not None:
+        from runtime import PostgresEventStore
+        from runtime.lowlevel import live_nodes
+
+        assert isinstance(store, PostgresEventStore)
+        return set(await live_nodes(store))
+    holder = db_holder(ctx.db)
+    if holder is None:
+        return set()
+    return {n.name for n in status.nodes if holder.startswith(f"pid {n.pid} ")}
 
 
 async def _pause(ctx: CliContext, name: str, *, paused: bool) -> int:

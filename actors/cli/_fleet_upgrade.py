@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._common import CliContext, open_log
+from ._common import CliContext, open_log, plural
 
 if TYPE_CHECKING:
     from actors import FleetFile
@@ -40,5 +40,6 @@ async def cmd_upgrade_check(ctx: CliContext, args: argparse.Namespace, fleet: Fl
             ctx.out.print(f"  {run.run_id} ({run.recorded_version}): {mark}")
             if run.diverges:
                 ctx.out.print("    " + escape(run.detail).replace("\n", "\n    "))
-    ctx.out.print(f"{diverging} recorded runs would go otherwise with this file")
+    runs = plural(diverging, "recorded run")
+    ctx.out.print(f"{runs} would go otherwise with this file")
     return 1 if diverging else 0

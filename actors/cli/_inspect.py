@@ -27,6 +27,7 @@ from ._common import (
     fmt_time,
     in_session_tree,
     open_log,
+    plural,
     session_id_of,
     shorten,
 )
@@ -511,10 +512,10 @@ def _print_entry(ctx: CliContext, entry: dict[str, object]) -> None:
         out.print(f"[magenta]cancel ({entry['mode']}) by {entry['by']}[/]: {text}")
     elif kind == "run_finished":
         error = f" · {escape(str(entry['error']))}" if entry.get("error") else ""
-        tokens = f"{entry['tokens']:,} tok"
+        tokens = f"{plural(int(str(entry['rounds'])), 'round')} · {entry['tokens']:,} tok"
         out.print(
             Rule(
-                f"run {entry['status']} · {entry['rounds']} rounds · {tokens}{error}",
+                f"run {entry['status']} · {tokens}{error}",
                 style="green" if entry["status"] == "completed" else "yellow",
             )
         )
@@ -541,11 +542,13 @@ async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
     from runtime import TimerFired
 
     state = SessionState()
+    summary = SessionSummary(session_id)
     entries: list[dict[str, object]] = []
     for record in records:
         event = decode_or_none(record)
         if event is None:
             continue
+        summary.apply(event)
         entry = _entry(record, event)
         if isinstance(event, TimerFired):  # the input of a wake-up run, as the model read it
             pending = state.timers.get(event.timer_id)
@@ -572,12 +575,32 @@ async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
         ],
         "queued": [{"run_id": q.run_id, "text": q.input} for q in state.queued],
     }
+    # The status `sessions` gives it: a run open in the log that no process drives was
+    # interrupted (the process died or was stopped), not running.
+    status = summary.status
+    if status == "running" and not db_in_use(ctx):
+        status = "interrupted"
+    open_run = state.run.started.run_id if state.run is not None else None
     if ctx.json:
-        ctx.emit({"session_id": session_id, "entries": entries, "waiting": waiting})
+        ctx.emit(
+            {
+                "session_id": session_id,
+                "status": status,
+                "open_run": open_run,
+                "entries": entries,
+                "waiting": waiting,
+            }
+        )
         return 0
     for entry in entries:
         _print_entry(ctx, entry)
     _print_waiting(ctx, session_id, waiting)
+    if status == "interrupted":
+        ctx.out.print(
+            f"[yellow]interrupted: run {open_run} never finished (no process drives this log); "
+            f'`powertrio send {session_id} "..."` resumes it, '
+            f"`powertrio cancel {session_id}` ends it[/]"
+        )
     return 0
 
 
@@ -630,7 +653,8 @@ async def cmd_tree(ctx: CliContext, args: argparse.Namespace) -> int:
         ctx.emit({"kind": kind, **tree.to_json()})
         return 0
     ctx.out.print(tree.render())
-    ctx.out.print(f"[dim]{len(tree.nodes)} agents · {tree.total_tokens:,} tokens in all[/]")
+    agents, tokens = plural(len(tree.nodes), "agent"), plural(tree.total_tokens, "token")
+    ctx.out.print(f"[dim]{agents} · {tokens} in all[/]")
     return 0
 
 
@@ -668,14 +692,22 @@ def _print_record(ctx: CliContext, record: RecordedEvent, *, with_stream: bool) 
 
 
 async def cmd_log(ctx: CliContext, args: argparse.Namespace) -> int:
-    """``powertrio log ID [--tree] [--follow]``: the events of a session or a workflow (JSON
-    Lines with --json); ``--tree`` adds its sub-agents' (a workflow's: its agent steps')."""
-    from ._workflows import WORKFLOW_PREFIX, resolve_target
+    """``powertrio log ID [--tree] [--follow]``: the events of a session, a workflow or any
+    stream (JSON Lines with --json); ``--tree`` adds a session's sub-agents' (a workflow's:
+    its agent steps')."""
+    from ._workflows import WORKFLOW_PREFIX, resolve_log_target
 
     async with open_log(ctx) as store:
-        kind, session_id = await resolve_target(store, args.session)
+        kind, session_id = await resolve_log_target(store, args.session)
         head = await store.head_position()
-        if kind == "workflow":
+        if kind == "stream":
+            named = session_id
+
+            def wanted(stream: str) -> bool:
+                return stream == named
+
+            records = await read_stream(store, named)
+        elif kind == "workflow":
             own = WORKFLOW_PREFIX + session_id
 
             def wanted(stream: str) -> bool:

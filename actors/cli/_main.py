@@ -90,6 +90,10 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+_SESSION_HELP = "a session id, or a unique prefix of it"
+_TARGET_HELP = "a session or workflow id, or a unique prefix of it"
+
+
 def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--offline",
@@ -146,22 +150,26 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915
         "--roots", action="store_true", help="only top-level sessions (no sub-agents)"
     )
     add("show", "a session's transcript, or a workflow's steps").add_argument(
-        "session", metavar="ID"
+        "session", metavar="ID", help=_TARGET_HELP
     )
     add("tree", "a session's agent tree, or a workflow's agent steps").add_argument(
-        "session", metavar="ID"
+        "session", metavar="ID", help=_TARGET_HELP
     )
 
-    log = add("log", "a session's or a workflow's events (JSON Lines with --json)")
-    log.add_argument("session", metavar="ID")
+    log = add("log", "a session's, a workflow's or any stream's events (JSON Lines with --json)")
+    log.add_argument(
+        "session",
+        metavar="ID",
+        help=f"{_TARGET_HELP}, or a stream's full name (fleet/agent/NAME, board/NAME, fleet)",
+    )
     log.add_argument("--tree", action="store_true", help="with its sub-agents' events")
     log.add_argument(
         "--follow", "-f", action="store_true", help="wait for new events (Ctrl-C ends)"
     )
 
     send = add("send", "send a follow-up to a session and wait for the run")
-    send.add_argument("session", metavar="ID")
-    send.add_argument("text")
+    send.add_argument("session", metavar="ID", help=_SESSION_HELP)
+    send.add_argument("text", help="the follow-up, as the user's next message")
     send.add_argument(
         "--id",
         default=None,
@@ -172,13 +180,15 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     _model_options(send)
 
     cancel = add("cancel", "cancel the open run of a session no process is driving")
-    cancel.add_argument("session", metavar="ID")
+    cancel.add_argument("session", metavar="ID", help=_SESSION_HELP)
     cancel.add_argument("--reason", default="", help="recorded in the log")
 
     reply = add("reply", "answer a run waiting for a human (y/n for approvals)")
-    reply.add_argument("session", metavar="ID")
-    reply.add_argument("request", metavar="REQUEST")
-    reply.add_argument("answer")
+    reply.add_argument("session", metavar="ID", help=_SESSION_HELP)
+    reply.add_argument(
+        "request", metavar="REQUEST", help="the request's id, as `powertrio show ID` lists it"
+    )
+    reply.add_argument("answer", help="the answer; for an approval: yes approves, else denies")
     _model_options(reply)
 
     signal = add(
@@ -188,17 +198,19 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915
         "runs. PAYLOAD is JSON (default null).",
     )
     signal.add_argument("workflow", metavar="ID", help="a workflow id, a prefix, or workflow/ID")
-    signal.add_argument("name", metavar="NAME")
-    signal.add_argument("payload", metavar="PAYLOAD", nargs="?", default=None)
+    signal.add_argument("name", metavar="NAME", help="the signal's name, as wait_for(NAME) has it")
+    signal.add_argument(
+        "payload", metavar="PAYLOAD", nargs="?", default=None, help="JSON (default null)"
+    )
 
     add("timers", "pending durable timers, by due time")
 
     add(
         "replay", "re-run a session tree's decisions from its log (no model) and check them"
-    ).add_argument("session", metavar="ID")
+    ).add_argument("session", metavar="ID", help=_SESSION_HELP)
 
     fork = add("fork", "branch a new session off a session's log at a version")
-    fork.add_argument("session", metavar="ID")
+    fork.add_argument("session", metavar="ID", help=_SESSION_HELP)
     fork.add_argument(
         "--at", type=_positive, required=True, metavar="N", help="the last event version to keep"
     )
@@ -208,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     check.add_argument("--prefix", default="", help="only streams starting with this")
 
     export = add("export", "write the log (or one stream) as JSON Lines")
-    export.add_argument("file")
+    export.add_argument("file", help="the JSON Lines file to write (replaced whole)")
     export.add_argument(
         "--stream",
         default=None,
@@ -216,7 +228,9 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915
         help="only this stream: a session id (or a unique prefix of it), or a stream name",
     )
 
-    add("import", "append a JSON Lines export to the log").add_argument("file")
+    add("import", "append a JSON Lines export to the log").add_argument(
+        "file", help="a file `powertrio export` wrote"
+    )
 
     bench = add("bench", "run the benchmark suites")
     bench.add_argument(

@@ -25,7 +25,7 @@ from protocols.errors import (
 )
 from runtime import CheckProblem, CheckReport, check_store, export_jsonl, import_jsonl
 
-from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, resolve_session
+from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, plural, resolve_session
 
 if TYPE_CHECKING:
     from actors import SessionState
@@ -98,7 +98,8 @@ async def cmd_check(ctx: CliContext, args: argparse.Namespace) -> int:
         ctx.out.print(f"[yellow]note:[/] {escape(note)}")
     if report.ok:
         ctx.out.print(
-            f"[green]✔[/] {ctx.db}: {report.streams} streams, {report.events:,} events, "
+            f"[green]✔[/] {ctx.db}: {plural(report.streams, 'stream')}, "
+            f"{plural(report.events, 'event')}, "
             "all verified, all decode and fold"
         )
         return 0
@@ -172,9 +173,8 @@ async def cmd_export(ctx: CliContext, args: argparse.Namespace) -> int:
     if ctx.json:
         ctx.emit({"file": args.file, "streams": result.streams, "events": result.events})
     else:
-        ctx.out.print(
-            f"exported {result.events:,} events of {result.streams} streams to {args.file}"
-        )
+        counted = f"{plural(result.events, 'event')} of {plural(result.streams, 'stream')}"
+        ctx.out.print(f"exported {counted} to {args.file}")
     return 0
 
 
@@ -196,9 +196,8 @@ async def cmd_import(ctx: CliContext, args: argparse.Namespace) -> int:
         )
     else:
         already = f" ({result.skipped:,} already there, skipped)" if result.skipped else ""
-        ctx.out.print(
-            f"imported {result.events:,} events of {result.streams} streams into {ctx.db}{already}"
-        )
+        counted = f"{plural(result.events, 'event')} of {plural(result.streams, 'stream')}"
+        ctx.out.print(f"imported {counted} into {ctx.db}{already}")
     return 0
 
 

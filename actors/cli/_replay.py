@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from protocols.errors import ConfigError
 from runtime import Clock, IdSource
 
-from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, resolve_session
+from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, plural, resolve_session
 from ._inspect import recorded_setup
 
 if TYPE_CHECKING:
@@ -38,8 +38,8 @@ def _replay_tree(replayed: SessionReplay, branch: Tree | None = None) -> Tree:
     from rich.tree import Tree
 
     label = (
-        f"[green]✔[/] {replayed.session_id}  [dim]{replayed.version} events · "
-        f"{replayed.checked} model answers checked[/]"
+        f"[green]✔[/] {replayed.session_id}  [dim]{plural(replayed.version, 'event')} · "
+        f"{plural(replayed.checked, 'model answer')} checked[/]"
     )
     node = Tree(label, guide_style="dim") if branch is None else branch.add(label)
     for child in replayed.children:
@@ -110,8 +110,9 @@ async def cmd_fork(ctx: CliContext, args: argparse.Namespace) -> int:
             }
         )
         return 0
+    events = plural(length, "event")
     ctx.out.print(
-        f"forked {session_id} at version {args.at} as [bold]{new_id}[/] ({length} events)\n"
+        f"forked {session_id} at version {args.at} as [bold]{new_id}[/] ({events})\n"
         f'[dim]continue it: powertrio send {new_id} "..." · see: powertrio show {new_id}[/]'
     )
     return 0

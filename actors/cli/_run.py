@@ -32,6 +32,7 @@ from ._common import (
     db_lock,
     in_session_tree,
     open_log,
+    plural,
     resolve_session,
     session_id_of,
     shorten,
@@ -177,7 +178,8 @@ class RunView:
         parts.append(self.tree.render())
         parts.append(
             Text(
-                f"{len(self.tree.nodes)} agents · {self.tree.total_tokens:,} tokens · "
+                f"{plural(len(self.tree.nodes), 'agent')} · "
+                f"{plural(self.tree.total_tokens, 'token')} · "
                 "Ctrl-C: cancel after this turn, twice: stop now",
                 style="dim",
             )
@@ -372,8 +374,9 @@ def report(
     style = "green" if code == 0 else "yellow"
     sid = result.session_id
     out.print(
-        f"[{style}]{result.status.replace('_', ' ')}[/] · session {sid} · {result.rounds} rounds · "
-        f"{result.usage.total_tokens:,} tokens (tree) · model {escape(choice.label)}"
+        f"[{style}]{result.status.replace('_', ' ')}[/] · session {sid} · "
+        f"{plural(result.rounds, 'round')} · "
+        f"{plural(result.usage.total_tokens, 'token')} (tree) · model {escape(choice.label)}"
     )
     if result.error:
         out.print(f"[red]{escape(result.error)}[/]")

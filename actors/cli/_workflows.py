@@ -39,6 +39,7 @@ __all__ = [
     "build_workflow_tree",
     "fold_workflow",
     "print_workflow",
+    "resolve_log_target",
     "resolve_target",
     "workflow_json",
     "workflow_summaries",
@@ -87,6 +88,25 @@ async def resolve_target(store: LogStore, given: str) -> tuple[Literal["session"
     listed = ", ".join(candidates[:5]) + (", ..." if len(candidates) > 5 else "")
     msg = f"{given!r} matches {len(candidates)} sessions or workflows ({listed}); give more"
     raise ConfigError(msg)
+
+
+async def resolve_log_target(
+    store: LogStore, given: str
+) -> tuple[Literal["session", "workflow", "stream"], str]:
+    """What ``powertrio log`` shows: ``("stream", name)`` for any stream named in full
+    (``fleet/agent/watch``, ``board/main``), else a session or a workflow as
+    :func:`resolve_target` finds it.
+
+    Raises:
+        StreamNotFoundError: nothing matches (a name with a ``/`` is named as given).
+        ConfigError: a prefix matches several sessions or workflows.
+    """
+    if not given.startswith((SESSION_PREFIX, WORKFLOW_PREFIX)):
+        if await store.stream_version(given):
+            return "stream", given
+        if "/" in given:  # no session or workflow id has one: a stream that is not there
+            raise StreamNotFoundError(given)
+    return await resolve_target(store, given)
 
 
 def fold_workflow(records: list[RecordedEvent]) -> tuple[WorkflowState, str | None]:
