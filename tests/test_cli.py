@@ -28,6 +28,7 @@ import pytest
 import trio
 import trio.testing
 from _cli import command, environment, run_cli
+from _wait import wait_until
 
 from actors import (
     AgentSpec,
@@ -307,26 +308,33 @@ def test_every_positional_argument_has_help() -> None:
 def test_log_follow_sees_what_another_process_appends(workdir: Path) -> None:
     """``log --follow`` prints the events a ``send`` in another process appends, until Ctrl-C."""
     sid = json.loads(cli(workdir, "sessions", "--roots", "--json").stdout)[0]["session_id"]
-    follower = subprocess.Popen(
-        [*command(), "log", sid, "--follow", "--json"],
-        cwd=workdir, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    printed = workdir / "follow.jsonl"
+
+    def finished_runs() -> int:
+        lines = printed.read_text(encoding="utf-8").splitlines()
+        return sum(json.loads(line)["type"] == "session.run_finished" for line in lines)
+
+    with printed.open("w", encoding="utf-8") as out:
+        follower = subprocess.Popen(
+            [*command(), "log", sid, "--follow", "--json"],
+            cwd=workdir, env=environment(), stdout=out, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
     try:
-        time.sleep(1.0)  # let it print the history and start polling
+        wait_until(lambda: finished_runs() == 1, "the follower to print the history")
         sent = cli(workdir, "send", sid, "and bring lemonade", "--demo", "--json")
         assert sent.returncode == 0, sent.stderr
         assert json.loads(sent.stdout)["text"] == "(demo) You said: and bring lemonade"
-        time.sleep(1.0)
+        wait_until(lambda: finished_runs() == 2, "the follower to print the second run")
     finally:
         follower.send_signal(signal.SIGINT)
         try:
-            out, err = follower.communicate(timeout=10)
+            _, err = follower.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             follower.kill()  # a failure, not a follower left running
             follower.communicate()
             raise
     assert follower.returncode == 130, err
-    types = [json.loads(line)["type"] for line in out.splitlines()]
+    types = [json.loads(line)["type"] for line in printed.read_text().splitlines()]
     assert "session.follow_up_received" in types
     assert [t for t in types if t == "session.run_finished"] == [
         "session.run_finished",
