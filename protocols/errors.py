@@ -79,6 +79,7 @@ The tree (code in brackets)::
     │   ├── OutputTypeError                       [session.output_type]
     │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
     │   ├── HookVetoError                         [session.hook_vetoed]
+    │   ├── ForeignAgentError                     [session.foreign_agent]
     │   └── RemoteSessionError                    [session.remote]
     ├── LimitError                                [limit]
     │   └── LimitTooLargeError (ValueError)       [limit.too_large]
@@ -110,6 +111,7 @@ from ._errors_agents import (
     BoardError,
     BoardFullError,
     BoardWatchOverflowError,
+    ForeignAgentError,
     HookVetoError,
     HumanRequestNotFoundError,
     LimitError,
@@ -231,6 +233,7 @@ __all__ = [
     "FileAccessError",
     "FleetAgentNotFoundError",
     "FleetFileError",
+    "ForeignAgentError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
     "HookVetoError",

@@ -26,6 +26,7 @@ from protocols import decode_record
 from protocols.errors import ConfigError, NoOpenRunError
 from runtime import Runtime, open_runtime
 
+from ._agent import check_cli_agent
 from ._common import (
     SESSION_PREFIX,
     CliContext,
@@ -458,9 +459,11 @@ async def _resumed(
     with db_lock(ctx, command):
         async with open_log(ctx) as store:
             session_id = await resolve_session(store, args.session)
+            # A session keeps the agent and parameters it had, wherever it is resumed (a
+            # question asked off a terminal waits for `powertrio reply`); one the CLI
+            # cannot rebuild is refused before anything is recorded.
+            agent = await check_cli_agent(store, session_id, action=f"powertrio {command}")
             tree = await build_tree(store, session_id, live=True)
-            # A session keeps the tools and parameters it had, wherever it is resumed (a
-            # question asked off a terminal waits for `powertrio reply`).
             setup = await recorded_setup(store, session_id)
             ask_human = setup.ask_human if setup.recorded else interactive
             max_tokens = max_tokens_for(args, choice)
@@ -473,6 +476,9 @@ async def _resumed(
                     session_id=session_id,
                     interactive=ask_human,
                     max_tokens=max_tokens,
+                    model=setup.model,
+                    temperature=setup.temperature,
+                    max_rounds=agent.max_rounds,
                 )
                 view = RunView(ctx, tree)
                 result = await drive(
@@ -531,9 +537,14 @@ async def cmd_cancel(ctx: CliContext, args: argparse.Namespace) -> int:
     with db_lock(ctx, "cancel"):
         async with open_log(ctx) as store:
             session_id = await resolve_session(store, args.session)
+            agent = await check_cli_agent(store, session_id, action="powertrio cancel")
             async with open_runtime(store=store) as runtime:
                 session = await spawn_cli_session(
-                    runtime, HaltLLM(), session_id=session_id, interactive=False
+                    runtime,
+                    HaltLLM(),
+                    session_id=session_id,
+                    interactive=agent.ask_human,
+                    max_rounds=agent.max_rounds,
                 )
                 state = await session.state()
                 status: str | None = None
