@@ -451,7 +451,12 @@ async def _resumed(
     command: str,
     start: Callable[[Session, Runtime], Awaitable[RunResult]],
 ) -> int:
-    """Resume a session from the log with the configured model and drive ``start``."""
+    """Resume a session from the log with the configured model and drive ``start``.
+
+    Raises:
+        ForeignAgentError: the session's recorded agent is not the CLI's (nothing is
+            recorded then).
+    """
     choice = choose_model(args)
     if choice.note:
         ctx.err.print(f"[yellow]{choice.note}[/]")
@@ -531,7 +536,9 @@ async def cmd_cancel(ctx: CliContext, args: argparse.Namespace) -> int:
 
     The session is resumed from the log with a model that never answers and cancelled at
     once (``immediate``): open tool calls are closed as interrupted and sub-agents are
-    cancelled with it. A session with no open run is an error (``session.no_open_run``).
+    cancelled with it. A session with no open run is an error (``session.no_open_run``),
+    and so is one whose agent is not the CLI's (``session.foreign_agent``): the session
+    resumed here would take its next steps with the CLI's tools until the cancel lands.
     (A session a ``run`` is driving is cancelled with Ctrl-C in its terminal.)
     """
     with db_lock(ctx, "cancel"):
