@@ -12,6 +12,7 @@ import json
 import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -92,18 +93,26 @@ def test_the_refusal_reads_for_people_without_a_traceback(app_log: Path) -> None
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "parameters",
+    [{}, {"model": "tuned-model", "temperature": 0.2, "max_rounds": 4}],
+    ids=["defaults", "recorded-parameters"],
+)
 def test_a_cli_session_waiting_for_an_answer_goes_on_with_its_agent_and_replays(
-    tmp_path: Path,
+    tmp_path: Path, parameters: dict[str, Any]
 ) -> None:
-    """The CLI's own session is resumed as before: the reply runs with the recorded agent,
-    and the replay of every answer, the new ones too, finds no divergence."""
+    """The CLI's own session is resumed with its recorded agent and parameters (the model
+    name and temperature its requests asked for, its round limit), and the replay of every
+    answer, the new ones too, finds no divergence."""
 
     async def record() -> None:
         async with (
             open_sqlite_store(tmp_path / "powertrio.sqlite") as store,
             open_runtime(store=store) as runtime,
         ):
-            ask = await spawn_cli_session(runtime, demo_llm(0), session_id="ask", interactive=True)
+            ask = await spawn_cli_session(
+                runtime, demo_llm(0), session_id="ask", interactive=True, **parameters
+            )
             assert (await ask.send("ask me about the picnic")).status == "waiting_for_human"
 
     trio.run(record)
