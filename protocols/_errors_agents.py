@@ -18,6 +18,7 @@ __all__ = [
     "BoardError",
     "BoardFullError",
     "BoardWatchOverflowError",
+    "ForeignAgentError",
     "HookVetoError",
     "HumanRequestNotFoundError",
     "LimitError",
@@ -221,6 +222,30 @@ class HumanRequestNotFoundError(SessionError, LookupError):
         super().__init__(
             f"session {session_id!r} is not waiting for request {request_id!r} "
             f"(answered already, or its run ended); open requests: {waiting}"
+        )
+
+
+class ForeignAgentError(SessionError):
+    """An operator action would resume a session with an agent other than its own.
+
+    The CLI and its console resume a session in their own process, where they can rebuild
+    only the CLI's agent; a session an application made with its own prompt or tools runs
+    only where that code is. The action is refused before anything is recorded, so the
+    session never runs with a prompt or tools it was not given.
+    """
+
+    code = "session.foreign_agent"
+
+    def __init__(self, session_id: str, action: str, reasons: tuple[str, ...]) -> None:
+        self.session_id = session_id
+        self.action = action
+        self.reasons = reasons
+        super().__init__(
+            f"session {session_id!r} runs an agent of its own ({'; '.join(reasons)}), which "
+            f"{action} cannot rebuild: it has only the CLI's agent and would run the session "
+            "with that instead, so nothing was recorded. Act on the session in the process "
+            "that runs it (its Session's reply, approve, deny, follow_up or cancel), or on a "
+            "fleet through the node that owns it (NodeHost.session(id))"
         )
 
 

@@ -82,6 +82,7 @@ The tree (code in brackets)::
     │   ├── OutputTypeError                       [session.output_type]
     │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
     │   ├── HookVetoError                         [session.hook_vetoed]
+    │   ├── ForeignAgentError                     [session.foreign_agent]
     │   └── RemoteSessionError                    [session.remote]
     ├── LimitError                                [limit]
     │   └── LimitTooLargeError (ValueError)       [limit.too_large]
@@ -113,6 +114,7 @@ from ._errors_agents import (
     BoardError,
     BoardFullError,
     BoardWatchOverflowError,
+    ForeignAgentError,
     HookVetoError,
     HumanRequestNotFoundError,
     LimitError,
@@ -246,6 +248,7 @@ __all__ = [
     "FleetAgentNotFoundError",
     "FleetFileError",
     "FleetNodeNotFoundError",
+    "ForeignAgentError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
     "HookVetoError",

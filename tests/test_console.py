@@ -13,6 +13,7 @@ import trio
 pytest.importorskip("starlette", reason="the console extra is not installed")
 pytest.importorskip("hypercorn", reason="the console extra is not installed")
 
+from _app_session import record_app_session
 from _console import PAYLOAD, SECRET, copy_log, record_log, serve
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -382,37 +383,66 @@ async def test_answering_a_human_request_from_the_form_finishes_the_run(db: Path
         )
         tree = await console.until("ask", "completed")
         after = (await console.client.get("/api/sessions/ask")).json()
+        replay = (await console.client.get("/api/sessions/ask/replay")).json()
     assert answered.status_code == 200  # followed the 303 back to the session page
     assert f"answered {request['request_id']} of ask" in answered.text
     assert after["requests"] == [] and tree["status"] == "completed"
+    # The CLI's own session went on with its recorded agent: every answer replays.
+    assert (replay["ok"], replay["checked"], replay["divergence"]) == (True, 2, None)
+
+
+async def _rows(db: Path) -> list[tuple[object, ...]]:
+    """Every row of the log, in order."""
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT * FROM events ORDER BY position").fetchall()
 
 
 @pytest.mark.parametrize(
-    ("verdict", "answer", "said"),
-    [("approve", "", "approved"), ("deny", "not on a Friday", "denied")],
+    ("session", "action", "form"),
+    [
+        ("app", "answer", {"request": "call-ask", "answer": "INV-7", "verdict": "reply"}),
+        ("deploy", "answer", {"request": "call-deploy", "answer": "", "verdict": "approve"}),
+        ("deploy", "answer", {"request": "call-deploy", "answer": "no", "verdict": "deny"}),
+        ("app", "follow-up", {"text": "and the other invoice?"}),
+        ("app", "cancel", {"reason": "not today"}),
+    ],
+    ids=["reply", "approve", "deny", "follow-up", "cancel"],
 )
-async def test_an_approval_is_approved_or_denied_from_the_form(
-    db: Path, verdict: str, answer: str, said: str
+async def test_the_forms_refuse_an_app_session_and_record_nothing(
+    db: Path, session: str, action: str, form: dict[str, str]
 ) -> None:
+    """A session an app made with its own prompt and tools cannot be rebuilt by the
+    console of ``powertrio ui``: answered there it would go on with the CLI's prompt and
+    tools (the approved ``deploy`` would not even exist). The form says why, with the
+    code, nothing is recorded, and the session still replays."""
+    async with open_sqlite_store(db) as store:
+        await record_app_session(store)
+    before = await _rows(db)
     async with serve(db) as console:
-        (request,) = (await console.client.get("/api/sessions/deploy")).json()["requests"]
-        assert (request["kind"], request["request_id"]) == ("approval", "call-deploy")
+        csrf = await console.csrf()
         page = await console.client.post(
-            "/sessions/deploy/answer",
-            data={
-                "csrf": await console.csrf(),
-                "request": "call-deploy",
-                "answer": answer,
-                "verdict": verdict,
-            },
+            f"/sessions/{session}/{action}", data={"csrf": csrf, **form}
         )
-        await console.until("deploy", "completed")
-        log = (await console.client.get("/api/sessions/deploy/log?kind=session.human")).json()
-    assert f"{said} call-deploy of deploy" in page.text
-    answered = orjson.loads(log["events"][0]["data"])
-    assert answered["approve"] is (verdict == "approve")
-    if verdict == "deny":
-        assert answered["answer"] == "not on a Friday"
+        api = await console.client.post(
+            f"/api/sessions/{session}/{action}", json=form, headers={"X-CSRF-Token": csrf}
+        )
+        replay = (await console.client.get(f"/api/sessions/{session}/replay")).json()
+    own = {
+        "app": "system prompt &#39;You are the billing desk agent. Look every invoice up "
+        "befor…&#39;; tools ask_human, lookup_invoice",
+        "deploy": "no system prompt; tools deploy",
+    }
+    assert (
+        f"[session.foreign_agent] session &#39;{session}&#39; runs an agent of its own "
+        f"({own[session]}), which the console cannot rebuild"
+    ) in page.text
+    assert api.status_code == 409
+    assert api.json()["error"]["code"] == "session.foreign_agent"
+    assert "Act on the session in the process that runs it" in api.json()["error"]["message"]
+    assert await _rows(db) == before
+    assert (replay["ok"], replay["divergence"]) == (True, None)
 
 
 async def test_a_wrong_request_id_comes_back_as_a_flash_with_its_code(db: Path) -> None:

@@ -168,8 +168,13 @@ async def spawn_cli_session(
     session_id: str | None,
     interactive: bool,
     max_tokens: int | None = None,
+    model: str | None = None,
+    temperature: float | None = None,
+    max_rounds: int = 10,
 ) -> Session:
-    """A session with the CLI's default tools (:func:`cli_tools`), new or resumed by id."""
+    """A session with the CLI's agent: its prompt and default tools (:func:`cli_tools`),
+    new or resumed by id (resume only a session ``check_cli_agent`` accepts, with the
+    parameters it read from the log)."""
     from actors import spawn_session
 
     tools, helper = await cli_tools(runtime, interactive=interactive)
@@ -181,6 +186,9 @@ async def spawn_cli_session(
         agents=[helper],
         session_id=session_id,
         max_tokens=max_tokens,
+        model=model,
+        temperature=temperature,
+        max_rounds=max_rounds,
     )
 
 

@@ -26,6 +26,7 @@ from protocols import decode_record
 from protocols.errors import ConfigError, NoOpenRunError
 from runtime import Runtime, open_runtime
 
+from ._agent import check_cli_agent
 from ._common import (
     SESSION_PREFIX,
     CliContext,
@@ -453,7 +454,12 @@ async def _resumed(
     command: str,
     start: Callable[[Session, Runtime], Awaitable[RunResult]],
 ) -> int:
-    """Resume a session from the log with the configured model and drive ``start``."""
+    """Resume a session from the log with the configured model and drive ``start``.
+
+    Raises:
+        ForeignAgentError: the session's recorded agent is not the CLI's (nothing is
+            recorded then).
+    """
     choice = choose_model(args)
     if choice.note:
         ctx.err.print(f"[yellow]{choice.note}[/]")
@@ -461,9 +467,11 @@ async def _resumed(
     with db_lock(ctx, command):
         async with open_log(ctx) as store:
             session_id = await resolve_session(store, args.session)
+            # A session keeps the agent and parameters it had, wherever it is resumed (a
+            # question asked off a terminal waits for `powertrio reply`); one the CLI
+            # cannot rebuild is refused before anything is recorded.
+            agent = await check_cli_agent(store, session_id, action=f"powertrio {command}")
             tree = await build_tree(store, session_id, live=True)
-            # A session keeps the tools and parameters it had, wherever it is resumed (a
-            # question asked off a terminal waits for `powertrio reply`).
             setup = await recorded_setup(store, session_id)
             ask_human = setup.ask_human if setup.recorded else interactive
             max_tokens = max_tokens_for(args, choice)
@@ -476,6 +484,9 @@ async def _resumed(
                     session_id=session_id,
                     interactive=ask_human,
                     max_tokens=max_tokens,
+                    model=setup.model,
+                    temperature=setup.temperature,
+                    max_rounds=agent.max_rounds,
                 )
                 view = RunView(ctx, tree)
                 result = await drive(
@@ -528,15 +539,22 @@ async def cmd_cancel(ctx: CliContext, args: argparse.Namespace) -> int:
 
     The session is resumed from the log with a model that never answers and cancelled at
     once (``immediate``): open tool calls are closed as interrupted and sub-agents are
-    cancelled with it. A session with no open run is an error (``session.no_open_run``).
+    cancelled with it. A session with no open run is an error (``session.no_open_run``),
+    and so is one whose agent is not the CLI's (``session.foreign_agent``): the session
+    resumed here would take its next steps with the CLI's tools until the cancel lands.
     (A session a ``run`` is driving is cancelled with Ctrl-C in its terminal.)
     """
     with db_lock(ctx, "cancel"):
         async with open_log(ctx) as store:
             session_id = await resolve_session(store, args.session)
+            agent = await check_cli_agent(store, session_id, action="powertrio cancel")
             async with open_runtime(store=store) as runtime:
                 session = await spawn_cli_session(
-                    runtime, HaltLLM(), session_id=session_id, interactive=False
+                    runtime,
+                    HaltLLM(),
+                    session_id=session_id,
+                    interactive=agent.ask_human,
+                    max_rounds=agent.max_rounds,
                 )
                 state = await session.state()
                 status: str | None = None

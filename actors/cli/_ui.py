@@ -17,6 +17,7 @@ import trio
 from protocols.errors import ConfigError, HumanRequestNotFoundError, NoOpenRunError
 from runtime import Clock, IdSource, Runtime, open_runtime
 
+from ._agent import check_cli_agent
 from ._common import CliContext, db_in_use, db_lock, open_log
 from ._inspect import build_tree, load_actors, recorded_setup
 from ._model import (
@@ -47,7 +48,8 @@ and what to wait for next (the run)."""
 class CliOperator:
     """Acts on a session the way the CLI does: takes the log's driver lock, resumes the
     session from the log with the model the options choose and the tools and parameters
-    it had, records the request, and drives the run to its end in the background.
+    it had, records the request, and drives the run to its end in the background. A
+    session whose agent is not the CLI's is refused (``session.foreign_agent``).
 
     One session at a time: while a run driven from here is going, another action on the
     log is refused with ``store.locked`` (as a second ``powertrio send`` would be).
@@ -144,6 +146,8 @@ class CliOperator:
     ) -> None:
         choice = ModelChoice(kind="demo", label="none") if halt else choose_model(self.args)
         with db_lock(self.ctx.db, "ui", wait=0):
+            # Only the CLI's own agent is rebuilt here; any other is refused, unrecorded.
+            agent = await check_cli_agent(self.store, session_id, action="the console")
             setup = await recorded_setup(self.store, session_id)
             max_tokens = max_tokens_for(self.args, choice)
             if max_tokens is None and self.args.max_tokens is None:
@@ -158,6 +162,9 @@ class CliOperator:
                     session_id=session_id,
                     interactive=setup.ask_human,
                     max_tokens=max_tokens,
+                    model=setup.model,
+                    temperature=setup.temperature,
+                    max_rounds=agent.max_rounds,
                 )
                 note, wait = await act(session, runtime)
                 task_status.started(note)
