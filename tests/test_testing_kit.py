@@ -1,7 +1,8 @@
 """The property-testing kit (``actors.testing``) on the project's own session agent.
 
-The properties run at least 500 examples each (``property_settings``);
-``pytest --hypothesis-profile=deep`` makes it 10,000 (``tests/_depth.py``).
+The properties run 100 examples each in the everyday run (the cases they once found are
+pinned as ``@example``); ``pytest --hypothesis-profile=deep`` makes it 10,000
+(``tests/_depth.py``).
 Then every invariant helper is shown to fail, with its message, on a broken case.
 """
 
@@ -155,7 +156,7 @@ def check_operations(harness: RuntimeHarness, conversation: object, ops: object)
     assert_invariants(trace)
 
 
-@property_settings(examples=500)
+@property_settings(examples=examples(100))
 @given(conversation=conversations(CALCULATOR, max_rounds=4), ops=operations())
 def test_operations_on_a_session_keep_every_invariant(
     conversation: tuple[object, ...], ops: tuple[object, ...]
@@ -253,7 +254,7 @@ worker waited for its restart. The worker's cell stayed registered with its rest
 so the parent's next incarnation found it under the worker's id and waited for it forever."""
 
 
-@property_settings(examples=500)
+@property_settings(examples=examples(100))
 @given(
     conversation=conversations(MANAGER, max_rounds=3, invalid_calls=False),
     ops=operations(board=False),
@@ -285,7 +286,7 @@ def test_two_sub_agents_with_one_task_may_ask_the_same_request() -> None:
 CRASH_HARNESS = RuntimeHarness(IDEMPOTENT, llm_latency=0.0)
 
 
-@property_settings(examples=500)
+@property_settings(examples=examples(100))
 @given(
     conversation=conversations(IDEMPOTENT, max_rounds=3, unknown_tools=False),
     texts=st.lists(st.sampled_from(["one", "two", "three"]), min_size=1, max_size=2),
@@ -304,7 +305,7 @@ def test_a_crash_at_any_event_ends_as_no_crash(
     assert_invariants(crashed)
 
 
-@property_settings(examples=500)
+@property_settings(examples=examples(100))
 @given(conversation=conversations(CALCULATOR, max_rounds=3), ops=operations(max_size=5))
 def test_a_run_is_reproducible_event_for_event(
     runtime_harness: RuntimeHarness, conversation: tuple[object, ...], ops: tuple[object, ...]
@@ -325,7 +326,7 @@ def test_a_run_is_reproducible_event_for_event(
 SCHEMAS = {t.name: compile_schema(t.spec.parameters) for t in (add, lookup)}
 
 
-@property_settings(examples=500)
+@property_settings(examples=examples(100))
 @given(
     good=tool_calls([add, lookup], valid=True),
     bad=tool_calls([add, lookup], valid=False, call_id="x"),
@@ -344,7 +345,7 @@ def test_tool_calls_are_valid_or_refused_as_asked(good: ToolCall, bad: ToolCall)
     assert not SCHEMAS[bad.name].is_valid(value)
 
 
-@property_settings(examples=500)
+@property_settings(examples=examples(100))
 @given(conversation=conversations(CALCULATOR, max_rounds=3, max_calls=2))
 def test_conversations_end_in_a_final_answer_within_the_bound(
     conversation: tuple[object, ...],
@@ -361,7 +362,7 @@ def test_conversations_end_in_a_final_answer_within_the_bound(
     assert len(ids) == len(set(ids))
 
 
-@property_settings(examples=500)
+@property_settings(examples=examples(100))
 @given(data=st.data())
 def test_json_values_satisfy_the_schemas_tools_have(data: st.DataObject) -> None:
     """Values for ``@tool`` schemas (optional fields, unions, arrays, objects) are valid."""
@@ -400,7 +401,7 @@ def test_operations_print_as_python_and_cover_every_kind() -> None:
     namespace = {kind.__name__: kind for kind in kinds}
     seen: set[type] = set()
 
-    @property_settings(examples=300)
+    @property_settings(examples=examples(300))
     @given(ops=operations())
     def collect(ops: tuple[object, ...]) -> None:
         for op in ops:
@@ -852,11 +853,11 @@ def test_the_plugin_is_installed_for_any_project(tmp_path: Path) -> None:
     (tmp_path / "test_user.py").write_text(
         textwrap.dedent(
             """
-            from hypothesis import given
+            from hypothesis import given, settings
             from protocols import LLMResponse
             from actors.testing import assert_invariants, conversations, property_settings
 
-            @property_settings(examples=5)
+            @settings(property_settings(), max_examples=5)
             @given(conversation=conversations())
             def test_agent(runtime_harness, conversation):
                 assert_invariants(runtime_harness.run(conversation))
