@@ -111,7 +111,9 @@ async def test_a_workflow_records_each_step_and_returns_its_result(
     assert all(n == 1 for n in EXECUTED.values())
 
 
-async def test_a_finished_workflow_resumed_on_the_same_store_runs_nothing_again() -> None:
+async def test_a_finished_workflow_resumed_on_the_same_store_runs_nothing_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     """A new runtime on the same log returns the recorded result; no step runs again."""
     store = InMemoryEventStore()
     assert await run_pipeline(store) == EXPECTED
