@@ -15,6 +15,7 @@ from runtime.lowlevel import CONTINUES
 from ._agents import AgentSpec, FormatArg, top_level_tools
 from ._budget import Budget, Price
 from ._context import ContextCompacted, ContextPolicy
+from ._mcp import expand_tool_sources
 from ._request_header import RequestHeader
 from ._session import SessionActor
 from ._session_events import (
@@ -100,7 +101,9 @@ async def replay_session(
 
     No tool runs in a replay: every result comes from the log. Tools need only be
     described, so the built-ins can be given as they are in an app's spec
-    (``board_tools("team")``, ``wakeup_tools()``: no board or runtime has to run). With
+    (``board_tools("team")``, ``wakeup_tools()``: no board or runtime has to run). An MCP
+    server (``mcp_stdio``/``mcp_http``) is accepted as ``spawn_session`` accepts it: it is
+    connected once to list its tools (the model was offered them), and none is called. With
     ``recorded_tools=True`` the tool set recorded with each request stands in for the
     code's (for a log whose tools this code does not have, as ``powertrio replay`` does):
     the prompt, the model parameters and the conversation (every call, in order) are
@@ -132,6 +135,9 @@ async def replay_session(
         StreamNotFoundError: no such session in the log.
         ConfigError: ``spec`` and one of the arguments it replaces are both given, or the
             spec names a tool instead of giving it.
+        ToolDefinitionError: ``tools`` holds something that is no tool source (the
+            message says what to give).
+        McpServerError: an MCP server in ``tools`` could not be reached to list its tools.
     """
     stream = f"session/{session_id}"
     max_rounds = 10
@@ -152,6 +158,7 @@ async def replay_session(
         agents, response_format, budget = spec.agents, spec.response_format, spec.budget
         context = spec.context
         max_rounds = spec.max_rounds
+    tools = await expand_tool_sources(None, tools)
     if system_prompt is None:
         created = await _created(store, session_id)
         if created is None:

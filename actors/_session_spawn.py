@@ -99,8 +99,11 @@ async def spawn_session(
         Session: the handle.
 
     Raises:
-        ToolDefinitionError: ``response_format`` holds a malformed JSON Schema.
+        ToolDefinitionError: ``response_format`` holds a malformed JSON Schema, or
+            ``tools`` holds something that is no tool source (the message says what to
+            give).
         UnsupportedTypeError: ``response_format`` is a class with no JSON Schema form.
+        McpServerError: an MCP server in ``tools`` could not be reached.
         ConfigError: ``budget`` limits cost and ``prices`` is empty.
         ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1, or
             ``passivate_after`` is not positive.

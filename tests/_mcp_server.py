@@ -9,6 +9,7 @@ import os
 import sys
 
 from mcp.server.mcpserver import Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import EmbeddedResource, TextResourceContents
 
 server = MCPServer("test-tools", log_level="ERROR")
@@ -53,6 +54,21 @@ def readme() -> EmbeddedResource:
 def refuse(reason: str) -> str:
     """Always fails, with the reason."""
     raise ValueError(reason)
+
+
+@server.tool()
+def env_value(name: str) -> str:
+    """The value of an environment variable of the server."""
+    return os.environ.get(name, "")
+
+
+@server.tool()
+def refuse_with_env(name: str) -> str:
+    """Always fails, quoting an environment variable of the server in its error and on
+    its stderr."""
+    value = os.environ.get(name, "")
+    print(f"refusing with {value}", file=sys.stderr, flush=True)
+    raise ToolError(f"refused with {value}")
 
 
 @server.tool()

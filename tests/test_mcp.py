@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -10,9 +14,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+import trio
 
 pytest.importorskip("mcp")
 
+from _cli import run_cli
 from mcp.types import (
     CallToolResult,
     EmbeddedResource,
@@ -22,13 +28,28 @@ from mcp.types import (
     TextResourceContents,
 )
 
-from actors import McpServer, ToolRegistry, mcp_http, mcp_stdio, mcp_tools, spawn_session
-from actors._mcp import render_result
+from actors import (
+    AgentSpec,
+    McpServer,
+    ToolRegistry,
+    mcp_http,
+    mcp_stdio,
+    mcp_tools,
+    replay_session,
+    spawn_session,
+)
+from actors._mcp_link import render_result
 from actors.events import ToolFinished
 from actors.lowlevel import run_tool_calls
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome, decode_record
-from protocols.errors import ConfigError, McpServerError, McpToolError
-from runtime import Backoff, open_runtime
+from protocols.errors import (
+    AgentSpecError,
+    ConfigError,
+    McpServerError,
+    McpToolError,
+    ToolDefinitionError,
+)
+from runtime import Backoff, open_runtime, open_sqlite_store
 from runtime.testing import (
     FunctionLLM,
     InMemoryEventStore,
@@ -57,7 +78,10 @@ async def test_stdio_server_tools_are_listed_with_their_schemas() -> None:
     async with open_runtime() as runtime:
         tools = await mcp_tools(runtime, stdio_server())
         by_name = {t.name: t for t in tools}
-        assert sorted(by_name) == ["add", "die", "picture", "pid", "readme", "refuse", "shout"]
+        assert sorted(by_name) == [
+            "add", "die", "env_value", "picture", "pid", "readme", "refuse",
+            "refuse_with_env", "shout",
+        ]  # fmt: skip
         add = by_name["add"]
         assert add.spec.description == "Add two integers."
         assert {"a", "b"} == set(add.spec.parameters["properties"])  # type: ignore[arg-type]
@@ -301,7 +325,6 @@ def test_render_result_joins_text_and_describes_everything_else() -> None:
 
 async def test_replay_of_a_session_needs_no_server() -> None:
     """The results are in the log: replay with the same tools calls nothing."""
-    from actors import replay_session
 
     def answer(request: LLMRequest) -> LLMResponse:
         if request.messages[-1].role == "tool":
@@ -316,3 +339,244 @@ async def test_replay_of_a_session_needs_no_server() -> None:
     # The runtime is closed: the server process is gone.
     replay = await replay_session(store, session.id, tools=tools)
     assert replay is not None
+
+
+# --- a replay takes the tool sources a spawn takes --------------------------------------
+
+
+def _sum_model(request: LLMRequest) -> LLMResponse:
+    if request.messages[-1].role == "tool":
+        return LLMResponse(content=f"the sum is {request.messages[-1].content}")
+    return LLMResponse(tool_calls=[call("add", {"a": 40, "b": 2})])
+
+
+async def test_replay_takes_an_mcp_server_as_spawn_session_does() -> None:
+    """``replay_session(tools=[server])`` lists the server's tools and checks every
+    recorded request against them; no tool is called."""
+    store = InMemoryEventStore()
+    async with open_runtime(store=store) as runtime:
+        session = await spawn_session(
+            runtime, llm=FunctionLLM(_sum_model), tools=[stdio_server(name="sums-live")]
+        )
+        assert (await session.send("add 40 and 2")).text == "the sum is 42"
+    replay = await replay_session(store, session.id, tools=[stdio_server(name="sums-replay")])
+    assert replay.checked == 2
+    narrowed = stdio_server(name="sums-narrow", include=["add"])
+    with pytest.raises(Exception, match="tools") as diverged:
+        await replay_session(store, session.id, tools=[narrowed])
+    assert diverged.value.code == "replay.divergence"  # type: ignore[attr-defined]
+
+
+def _plain(text: str) -> str:
+    return text
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        (
+            42,
+            "tools holds 42, which is not a tool source: give Tool objects (@tool), MCP "
+            "servers (mcp_stdio, mcp_http) or a ToolRegistry",
+        ),
+        (_plain, "a plain callable: decorate it with @tool to make it a Tool"),
+    ],
+    ids=["not-a-tool", "undecorated-function"],
+)
+async def test_spawn_and_replay_say_alike_what_a_tool_source_is(
+    item: object, expected: str
+) -> None:
+    """Both read ``tools=`` with one function: the same typed error, the same words."""
+    store = InMemoryEventStore()
+    async with open_runtime(store=store) as runtime:
+        with pytest.raises(ToolDefinitionError) as spawned:
+            await spawn_session(runtime, llm=FunctionLLM(_sum_model), tools=[item])
+    with pytest.raises(ToolDefinitionError) as replayed:
+        await replay_session(store, "any", tools=[item])
+    assert str(spawned.value) == str(replayed.value)
+    assert expected in str(replayed.value)
+    assert replayed.value.code == "tool.bad_definition"
+
+
+# --- a server's environment never shows ------------------------------------------------
+
+TOKEN = "ghp_" + "A1b2C3d4E5" * 3 + "F6g7H8"
+"""Shaped like a GitHub personal access token (``ghp_`` and 36 characters)."""
+
+
+def _env_model(request: LLMRequest) -> LLMResponse:
+    results = [m for m in request.messages if m.role == "tool"]
+    if results:
+        return LLMResponse(content="I read: " + " | ".join(str(m.content) for m in results))
+    return LLMResponse(
+        tool_calls=[
+            call("env_value", {"name": "GITHUB_TOKEN"}, "c1"),
+            call("refuse_with_env", {"name": "GITHUB_TOKEN"}, "c2"),
+        ]
+    )
+
+
+def test_a_token_in_a_servers_env_shows_on_no_surface(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """repr, errors, events, logs, the server's stderr, the CLI and the console: the
+    token of a server's environment is never shown, its masked form is."""
+    pytest.importorskip("starlette", reason="the console extra is not installed")
+    from _console import serve
+
+    caplog.set_level(logging.DEBUG)
+    server = stdio_server(name="gh", env={"GITHUB_TOKEN": TOKEN, "DEBUG": "1"})
+    shown: dict[str, str] = {"repr": repr(server), "str": str(server), "env": repr(server.env)}
+    assert "'GITHUB_TOKEN': Secret('**********')" in shown["repr"]
+    with pytest.raises(AgentSpecError) as in_spec:
+        AgentSpec(name="a", system_prompt="", tools=[server])  # type: ignore[list-item]
+    shown["spec error"] = str(in_spec.value)
+    with pytest.raises(ToolDefinitionError) as in_registry:
+        ToolRegistry.of(server)  # type: ignore[arg-type]
+    shown["registry error"] = str(in_registry.value)
+    assert all("Secret('**********')" in shown[k] for k in ("spec error", "registry error"))
+
+    db = tmp_path / "log.db"
+    seen: list[str] = []
+
+    async def record() -> str:
+        async with open_sqlite_store(db) as store, open_runtime(store=store) as runtime:
+            session = await spawn_session(
+                runtime, llm=FunctionLLM(_env_model), tools=[server], session_id="gh-run"
+            )
+            result = await session.send("what is the token?")
+            seen.append(result.text)
+            replayed = await replay_session(store, session.id, tools=[server])
+            assert replayed.checked == 2
+            return session.id
+
+    session_id = trio.run(record)
+    shown["answer"] = seen[0]
+    assert "I read: *** | McpToolError" in seen[0] and "refused with ***" in seen[0]
+    shown["log file"] = b"".join(p.read_bytes() for p in tmp_path.glob("log.db*")).decode(
+        errors="replace"
+    )
+    shown["log records"] = "\n".join(
+        r.getMessage() + (caplog.text if r.exc_info else "") for r in caplog.records
+    )
+    for command in (("show", session_id), ("log", session_id), ("show", session_id, "--json")):
+        done = run_cli(*command, "--db", str(db), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        shown[" ".join(command[::2])] = done.stdout + done.stderr
+    assert "refused with ***" in shown["show"]
+
+    async def browse() -> None:
+        async with serve(db, writable=False) as console:
+            for path in (f"/sessions/{session_id}", f"/sessions/{session_id}/log"):
+                shown[path] = (await console.client.get(path)).text
+            api = await console.client.get(f"/api/sessions/{session_id}")
+            shown["console api"] = api.text
+
+    trio.run(browse)
+    shown["stderr"] = capfd.readouterr().err
+    assert "refusing with ***" in shown["stderr"]  # the server's own stderr, passed on masked
+    leaked = [surface for surface, text in shown.items() if TOKEN in text]
+    assert leaked == []
+    assert [surface for surface, text in shown.items() if not text] == []
+
+
+# --- a server that dies while idle ---------------------------------------------------------
+
+
+def _pid_model(request: LLMRequest) -> LLMResponse:
+    if request.messages[-1].role == "tool":
+        return LLMResponse(content=str(request.messages[-1].content))
+    return LLMResponse(tool_calls=[call("pid")])
+
+
+class _Heard(logging.Handler):
+    """Collects the MCP logger's records holding ``words`` and sets ``event`` at the first.
+
+    Records are emitted in the Trio thread, so a test can wait on the event.
+    """
+
+    def __init__(self, words: str) -> None:
+        super().__init__(logging.WARNING)
+        self.words = words
+        self.records: list[logging.LogRecord] = []
+        self.event = trio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.records.append(record)
+            self.event.set()
+
+    async def wait(self, seconds: float = 20.0) -> None:
+        with trio.fail_after(seconds):
+            await self.event.wait()
+
+
+@contextlib.contextmanager
+def heard(words: str) -> Iterator[_Heard]:
+    handler = _Heard(words)
+    logger = logging.getLogger("powertrio.mcp")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+async def test_a_server_killed_while_idle_is_restarted_before_the_next_call() -> None:
+    """SIGKILL the idle server: the connection sees the exit, logs it and starts the
+    server again; the model's next call (sent while it restarts) waits and succeeds."""
+    async with open_runtime() as runtime:
+        session = await spawn_session(
+            runtime, llm=FunctionLLM(_pid_model), tools=[stdio_server(name="idle")]
+        )
+        first = await session.send("pid?")
+        assert first.status == "completed"
+        with heard("the server process exited") as exits:
+            os.kill(int(first.text), signal.SIGKILL)
+            await exits.wait()
+            second = await session.send("pid again?")
+        assert second.status == "completed"
+        assert second.text.isdigit() and second.text != first.text
+    [restart] = exits.records
+    assert restart.getMessage().startswith(
+        "MCP server 'idle': the server process exited; restarting it in"
+    )
+
+
+async def test_a_crash_looping_server_stops_restarting_until_a_call_needs_it() -> None:
+    """More than ``max_restarts`` restarts in the window: an error is logged and the
+    connection waits; each later call starts the server once more."""
+    server = mcp_stdio(
+        sys.executable,
+        ["-c", "raise SystemExit(3)"],
+        name="looping",
+        connect_timeout=0.5,
+        backoff=FAST,
+        max_restarts=2,
+        restart_window=600.0,
+    )
+    with heard("restarts in") as gave_up:
+        async with open_runtime() as runtime:
+            with pytest.raises(McpServerError) as info:
+                await mcp_tools(runtime, server)
+            await gave_up.wait()
+    error = gave_up.records[0]
+    assert error.levelno == logging.ERROR
+    assert error.getMessage().startswith("MCP server 'looping': more than 2 restarts in 600 s")
+    assert "not connected after 0.5 s" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"max_restarts": -1}, "max_restarts must be an int >= 0, got -1"),
+        ({"restart_window": 0}, "restart_window must be > 0 s, got 0"),
+    ],
+)
+def test_bad_restart_limits_fail_with_config_error(
+    options: dict[str, object], problem: str
+) -> None:
+    """The restart limit is checked when the server is described."""
+    with pytest.raises(ConfigError) as info:
+        mcp_stdio("python", **options)  # type: ignore[arg-type]
+    assert str(info.value) == f"MCP server 'python': {problem}"

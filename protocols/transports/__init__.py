@@ -22,6 +22,7 @@ from ._errors import error_from_body as error_from_body
 from ._errors import error_from_status as error_from_status
 from ._errors import map_httpx_errors as map_httpx_errors
 from ._errors import parse_retry_after as parse_retry_after
+from ._errors import redact as redact
 from ._factory import provider_configured as provider_configured
 from ._factory import transport_from_config as transport_from_config
 from ._factory import transport_from_env as transport_from_env
