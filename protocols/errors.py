@@ -9,6 +9,7 @@ The tree (code in brackets)::
     PowertrioError                                [powertrio]
     ├── ConfigError (ValueError)                  [config.invalid]
     │   ├── MissingSettingError                   [config.missing]
+    │   ├── MissingExtraError                     [config.missing_extra]
     │   ├── AgentSpecError                        [config.agent_spec]
     │   ├── ConsoleTokenRequiredError             [config.console_token]
     │   ├── BadConnectionStringError              [config.connection_string]
@@ -123,6 +124,7 @@ from ._errors_agents import (
 from ._errors_base import (
     AgentSpecError,
     ConfigError,
+    MissingExtraError,
     MissingSettingError,
     PowertrioError,
 )
@@ -252,6 +254,7 @@ __all__ = [
     "MailboxFullError",
     "McpServerError",
     "McpToolError",
+    "MissingExtraError",
     "MissingSettingError",
     "NoOpenRunError",
     "OutputFileError",

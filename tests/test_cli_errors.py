@@ -8,15 +8,21 @@ reaches a plain terminal take pytest's own capture handlers off the root logger 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
+import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from _cli import environment, run_cli
 from _scripted_http import ScriptedHTTPServer, json_reply
 
 _FRESH_ID = re.compile(r"\b([a-z]+)_[0-9A-Z]{26}\b")
+
+PYPROJECT = Path(__file__).parent.parent / "pyproject.toml"
 
 
 @contextlib.contextmanager
@@ -136,4 +142,63 @@ def test_a_log_file_that_cannot_be_written_is_a_typed_error(tmp_path: Path) -> N
     assert done.returncode == 1
     assert done.stderr == (
         f"error [io.write_failed]: could not write {str(where)!r}: No such file or directory\n"
+    )
+
+
+# -- optional extras ---------------------------------------------------------------------------
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, *packages: str) -> None:
+    """Importing ``packages`` (and their submodules) fails, as where they are not installed."""
+    for name in list(sys.modules):
+        if name.partition(".")[0] in packages:
+            monkeypatch.setitem(sys.modules, name, None)
+    for package in packages:
+        monkeypatch.setitem(sys.modules, package, None)
+
+
+def test_the_command_s_own_needs_are_core_dependencies() -> None:
+    """``pip install .`` (the README's install) brings what ``powertrio`` prints with, and
+    every extra the CLI names for a missing module is one ``pyproject.toml`` defines."""
+    from actors.cli._main import _EXTRAS
+
+    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    core = {re.split(r"[<>=\[ ]", d, maxsplit=1)[0] for d in project["dependencies"]}
+    assert "rich" in core
+    assert set(_EXTRAS.values()) <= set(project["optional-dependencies"])
+
+
+def test_a_missing_module_of_an_extra_is_a_typed_error_naming_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without rich (a broken install) a command says what to install, with a code."""
+    _without(monkeypatch, "rich")
+    done = run_cli("sessions", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "error [config.missing_extra]: powertrio sessions needs the 'cli' extra (rich is not "
+        "installed): pip install 'powertrio[cli]'\n"
+    )
+    as_json = run_cli("sessions", "--json", cwd=tmp_path)
+    assert json.loads(as_json.stdout) == {
+        "error": {
+            "code": "config.missing_extra",
+            "message": "powertrio sessions needs the 'cli' extra (rich is not installed): "
+            "pip install 'powertrio[cli]'",
+        }
+    }
+
+
+def test_ui_without_the_console_extra_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``powertrio ui`` where Starlette is not installed: the ``console`` extra, typed."""
+    _without(monkeypatch, "starlette")
+    for name in [n for n in sys.modules if n.startswith("actors.console")]:
+        monkeypatch.delitem(sys.modules, name)  # imported again, and fails, as at first
+    done = run_cli("ui", "--demo", "--port", "0", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "error [config.missing_extra]: powertrio ui needs the 'console' extra (starlette is "
+        "not installed): pip install 'powertrio[console]'\n"
     )

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import trio
 
-from protocols.errors import ConfigError, PowertrioError
+from protocols.errors import ConfigError, MissingExtraError, PowertrioError
 
 from ._logs import CliLogs
 
@@ -318,6 +318,36 @@ def _essential(error: BaseException) -> BaseException:
     return leaves[0] if leaves else error
 
 
+_EXTRAS: dict[str, str] = {
+    "rich": "cli",
+    "starlette": "console",
+    "hypercorn": "console",
+    "jinja2": "console",
+    "psycopg": "postgres",
+    "xllamacpp": "local",
+    "opentelemetry": "otel",
+    "prometheus_client": "otel",
+    "mcp": "mcp",
+    "pydantic": "pydantic",
+}
+"""The optional extra (``pyproject.toml``) that installs each third-party module a command
+may import."""
+
+
+def _missing_extra(command: str, error: BaseException) -> BaseException:
+    """``error``, or the typed error naming the extra to install when it is the import of
+    an optional extra's module that failed."""
+    if not isinstance(error, ModuleNotFoundError) or not error.name:
+        return error
+    module = error.name.partition(".")[0]
+    extra = _EXTRAS.get(module)
+    if extra is None:
+        return error
+    typed = MissingExtraError(f"powertrio {command}", extra, module)
+    typed.__cause__ = error
+    return typed
+
+
 def _report(ctx: CliContext | None, error: BaseException, *, debug: bool, json: bool) -> int:
     """Print ``error`` for people (or as JSON) and return the exit code."""
     if isinstance(error, KeyboardInterrupt):
@@ -385,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as raised:  # the one place errors become exit codes
         if isinstance(raised, SystemExit):
             raise
-        error = _essential(raised)
+        error = _missing_extra(args.command, _essential(raised))
         if logs is not None:
             logs.failed(args.command, error)
         return _report(ctx, error, debug=debug, json=json)
