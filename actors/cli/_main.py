@@ -323,6 +323,7 @@ _EXTRAS: dict[str, str] = {
     "starlette": "console",
     "hypercorn": "console",
     "jinja2": "console",
+    "markupsafe": "console",
     "psycopg": "postgres",
     "xllamacpp": "local",
     "opentelemetry": "otel",
