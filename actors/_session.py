@@ -245,7 +245,13 @@ class SessionActor(EventSourcedActor[SessionState]):
         if isinstance(step, Summarise):
             return await self._summarise(step)
         assert isinstance(step, RunTools)
-        return await self._run_tool_round(step)
+        try:
+            return await self._run_tool_round(step)
+        except BaseExceptionGroup as group:  # a hook's error, from the round's nurseries
+            failed = _alone(group)
+            if failed is None:
+                raise
+        raise failed  # outside the handler: the error keeps its own cause and context
 
     async def _call_llm(self, step: CallLLM) -> object:
         if step.deadline is not None and self.context.runtime.clock.now() >= step.deadline:

@@ -535,6 +535,34 @@ async def test_a_watched_model_call_fails_with_the_typed_error_not_a_group(
     assert record.exc_info is not None and type(record.exc_info[1]) is LLMServerError
 
 
+async def test_a_failed_tool_round_logs_the_error_itself_not_a_group(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A tool hook's bug ends the run with its own class as the code, and the log line
+    names and carries that error, not the nursery's group around it."""
+
+    async def broken(call: ToolCall, run: ToolCallNext, context: HookContext) -> ToolOutcome:
+        raise RuntimeError("hook bug")
+
+    def model(request: LLMRequest) -> LLMResponse:
+        return LLMResponse(tool_calls=[ToolCall(id="c", name="add", arguments='{"a": 1, "b": 2}')])
+
+    async with open_runtime() as runtime:
+        session = await spawn_session(
+            runtime,
+            llm=FunctionLLM(model),
+            tools=[add],
+            tool_hooks=[broken],
+            observers=[lambda observation: None],
+        )
+        with caplog.at_level(logging.ERROR, logger="powertrio.session"):
+            result = await session.send("go")
+    assert (result.status, result.error_code) == ("failed", "RuntimeError")
+    (record,) = [r for r in caplog.records if r.name == "powertrio.session"]
+    assert record.getMessage().endswith("raised RuntimeError")
+    assert record.exc_info is not None and type(record.exc_info[1]) is RuntimeError
+
+
 async def test_observe_yields_a_channel_and_streams_only_while_open() -> None:
     llm = ScriptedLLM([answer("streamed answer"), answer("plain")], chunk_size=5)
     async with open_runtime() as runtime:
