@@ -22,7 +22,7 @@ from protocols import LLMRequest, LLMResponse, StreamDelta, ToolCall, ToolOutcom
 
 from ._session_events import RunResult
 
-logger = logging.getLogger("actors.session")
+logger = logging.getLogger("powertrio.session")
 
 
 @final

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import final
 
 import orjson
@@ -29,6 +29,7 @@ from ._observe import (
     DeltaReceived,
     HookContext,
     LLMCallFinished,
+    LLMCallNext,
     Observation,
     RoundBegan,
     RunBegan,
@@ -244,7 +245,13 @@ class SessionActor(EventSourcedActor[SessionState]):
         if isinstance(step, Summarise):
             return await self._summarise(step)
         assert isinstance(step, RunTools)
-        return await self._run_tool_round(step)
+        try:
+            return await self._run_tool_round(step)
+        except BaseExceptionGroup as group:  # a hook's error, from the round's nurseries
+            failed = _alone(group)
+            if failed is None:
+                raise
+        raise failed  # outside the handler: the error keeps its own cause and context
 
     async def _call_llm(self, step: CallLLM) -> object:
         if step.deadline is not None and self.context.runtime.clock.now() >= step.deadline:
@@ -309,9 +316,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                 await announce()  # hooks are the application's code: they act on the log
                 response = await call(step.request)
             else:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(announce)
-                    response = await call(step.request)
+                response = await _call_beside(announce, call, step.request)
         finally:
             self._partial = None
         return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
@@ -673,3 +678,35 @@ def _board_follow_up(change: BoardChanged) -> FollowUp:
         ),
         kind="board",
     )
+
+
+async def _call_beside(
+    task: Callable[[], Awaitable[None]], call: LLMCallNext, request: LLMRequest
+) -> LLMResponse:
+    """``call(request)`` with ``task`` running beside it in a nursery; a failed call raises
+    its own error (the model's typed error), not a group of one around it."""
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(task)
+            return await call(request)
+    except BaseExceptionGroup as group:
+        failed = _alone(group)
+        if failed is None:
+            raise
+    # Outside the handler: the error keeps its own cause and context.
+    raise failed
+
+
+def _alone(group: BaseExceptionGroup[BaseException]) -> Exception | None:
+    """The one error in ``group``, when that is all it holds (``None`` otherwise).
+
+    The nursery of a watched model call holds the call and a task that only waits for the
+    log: a failed call comes out wrapped in a group of one, which no caller should have to
+    take apart.
+    """
+    if len(group.exceptions) != 1:
+        return None
+    inner = group.exceptions[0]
+    if isinstance(inner, BaseExceptionGroup):
+        return _alone(inner)
+    return inner if isinstance(inner, Exception) else None

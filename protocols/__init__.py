@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging as _logging
+
 from . import errors as errors
 from ._codec import EncodedEvent as EncodedEvent
 from ._codec import EventRegistry as EventRegistry
@@ -71,3 +73,10 @@ from .errors import PowertrioError as PowertrioError
 
 _fixup(__name__, globals())
 del _fixup
+
+# Every logger of the three packages is under ``powertrio``. A library leaves logging to
+# the application: without a handler of its own in the tree, Python's last-resort handler
+# would print the library's warnings and tracebacks on stderr of any program that has not
+# configured logging.
+_logging.getLogger("powertrio").addHandler(_logging.NullHandler())
+del _logging

@@ -11,6 +11,7 @@ from typing import ClassVar
 __all__ = [
     "AgentSpecError",
     "ConfigError",
+    "MissingExtraError",
     "MissingSettingError",
     "PowertrioError",
 ]
@@ -52,6 +53,25 @@ class MissingSettingError(ConfigError):
     def __init__(self, variable: str, message: str | None = None) -> None:
         self.variable = variable
         super().__init__(message or f"missing setting: set the environment variable {variable}")
+
+
+class MissingExtraError(ConfigError):
+    """A feature needs an optional extra that is not installed.
+
+    ``feature`` is what was asked for (``powertrio ui``), ``extra`` the extra that brings
+    it (``console``) and ``module`` the module found missing (``starlette``).
+    """
+
+    code = "config.missing_extra"
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        self.feature = feature
+        self.extra = extra
+        self.module = module
+        super().__init__(
+            f"{feature} needs the {extra!r} extra ({module} is not installed): "
+            f"pip install 'powertrio[{extra}]'"
+        )
 
 
 class AgentSpecError(ConfigError):

@@ -9,6 +9,7 @@ The tree (code in brackets)::
     PowertrioError                                [powertrio]
     ├── ConfigError (ValueError)                  [config.invalid]
     │   ├── MissingSettingError                   [config.missing]
+    │   ├── MissingExtraError                     [config.missing_extra]
     │   ├── AgentSpecError                        [config.agent_spec]
     │   ├── ConsoleTokenRequiredError             [config.console_token]
     │   ├── BadConnectionStringError              [config.connection_string]
@@ -128,6 +129,7 @@ from ._errors_agents import (
 from ._errors_base import (
     AgentSpecError,
     ConfigError,
+    MissingExtraError,
     MissingSettingError,
     PowertrioError,
 )
@@ -270,6 +272,7 @@ __all__ = [
     "MailboxFullError",
     "McpServerError",
     "McpToolError",
+    "MissingExtraError",
     "MissingSettingError",
     "NoOpenRunError",
     "OutputFileError",

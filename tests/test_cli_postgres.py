@@ -203,6 +203,6 @@ def test_without_psycopg_a_database_log_says_what_to_install(
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg fails
     assert main(["--db", "postgresql://localhost/fleet", "sessions"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "error [config.invalid]: --db names a PostgreSQL database, which needs psycopg: "
-        "pip install 'powertrio[postgres]'"
+        "error [config.missing_extra]: a PostgreSQL log (--db postgresql://...) needs the "
+        "'postgres' extra (psycopg is not installed): pip install 'powertrio[postgres]'"
     )

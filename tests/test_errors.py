@@ -18,6 +18,7 @@ from protocols.errors import (
     EventEncodeError,
     IntensityExceededError,
     LLMTimeoutError,
+    MissingExtraError,
     MissingSettingError,
     PowertrioError,
     StreamNotFoundError,
@@ -218,6 +219,11 @@ def test_misuse_errors_subclass_the_builtin_they_behave_like(
         (
             MissingSettingError("OPENAI_API_KEY"),
             "missing setting: set the environment variable OPENAI_API_KEY",
+        ),
+        (
+            MissingExtraError("powertrio ui", "console", "starlette"),
+            "powertrio ui needs the 'console' extra (starlette is not installed): "
+            "pip install 'powertrio[console]'",
         ),
         (
             UnknownEventTypeError("session.renamed", "session-1", 4),

@@ -28,12 +28,17 @@ def _run(example: Path) -> str:
         [sys.executable, str(example)], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
+    # An example prints what it teaches: the faults it injects on purpose end up in its
+    # results, not as the library's log on stderr.
+    assert done.stderr == "", f"{example.name} wrote on stderr:\n{done.stderr[:4000]}"
+    assert "Traceback" not in done.stdout
     return _FRESH_ID.sub(r"\1_<id>", done.stdout)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs_offline_and_the_same_every_time(example: Path) -> None:
-    """The example exits 0, prints a completed run, and prints the same on every run."""
+    """The example exits 0, prints a completed run and nothing on stderr, and prints the
+    same on every run."""
     first = _run(example)
     assert "[completed]" in first
     different = [n for n in range(2, RUNS + 1) if _run(example) != first]

@@ -38,7 +38,7 @@ from protocols import (
     Usage,
     decode_record,
 )
-from protocols.errors import ConfigError, HookVetoError, ToolDefinitionError
+from protocols.errors import ConfigError, HookVetoError, LLMServerError, ToolDefinitionError
 from runtime import open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 
@@ -506,12 +506,61 @@ async def test_an_observer_error_is_contained_counted_and_logged(
 
     async with open_runtime() as runtime:
         session = await spawn_session(runtime, llm=ScriptedLLM([answer("ok")]), observers=[broken])
-        with caplog.at_level(logging.WARNING, logger="actors.session"):
+        with caplog.at_level(logging.WARNING, logger="powertrio.session"):
             result = await session.send("hi")
     assert result.status == "completed"
     assert session.observer_errors > 3
     assert "session observer" in caplog.text
     assert "observer bug" in caplog.text
+
+
+async def test_a_watched_model_call_fails_with_the_typed_error_not_a_group(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With an observer the model's answer streams inside a nursery of the session; its
+    failure is still the provider's typed error, in the result and in the log line."""
+
+    def down(request: LLMRequest) -> LLMResponse:
+        raise LLMServerError("openai: HTTP 503: try later", status=503)
+
+    async with open_runtime() as runtime:
+        session = await spawn_session(
+            runtime, llm=FunctionLLM(down), observers=[lambda observation: None]
+        )
+        with caplog.at_level(logging.ERROR, logger="powertrio.session"):
+            result = await session.send("hi")
+    assert (result.status, result.error_code) == ("failed", "llm.server")
+    (record,) = [r for r in caplog.records if r.name == "powertrio.session"]
+    assert record.getMessage().endswith("raised LLMServerError")
+    assert record.exc_info is not None and type(record.exc_info[1]) is LLMServerError
+
+
+async def test_a_failed_tool_round_logs_the_error_itself_not_a_group(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A tool hook's bug ends the run with its own class as the code, and the log line
+    names and carries that error, not the nursery's group around it."""
+
+    async def broken(call: ToolCall, run: ToolCallNext, context: HookContext) -> ToolOutcome:
+        raise RuntimeError("hook bug")
+
+    def model(request: LLMRequest) -> LLMResponse:
+        return LLMResponse(tool_calls=[ToolCall(id="c", name="add", arguments='{"a": 1, "b": 2}')])
+
+    async with open_runtime() as runtime:
+        session = await spawn_session(
+            runtime,
+            llm=FunctionLLM(model),
+            tools=[add],
+            tool_hooks=[broken],
+            observers=[lambda observation: None],
+        )
+        with caplog.at_level(logging.ERROR, logger="powertrio.session"):
+            result = await session.send("go")
+    assert (result.status, result.error_code) == ("failed", "RuntimeError")
+    (record,) = [r for r in caplog.records if r.name == "powertrio.session"]
+    assert record.getMessage().endswith("raised RuntimeError")
+    assert record.exc_info is not None and type(record.exc_info[1]) is RuntimeError
 
 
 async def test_observe_yields_a_channel_and_streams_only_while_open() -> None:

@@ -23,6 +23,7 @@ import orjson
 from protocols.errors import (
     BadConnectionStringError,
     ConfigError,
+    MissingExtraError,
     StoreLockedError,
     StoreNotFoundError,
     StreamNotFoundError,
@@ -126,17 +127,15 @@ def _server_label(dsn: str) -> str:
     """``host:port/database`` of a connection string, never its password.
 
     Raises:
-        ConfigError: psycopg (the ``postgres`` extra) is not installed.
+        MissingExtraError: psycopg (the ``postgres`` extra) is not installed.
         BadConnectionStringError: the string does not parse.
     """
     try:
         from psycopg import ProgrammingError, conninfo  # noqa: PLC0415  # the optional extra
     except ImportError:
-        msg = (
-            "--db names a PostgreSQL database, which needs psycopg: "
-            "pip install 'powertrio[postgres]'"
-        )
-        raise ConfigError(msg) from None
+        raise MissingExtraError(
+            "a PostgreSQL log (--db postgresql://...)", "postgres", "psycopg"
+        ) from None
     try:
         info = conninfo.conninfo_to_dict(dsn)
     except ProgrammingError as exc:

@@ -2,10 +2,12 @@
 
 Every command takes ``--db PATH`` (default ``./powertrio.sqlite``, or ``POWERTRIO_DB``; a
 ``postgresql://`` URI names a PostgreSQL database instead of a file),
-``--json`` (one JSON document on stdout, or JSON Lines for ``log``) and ``--debug`` (show
-tracebacks). Exit codes: 0 ok; 1 a run ended other than ``completed``, ``check`` found
-problems, or an error; 2 bad usage or configuration. An error prints its message and its
-stable code (``error [store.corrupt]: ...``), never a traceback unless ``--debug``.
+``--json`` (one JSON document on stdout, or JSON Lines for ``log``), ``--debug`` (or its
+alias ``--verbose``: tracebacks, and the library's log on stderr) and ``--log-file PATH``
+(the library's log and an error's traceback, appended to a file). Exit codes: 0 ok; 1 a
+run ended other than ``completed``, ``check`` found problems, or an error; 2 bad usage or
+configuration. An error prints its message and its stable code
+(``error [store.corrupt]: ...``), never a traceback unless ``--debug``.
 
 The commands live in private modules loaded only when used, so ``--help`` stays quick:
 ``_run`` (run, send, reply, cancel; the model and tools in ``_model``), ``_inspect``
@@ -25,7 +27,9 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import trio
 
-from protocols.errors import ConfigError, PowertrioError
+from protocols.errors import ConfigError, MissingExtraError, PowertrioError
+
+from ._logs import CliLogs
 
 if TYPE_CHECKING:
     from ._common import CliContext
@@ -83,9 +87,17 @@ def _common() -> argparse.ArgumentParser:
     )
     common.add_argument(
         "--debug",
+        "--verbose",
+        dest="debug",
         action="store_true",
         default=argparse.SUPPRESS,
-        help="show the traceback of an error",
+        help="show the traceback of an error, and the library's log on stderr",
+    )
+    common.add_argument(
+        "--log-file",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="append the library's log, and the traceback of an error, to PATH",
     )
     return common
 
@@ -320,6 +332,37 @@ def _essential(error: BaseException) -> BaseException:
     return leaves[0] if leaves else error
 
 
+_EXTRAS: dict[str, str] = {
+    "rich": "cli",
+    "starlette": "console",
+    "hypercorn": "console",
+    "jinja2": "console",
+    "markupsafe": "console",
+    "psycopg": "postgres",
+    "xllamacpp": "local",
+    "opentelemetry": "otel",
+    "prometheus_client": "otel",
+    "mcp": "mcp",
+    "pydantic": "pydantic",
+}
+"""The optional extra (``pyproject.toml``) that installs each third-party module a command
+may import."""
+
+
+def _missing_extra(command: str, error: BaseException) -> BaseException:
+    """``error``, or the typed error naming the extra to install when it is the import of
+    an optional extra's module that failed."""
+    if not isinstance(error, ModuleNotFoundError) or not error.name:
+        return error
+    module = error.name.partition(".")[0]
+    extra = _EXTRAS.get(module)
+    if extra is None:
+        return error
+    typed = MissingExtraError(f"powertrio {command}", extra, module)
+    typed.__cause__ = error
+    return typed
+
+
 def _report(ctx: CliContext | None, error: BaseException, *, debug: bool, json: bool) -> int:
     """Print ``error`` for people (or as JSON) and return the exit code."""
     if isinstance(error, KeyboardInterrupt):
@@ -371,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     json = bool(getattr(args, "json", False))
     ctx: CliContext | None = None
+    logs: CliLogs | None = None
     try:
+        logs = CliLogs.open(debug=debug, log_file=getattr(args, "log_file", None))
         from ._common import CliContext  # noqa: PLC0415  # loads rich
 
         ctx = CliContext.create(db=getattr(args, "db", None), json=json, debug=debug)
@@ -385,7 +430,13 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as raised:  # the one place errors become exit codes
         if isinstance(raised, SystemExit):
             raise
-        return _report(ctx, _essential(raised), debug=debug, json=json)
+        error = _missing_extra(args.command, _essential(raised))
+        if logs is not None:
+            logs.failed(args.command, error)
+        return _report(ctx, error, debug=debug, json=json)
+    finally:
+        if logs is not None:
+            logs.close()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import ExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Literal, NoReturn, final
@@ -106,8 +107,12 @@ async def open_llm(ctx: CliContext, choice: ModelChoice) -> AsyncIterator[LLM]:
     config = choice.config
     with ExitStack() as stack:
         if choice.kind == "local":
-            with ctx.err.status("starting the local llama.cpp server…"):
+            began = time.monotonic()
+            with ctx.err.status(f"loading the local model ({LOCAL_MODEL_NAME})…"):
                 url = await trio.to_thread.run_sync(stack.enter_context, open_local_llm_server())
+            if ctx.err.is_terminal:  # the status line went away: say what it came to
+                loaded = time.monotonic() - began
+                ctx.err.print(f"[dim]the local model is ready ({loaded:.0f} s)[/]")
             config = ProviderConfig(provider="openai", base_url=url + "/v1", model=LOCAL_MODEL_NAME)
         assert config is not None
         transport = transport_from_config(config)

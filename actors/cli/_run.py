@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, final
 
@@ -47,6 +48,7 @@ from ._model import (
     open_llm,
     spawn_cli_session,
 )
+from ._progress import StreamProgress
 from ._tree import ACTIVE, AgentTree
 
 if TYPE_CHECKING:
@@ -74,7 +76,9 @@ class RunView:
     On a terminal: a live ``rich`` display of the root's streamed text and the agent tree,
     refreshed from the observations. Elsewhere (a pipe, a file): the root's text as it
     streams and one line per sub-agent start and end, then the final tree. With ``--json``
-    nothing until the end.
+    nothing until the end. While a model answers, its progress (tokens so far, seconds)
+    is in the live display's last line, or a status line on stderr when only stderr is a
+    terminal.
     """
 
     def __init__(self, ctx: CliContext, tree: AgentTree) -> None:
@@ -87,6 +91,9 @@ class RunView:
         self.dirty = False
         self._live: Live | None = None
         self._wrote = False
+        self.progress = StreamProgress(time.monotonic)
+        self._progress_line: str | None = None
+        self._status: Live | None = None
 
     def start(self) -> None:
         """Begin showing (the live display, on a terminal)."""
@@ -103,6 +110,9 @@ class RunView:
         live, self._live = self._live, None
         if live is not None:
             live.stop()
+        status, self._status = self._status, None
+        if status is not None:
+            status.stop()
         if self.streaming and self.mode == "live":
             self.ctx.out.print(self.streaming)
         self.streaming = ""
@@ -124,6 +134,7 @@ class RunView:
         from actors.events import DeltaReceived, LLMCallFinished, RunBegan, RunEnded
 
         self.tree.observe(observation)
+        self.progress.observe(observation)
         self.dirty = True
         if isinstance(observation, RunEnded):
             sid = observation.result.session_id
@@ -163,10 +174,39 @@ class RunView:
         sys.stdout.flush()
 
     def refresh(self) -> None:
-        """Redraw the live display if anything changed."""
+        """Redraw the live display (or the progress line on stderr) if anything changed."""
+        line = self.progress.line()
+        if line != self._progress_line:
+            self._progress_line = line
+            self.dirty = True
+            self._show_progress(line)
         if self._live is not None and self.dirty:
             self.dirty = False
             self._live.update(self._renderable(), refresh=True)
+
+    def _show_progress(self, line: str | None) -> None:
+        """The progress as a status line on stderr, when stdout does not show it live."""
+        if self.mode == "live" or not self.ctx.err.is_terminal:
+            return
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        if line is None:
+            status, self._status = self._status, None
+            if status is not None:
+                status.stop()
+        elif self._status is None:
+            # Not Console.status: that one takes stdout over too, where the answer goes.
+            self._status = Live(
+                Spinner("dots", line),
+                console=self.ctx.err,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._status.start(refresh=True)
+        else:
+            self._status.update(Spinner("dots", line), refresh=True)
 
     def _renderable(self) -> RenderableType:
         from rich.console import Group
@@ -185,6 +225,8 @@ class RunView:
                 style="dim",
             )
         )
+        if self._progress_line is not None:
+            parts.append(Text(self._progress_line, style="cyan"))
         return Group(*parts)
 
 

@@ -26,7 +26,7 @@ from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = ["HTTPTransport", "Transport"]
 
-logger = logging.getLogger("protocols.transports")
+logger = logging.getLogger("powertrio.transports")
 
 #: What a provider's JSON of the wrong shape raises while we read it.
 _SHAPE_ERRORS = (KeyError, TypeError, IndexError, AttributeError, ValueError)

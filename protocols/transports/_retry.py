@@ -16,7 +16,7 @@ from protocols.errors import LLMError, LLMTimeoutError, PowertrioError
 __all__ = ["Attempt", "AttemptObserver", "RetryPolicy", "call_with_retries"]
 
 _T = TypeVar("_T")
-logger = logging.getLogger("protocols.transports")
+logger = logging.getLogger("powertrio.transports")
 
 
 @final
