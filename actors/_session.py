@@ -232,11 +232,10 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     # -- effects ---------------------------------------------------------------------
 
-    def starts_before_commit(self, step: object) -> bool:
-        # A model call changes nothing outside the session until its answer is recorded,
-        # so it goes out while the events that ask for it are committed; observers and
-        # hooks hear of it only once they are (``wait_logged`` in ``_call_llm``).
-        return type(step) is CallLLM or type(step) is Summarise
+    def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
+        # Observers and hooks hear of an early model call only once its events are
+        # logged (``wait_logged`` in ``_call_llm``).
+        return decider.starts_before_commit(step, events)
 
     async def execute(self, step: object) -> object:
         if isinstance(step, CallLLM):

@@ -9,8 +9,9 @@ An actor kind is three pure functions plus effects:
 The runtime appends a decision's events *before* anyone acts on them, folds them into the
 state, replies, then asks ``next_step``. Effects (``execute``) run in the actor's nursery
 and come back as messages, so the actor keeps receiving while one is in flight. An effect
-that changes nothing outside the actor until its result is recorded (a model call:
-``starts_before_commit``) starts while that append is in flight; a result that comes
+that changes nothing outside the actor until its result is recorded, and reads nothing
+that append alone holds (a model call that reads no new tool result:
+``starts_before_commit``), starts while that append is in flight; a result that comes
 before the append is durable is decided on the fold of its events and queued behind it
 (on a store that can: ``PipelinedAppends``), and nothing acts on either before each is
 durable. A restart is nothing special: fold the log (from a snapshot if one exists), ask
@@ -189,18 +190,22 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         """
         raise NotImplementedError
 
-    def starts_before_commit(self, step: object) -> bool:
-        """Whether ``step`` may start while the append of the events that asked for it is
-        still in flight. Pure; ``False`` by default.
+    def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
+        """Whether ``step`` may start while the append of ``events``, the events that
+        asked for it, is still in flight. Pure; ``False`` by default.
 
         Only for an effect that changes nothing outside the actor until its result is
-        recorded, such as a model call. :meth:`execute` awaits :meth:`wait_logged` before
-        it tells anyone of the step (an observer, a hook). The effect then runs while the
-        commit does, instead of after it; a crash before the commit loses the effect's
-        work, as a crash during the effect always has. A result that comes before that
-        append is durable is decided at once, on the fold of its events, as it would be
-        next anyway; its events are queued behind that append, and nothing acts on them
-        (``after_persist``, the next step) before they are durable.
+        recorded, such as a model call, and only when it reads nothing that ``events``
+        alone hold: a fact nobody else keeps (the result of a tool that acted on the
+        world) must be durable before anything reads it, or a crash before that commit
+        leaves the actor's next incarnation without what its effect already used.
+        :meth:`execute` awaits :meth:`wait_logged` before it tells anyone of the step (an
+        observer, a hook). The effect then runs while the commit does, instead of after
+        it; a crash before the commit loses the effect's work, as a crash during the
+        effect always has. A result that comes before that append is durable is decided
+        at once, on the fold of its events, as it would be next anyway; its events are
+        queued behind that append, and nothing acts on them (``after_persist``, the next
+        step) before they are durable.
         """
         return False
 
@@ -368,7 +373,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         )
         early = None
         if idle and not stop and not decision.cancel_step:
-            early = self._start_early(step)
+            early = self._start_early(step, events)
         written, follow = await self._commit_early(events, state, started=early is not None)
         # Log first: the step is cancelled only once the events that say so are durable
         # (an append that fails crashes the actor with the step's fate still undecided).
@@ -565,7 +570,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         store = self._pipelined_store
         assert store is not None
         while True:
-            early = None if follow.stop else self._start_early(follow.step)
+            early = None if follow.stop else self._start_early(follow.step, follow.events)
             state = cast("StateT", follow.state)
             after = await self._wait_for(follow.link, follow.version, state)
             result = store.finish_append(follow.link.pending)
@@ -615,7 +620,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 events, state, step, stop = self._decide_ahead(
                     self.state, list(step.events), step.stop, chain=True
                 )
-                early = None if stop else self._start_early(step)
+                early = None if stop else self._start_early(step, events)
                 written, follow = await self._commit_early(events, state, started=early is not None)
                 self.after_persist(written)
                 if early is not None:
@@ -630,14 +635,14 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self._start_step(step)
             return
 
-    def _start_early(self, step: object | None) -> trio.Event | None:
-        """Start ``step`` before the append that asks for it, if it may
+    def _start_early(self, step: object | None, events: Sequence[object]) -> trio.Event | None:
+        """Start ``step`` before the append of ``events``, which asks for it, if it may
         (:meth:`starts_before_commit`); returns the event to set once that append is done."""
         if (
             step is _UNASKED
             or step is None
             or isinstance(step, Decision)
-            or not self.starts_before_commit(step)
+            or not self.starts_before_commit(step, events)
         ):
             return None
         gate = trio.Event()

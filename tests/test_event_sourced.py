@@ -447,7 +447,7 @@ class EarlyWorker(Worker):
 
     seen: list[str]
 
-    def starts_before_commit(self, step: object) -> bool:
+    def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
         return True
 
     async def execute(self, step: object) -> object:
