@@ -34,6 +34,7 @@ The tree (code in brackets)::
     │   ├── ForeignDatabaseError                  [store.foreign]
     │   ├── StoreSchemaVersionError               [store.schema_version]
     │   ├── StreamNotFoundError (LookupError)     [store.stream_not_found]
+    │   ├── StreamRewoundError                    [store.stream_rewound]
     │   ├── StoreNotFoundError (LookupError)      [store.not_found]
     │   ├── StoreLockedError                      [store.locked]
     │   ├── StoreUnavailableError                 [store.unavailable]
@@ -196,6 +197,7 @@ from ._errors_log import (
     StoreError,
     StoreSchemaVersionError,
     StreamNotFoundError,
+    StreamRewoundError,
     UnknownEventTypeError,
 )
 from ._errors_server import BadConnectionStringError, StoreRefusedError, StoreUnavailableError
@@ -275,6 +277,7 @@ __all__ = [
     "StoreSchemaVersionError",
     "StoreUnavailableError",
     "StreamNotFoundError",
+    "StreamRewoundError",
     "SupervisorError",
     "TimerArgumentError",
     "TimerError",

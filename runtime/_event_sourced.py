@@ -28,7 +28,14 @@ import attrs
 import trio
 
 from protocols import EventRegistry, default_registry
-from protocols.errors import CodecError, ConfigError, EventEncodeError, UnknownEventTypeError
+from protocols.errors import (
+    CodecError,
+    ConcurrencyConflictError,
+    ConfigError,
+    EventEncodeError,
+    StreamRewoundError,
+    UnknownEventTypeError,
+)
 
 from ._actor import Actor
 from ._event_store import EventStore, NewEvent, PipelinedAppends, new_event_from_encoded
@@ -128,7 +135,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
     actors that act on their own, :meth:`next_step` and :meth:`execute`. One actor owns
     one stream (:meth:`stream_name`); appends carry the version it folded, so a second
     writer fails loudly (:class:`~protocols.errors.ConcurrencyConflictError`) and crashes
-    instead of corrupting the history.
+    instead of corrupting the history. A stream found behind the version the actor folded,
+    at an append or when a later incarnation folds it (deleted or cut back under it),
+    stops the actor for good (:class:`~protocols.errors.StreamRewoundError`): started over
+    on what is left, it would act again on what it had already done.
 
     Set ``snapshot_every`` to save a snapshot every N events (the state class must be
     registered in ``registry``); snapshots are caches, checked against the fold in tests.
@@ -300,6 +310,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
 
         A snapshot is a cache: one of another schema version, or one that does not decode,
         is logged and ignored, and the whole stream is folded instead.
+
+        Raises:
+            StreamRewoundError: the stream is behind the version an earlier incarnation of
+                this actor folded (deleted or cut back meanwhile).
         """
         registry = self.registry
         state = self.initial_state()
@@ -307,6 +321,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         if self.stream_is_new():
             self.state = state
             self.version = version
+            self._check_not_rewound(version)
             return
         snapshot = await self.store.load_snapshot(self._stream)
         if snapshot is not None and not self._snapshot_is_current(
@@ -343,8 +358,25 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 version = page[-1].version
             if len(page) < _PAGE:
                 break
+        self._check_not_rewound(version)
         self.state = state
         self.version = version
+
+    def _check_not_rewound(self, version: int) -> None:
+        """Raise if the stream, folded up to ``version``, is behind what an earlier
+        incarnation of this actor folded: it was deleted or cut back under the actor,
+        which must not start over on what is left (and run again what it ran)."""
+        cell = self._cell
+        if version < cell.known_version:
+            raise StreamRewoundError(self._stream, cell.known_version, version)
+        cell.known_version = version
+
+    def _rewound(self, conflict: ConcurrencyConflictError) -> None:
+        """Raise :class:`StreamRewoundError` if an append's conflict says the stream holds
+        fewer events than this actor folded (streams only grow, so another writer cannot
+        explain it)."""
+        if conflict.actual < self.version:
+            raise StreamRewoundError(self._stream, self.version, conflict.actual) from conflict
 
     async def receive(self, message: object) -> object:
         if isinstance(message, _StepResult):
@@ -441,7 +473,11 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             events = [*self._unwritten, *events]
         new = self._encode(events)
         began = self._commit_began()
-        result = await self.store.append(self._stream, new, self.version)
+        try:
+            result = await self.store.append(self._stream, new, self.version)
+        except ConcurrencyConflictError as conflict:
+            self._rewound(conflict)
+            raise
         if began is not None:
             self._observe_commit(len(new), began)
         await self._committed(events, state, result.version)
@@ -472,6 +508,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._unwritten = []
         self.state = state
         previous, self.version = self.version, version
+        self._cell.known_version = version
         for listener in self.context.runtime.persist_listeners:
             listener.on_persisted(self._stream, events)
         every = self.snapshot_every
@@ -507,7 +544,11 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             return await self._commit(events, state), None
         link.pending = pending
         follow = await self._wait_for(link, self.version + len(new), state)
-        result = store.finish_append(pending)
+        try:
+            result = store.finish_append(pending)
+        except ConcurrencyConflictError as conflict:
+            self._rewound(conflict)
+            raise
         if began is not None:
             self._observe_commit(len(new), began)
         await self._committed(written, state, result.version)
@@ -573,7 +614,11 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             early = None if follow.stop else self._start_early(follow.step, follow.events)
             state = cast("StateT", follow.state)
             after = await self._wait_for(follow.link, follow.version, state)
-            result = store.finish_append(follow.link.pending)
+            try:
+                result = store.finish_append(follow.link.pending)
+            except ConcurrencyConflictError as conflict:
+                self._rewound(conflict)
+                raise
             if follow.began is not None:
                 self._observe_commit(len(follow.events), follow.began)
             await self._committed(follow.events, state, result.version)

@@ -5,20 +5,23 @@ running its history again."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
 from actors import spawn_session, tool
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
-from protocols.errors import StoreError
+from protocols.errors import ActorFailedError, StoreError, StreamRewoundError
 from runtime import (
     AppendResult,
     Backoff,
     EventStore,
     NewEvent,
+    RecordedEvent,
     SqliteEventStore,
     Supervision,
     open_runtime,
@@ -195,3 +198,115 @@ async def test_on_sqlite_the_model_call_reading_a_tool_result_waits_for_its_comm
     assert (first_reads_result, second_reads_result) == (False, True)
     assert "session.run_started" not in before_first  # it went out with its run's commit
     assert before_second[-1:] == ["session.tool_finished"]
+
+
+# -- a stream that goes backwards under its session ------------------------------------------
+
+
+def copy(record: RecordedEvent) -> NewEvent:
+    return NewEvent(
+        type=record.type,
+        schema_version=record.schema_version,
+        data=record.data,
+        metadata=record.metadata,
+    )
+
+
+REWOUND = (
+    "stream 'session/s' holds {held}, but its actor had folded it up to version {known}; "
+    "the actor stops rather than start over on a history it lost (restore the stream "
+    "from a backup, or start anew under another id)"
+)
+
+
+@pytest.mark.parametrize("engine", ["memory", "sqlite"])
+async def test_deleting_a_running_sessions_stream_stops_it_with_a_typed_error(
+    engine: str, tmp_path: Path
+) -> None:
+    """The stream is deleted while the session's tool runs: the session stops for good
+    with ``store.stream_rewound`` (naming the stream and both versions) at its next
+    append, instead of starting over on an empty stream and running the send, and its
+    tool, again. Nothing is written over the deleted stream."""
+    ran: list[str] = []
+    started = trio.Event()
+    release = trio.Event()
+
+    @tool
+    async def touch(name: str) -> str:
+        """Touch a file (not safe to run twice)."""
+        ran.append(name)
+        started.set()
+        await release.wait()
+        return f"touched {name}"
+
+    def answer(request: LLMRequest) -> LLMResponse:
+        if not isinstance(request.messages[-1], ToolResultMessage):
+            call = ToolCall(id="c1", name="touch", arguments='{"name": "x"}')
+            return LLMResponse(tool_calls=(call,), usage=_usage())
+        return LLMResponse(content="done", usage=_usage())
+
+    async with AsyncExitStack() as stack:
+        if engine == "sqlite":
+            store: EventStore = await stack.enter_async_context(
+                open_sqlite_store(tmp_path / "log.db")
+            )
+        else:
+            store = InMemoryEventStore()
+        runtime = await stack.enter_async_context(
+            open_runtime(store=store, seed=1, supervision=FAST_RESTART)
+        )
+        session = await spawn_session(
+            runtime, llm=FunctionLLM(answer), tools=[touch], session_id="s"
+        )
+        failure: list[ActorFailedError] = []
+
+        async def send() -> None:
+            with pytest.raises(ActorFailedError) as raised:
+                await session.send("touch x")
+            failure.append(raised.value)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send)
+            await started.wait()
+            assert await store.stream_version("session/s") == 4
+            await store.delete_streams(["session/s"])
+            release.set()
+        with pytest.raises(ActorFailedError) as again:
+            await session.send("touch y")
+        assert await store.read("session/s") == []
+    (error,) = failure
+    assert error.cause_code == "store.stream_rewound"
+    cause = error.__cause__
+    assert isinstance(cause, StreamRewoundError)
+    assert (cause.stream, cause.known, cause.found) == ("session/s", 4, 0)
+    assert str(cause) == REWOUND.format(held="no events (it was deleted)", known=4)
+    assert again.value.cause_code == "store.stream_rewound"
+    assert ran == ["x"]
+
+
+async def test_a_session_whose_stream_went_back_while_passivated_stops_at_its_next_message(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A passivated session's stream is cut back to its first two events (deleted and
+    partly written again): the message that brings the session back finds it behind what
+    the session had folded, and the session stops with ``store.stream_rewound`` rather
+    than go on from an older history."""
+    store = InMemoryEventStore()
+    llm = FunctionLLM(lambda request: LLMResponse(content="ok", usage=_usage()))
+    async with open_runtime(store=store, seed=1, supervision=FAST_RESTART) as runtime:
+        session = await spawn_session(runtime, llm=llm, session_id="s", passivate_after=60)
+        assert (await session.send("one")).text == "ok"
+        assert (await session.send("two")).text == "ok"
+        await trio.sleep(120)  # idle: passivated
+        kept = await store.read("session/s", limit=2)
+        known = await store.stream_version("session/s")
+        await store.delete_streams(["session/s"])
+        await store.append("session/s", [copy(r) for r in kept], 0)
+        with pytest.raises(ActorFailedError) as raised:
+            await session.send("three")
+        assert await store.stream_version("session/s") == 2
+    assert len(llm.requests) == 2
+    cause = raised.value.__cause__
+    assert isinstance(cause, StreamRewoundError)
+    assert (cause.known, cause.found) == (known, 2)
+    assert str(cause) == REWOUND.format(held="only up to version 2", known=known)
