@@ -116,8 +116,9 @@ class SessionActor(EventSourcedActor[SessionState]):
     """One conversation: runs of LLM rounds and tool calls, folded from its own stream.
 
     Each round the actor checks the run's limits, appends the model's answer before acting
-    on it, records every tool call as started before running it and as finished after, and
-    after a restart continues from the log: a recorded answer is never requested again; a
+    on it, records every tool call as started before running it and as finished after (the
+    model call that reads a result goes out only once it is recorded), and after a restart
+    continues from the log: a recorded answer is never requested again; a
     tool that started but did not finish follows its crash policy (``retry`` runs it again
     with the same idempotency key, ``abort`` and, until human input exists, ``ask`` close it
     with an ``aborted`` result).
