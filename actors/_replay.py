@@ -418,7 +418,8 @@ async def delete_session(store: EventStore, session_id: str) -> list[str]:
     """Delete a session's stream with its linked and ephemeral sub-agents, recursively.
 
     Detached sub-agents live on (that is what detached means). Stop the sessions first: a
-    running session would write its stream again.
+    session still running stops for good at its next step or message
+    (:class:`~protocols.errors.StreamRewoundError`, ``store.stream_rewound``).
 
     Args:
         store (EventStore): the log.

@@ -117,8 +117,9 @@ class SessionActor(EventSourcedActor[SessionState]):
     """One conversation: runs of LLM rounds and tool calls, folded from its own stream.
 
     Each round the actor checks the run's limits, appends the model's answer before acting
-    on it, records every tool call as started before running it and as finished after, and
-    after a restart continues from the log: a recorded answer is never requested again; a
+    on it, records every tool call as started before running it and as finished after (the
+    model call that reads a result goes out only once it is recorded), and after a restart
+    continues from the log: a recorded answer is never requested again; a
     tool that started but did not finish follows its crash policy (``retry`` runs it again
     with the same idempotency key, ``abort`` and, until human input exists, ``ask`` close it
     with an ``aborted`` result).
@@ -233,11 +234,10 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     # -- effects ---------------------------------------------------------------------
 
-    def starts_before_commit(self, step: object) -> bool:
-        # A model call changes nothing outside the session until its answer is recorded,
-        # so it goes out while the events that ask for it are committed; observers and
-        # hooks hear of it only once they are (``wait_logged`` in ``_call_llm``).
-        return type(step) is CallLLM or type(step) is Summarise
+    def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
+        # Observers and hooks hear of an early model call only once its events are
+        # logged (``wait_logged`` in ``_call_llm``).
+        return decider.starts_before_commit(step, events)
 
     async def execute(self, step: object) -> object:
         if isinstance(step, CallLLM):

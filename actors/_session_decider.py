@@ -11,6 +11,7 @@ and runs the effects they ask for; replay calls them too.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import attrs
 import orjson
@@ -524,6 +525,26 @@ def _request(
     fingerprint = request.fingerprint(messages_digest=digest)
     header = RequestHeader.of(request, digest, conversation=len(conversation))
     return request, fingerprint, header
+
+
+# -- pipelining (EventSourcedActor.starts_before_commit) --------------------------------
+
+
+def starts_before_commit(step: object, events: Sequence[object]) -> bool:
+    """Whether ``step`` may go out while ``events``, the append that asks for it, commit.
+
+    A model call (or a summary) changes nothing outside the session until its answer is
+    recorded, so it may, unless ``events`` record a tool's result: the tool has acted on
+    the world, and that append is the only place its result is kept. A crash before the
+    commit would leave the next incarnation a call it must close as unknown
+    (``RunResult.unknown_tool_results``), though the request already read its result.
+    Whatever else a request reads is durable already, or is still held by whoever gave
+    it and has not been answered yet, who gives it again (a send's input, a human's
+    reply); a lost follow-up injection is decided again from the recorded follow-ups.
+    """
+    if type(step) is not CallLLM and type(step) is not Summarise:
+        return False
+    return all(type(event) is not ToolFinished for event in events)
 
 
 # -- replay (runtime.replay) -------------------------------------------------------------

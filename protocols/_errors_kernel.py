@@ -53,7 +53,8 @@ class ActorFailedError(ActorStoppedError):
 
     Its supervisor gave up on it alone: the actor's own data does not load (a
     :class:`~protocols.errors.CodecError` or a
-    :class:`~protocols.errors.CorruptLogError` while it folds its log), or it
+    :class:`~protocols.errors.CorruptLogError` while it folds its log), its stream went
+    backwards under it (a :class:`~protocols.errors.StreamRewoundError`), or it
     crashed faster than its restart policy allows. Its siblings and the runtime keep
     running. The error it failed with is the ``__cause__``; ``cause_code`` is that error's
     code (``None`` for an exception that is not a powertrio error).

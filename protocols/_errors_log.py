@@ -23,6 +23,7 @@ __all__ = [
     "StoreError",
     "StoreSchemaVersionError",
     "StreamNotFoundError",
+    "StreamRewoundError",
     "UnknownEventTypeError",
 ]
 
@@ -73,6 +74,31 @@ class ImportConflictError(ConcurrencyConflictError):
             self,
             f"the imported event {stream!r} version {version}{where} differs from the stored "
             f"one in its {field}; nothing was written (another log's history for this stream?)",
+        )
+
+
+class StreamRewoundError(StoreError):
+    """An actor's stream holds fewer events than the actor had folded from it.
+
+    Someone deleted the stream (``delete_streams``, retention, ``powertrio delete``) or
+    cut it back while its actor ran, or while it was passivated. The actor stops for
+    good instead of starting over on what is left: that would record a new history over
+    the one it acted on, and run again what it had already run (a tool, a send).
+    ``known`` is the version the actor had folded, ``found`` the version the store holds
+    now (0: the stream is gone).
+    """
+
+    code = "store.stream_rewound"
+
+    def __init__(self, stream: str, known: int, found: int) -> None:
+        self.stream = stream
+        self.known = known
+        self.found = found
+        held = "no events (it was deleted)" if found == 0 else f"only up to version {found}"
+        super().__init__(
+            f"stream {stream!r} holds {held}, but its actor had folded it up to version "
+            f"{known}; the actor stops rather than start over on a history it lost "
+            "(restore the stream from a backup, or start anew under another id)"
         )
 
 

@@ -37,6 +37,7 @@ The tree (code in brackets)::
     │   ├── ForeignDatabaseError                  [store.foreign]
     │   ├── StoreSchemaVersionError               [store.schema_version]
     │   ├── StreamNotFoundError (LookupError)     [store.stream_not_found]
+    │   ├── StreamRewoundError                    [store.stream_rewound]
     │   ├── StoreNotFoundError (LookupError)      [store.not_found]
     │   ├── StoreLockedError                      [store.locked]
     │   ├── StoreReadOnlyError                    [store.read_only]
@@ -209,6 +210,7 @@ from ._errors_log import (
     StoreError,
     StoreSchemaVersionError,
     StreamNotFoundError,
+    StreamRewoundError,
     UnknownEventTypeError,
 )
 from ._errors_server import (
@@ -297,6 +299,7 @@ __all__ = [
     "StoreSchemaVersionError",
     "StoreUnavailableError",
     "StreamNotFoundError",
+    "StreamRewoundError",
     "SupervisorError",
     "TimerArgumentError",
     "TimerError",

@@ -24,6 +24,7 @@ from protocols.errors import (
     IntensityExceededError,
     PowertrioError,
     RuntimeClosedError,
+    StreamRewoundError,
 )
 
 from ._actor import ActorContext
@@ -93,9 +94,11 @@ def _restart_cannot_fix(error: BaseException) -> bool:
     """Whether ``error`` (or what caused it) is about the actor's data, not its run.
 
     A log that does not decode or a damaged store decodes the same way after a restart:
-    restarting only loops, and escalating restarts the same fold one level higher.
+    restarting only loops, and escalating restarts the same fold one level higher. A
+    stream that went backwards under its actor would be folded into a state the actor
+    never had, and acted on again from there.
     """
-    return _cause_of(error, CodecError | CorruptLogError) is not None
+    return _cause_of(error, CodecError | CorruptLogError | StreamRewoundError) is not None
 
 
 class _Cell:
@@ -113,6 +116,7 @@ class _Cell:
         "id",
         "incarnation",
         "intensity",
+        "known_version",
         "mailbox",
         "name",
         "parent",
@@ -156,6 +160,10 @@ class _Cell:
         self.started_at = 0.0
         self.current_reply: Reply[object] | None = None
         self.failure: Exception | None = None
+        self.known_version = 0
+        """The newest version of its stream an event-sourced incarnation folded (0: none).
+        Kept across restarts and passivation: the next incarnation checks that its stream
+        has not gone backwards meanwhile."""
         """The error the actor failed with for good (``None`` while it runs or stopped)."""
         self.intensity: RestartIntensity | None = None
         """This child's own restart window (``on_give_up="stop"``)."""

@@ -9,8 +9,9 @@ An actor kind is three pure functions plus effects:
 The runtime appends a decision's events *before* anyone acts on them, folds them into the
 state, replies, then asks ``next_step``. Effects (``execute``) run in the actor's nursery
 and come back as messages, so the actor keeps receiving while one is in flight. An effect
-that changes nothing outside the actor until its result is recorded (a model call:
-``starts_before_commit``) starts while that append is in flight; a result that comes
+that changes nothing outside the actor until its result is recorded, and reads nothing
+that append alone holds (a model call that reads no new tool result:
+``starts_before_commit``), starts while that append is in flight; a result that comes
 before the append is durable is decided on the fold of its events and queued behind it
 (on a store that can: ``PipelinedAppends``), and nothing acts on either before each is
 durable. A restart is nothing special: fold the log (from a snapshot if one exists), ask
@@ -27,7 +28,14 @@ import attrs
 import trio
 
 from protocols import EventRegistry, default_registry
-from protocols.errors import CodecError, ConfigError, EventEncodeError, UnknownEventTypeError
+from protocols.errors import (
+    CodecError,
+    ConcurrencyConflictError,
+    ConfigError,
+    EventEncodeError,
+    StreamRewoundError,
+    UnknownEventTypeError,
+)
 
 from ._actor import Actor
 from ._event_store import EventStore, NewEvent, PipelinedAppends, new_event_from_encoded
@@ -127,7 +135,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
     actors that act on their own, :meth:`next_step` and :meth:`execute`. One actor owns
     one stream (:meth:`stream_name`); appends carry the version it folded, so a second
     writer fails loudly (:class:`~protocols.errors.ConcurrencyConflictError`) and crashes
-    instead of corrupting the history.
+    instead of corrupting the history. A stream found behind the version the actor folded,
+    at an append or when a later incarnation folds it (deleted or cut back under it),
+    stops the actor for good (:class:`~protocols.errors.StreamRewoundError`): started over
+    on what is left, it would act again on what it had already done.
 
     Set ``snapshot_every`` to save a snapshot every N events (the state class must be
     registered in ``registry``); snapshots are caches, checked against the fold in tests.
@@ -189,18 +200,22 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         """
         raise NotImplementedError
 
-    def starts_before_commit(self, step: object) -> bool:
-        """Whether ``step`` may start while the append of the events that asked for it is
-        still in flight. Pure; ``False`` by default.
+    def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
+        """Whether ``step`` may start while the append of ``events``, the events that
+        asked for it, is still in flight. Pure; ``False`` by default.
 
         Only for an effect that changes nothing outside the actor until its result is
-        recorded, such as a model call. :meth:`execute` awaits :meth:`wait_logged` before
-        it tells anyone of the step (an observer, a hook). The effect then runs while the
-        commit does, instead of after it; a crash before the commit loses the effect's
-        work, as a crash during the effect always has. A result that comes before that
-        append is durable is decided at once, on the fold of its events, as it would be
-        next anyway; its events are queued behind that append, and nothing acts on them
-        (``after_persist``, the next step) before they are durable.
+        recorded, such as a model call, and only when it reads nothing that ``events``
+        alone hold: a fact nobody else keeps (the result of a tool that acted on the
+        world) must be durable before anything reads it, or a crash before that commit
+        leaves the actor's next incarnation without what its effect already used.
+        :meth:`execute` awaits :meth:`wait_logged` before it tells anyone of the step (an
+        observer, a hook). The effect then runs while the commit does, instead of after
+        it; a crash before the commit loses the effect's work, as a crash during the
+        effect always has. A result that comes before that append is durable is decided
+        at once, on the fold of its events, as it would be next anyway; its events are
+        queued behind that append, and nothing acts on them (``after_persist``, the next
+        step) before they are durable.
         """
         return False
 
@@ -295,6 +310,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
 
         A snapshot is a cache: one of another schema version, or one that does not decode,
         is logged and ignored, and the whole stream is folded instead.
+
+        Raises:
+            StreamRewoundError: the stream is behind the version an earlier incarnation of
+                this actor folded (deleted or cut back meanwhile).
         """
         registry = self.registry
         state = self.initial_state()
@@ -302,6 +321,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         if self.stream_is_new():
             self.state = state
             self.version = version
+            self._check_not_rewound(version)
             return
         snapshot = await self.store.load_snapshot(self._stream)
         if snapshot is not None and not self._snapshot_is_current(
@@ -338,8 +358,25 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 version = page[-1].version
             if len(page) < _PAGE:
                 break
+        self._check_not_rewound(version)
         self.state = state
         self.version = version
+
+    def _check_not_rewound(self, version: int) -> None:
+        """Raise if the stream, folded up to ``version``, is behind what an earlier
+        incarnation of this actor folded: it was deleted or cut back under the actor,
+        which must not start over on what is left (and run again what it ran)."""
+        cell = self._cell
+        if version < cell.known_version:
+            raise StreamRewoundError(self._stream, cell.known_version, version)
+        cell.known_version = version
+
+    def _rewound(self, conflict: ConcurrencyConflictError) -> None:
+        """Raise :class:`StreamRewoundError` if an append's conflict says the stream holds
+        fewer events than this actor folded (streams only grow, so another writer cannot
+        explain it)."""
+        if conflict.actual < self.version:
+            raise StreamRewoundError(self._stream, self.version, conflict.actual) from conflict
 
     async def receive(self, message: object) -> object:
         if isinstance(message, _StepResult):
@@ -368,7 +405,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         )
         early = None
         if idle and not stop and not decision.cancel_step:
-            early = self._start_early(step)
+            early = self._start_early(step, events)
         written, follow = await self._commit_early(events, state, started=early is not None)
         # Log first: the step is cancelled only once the events that say so are durable
         # (an append that fails crashes the actor with the step's fate still undecided).
@@ -436,7 +473,11 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             events = [*self._unwritten, *events]
         new = self._encode(events)
         began = self._commit_began()
-        result = await self.store.append(self._stream, new, self.version)
+        try:
+            result = await self.store.append(self._stream, new, self.version)
+        except ConcurrencyConflictError as conflict:
+            self._rewound(conflict)
+            raise
         if began is not None:
             self._observe_commit(len(new), began)
         await self._committed(events, state, result.version)
@@ -467,6 +508,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._unwritten = []
         self.state = state
         previous, self.version = self.version, version
+        self._cell.known_version = version
         for listener in self.context.runtime.persist_listeners:
             listener.on_persisted(self._stream, events)
         every = self.snapshot_every
@@ -502,7 +544,11 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             return await self._commit(events, state), None
         link.pending = pending
         follow = await self._wait_for(link, self.version + len(new), state)
-        result = store.finish_append(pending)
+        try:
+            result = store.finish_append(pending)
+        except ConcurrencyConflictError as conflict:
+            self._rewound(conflict)
+            raise
         if began is not None:
             self._observe_commit(len(new), began)
         await self._committed(written, state, result.version)
@@ -565,10 +611,14 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         store = self._pipelined_store
         assert store is not None
         while True:
-            early = None if follow.stop else self._start_early(follow.step)
+            early = None if follow.stop else self._start_early(follow.step, follow.events)
             state = cast("StateT", follow.state)
             after = await self._wait_for(follow.link, follow.version, state)
-            result = store.finish_append(follow.link.pending)
+            try:
+                result = store.finish_append(follow.link.pending)
+            except ConcurrencyConflictError as conflict:
+                self._rewound(conflict)
+                raise
             if follow.began is not None:
                 self._observe_commit(len(follow.events), follow.began)
             await self._committed(follow.events, state, result.version)
@@ -615,7 +665,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 events, state, step, stop = self._decide_ahead(
                     self.state, list(step.events), step.stop, chain=True
                 )
-                early = None if stop else self._start_early(step)
+                early = None if stop else self._start_early(step, events)
                 written, follow = await self._commit_early(events, state, started=early is not None)
                 self.after_persist(written)
                 if early is not None:
@@ -630,14 +680,14 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self._start_step(step)
             return
 
-    def _start_early(self, step: object | None) -> trio.Event | None:
-        """Start ``step`` before the append that asks for it, if it may
+    def _start_early(self, step: object | None, events: Sequence[object]) -> trio.Event | None:
+        """Start ``step`` before the append of ``events``, which asks for it, if it may
         (:meth:`starts_before_commit`); returns the event to set once that append is done."""
         if (
             step is _UNASKED
             or step is None
             or isinstance(step, Decision)
-            or not self.starts_before_commit(step)
+            or not self.starts_before_commit(step, events)
         ):
             return None
         gate = trio.Event()

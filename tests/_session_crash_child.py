@@ -2,13 +2,13 @@
 
 Usage: ``python tests/_session_crash_child.py SCENARIO PHASE DB_PATH [DIE]``.
 
-``SCENARIO`` is ``follow_up``, ``human``, ``timers`` or ``tree`` (``PHASE`` picks the part
-of it this process plays). ``DIE`` is ``POINT:K``: the process SIGKILLs itself the K-th
-time it reaches ``POINT`` (``llm``: a model call begins; ``received``, ``injected``,
-``answered``, ``fired``, ``spawned``, ``child_finished``, ``run_finished``: right after an
-append holding that event was acknowledged; ``due``: the timers service is about to
-deliver; ``queued``, ``waiting``: a scenario's own marker). The parent may also kill it
-at any moment after ``ready``.
+``SCENARIO`` is ``follow_up``, ``human``, ``timers``, ``tree`` or ``tool_result``
+(``PHASE`` picks the part of it this process plays). ``DIE`` is ``POINT:K``: the process
+SIGKILLs itself the K-th time it reaches ``POINT`` (``llm``: a model call begins;
+``received``, ``injected``, ``answered``, ``fired``, ``spawned``, ``child_finished``,
+``run_finished``: right after an append holding that event was acknowledged; ``due``: the
+timers service is about to deliver; ``queued``, ``waiting``: a scenario's own marker).
+The parent may also kill it at any moment after ``ready``.
 
 Every line goes out with one ``os.write`` (atomic on a pipe): ``ready``, one line per
 point reached (``<point> <details>``), ``result <name> <json>`` for each run outcome, and
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import orjson
 import trio
 
-from actors import AgentSpec, RunResult, ask_human, spawn_agent, spawn_session
+from actors import AgentSpec, RunResult, ask_human, spawn_agent, spawn_session, tool
 from actors.events import AssistantRecorded, RunStarted
 from actors.lowlevel import is_provider_valid
 from protocols import (
@@ -151,6 +151,7 @@ def result_line(name: str, result: RunResult) -> None:
         "text": result.text,
         "tokens": result.usage.total_tokens,
         "human": [r.request_id for r in result.human_requests],
+        "unknown": list(result.unknown_tool_results),
     }
     say(f"result {name} {orjson.dumps(payload).decode()}")
 
@@ -340,7 +341,51 @@ async def tree(phase: str, store: SqliteEventStore, points: Points) -> None:
         result_line("root", await root.wait("fu-go"))
 
 
-SCENARIOS = {"follow_up": follow_up, "human": human, "timers": timers, "tree": tree}
+# -- a tool's result and the next model call ------------------------------------------------
+
+
+async def tool_result(phase: str, store: SqliteEventStore, points: Points) -> None:
+    """``send``: a run whose tool (crash policy ``abort``) writes a line next to the log
+    before the model call that reads its result; ``wait``: wait for that run in a later
+    process. On the store itself, so appends are pipelined as in production."""
+    marks = f"{store.path}.touched"
+
+    @tool
+    def touch(name: str) -> str:
+        """Touch a file (not safe to run twice)."""
+        fd = os.open(marks, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            os.write(fd, f"{name}\n".encode())
+        finally:
+            os.close(fd)
+        return f"touched {name}"
+
+    async def model(request: LLMRequest) -> LLMResponse:
+        points.reach("llm")  # first: the read below lets the writer commit meanwhile
+        await check_request(store, "session/s", request)
+        if request.messages[-1].role != "tool":
+            call = ToolCall(id="c1", name="touch", arguments='{"name": "x"}')
+            return LLMResponse(tool_calls=[call], usage=usage())
+        return LLMResponse(content=f"done: {text_of(request.messages[-1])}", usage=usage())
+
+    async with open_runtime(store=store) as runtime:
+        session = await spawn_session(
+            runtime, llm=FunctionLLM(model), tools=[touch], session_id="s"
+        )
+        say("ready")
+        if phase == "send":
+            result_line("run", await session.send("touch x", id="r1"))
+        else:
+            result_line("run", await session.wait("r1"))
+
+
+SCENARIOS = {
+    "follow_up": follow_up,
+    "human": human,
+    "timers": timers,
+    "tree": tree,
+    "tool_result": tool_result,
+}
 
 
 async def main(scenario: str, phase: str, path: str, die: str | None) -> None:

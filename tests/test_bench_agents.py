@@ -15,13 +15,13 @@ def test_a_sequential_session_counts_its_appends_and_the_commits_they_share(
 ) -> None:
     """Each send appends 4 times (its run's start, the tool call, the tool's result, the
     answer), counted through the pipelined path too; the commits they take are between
-    the fewest the invariants allow (2: one before the tool round, one before the reply)
-    and one per append."""
+    the fewest the invariants allow (3: one before the tool round, one of its result
+    before the model call that reads it, one before the reply) and one per append."""
     sends = 3
     measured = trio.run(lambda: _sessions(1, sends, tmp_path / "log.db", count=True))
     assert measured.counted == 4 * sends
-    assert _min_dependent_commits(measured.events) == 2 * sends
-    assert 2 * sends <= measured.commits <= 4 * sends
+    assert _min_dependent_commits(measured.events) == 3 * sends
+    assert 3 * sends <= measured.commits <= 4 * sends
     assert [e.type for e in measured.events[:7]] == [
         "session.created",
         "session.run_started",

@@ -448,7 +448,7 @@ class EarlyWorker(Worker):
 
     seen: list[str]
 
-    def starts_before_commit(self, step: object) -> bool:
+    def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
         return True
 
     async def execute(self, step: object) -> object:
@@ -487,6 +487,38 @@ async def test_a_step_that_may_start_early_runs_while_its_commit_is_in_flight() 
         "persisted JobQueued",
         "logged a",
         "handled a",
+        "persisted JobDone",
+    ]
+
+
+class CarefulWorker(EarlyWorker):
+    """Starts a job early unless the events asking for it queue the job ``fact``: a step
+    that reads what only that append holds."""
+
+    def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
+        return not any(isinstance(e, JobQueued) and e.job == "fact" for e in events)
+
+
+async def test_a_step_whose_events_it_reads_waits_for_their_commit() -> None:
+    """``starts_before_commit`` sees the events of the append that asks for the step; a
+    step it refuses for them starts only once they are durable."""
+    store = GatedStore("test.job_queued")
+    seen: list[str] = []
+    CarefulWorker.seen = seen
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
+        ref = await runtime.spawn(CarefulWorker)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ref.tell, Submit("fact"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert seen == []  # the append is still held, and the step waits for it
+            store.gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert (await ref.ask(Status())).done == (("fact", "FACT"),)
+    assert seen == [
+        "persisted JobQueued",
+        "started fact",
+        "logged fact",
+        "handled fact",
         "persisted JobDone",
     ]
 

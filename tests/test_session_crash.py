@@ -275,6 +275,32 @@ def test_a_run_waiting_for_a_human_resumes_with_the_reply_after_sigkill(tmp_path
     assert state.run is None
 
 
+# -- a tool's result and the next model call --------------------------------------------
+
+
+def test_a_kill_as_the_model_call_reading_a_tool_result_begins_keeps_that_result(
+    tmp_path: Path,
+) -> None:
+    """Killed as the model call that reads a tool's result goes out (pipelined appends on
+    SQLite): the result is already in the log, so the next process asks the model again
+    with it, and the run completes with no unknown tool result; the tool ran once."""
+    path = tmp_path / "tool.db"
+    first = run_child("tool_result", "send", path, die="llm:2")
+    assert first.died_at("llm:2"), first.lines
+    final = run_child("tool_result", "wait", path)
+    assert final.finished, final.lines
+    result = final.result("run")
+    assert (result["run_id"], result["status"], result["unknown"]) == ("r1", "completed", [])
+    assert result["text"] == "done: touched x"
+    assert Path(f"{path}.touched").read_text() == "x\n"
+    (events,) = read_log(path).values()
+    assert len(of(AssistantRecorded, events)) == 2
+    state = fold(events)
+    assert [m for m in state.transcript if isinstance(m, ToolResultMessage)] == [
+        ToolResultMessage(tool_call_id="c1", content="touched x")
+    ]
+
+
 # -- (c) timers --------------------------------------------------------------------------
 
 

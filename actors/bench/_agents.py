@@ -11,8 +11,9 @@ Every figure is printed beside a baseline measured in the same run:
   ``appends_per_send`` (the appends it made, counted by a store wrapper; appends queued
   behind one in flight share its commit, or come right after it) and
   ``min_dependent_commits_per_send``: the fewest the invariants allow, one before each
-  tool round and one before the reply, counted from the log (a model call goes out while
-  the events asking for it commit, so it needs none of its own).
+  tool round, one of its results before the model call that reads them, and one before
+  the reply, counted from the log (any other model call goes out while the events asking
+  for it commit, so it needs none of its own).
 * ``new_sessions_per_s`` beside ``raw_spawns_per_s``: spawning a bare actor, and
   ``raw_lazy_spawns_per_s``: one that starts at its first message, as a new session does.
 * ``idle_session_bytes`` beside ``idle_actor_bytes``: RSS per idle session and per idle bare
@@ -111,14 +112,23 @@ class _CountingStore:
 
 
 def _min_dependent_commits(events: list[RecordedEvent]) -> int:
-    """One commit before each tool round and one before the reply: per run, its tool
-    rounds plus one (read from the log)."""
+    """One commit before each tool round, one of its results before the model call that
+    reads them, and one before the reply: per run, its tool rounds (twice when a model
+    call follows) plus one (read from the log)."""
     runs = sum(e.type == "session.run_started" for e in events)
     rounds = 0
     in_round = False
+    unread = False
     for e in events:  # tool rounds: runs of consecutive tool results
         finished = e.type == "session.tool_finished"
-        rounds += finished and not in_round
+        if finished and not in_round:
+            rounds += 1
+            unread = True
+        elif unread and e.type == "session.assistant":
+            rounds += 1  # a model call read the round's results: they were committed first
+            unread = False
+        elif e.type == "session.run_finished":
+            unread = False
         in_round = finished
     return runs + rounds
 
