@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from ._lazy import lazy_exports as _lazy_exports
+from protocols.lowlevel import lazy_exports as _lazy_exports
 
-# Names load on first use, so `import actors` (and `powertrio --help`) pays for none of
-# them; type checkers read the imports below.
+# Names load on first use, so importing the package costs none of their modules;
+# type checkers read the imports below.
 if _TYPE_CHECKING:
     from ._agents import AgentSpec as AgentSpec
     from ._agents import Lifecycle as Lifecycle

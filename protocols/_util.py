@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -46,6 +47,42 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
             obj.__module__ = module_name
         except (AttributeError, TypeError):  # builtins and slotted callables refuse
             continue
+
+
+def lazy_exports(
+    module_name: str, exports: Mapping[str, tuple[str, ...]]
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` (PEP 562) of a module that re-exports, from each
+    private module of its package (relative, e.g. ``"._agents"``), the names listed for it.
+
+    Importing the module then loads none of them: ``powertrio --help`` and a program that
+    uses a few names load only what those names need. A name is bound in the module on
+    first access, so later lookups are plain attribute reads. Every export of a module
+    loaded by then is bound and fixed up with it (:func:`fixup_module_metadata`), so a
+    class reached through another name, such as the ``Session`` that ``spawn_session``
+    returns, reports the public module too, as it would have after an eager import.
+    Type checkers read the same names from imports under ``TYPE_CHECKING``.
+    """
+    namespace = vars(sys.modules[module_name])
+    package = str(namespace["__package__"])
+    home = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str) -> object:
+        module = home.get(name)
+        if module is None:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        importlib.import_module(module, package)
+        for source, names in exports.items():
+            loaded = sys.modules.get(f"{package}{source}")
+            if loaded is not None:
+                namespace.update({n: getattr(loaded, n) for n in names if n not in namespace})
+        fixup_module_metadata(module_name, namespace)
+        return namespace[name]
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *home})
+
+    return __getattr__, __dir__
 
 
 @contextmanager
