@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -53,7 +54,7 @@ def lazy_exports(
     module_name: str, exports: Mapping[str, tuple[str, ...]]
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` (PEP 562) of a module that re-exports, from each
-    private module of its package (relative, e.g. ``"._agents"``), the names listed for it.
+    module (relative to its package, e.g. ``"._agents"``), the names listed for it.
 
     Importing the module then loads none of them: ``powertrio --help`` and a program that
     uses a few names load only what those names need. A name is bound in the module on
@@ -65,15 +66,16 @@ def lazy_exports(
     """
     namespace = vars(sys.modules[module_name])
     package = str(namespace["__package__"])
-    home = {name: module for module, names in exports.items() for name in names}
+    sources = {importlib.util.resolve_name(m, package): names for m, names in exports.items()}
+    home = {name: module for module, names in sources.items() for name in names}
 
     def __getattr__(name: str) -> object:
         module = home.get(name)
         if module is None:
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
-        importlib.import_module(module, package)
-        for source, names in exports.items():
-            loaded = sys.modules.get(f"{package}{source}")
+        importlib.import_module(module)
+        for source, names in sources.items():
+            loaded = sys.modules.get(source)
             if loaded is not None:
                 namespace.update({n: getattr(loaded, n) for n in names if n not in namespace})
         fixup_module_metadata(module_name, namespace)
