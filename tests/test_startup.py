@@ -7,8 +7,10 @@ everything, and compares the modules it loaded with those the path must not need
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY = (
     "httpx",
@@ -26,13 +28,30 @@ HEAVY = (
 """Libraries only some paths need: a tool server, a provider, the console, telemetry, tests."""
 
 
-def loaded_after(code: str) -> list[str]:
+def loaded_after(code: str, cwd: Path | None = None) -> list[str]:
     """The sorted names of every module loaded by a fresh interpreter running ``code``."""
-    probe = f"{code}\nimport sys\nprint('\\n'.join(sorted(sys.modules)))"
+    probe = f"{code}\nimport sys\nprint('-- modules --', *sorted(sys.modules))"
     done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "POWERTRIO_DEMO_DELAY": "0"},
     )
-    return done.stdout.split()
+    return done.stdout.rpartition("-- modules --")[2].split()
+
+
+def powertrio(*args: str) -> str:
+    """Code that runs ``powertrio ARGS`` as the console script does, its output dropped."""
+    return (
+        "import contextlib, io, sys\n"
+        "from actors.cli import main\n"
+        "sys.argv[0] = 'powertrio'\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    assert main({list(args)!r}) == 0"
+    )
 
 
 def _heavy(modules: list[str]) -> list[str]:
@@ -74,13 +93,7 @@ def test_the_agent_api_loads_no_provider_console_or_test_library() -> None:
 def test_help_loads_no_agent_no_runtime_and_no_optional_library() -> None:
     """``powertrio --help`` builds the parser and prints it: none of the commands' modules,
     no session, no runtime, no store."""
-    loaded = loaded_after(
-        "import contextlib, io, sys\n"
-        "from actors.cli import main\n"
-        "sys.argv[0] = 'powertrio'\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    assert main(['--help']) == 0"
-    )
+    loaded = loaded_after(powertrio("--help"))
     expected_ours = [
         "actors",
         "actors.cli",
@@ -91,6 +104,17 @@ def test_help_loads_no_agent_no_runtime_and_no_optional_library() -> None:
     assert expected_ours == _ours(loaded)
     nothing: list[str] = []
     assert nothing == _heavy(loaded)
+
+
+def test_the_demo_run_loads_no_provider_transport_and_no_test_library(tmp_path: Path) -> None:
+    """``powertrio run --demo`` runs an offline scripted model: httpx (and the CLI it
+    imports), the transports and pytest stay unloaded."""
+    loaded = loaded_after(powertrio("run", "--demo", "Compare two ideas."), cwd=tmp_path)
+    assert "actors._session" in loaded
+    assert not [m for m in loaded if m.startswith("protocols.transports")]
+    # The tools' schemas are validated; the output may or may not be rich's.
+    nothing: list[str] = []
+    assert nothing == [m for m in _heavy(loaded) if m not in ("jsonschema_rs", "rich")]
 
 
 def test_a_class_reached_through_another_name_reports_the_package() -> None:
