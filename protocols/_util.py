@@ -50,6 +50,9 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
             continue
 
 
+_MISSING = object()
+
+
 def lazy_exports(
     module_name: str, exports: Mapping[str, tuple[str, ...]]
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
@@ -73,13 +76,19 @@ def lazy_exports(
         module = home.get(name)
         if module is None:
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
-        importlib.import_module(module)
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
         for source, names in sources.items():
             loaded = sys.modules.get(source)
-            if loaded is not None:
-                namespace.update({n: getattr(loaded, n) for n in names if n not in namespace})
-        fixup_module_metadata(module_name, namespace)
-        return namespace[name]
+            if loaded is None:
+                continue
+            for other in names:
+                # A module still being imported lacks its later names: they bind next time.
+                found = getattr(loaded, other, _MISSING)
+                if other not in namespace and found is not _MISSING:
+                    namespace[other] = found
+        fixup_module_metadata(module_name, dict(namespace))  # a copy: it may import
+        return value
 
     def __dir__() -> list[str]:
         return sorted({*namespace, *home})

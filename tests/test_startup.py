@@ -136,3 +136,29 @@ def test_a_class_reached_through_another_name_reports_the_package() -> None:
     )
     expected = "actors actors"
     assert expected == loaded.stdout.strip()
+
+
+def test_a_lazy_package_lists_its_names_and_refuses_unknown_ones() -> None:
+    """``dir()`` lists every name before it is loaded (completion, ``help()``), and a name
+    the package does not export is the usual ``AttributeError``, so ``from actors import
+    testing`` still finds the subpackage."""
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, actors\n"
+            "print('spawn_agent' in dir(actors), 'actors._session_spawn' in sys.modules)\n"
+            "try:\n"
+            "    actors.no_such_name\n"
+            "except AttributeError as exc:\n"
+            "    print(exc)\n"
+            "from actors import testing\n"
+            "print(testing.__name__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    expected = ["True False", "module 'actors' has no attribute 'no_such_name'", "actors.testing"]
+    assert expected == loaded.stdout.splitlines()
