@@ -73,7 +73,7 @@ class _Chunk:
 
 def _encoder(type_: object) -> Callable[[list[Any]], _Chunk]:
     # The hook is asked for on first use: cattrs compiles code for it, which a process
-    # that never writes a snapshot (``powertrio --help``, ``sessions``) should not pay.
+    # that imports the session but never writes a snapshot (a short run) should not pay.
     hooks: list[Callable[[Any], Any]] = []
 
     def encode(items: list[Any]) -> _Chunk:

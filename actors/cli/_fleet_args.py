@@ -1,7 +1,7 @@
 """The arguments of ``powertrio serve`` and ``powertrio fleet ...`` (argparse only).
 
-Apart from the commands themselves (``_fleet``), which load the log and the agents, so
-that building the parser (``powertrio --help``) loads neither.
+Kept apart from the commands (``_fleet``), which load the log and the agents, so that
+building the parser for ``powertrio --help`` loads neither.
 """
 
 from __future__ import annotations
