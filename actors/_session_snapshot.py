@@ -72,9 +72,14 @@ class _Chunk:
 
 
 def _encoder(type_: object) -> Callable[[list[Any]], _Chunk]:
-    hook = _converter.get_unstructure_hook(type_)
+    # The hook is asked for on first use: cattrs compiles code for it, which a process
+    # that imports the session but never writes a snapshot (a short run) should not pay.
+    hooks: list[Callable[[Any], Any]] = []
 
     def encode(items: list[Any]) -> _Chunk:
+        if not hooks:
+            hooks.append(_converter.get_unstructure_hook(type_))
+        hook = hooks[0]
         # Compressed: a chunk is stored once, and read at every restart.
         packed = zlib.compress(orjson.dumps([hook(item) for item in items]), 1)
         return _Chunk(base64.b64encode(packed))
@@ -83,9 +88,12 @@ def _encoder(type_: object) -> Callable[[list[Any]], _Chunk]:
 
 
 def _decoder(type_: object) -> Callable[[_Chunk], list[Any]]:
-    hook = _converter.get_structure_hook(type_)
+    hooks: list[Callable[[Any, Any], Any]] = []  # asked for on first use, as in _encoder
 
     def decode(chunk: _Chunk) -> list[Any]:
+        if not hooks:
+            hooks.append(_converter.get_structure_hook(type_))
+        hook = hooks[0]
         raw = orjson.loads(zlib.decompress(base64.b64decode(chunk.data, validate=True)))
         if not isinstance(raw, list):
             msg = f"a chunk must be a JSON array, got {type(raw).__name__}"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -46,6 +48,52 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
             obj.__module__ = module_name
         except (AttributeError, TypeError):  # builtins and slotted callables refuse
             continue
+
+
+_MISSING = object()
+
+
+def lazy_exports(
+    module_name: str, exports: Mapping[str, tuple[str, ...]]
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` (PEP 562) of a module that re-exports, from each
+    module (relative to its package, e.g. ``"._agents"``), the names listed for it.
+
+    Importing the module then loads none of them: ``powertrio --help`` and a program that
+    uses a few names load only what those names need. A name is bound in the module on
+    first access, so later lookups are plain attribute reads. Every export of a module
+    loaded by then is bound and fixed up with it (:func:`fixup_module_metadata`), so a
+    class reached through another name, such as the ``Session`` that ``spawn_session``
+    returns, reports the public module too, as it would have after an eager import.
+    Type checkers read the same names from imports under ``TYPE_CHECKING``.
+    """
+    namespace = vars(sys.modules[module_name])
+    package = str(namespace["__package__"])
+    sources = {importlib.util.resolve_name(m, package): names for m, names in exports.items()}
+    home = {name: module for module, names in sources.items() for name in names}
+
+    def __getattr__(name: str) -> object:
+        module = home.get(name)
+        if module is None:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        for source, names in sources.items():
+            loaded = sys.modules.get(source)
+            if loaded is None:
+                continue
+            for other in names:
+                # A module still being imported lacks its later names: they bind next time.
+                found = getattr(loaded, other, _MISSING)
+                if other not in namespace and found is not _MISSING:
+                    namespace[other] = found
+        fixup_module_metadata(module_name, dict(namespace))  # a copy: it may import
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *home})
+
+    return __getattr__, __dir__
 
 
 @contextmanager

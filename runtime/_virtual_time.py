@@ -31,15 +31,18 @@ With a real clock none of this exists: a flight costs one type check.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar, cast, final
+from typing import TYPE_CHECKING, TypeVar, cast, final
 
 import outcome
 import trio
-import trio.testing
+
+if TYPE_CHECKING:
+    import trio.testing
 
 __all__ = [
     "TOOL_GRACE",
@@ -136,7 +139,10 @@ def virtual_run() -> VirtualRun | None:
     except LookupError:
         pass
     clock = trio.lowlevel.current_clock()
-    run = VirtualRun(clock) if isinstance(clock, trio.testing.MockClock) else None
+    # A MockClock's module is loaded by whoever made the clock; importing it here would
+    # load pytest with it (trio.testing's RaisesGroup) into every process.
+    loaded = "trio.testing" in sys.modules
+    run = VirtualRun(clock) if loaded and isinstance(clock, trio.testing.MockClock) else None
     if run is not None:
         trio.lowlevel.add_instrument(run)
     _RUN.set(run)

@@ -1,6 +1,6 @@
 """The ``powertrio`` command line run in this process: ``main(argv)`` with its output captured.
 
-A subprocess pays the package's import (about two seconds of CPU) for every call; the
+A subprocess pays the import of the command's modules for every call; the
 behaviour tests call ``main`` here instead, with the same working directory, environment,
 exit code, stdout and stderr a real run would have. Start-up, signals, exit codes of the
 console script and the terminal keep a few real subprocess tests of their own.

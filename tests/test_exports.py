@@ -68,12 +68,16 @@ def _is_foreign(name: str, obj: object) -> bool:
 
 
 def public_names(module_name: str) -> list[str]:
-    """The sorted public names of a module, without leftovers of its own imports."""
+    """The sorted public names of a module, without leftovers of its own imports.
+
+    Read through ``dir()``: a package that loads its names on first use (PEP 562) lists
+    them in its ``__dir__`` before anything touched them.
+    """
     module = importlib.import_module(module_name)
     return sorted(
         name
-        for name, obj in vars(module).items()
-        if not name.startswith("_") and not _is_foreign(name, obj)
+        for name in dir(module)
+        if not name.startswith("_") and not _is_foreign(name, getattr(module, name))
     )
 
 

@@ -9,7 +9,9 @@ the raw bytes), ``longevity`` (what a session of months costs), ``console``
 limiter), ``fleet`` (a node's drain), ``peers`` (the agents' sends beside power-loop's,
 the baseline our performance goals are stated against; needs the ``bench`` extra) and
 ``instructions`` (the agents' instructions per send beside the store's alone, counted by
-valgrind: figures that hold still while the machine's speed moves).
+valgrind: figures that hold still while the machine's speed moves) and ``startup`` (the
+CPU of a fresh process importing powertrio and running ``powertrio --help`` and short
+commands, beside ``import trio, httpx``).
 """
 
 from __future__ import annotations
@@ -28,5 +30,6 @@ SUITES: dict[str, str] = {
     "fleet": "actors.bench._fleet",
     "peers": "actors.bench._peers",
     "instructions": "actors.bench._instructions",
+    "startup": "actors.bench._startup",
 }
 """Suite name -> the module whose ``run(args)`` measures it: the kernel's and the agents'."""

@@ -17,8 +17,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
 from protocols.errors import LLMConnectionError
 
 __all__ = ["local_llm_missing", "local_model_path", "open_local_llm_server"]
@@ -84,6 +82,8 @@ def open_local_llm_server(timeout: float = 120.0) -> Iterator[str]:
 
 
 def _wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout: float) -> None:
+    import httpx  # noqa: PLC0415  # only a local model needs it, not the demo's start-up
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     bench.add_argument("--quick", action="store_true", help="small workloads (a smoke test)")
 
     _ui_options(add)
-    from ._fleet import add_fleet_commands  # noqa: PLC0415  # argparse only, no agents
+    from ._fleet_args import add_fleet_commands  # noqa: PLC0415  # argparse only, no agents
 
     add_fleet_commands(add, common)
     return parser

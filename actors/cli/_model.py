@@ -19,7 +19,6 @@ import trio
 
 from protocols import LLM, LLMRequest, LLMResponse, LLMStream, StreamDelta
 from protocols.errors import MissingSettingError
-from protocols.transports import ProviderConfig, transport_from_config
 from runtime import Runtime
 
 from ._common import CliContext
@@ -28,6 +27,7 @@ from ._local_llm import LOCAL_MODEL_NAME, local_llm_missing, open_local_llm_serv
 
 if TYPE_CHECKING:
     from actors import AgentSpec, Session, Tool
+    from protocols.transports import ProviderConfig
 
 __all__ = [
     "HaltLLM",
@@ -90,6 +90,9 @@ def choose_model(args: argparse.Namespace, environ: Mapping[str, str] | None = N
             note=f"the local llama.cpp model is not available ({missing}): "
             "using the scripted demo model",
         )
+    # The transports (and httpx) load only for a real provider, not for the demo model.
+    from protocols.transports import ProviderConfig
+
     try:
         config = ProviderConfig.from_env(environ)
     except MissingSettingError as exc:
@@ -104,6 +107,8 @@ async def open_llm(ctx: CliContext, choice: ModelChoice) -> AsyncIterator[LLM]:
         delay = float(os.environ.get("POWERTRIO_DEMO_DELAY", DEMO_DELAY))
         yield demo_llm(delay)
         return
+    from protocols.transports import ProviderConfig, transport_from_config
+
     config = choice.config
     with ExitStack() as stack:
         if choice.kind == "local":

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ._common import CliContext
-
 if TYPE_CHECKING:
     from actors import FleetNode, NodeService
+
+    from ._common import CliContext
 
 __all__ = ["add_serve_ui_options", "console_services"]
 
