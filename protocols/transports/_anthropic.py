@@ -74,8 +74,10 @@ def _image(part: ImagePart) -> JsonDict:
     if part.url.startswith("data:"):
         header, _, data = part.url.partition(",")
         media_type = header[len("data:") :].split(";")[0] or "image/png"
-        return {"type": "image", "source": {"type": "base64", "media_type": media_type,
-                                            "data": data}}
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }
     return {"type": "image", "source": {"type": "url", "url": part.url}}
 
 
@@ -112,8 +114,11 @@ def _blocks(message: Message) -> tuple[Literal["user", "assistant"], list[JsonDi
                 blocks.append({"type": "redacted_thinking", "data": block.thinking})
             else:
                 blocks.append(
-                    {"type": "thinking", "thinking": block.thinking,
-                     "signature": block.signature or ""}
+                    {
+                        "type": "thinking",
+                        "thinking": block.thinking,
+                        "signature": block.signature or "",
+                    }
                 )
         if message.content:
             blocks.append({"type": "text", "text": message.content})
@@ -223,9 +228,7 @@ class AnthropicTransport(HTTPTransport):
 
     def _parse(self, data: JsonDict) -> LLMResponse:
         if data.get("type") == "error":
-            raise error_from_body(
-                self.provider, orjson.dumps(data).decode(), secrets=self._secrets
-            )
+            raise error_from_body(self.provider, orjson.dumps(data).decode(), secrets=self._secrets)
         content = data.get("content")
         if not isinstance(content, list):
             raise self._malformed("the answer has no content")

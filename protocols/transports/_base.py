@@ -311,9 +311,7 @@ class HTTPTransport(Transport):
         """
         return LLMStream(lambda: self._stream_source(request))
 
-    async def _stream_source(
-        self, request: LLMRequest
-    ) -> AsyncIterator[StreamDelta | LLMResponse]:
+    async def _stream_source(self, request: LLMRequest) -> AsyncIterator[StreamDelta | LLMResponse]:
         http_request = self._build(request, stream=True)
         total = self._config.timeouts.total
         started = trio.current_time()
@@ -388,10 +386,7 @@ class HTTPTransport(Transport):
         if total_at <= idle_at:
             msg = f"{self.provider}: the stream ran past its {timeouts.total:g} s total timeout"
             return LLMTimeoutError(msg, phase="total", provider=self.provider)
-        msg = (
-            f"{self.provider}: no data event for {timeouts.idle:g} s "
-            "(the stream's idle timeout)"
-        )
+        msg = f"{self.provider}: no data event for {timeouts.idle:g} s (the stream's idle timeout)"
         return LLMTimeoutError(msg, phase="idle", provider=self.provider)
 
     def _keepalive(self, event: ServerSentEvent) -> bool:

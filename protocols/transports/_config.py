@@ -12,6 +12,7 @@ import httpx
 from protocols.errors import ConfigError, MissingSettingError
 
 from ._retry import RetryPolicy
+from ._secret import Secret
 
 __all__ = [
     "HTTPConfig",
@@ -29,29 +30,6 @@ _DEFAULT_BASE_URLS: dict[ProviderName, str] = {
     "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com",
 }
-
-
-@final
-@attrs.frozen(repr=False)
-class Secret:
-    """A string that never shows itself: its ``repr`` and ``str`` are masked.
-
-    API keys travel inside this so that a config object can be logged, printed in a
-    traceback or stored in an event without leaking them. Call :meth:`reveal` only where
-    the value goes on the wire.
-    """
-
-    _value: str = attrs.field(alias="value")
-    """The secret value."""
-
-    def reveal(self) -> str:
-        """The secret itself; use only to build the request headers."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('**********')"
-
-    __str__ = __repr__
 
 
 def _to_secret(value: str | Secret | None) -> Secret | None:
@@ -90,9 +68,7 @@ class Timeouts:
 
     def to_httpx(self) -> httpx.Timeout:
         """The httpx timeout object for one request."""
-        return httpx.Timeout(
-            connect=self.connect, read=self.read, write=self.write, pool=self.pool
-        )
+        return httpx.Timeout(connect=self.connect, read=self.read, write=self.write, pool=self.pool)
 
 
 @final
@@ -203,8 +179,7 @@ class ProviderConfig:
         if not api_key:
             raise MissingSettingError(
                 "POWERTRIO_API_KEY",
-                f"missing setting: set POWERTRIO_API_KEY (or {own_key}) to the "
-                f"{provider} API key",
+                f"missing setting: set POWERTRIO_API_KEY (or {own_key}) to the {provider} API key",
             )
         model = env.get("POWERTRIO_MODEL")
         if not model:

@@ -55,13 +55,14 @@ from protocols.errors import (
     PowertrioError,
 )
 
+from ._secret import redact
+
 __all__ = [
     "HTTPX_ERROR_MAP",
     "error_from_body",
     "error_from_status",
     "map_httpx_errors",
     "parse_retry_after",
-    "redact",
 ]
 
 _Factory = Callable[[str, str, bool], PowertrioError]
@@ -152,18 +153,6 @@ HTTPX_ERROR_MAP: tuple[tuple[type[Exception], _Factory], ...] = (
     (httpx.CookieConflict, _internal),
     (httpx.HTTPError, _internal),
 )
-
-
-def redact(text: str, secrets: tuple[str, ...]) -> str:
-    """Replace every secret in ``text`` with ``***``.
-
-    Provider error bodies sometimes quote the key they refused; nothing we raise or log
-    may carry it.
-    """
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
 
 
 @contextmanager
@@ -302,9 +291,7 @@ def error_from_status(
     retry_after = parse_retry_after(headers)
     text = f"{provider}: HTTP {status}: {message}" if message else f"{provider}: HTTP {status}"
     if status == 429:
-        return LLMRateLimitedError(
-            text, status=status, provider=provider, retry_after=retry_after
-        )
+        return LLMRateLimitedError(text, status=status, provider=provider, retry_after=retry_after)
     if status in (401, 403):
         return LLMAuthError(
             f"{text} (check the API key: POWERTRIO_API_KEY or the provider's own variable)",
@@ -327,9 +314,7 @@ def error_from_status(
     )
 
 
-def error_from_body(
-    provider: str, body: str, *, secrets: tuple[str, ...] = ()
-) -> PowertrioError:
+def error_from_body(provider: str, body: str, *, secrets: tuple[str, ...] = ()) -> PowertrioError:
     """The typed error for an error event inside a stream (there is no HTTP status then).
 
     Anthropic names the kind (``overloaded_error``, ``rate_limit_error``, ...); OpenAI-style

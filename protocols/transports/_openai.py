@@ -195,9 +195,9 @@ class OpenAITransport(HTTPTransport):
         return LLMResponse(
             content=content,
             tool_calls=calls,
-            finish_reason=_finish(raw_finish) if raw_finish else (
-                "tool_calls" if calls else "stop"
-            ),
+            finish_reason=_finish(raw_finish)
+            if raw_finish
+            else ("tool_calls" if calls else "stop"),
             usage=_usage(data.get("usage")),
             model=str(data.get("model") or ""),
             id=data.get("id"),

@@ -143,7 +143,11 @@ async def call_with_retries(
                 if now + delay >= deadline:
                     delay = None
             _report(
-                on_attempt, provider, number=number, error=error, delay=delay,
+                on_attempt,
+                provider,
+                number=number,
+                error=error,
+                delay=delay,
                 elapsed=now - start,
             )
             if delay is None:
@@ -151,13 +155,21 @@ async def call_with_retries(
             await trio.sleep(delay)
         except PowertrioError as error:
             _report(
-                on_attempt, provider, number=number, error=error, delay=None,
+                on_attempt,
+                provider,
+                number=number,
+                error=error,
+                delay=None,
                 elapsed=trio.current_time() - start,
             )
             raise
         else:
             _report(
-                on_attempt, provider, number=number, error=None, delay=None,
+                on_attempt,
+                provider,
+                number=number,
+                error=None,
+                delay=None,
                 elapsed=trio.current_time() - start,
             )
             return result
@@ -185,12 +197,19 @@ def _report(
         if delay is not None:
             logger.warning(
                 "%s: attempt %d failed (%s: %s); retrying in %.2f s",
-                provider, number, error.code, error.message, delay,
+                provider,
+                number,
+                error.code,
+                error.message,
+                delay,
             )
         else:
             logger.warning(
                 "%s: attempt %d failed (%s: %s); giving up",
-                provider, number, error.code, error.message,
+                provider,
+                number,
+                error.code,
+                error.message,
             )
     if on_attempt is not None:
         on_attempt(record)
