@@ -111,7 +111,8 @@ def test_powertrio_serve_serves_the_console_with_ui_port(tmp_path: Path) -> None
     db = tmp_path / "serve.sqlite"
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(FLEET)
-    env = os.environ | {"PYTHONPATH": str(root)}
+    # The fleet file names tools in tests/test_fleet.py, which imports the suite's helpers.
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
     cli = [sys.executable, "-m", "actors.cli", "--db", str(db)]
     applied = subprocess.run(
         [*cli, "fleet", "apply", str(fleet)],
