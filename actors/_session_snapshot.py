@@ -14,12 +14,15 @@ reopened session indexes the keys and decodes no value. A full chunk is encoded 
 a reopened session decodes a chunk only when it reads an item in it.
 
 A full chunk never changes, so it is stored apart, by content address
-(``runtime.lowlevel.encode_snapshot``): the store keeps it once, and a snapshot holds its
-address; the chunk still filling is written inline. A snapshot write then costs what is
-new since the last one, not the whole history (about 450 KB at 50,000 messages). A chunk
-the store no longer has, or whose bytes do not match its address, makes the snapshot not
-decode: the session folds its log. Encoded with a plain ``registry.encode`` (no store at
-hand), every chunk is inline. Everything else is encoded with the codec's converter.
+(``runtime.lowlevel.encode_snapshot``): the store keeps it once; the chunk still filling
+is written inline. A snapshot write then costs what is new since the last one, not the
+whole history (about 450 KB at 50,000 messages). The full chunks' addresses are not
+listed in the snapshot either (an address per chunk made each write grow with the
+session's age): they sit in an index tree of small blobs stored apart the same way, and
+the snapshot holds its root. A chunk or index blob the store no longer has, or whose
+bytes do not match its address, makes the snapshot not decode: the session folds its log.
+Encoded with a plain ``registry.encode`` (no store at hand), every chunk is inline.
+Everything else is encoded with the codec's converter.
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ from ._persistent import GrowMap, grow_map
 from ._session_events import ActiveRun, ChildSpawned, RunResult, RunStarted, SessionState
 from ._transcript import ValidTranscript
 
-SESSION_STATE_VERSION = 3
+SESSION_STATE_VERSION = 4
 """The schema version of the ``session.state`` snapshot. Bump it when ``SessionState`` or
 what it holds changes shape: older snapshots are then ignored (the log is folded).
 2: a map's keys travel in its chunks (a snapshot no longer lists every key).
-3: a full chunk is stored apart and referenced by its address (``{"sha256": hex}``)."""
+3: a full chunk is stored apart and referenced by its address (``{"sha256": hex}``).
+4: the full chunks are referenced through an index tree, by its root's address
+(``{"tree": hex, "chunks": n}``): a snapshot no longer lists an address per chunk."""
 
 T = TypeVar("T")
 
@@ -176,44 +181,96 @@ _encode_ids = _map_encoder(str)
 _decode_ids = _map_decoder(str)
 
 
-def _chunks_out(chunks: list[_Chunk], count: int) -> list[str | dict[str, str]]:
-    """The chunks of ``count`` items as JSON: a full one by its address when the store
-    keeps it apart (``stash_chunk``), the one still filling (and any, without a store)
-    inline as its text."""
+_FANOUT = 16
+"""Addresses per index blob of a chunk tree (512 bytes of digests)."""
+_DIGEST = 32
+
+
+def _tree_out(addresses: list[bytes]) -> bytes:
+    """The root of an index tree over ``addresses`` (full chunks, oldest first), its
+    blobs stashed beside the chunks (``stash_chunk``).
+
+    Each blob is the digests of up to ``_FANOUT`` addresses of the level below, so a
+    snapshot holds one address however many chunks there are, and sealing a chunk
+    rewrites only the blobs on the tree's right edge (a few hundred bytes each): what a
+    snapshot write costs no longer grows with the session's age.
+    """
+    level = addresses
+    while True:
+        blobs = [b"".join(level[i : i + _FANOUT]) for i in range(0, len(level), _FANOUT)]
+        level = [chunk_address(blob) for blob in blobs]
+        for address, blob in zip(level, blobs, strict=True):
+            stash_chunk(address, blob)
+        if len(level) == 1:
+            return level[0]
+
+
+def _tree_in(root: bytes, count: int) -> list[bytes]:
+    """The ``count`` chunk addresses under the index tree at ``root`` (see :func:`_tree_out`),
+    each blob read from the snapshot's chunks and checked against its address.
+
+    Raises:
+        ValueError: a blob is missing, altered, or holds another number of addresses.
+    """
+    sizes = [count]
+    while True:
+        sizes.append(-(-sizes[-1] // _FANOUT))
+        if sizes[-1] == 1:
+            break
+    level = [root]
+    for size in reversed(sizes[:-1]):
+        data = b"".join(snapshot_chunk(address) for address in level)
+        if len(data) != size * _DIGEST:
+            msg = f"a chunk index holds {len(data) // _DIGEST} addresses, expected {size}"
+            raise ValueError(msg)
+        level = [data[i : i + _DIGEST] for i in range(0, len(data), _DIGEST)]
+    return level
+
+
+def _chunks_out(chunks: list[_Chunk], count: int) -> list[str | dict[str, str | int]]:
+    """The chunks of ``count`` items as JSON: the full ones as the root of an index tree
+    (:func:`_tree_out`) when the store keeps chunks apart (``stash_chunk``), the one still
+    filling (and all of them, without a store) inline as its text."""
     full = count // _persistent.CHUNK  # read at each call: tests make chunks small
-    return [
-        {"sha256": chunk.address.hex()}
-        if k < full and stash_chunk(chunk.address, chunk.data)
-        else chunk.data.decode("ascii")
-        for k, chunk in enumerate(chunks)
-    ]
+    if full and all(stash_chunk(chunk.address, chunk.data) for chunk in chunks[:full]):
+        root = _tree_out([chunk.address for chunk in chunks[:full]])
+        tail = chunks[full:]
+        return [{"tree": root.hex(), "chunks": full}, *(c.data.decode("ascii") for c in tail)]
+    return [chunk.data.decode("ascii") for chunk in chunks]
 
 
 def _chunks_in(raw: Any) -> list[_Chunk]:
-    """The chunks :func:`_chunks_out` wrote; a referenced one is read from the snapshot's
-    chunks and checked against its address (``snapshot_chunk``).
+    """The chunks :func:`_chunks_out` wrote; the full ones are read from the snapshot's
+    chunks through their index tree, each checked against its address (``snapshot_chunk``).
 
     Raises:
-        TypeError: an entry is neither a text nor ``{"sha256": hex}``.
-        ValueError: a referenced chunk is missing or altered, or an address is not hex.
+        TypeError: an entry is neither a text nor, first, ``{"tree": hex, "chunks": n}``.
+        ValueError: a chunk or an index blob is missing or altered, or an address is not hex.
     """
     if not isinstance(raw, list):
         raise TypeError("a map's or a transcript's chunks must be a JSON array")
     chunks: list[_Chunk] = []
-    for entry in raw:
+    for k, entry in enumerate(raw):
         if isinstance(entry, str):
             chunks.append(_Chunk(entry.encode("ascii")))
-        elif isinstance(entry, dict) and len(entry) == 1 and isinstance(entry.get("sha256"), str):
-            address = bytes.fromhex(entry["sha256"])
-            chunks.append(_Chunk(snapshot_chunk(address), address))
+        elif (
+            k == 0
+            and isinstance(entry, dict)
+            and entry.keys() == {"tree", "chunks"}
+            and isinstance(entry["tree"], str)
+            and type(entry["chunks"]) is int
+            and entry["chunks"] > 0
+        ):
+            for address in _tree_in(bytes.fromhex(entry["tree"]), entry["chunks"]):
+                chunks.append(_Chunk(snapshot_chunk(address), address))
         else:
-            raise TypeError('a chunk must be its text or {"sha256": its address}')
+            raise TypeError('a chunk must be its text, or first {"tree": its index, "chunks": n}')
     return chunks
 
 
 def _map_out(
     mapping: Mapping[str, T], encode: Callable[[list[str], list[T]], _Chunk]
-) -> list[str | dict[str, str]]:
+) -> list[str | dict[str, str | int]]:
     grown = grow_map(mapping)
     return _chunks_out(grown.chunks(encode), len(grown))
 

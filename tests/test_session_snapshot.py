@@ -274,6 +274,6 @@ def test_a_malformed_map_chunk_does_not_decode() -> None:
     raw["results"] = {"keys": [], "chunks": []}  # version 1's form
     with pytest.raises(EventDecodeError, match="a map's or a transcript's chunks must be a JSON"):
         default_registry.decode("session.state", SESSION_STATE_VERSION, orjson.dumps(raw))
-    raw["results"] = [{"sha": "00"}]
-    with pytest.raises(EventDecodeError, match=r'a chunk must be its text or \{"sha256": its addr'):
+    raw["results"] = [{"sha256": "00"}]  # version 3's form
+    with pytest.raises(EventDecodeError, match=r'a chunk must be its text, or first \{"tree": its'):
         default_registry.decode("session.state", SESSION_STATE_VERSION, orjson.dumps(raw))

@@ -49,10 +49,17 @@ async def _folded(store: EventStore) -> SessionState:
     return state
 
 
-def _references(data: bytes) -> list[str]:
+def _trees(data: bytes) -> list[dict[str, object]]:
+    """The index-tree entries of a snapshot's chunked fields (one per field with full chunks)."""
     raw = orjson.loads(data)
     entries = [*raw["history"]["chunks"], *raw["results"], *raw["seen_follow_ups"]]
-    return [entry["sha256"] for entry in entries if isinstance(entry, dict)]
+    return [entry for entry in entries if isinstance(entry, dict)]
+
+
+def _sealed(snapshot_chunks: dict[bytes, bytes]) -> set[bytes]:
+    """The data chunks among a snapshot's chunks (ASCII: base64), not its index blobs
+    (digests: binary)."""
+    return {address for address, data in snapshot_chunks.items() if data.isascii()}
 
 
 async def test_sealed_chunks_are_stored_apart_and_the_session_reopens_from_them() -> None:
@@ -60,26 +67,44 @@ async def test_sealed_chunks_are_stored_apart_and_the_session_reopens_from_them(
     state = await _sends(store, 9)
     snapshot = await store.load_snapshot(STREAM)
     assert snapshot is not None
-    references = _references(snapshot.data)
-    # 18 messages and 9 results in chunks of 4: 4 + 2 sealed chunks, each referenced.
+    trees = _trees(snapshot.data)
+    # 18 messages and 9 results in chunks of 4: 4 + 2 sealed chunks, each field's under
+    # one index tree.
     assert len(state.history) == 18
-    assert len(references) == 6
-    assert {bytes.fromhex(r) for r in references} == set(snapshot.chunks)
+    assert [tree["chunks"] for tree in trees] == [4, 2]
     assert all(chunk_address(data) == address for address, data in snapshot.chunks.items())
     reopened = await _sends(store, 1, start=9)
     assert reopened == await _folded(store)
     assert reopened.transcript[:18] == state.transcript
 
 
+async def test_a_snapshot_holds_one_address_however_many_chunks_are_sealed() -> None:
+    """The snapshot row does not grow with the session's age: the full chunks' addresses
+    live in an index tree stored apart, and the snapshot holds its root."""
+    store = InMemoryEventStore()
+    sizes = []
+    for start in range(0, 160, 40):
+        await _sends(store, 40, start=start)
+        snapshot = await store.load_snapshot(STREAM)
+        assert snapshot is not None
+        assert len(_trees(snapshot.data)) == 2
+        sizes.append(len(snapshot.data))
+    # 80 to 320 messages: 20 to 80 sealed chunks of history alone, over several index blobs.
+    assert max(sizes) - min(sizes) < 200, sizes
+    reopened = await _sends(store, 1, start=160)
+    assert reopened == await _folded(store)
+
+
 async def test_a_snapshot_write_adds_only_the_chunks_sealed_since_the_last() -> None:
     store = InMemoryEventStore()
     await _sends(store, 9)
-    before = dict(store._chunks)
+    before = _sealed(store._chunks)
     await _sends(store, 4, start=9)  # 8 more messages, 4 more results: 2 + 1 sealed
-    after = store._chunks
-    assert set(before) < set(after)
+    after = _sealed(store._chunks)
+    assert before < after
     assert len(after) - len(before) == 3
-    assert all(after[address] == data for address, data in before.items())
+    # Besides the data chunks, only the index blob of each tree (both small yet).
+    assert len(store._chunks) - len(after) == 2
 
 
 @pytest.mark.parametrize("damage", ["missing", "altered"])

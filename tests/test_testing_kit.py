@@ -94,7 +94,13 @@ from runtime import (
     open_runtime,
     open_sqlite_store,
 )
-from runtime.testing import FaultyEventStore, InMemoryEventStore, ScriptedLLM, check_event_store
+from runtime.testing import (
+    FaultyEventStore,
+    FunctionLLM,
+    InMemoryEventStore,
+    ScriptedLLM,
+    check_event_store,
+)
 
 # -- the agent under test ----------------------------------------------------------------
 
@@ -914,3 +920,27 @@ async def test_an_empty_input_does_not_poison_the_session(
 def test_backoff_is_capped_however_many_restarts() -> None:
     """The delay of the 2000th restart is the maximum, not an overflow."""
     assert Backoff(jitter=0).delay(2000, random.Random(0)) == 5.0
+
+
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
+def test_log_path_names_the_sqlite_file_only_while_a_run_is_in_progress(store: str) -> None:
+    """What a model sees mid-run: the file, on SQLite (for a look at what a run wrote);
+    ``None`` in memory, and before and after ``run``, when there is no file."""
+    seen: list[tuple[Path | None, bool]] = []
+    harness: RuntimeHarness
+
+    def model(request: LLMRequest) -> LLMResponse:
+        path = harness.log_path
+        seen.append((path, path is not None and path.is_file()))
+        return LLMResponse(content="ok")
+
+    harness = RuntimeHarness(store=store, llm=FunctionLLM(model))  # type: ignore[arg-type]
+    assert harness.log_path is None
+    harness.run(operations=[Send("hi")])
+    assert harness.log_path is None
+    ((path, exists),) = seen
+    if store == "sqlite":
+        assert path is not None and path.name == "events.db" and exists
+        assert not path.exists()  # the run's directory is gone
+    else:
+        assert (path, exists) == (None, False)

@@ -16,25 +16,41 @@
   pending timers, from the timers checkpoint, beside ``open_full_scan_ms_1m_events`` (the
   first open, which folds the whole log); bar <= 200. ``--quick`` uses 100,000 events
   and says so in ``open_events``.
-* ``run_cost_ratio_day90_vs_day1``: one agent woken hourly by a durable timer for 90
-  days (2,160 runs, each with a tool call) under virtual time on SQLite, with the test
-  kit: the median CPU time of a run (all threads, the collector's share taken out) on
-  its last day over a fresh agent's first day (``--quick``: 10 days, ``sim_days`` says
-  which). The two run in two processes that take turns of four runs (the fresh one
-  starting when the old one reaches its last day), so the machine's load weighs on
-  both sides alike; each turn's first run, which pays for the switch, is left out on
-  both sides. Measured 20 s apart within one process, the same ratio ranged 0.6 to 1.45
-  on one code on a shared machine, as the load drifted;
-  ``run_cost_ratio_vs_day1_same_process`` still prints it, beside the turns' figure.
-  ``run_cost_ratio_with_gc`` is the ratio of the means with the collector's share in (it
-  grows with what the kit keeps: every request the model was sent), and
-  ``run_io_ratio_day90_vs_day1`` the bytes the process read and wrote per run (the log's
-  pages, the mean over the day, whatever the load): a count where the other figures are
-  times. It measured 1.15: a run without a snapshot costs the same bytes on both days,
-  but day 1's snapshots write no full chunk yet; from day 10 to day 90 the mean grew 4 %
-  (57.2 to 59.6 kB; a snapshot references each chunk of a transcript never compacted).
-  ``sim_logs_identical`` says two runs of it wrote the same log, event for event.
-  Each old agent runs in a fresh process, twice; each day's figure is over both.
+* ``run_cost_ratio_day365_vs_day1`` (and ``..._day90_...``): one agent woken hourly by a
+  durable timer for 365 days (8,760 runs, each with a tool call; and apart, for 90) under
+  virtual time on SQLite, with the test kit: the median CPU time of a run (all threads,
+  the collector's share taken out) on its last day over a fresh agent's first day
+  (``--quick``: 10 days, ``sim_days`` says which); bar <= 1.1. The two run in two
+  processes that take turns of four runs (the fresh one starting when the old one
+  reaches its last day), so the machine's load weighs on both sides alike; each turn's
+  first run, which pays for the switch, is left out on both sides. Measured far apart
+  within one process, the same ratio ranged 0.6 to 1.45 on one code on a shared machine,
+  as the load drifted; ``..._vs_day1_same_process`` still prints it, beside the turns'
+  figure. ``..._with_gc`` is the ratio of the means with the collector's share in (it
+  grows with what the kit keeps: every request the model was sent).
+  ``sim_logs_identical`` says two runs of it wrote the same log, event for event. Each
+  old agent runs in a fresh process, twice; each day's figure is over both.
+* ``run_io_bytes_day{1,2,10,30,90,180,365}``: the bytes the process read and wrote per
+  run (the log's pages; the mean over the day): a count where the other figures are
+  times, so the load cannot move it; ``run_io_ratio_day365_vs_day1`` (bar: within 2 %)
+  and ``..._day90_...``; ``..._day365_vs_day10`` too (a fresh log's tables are still
+  shallow B-trees on day 1). The runs that also did the log's periodic upkeep (a sweep
+  of its lagging index, once every ~500 runs) are left out of the mean and counted
+  apart (``run_io_upkeep_runs_dayN``; ``run_io_bytes_with_upkeep_dayN`` keeps them), and
+  the median is beside it. Until snapshots referenced their sealed chunks through
+  an index tree by one address, a snapshot listed each chunk's address: the mean grew
+  by 19 % in 365 days and the median by 12 % (the snapshot's pages, and the events'
+  pages as the free list they churned scattered them). Now the median moves by 0.03 %
+  and the mean by 6 % (0.98 of day 10's): the events' B-tree gains a level in the
+  first days of a fresh log, and a run that snapshots moves some 40-70 kB more than
+  one that does not, so the mean of a day follows how many snapshots fell on it.
+* ``split_day{N}_db_bytes_{kind}``: where a run's writes went on day N: the log's pages
+  it changed, by table (``events``, ``indexes``, ``snapshots``, ``blobs``: the chunks
+  stored apart, ``chunk_refs``: which snapshot references which, ``checkpoints``: the
+  timers', ``bookkeeping``: the file header, heads and sequences, ``free``: the free
+  list), and ``split_day{N}_event_bytes_{type}``: the events it appended, by type. From
+  a third simulation (``PageSplit`` reads the file between runs, which slows it).
+  ``sim_seconds`` and ``split_seconds`` say how long the two parts took.
 
 - ``context_tokens_max_over_budget``: the largest request a session with a context
   policy sent, over its budget (bar <= 1.0), beside its whole transcript's tokens over the
@@ -50,6 +66,7 @@ import hashlib
 import itertools
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -262,7 +279,11 @@ def _check() -> Any:
 
 
 def simulate(
-    days: int, *, seed: int = 1, pause: Callable[[int], None] | None = None
+    days: int,
+    *,
+    seed: int = 1,
+    pause: Callable[[int], None] | None = None,
+    pages: PageSplit | None = None,
 ) -> tuple[list[tuple[object, ...]], list[tuple[float, float, int]]]:
     """Wake one agent hourly for ``days`` under virtual time, on SQLite, with the kit.
 
@@ -271,6 +292,9 @@ def simulate(
         seed (int): the harness's seed.
         pause (Callable[[int], None] | None): called at the start of each run with its
             number (from 0), outside the run's cost: where a run can wait its turn.
+        pages (PageSplit | None): counts the log's pages each run changes, by table, on
+            its days (it reads the whole file between runs, outside the runs' costs,
+            but slowing the simulation: not for the runs whose costs are measured).
 
     Returns:
         The log (stream, version, type, data, metadata, recorded time of every event) and
@@ -282,9 +306,12 @@ def simulate(
 
     stamps: list[tuple[_Stamp, _Stamp]] = []
     gc_clock = _GcClock()
+    between: Callable[[int], None] = pause or (lambda _run: None)
+    if pages is not None:
+        between = pages.bind(lambda: harness.log_path, days, then=between)
     harness = RuntimeHarness(
         AgentSpec(name="hourly", tools=[_check()]),
-        llm=FunctionLLM(_hourly_model(stamps, gc_clock, pause or (lambda _run: None))),
+        llm=FunctionLLM(_hourly_model(stamps, gc_clock, between)),
         seed=seed,
         store="sqlite",
         max_virtual_seconds=(days + 2) * 86_400.0,
@@ -307,6 +334,114 @@ def simulate(
         for (_, start), (end, _) in itertools.pairwise(stamps)
     ]
     return records, costs
+
+
+# What each table (or index) of the SQLite log holds, for the split of a run's writes;
+# any other (the file's header page, sqlite_sequence, heads, streams) is "bookkeeping",
+# and a page no table holds any more (on the free list) is "free".
+_TABLE_KINDS = {
+    "events": "events",
+    "stream_index": "indexes",
+    "events_blob": "indexes",
+    "snapshots": "snapshots",
+    "blobs": "blobs",
+    "snapshot_chunks": "chunk_refs",
+    "snapshot_chunks_id": "chunk_refs",
+    "meta": "checkpoints",
+}
+SPLIT_DAYS = (1, 2, 10, 30, 90, 180, 365)
+"""The day buckets of the split (those up to the simulation's length)."""
+
+
+class PageSplit:
+    """The bytes each run changes in the log's file, by table, on some days.
+
+    Between two runs (outside their costs) it reads the whole file and compares it page
+    by page with the copy it read before the run; at the end of a watched day it asks
+    SQLite (``dbstat``) which table holds each page. The background WAL checkpoints copy
+    a run's pages into the file within the hour before the next run (virtual time), so
+    each run's changed pages are what it wrote, once each however many times its commits
+    rewrote them in the WAL. Day 1 leaves out the first run (it creates the schema), as
+    the I/O figures do.
+    """
+
+    def __init__(self, days: tuple[int, ...] = SPLIT_DAYS) -> None:
+        self._days = set(days)
+        self._path: Callable[[], Path | None] = lambda: None
+        self._then: Callable[[int], None] = lambda _run: None
+        self._last_run = 0
+        self._pages: list[bytes] | None = None
+        self._page_size = 0
+        self._changed: dict[int, list[list[int]]] = {}
+        self.bytes_per_run: dict[int, dict[str, float]] = {}
+        """Day -> what a run wrote to each kind of table (bytes, the day's mean)."""
+
+    def bind(
+        self, path: Callable[[], Path | None], days: int, *, then: Callable[[int], None]
+    ) -> Callable[[int], None]:
+        """The pause to give the model: this split's look at the file, then ``then``."""
+        self._path, self._then, self._last_run = path, then, 24 * days - 1
+        return self._between
+
+    def _between(self, run: int) -> None:
+        ended_day = (run - 1) // 24 + 1  # the day of the run that just ended
+        if run > 0 and ({run // 24 + 1, ended_day} & self._days):
+            self._look(run, ended_day)
+        else:
+            self._pages = None
+        self._then(run)
+
+    def _look(self, run: int, ended_day: int) -> None:
+        path = self._path()
+        if path is None:
+            return
+        data = path.read_bytes()
+        size = int.from_bytes(data[16:18], "big")
+        self._page_size = 65_536 if size == 1 else size
+        pages = [data[i : i + self._page_size] for i in range(0, len(data), self._page_size)]
+        before = self._pages
+        if before is not None and ended_day in self._days and run > 1:
+            self._changed.setdefault(ended_day, []).append(
+                [n + 1 for n, page in enumerate(pages) if n >= len(before) or before[n] != page]
+            )
+        self._pages = pages
+        if ended_day in self._days and (run % 24 == 0 or run == self._last_run):
+            self._tally(path, ended_day)
+
+    def _tally(self, path: Path, day: int) -> None:
+        uri = f"file:{path}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            owner = dict(conn.execute("SELECT pageno, name FROM dbstat").fetchall())
+        runs = self._changed.pop(day, [])
+        kinds: dict[str, float] = {}
+        for changed in runs:
+            for page in changed:
+                name = owner.get(page)
+                kind = "free" if name is None else _TABLE_KINDS.get(name, "bookkeeping")
+                kinds[kind] = kinds.get(kind, 0.0) + self._page_size
+        self.bytes_per_run[day] = {k: v / len(runs) for k, v in kinds.items()} if runs else {}
+
+
+def event_bytes_per_run(
+    records: list[tuple[object, ...]], days: tuple[int, ...] = SPLIT_DAYS
+) -> dict[int, dict[str, float]]:
+    """What a run appended on each of ``days``, by event type: the payload and metadata
+    bytes of its events (``simulate``'s log), the day's mean (day 1 without its first
+    run, which also creates the session)."""
+    start = float(records[0][5])  # type: ignore[arg-type]
+    totals: dict[int, dict[str, float]] = {day: {} for day in days}
+    for _stream, _version, type_, data, metadata, recorded_at in records:
+        # Run k's timer fires at (k + 1) hours, its events within the hour after.
+        elapsed = float(recorded_at) - start  # type: ignore[arg-type]
+        day = int((elapsed - 3_600) // 86_400) + 1
+        if day in totals and elapsed >= 7_200:
+            size = len(data) + len(metadata or b"")  # type: ignore[arg-type]
+            kinds = totals[day]
+            kinds[str(type_)] = kinds.get(str(type_), 0.0) + size
+    return {
+        day: {k: v / (23 if day == 1 else 24) for k, v in kinds.items()}
+        for day, kinds in totals.items()
+    }
 
 
 # Runs per turn (see _Turns). A turn's first run pays for the switch from the other
@@ -406,16 +541,9 @@ def _ratio(value: float, baseline: float) -> float:
     return round(value / baseline, 3) if baseline > 0 else 0.0
 
 
-def _hourly_figures(days: int) -> Figures:
-    """The hourly agent's figures: two old agents, each beside a young one (``_in_turns``)."""
-    # Each simulation in a fresh process: the workloads above leave this one a heap of a
-    # million events' worth, which would weigh on the runs however old the agent is.
-    pairs = [_in_turns(days) for _ in range(2)]
-    figures: Figures = {}
+def _turn_figures(days: int, pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> Figures:
+    """The CPU figures of agents ``days`` old, each beside a young one (``_in_turns``)."""
     olds: list[list[list[float]]] = [old["costs"] for old, _ in pairs]
-    figures["sim_days"] = days
-    figures["sim_runs"] = len(olds[0]) + 1
-    figures["sim_logs_identical"] = int(pairs[0][0]["log"] == pairs[1][0]["log"])
     # CPU per run (all threads; the machine's other load does not count, but it slows
     # what does), without and with the garbage collector's share (the kit keeps every
     # request it was sent, its LLMCall log for the invariants, so the collector's walks
@@ -431,23 +559,92 @@ def _hourly_figures(days: int) -> Figures:
         for runs in (first_day, last_day, own_first_day)
     )
     day1_gc, last_gc = (statistics.mean(c[0] for c in runs) for runs in (first_day, last_day))
-    figures["run_cpu_ms_day1"] = round(day1 * 1e3, 3)
+    figures: Figures = {}
+    figures[f"run_cpu_ms_day1_beside_day{days}"] = round(day1 * 1e3, 3)
     figures[f"run_cpu_ms_day{days}"] = round(last * 1e3, 3)
-    figures["run_cost_ratio_day90_vs_day1"] = _ratio(last, day1)
-    figures["run_cost_ratio_with_gc"] = _ratio(last_gc, day1_gc)
-    # The same last day over the old simulation's own first day, some 20 s earlier: the
+    figures[f"run_cost_ratio_day{days}_vs_day1"] = _ratio(last, day1)
+    figures[f"run_cost_ratio_day{days}_with_gc"] = _ratio(last_gc, day1_gc)
+    # The same last day over the old simulation's own first day, long before: the
     # figure as it was before the turns, which a shared machine's drift moves both ways.
-    figures["run_cpu_ms_day1_same_process"] = round(own_day1 * 1e3, 3)
-    figures["run_cost_ratio_vs_day1_same_process"] = _ratio(last, own_day1)
-    # The log's I/O per run (the mean, so the runs that also checkpoint or snapshot
-    # count): a count, not a time, so the machine's load cannot move it.
-    io_day1, io_last = (
-        statistics.mean(c[2] for costs in olds for c in costs[window])
-        for window in (slice(1, 24), slice(first + 1, None))
-    )
-    figures["run_io_bytes_day1"] = round(io_day1)
-    figures[f"run_io_bytes_day{days}"] = round(io_last)
-    figures["run_io_ratio_day90_vs_day1"] = _ratio(io_last, io_day1)
+    figures[f"run_cost_ratio_day{days}_vs_day1_same_process"] = _ratio(last, own_day1)
+    return figures
+
+
+_UPKEEP = 4
+"""A run that moved this many times the day's median bytes also did the log's periodic
+upkeep (see ``_io_figures``)."""
+
+
+def _io_figures(days: int, olds: list[list[list[float]]]) -> Figures:
+    """The bytes the process read and wrote per run on each day of :data:`SPLIT_DAYS`: a
+    count, not a time, so the machine's load cannot move it.
+
+    The mean over the day (each day's first run left out: on day 1 it also creates the
+    log), so the runs that also snapshot count; but not the runs that also did the log's
+    periodic upkeep (a sweep of its lagging index reads some 4,000 events once every ~500
+    runs; the timers' checkpoint): several times the day's median, once in weeks, their
+    cost is that of the events since the last one, not of the agent's age, and a day
+    they fall on would show them instead of the runs. They are counted apart
+    (``run_io_upkeep_runs_dayN``), and ``run_io_bytes_with_upkeep_dayN`` is the plain
+    mean. The medians are beside them.
+    """
+    figures: Figures = {}
+    means: dict[int, float] = {}
+    for day in (d for d in SPLIT_DAYS if d <= days):
+        window = [c[2] for costs in olds for c in costs[24 * (day - 1) + 1 : 24 * day]]
+        median = statistics.median(window)
+        runs = [io for io in window if io < _UPKEEP * median]
+        means[day] = statistics.mean(runs)
+        figures[f"run_io_bytes_day{day}"] = round(means[day])
+        figures[f"run_io_bytes_median_day{day}"] = round(median)
+        figures[f"run_io_upkeep_runs_day{day}"] = len(window) - len(runs)
+        figures[f"run_io_bytes_with_upkeep_day{day}"] = round(statistics.mean(window))
+    for day in sorted({90, days} & set(means)):
+        figures[f"run_io_ratio_day{day}_vs_day1"] = _ratio(means[day], means[1])
+    if days > 10:
+        figures[f"run_io_ratio_day{days}_vs_day10"] = _ratio(means[days], means[10])
+    return figures
+
+
+def _split_figures(days: int) -> Figures:
+    """Where a run's writes go on each day of :data:`SPLIT_DAYS`: the log's pages it
+    changed, by table (``PageSplit``), and the events it appended, by type
+    (``event_bytes_per_run``), in bytes per run. From a simulation of its own: reading
+    the file between runs slows it, and its costs are not measured."""
+    split = PageSplit(tuple(d for d in SPLIT_DAYS if d <= days))
+    records, _ = simulate(days, pages=split)
+    figures: Figures = {}
+    for day, kinds in sorted(split.bytes_per_run.items()):
+        figures[f"split_day{day}_db_bytes_total"] = round(sum(kinds.values()))
+        for kind, size in sorted(kinds.items()):
+            figures[f"split_day{day}_db_bytes_{kind}"] = round(size)
+    for day, types in sorted(event_bytes_per_run(records, tuple(split.bytes_per_run)).items()):
+        figures[f"split_day{day}_event_bytes_total"] = round(sum(types.values()))
+        for type_, size in sorted(types.items()):
+            figures[f"split_day{day}_event_bytes_{type_.replace('.', '_')}"] = round(size)
+    return figures
+
+
+def _hourly_figures(days: int) -> Figures:
+    """The hourly agent's figures: two old agents, each beside a young one (``_in_turns``),
+    at ``days`` and (if longer) at 90 days; and the split of a run's writes."""
+    # Each simulation in a fresh process: the workloads above leave this one a heap of a
+    # million events' worth, which would weigh on the runs however old the agent is.
+    started = time.perf_counter()
+    pairs = [_in_turns(days) for _ in range(2)]
+    figures: Figures = {}
+    olds: list[list[list[float]]] = [old["costs"] for old, _ in pairs]
+    figures["sim_days"] = days
+    figures["sim_runs"] = len(olds[0]) + 1
+    figures["sim_logs_identical"] = int(pairs[0][0]["log"] == pairs[1][0]["log"])
+    figures.update(_turn_figures(days, pairs))
+    if days > 90:
+        figures.update(_turn_figures(90, [_in_turns(90) for _ in range(2)]))
+    figures.update(_io_figures(days, olds))
+    figures["sim_seconds"] = round(time.perf_counter() - started, 1)
+    started = time.perf_counter()
+    figures.update(_split_figures(days))
+    figures["split_seconds"] = round(time.perf_counter() - started, 1)
     return figures
 
 
@@ -483,9 +680,9 @@ def run(args: argparse.Namespace) -> Figures:
         figures["open_events"] = events
         figures["open_ms_1m_events"] = round(checkpointed, 1)
         figures["open_full_scan_ms_1m_events"] = round(full, 1)
-    figures.update(_hourly_figures(10 if quick else 90))
+    figures.update(_hourly_figures(10 if quick else 365))
     figures.update(context_tokens_max_over_budget(args.quick))
     return figures
 
 
-__all__ = ["run", "simulate"]
+__all__ = ["PageSplit", "event_bytes_per_run", "run", "simulate"]

@@ -342,6 +342,7 @@ class RuntimeHarness:
         self._session_id = session_id
         self._max_seconds = max_virtual_seconds
         self._observe_states = observe_states
+        self._log_path: Path | None = None
         self._supervision = supervision or Supervision(
             max_restarts=1000, within=1.0, backoff=Backoff(initial=0.0)
         )
@@ -354,6 +355,16 @@ class RuntimeHarness:
     def agent(self) -> AgentSpec:
         """The agent under test."""
         return self._agent
+
+    @property
+    def log_path(self) -> Path | None:
+        """The SQLite file of the run in progress (``store="sqlite"``), else ``None``.
+
+        For a look at the file itself while the agent runs (from a model or a tool the
+        test gave it): what a run writes to which table, say. The file is gone after
+        :meth:`run` returns.
+        """
+        return self._log_path
 
     def run(
         self,
@@ -426,8 +437,12 @@ class RuntimeHarness:
 
         with tempfile.TemporaryDirectory(prefix="powertrio-harness-") as directory:
             path = Path(directory) / "events.db"
-            async with open_sqlite_store(path, synchronous="OFF", clock=now) as log:
-                yield log
+            self._log_path = path
+            try:
+                async with open_sqlite_store(path, synchronous="OFF", clock=now) as log:
+                    yield log
+            finally:
+                self._log_path = None
 
     async def _play(
         self,
