@@ -114,7 +114,8 @@ def test_the_demo_run_loads_no_provider_transport_and_no_test_library(tmp_path: 
     assert "actors._session" in loaded
     # An MCP server's environment is kept as a transports' Secret: that module alone.
     transports = [m for m in loaded if m.startswith("protocols.transports")]
-    assert ["protocols.transports", "protocols.transports._secret"] == transports
+    only_the_secret = ["protocols.transports", "protocols.transports._secret"]
+    assert only_the_secret == transports
     # The tools' schemas are validated; the output may or may not be rich's.
     nothing: list[str] = []
     assert nothing == [m for m in _heavy(loaded) if m not in ("jsonschema_rs", "rich")]
