@@ -106,6 +106,8 @@ class SimConfig:
     faults: tuple[Fault, ...] = ()
     settle: float | None = None
     """Seconds after a fault ends before balance is checked; default ``2 * ttl + 4`` rounds."""
+    snapshots: tuple[float, ...] = ()
+    """Times at which the lease table is recorded (:attr:`SimResult.snapshots`)."""
 
 
 @attrs.frozen
@@ -141,6 +143,8 @@ class SimResult:
     """Appends in flight ended by a crash, an outage or the idle timeout."""
     late_fenced: int
     """Appends committed after their lease was taken over: 0."""
+    snapshots: tuple[tuple[tuple[str | None, int], ...], ...] = ()
+    """The lease table, ``(node, epoch)`` per shard, at each of ``SimConfig.snapshots``."""
 
     @property
     def reowned_s_p99(self) -> float:
@@ -321,6 +325,7 @@ class _Sim:
         self.max_over = 0.0
         self.max_shards_over = 0
         self.steps = 0
+        self.snapshots: list[tuple[tuple[str | None, int], ...]] = []
         self.settled_checks = 0
         self.active_faults = 0
         self.quiet_since = 0.0
@@ -361,6 +366,8 @@ class _Sim:
         for fault in self.c.faults:
             self.at(fault.at, "fault", fault)
         self.at(self.c.ttl, "check")
+        for when in self.c.snapshots:
+            self.at(when, "snapshot")
         handlers: dict[str, Handler] = {
             "tick": self.on_tick,
             "reply": self.on_reply,
@@ -371,6 +378,7 @@ class _Sim:
             "fault": self.on_fault,
             "heal": self.on_heal,
             "check": self.on_check,
+            "snapshot": self.on_snapshot,
         }
         queue = self._queue
         end = self.c.duration
@@ -402,6 +410,7 @@ class _Sim:
             fenced=self.fenced,
             aborted=self.aborted,
             late_fenced=self.late,
+            snapshots=tuple(self.snapshots),
         )
 
     def fail(self, message: str) -> None:
@@ -643,6 +652,9 @@ class _Sim:
             # Whatever no node could own meanwhile is measured from the database's return.
             for shard in self.orphaned:
                 self.orphaned[shard] = self.now
+
+    def on_snapshot(self) -> None:
+        self.snapshots.append(tuple(zip(self.db.owner, self.db.epoch, strict=True)))
 
     def on_check(self) -> None:
         """Once a TTL: owners per (shard, epoch); when settled, every shard owned by a
