@@ -21,8 +21,8 @@ first broken one:
 - after a single failure every shard the failure left without a running owner is owned
   again within ``ttl`` plus one round (plus the database's latencies; see
   :attr:`SimResult.reowned_bound_s`);
-- once settled (no fault for a while), no node holds more than its fair share and no
-  shard moves.
+- once settled (no fault for a while), no shard moves; and, checked once a TTL, every
+  shard has a running owner and no node holds more than its fair share.
 
 Faults: a node crashes (and restarts), pauses (a GC, ``SIGSTOP``), is cut off from the
 database, loses the database's replies (the work was done, the answer is gone), runs a
@@ -447,6 +447,7 @@ class _Sim:
                 by_fault[self.last_fault] = by_fault.get(self.last_fault, 0) + 1
                 if self.settled():
                     self.settled_moves += 1
+                    self.fail(f"settled, shard {shard} moved from {previous} to {node.name}")
             self.last_owner[shard] = node.name
             self.log("grant", node.name, shard, epoch)
         if node.deaf:
@@ -726,7 +727,7 @@ def single_failures(
             "lost_replies": rng.uniform(ttl / 3, ttl),
             "skew": rng.uniform(ttl, 2 * ttl),
             "db_slow": rng.uniform(ttl / 3, ttl),
-            "db_down": rng.uniform(ttl / 3, ttl / 2),
+            "db_down": rng.uniform(ttl / 3, 2 * ttl),
         }[kind]
         factor = {"skew": rng.uniform(0.6, 1.5), "db_slow": rng.uniform(5, 20)}.get(kind, 1.0)
         faults.append(Fault(kind, at, lasting, node=rng.randrange(nodes), factor=factor))

@@ -124,6 +124,7 @@ def _late_fenced(server: PostgresServer, schema: str) -> tuple[int, int]:
     return late, checked
 
 
+@pytest.mark.slow
 def test_nodes_cut_off_paused_and_killed_lose_nothing_and_run_nothing_twice(
     postgres_server: PostgresServer, schema: str, tmp_path: Path
 ) -> None:

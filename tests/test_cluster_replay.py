@@ -66,6 +66,7 @@ def _table(server: PostgresServer, schema: str) -> Table:
     return tuple((None if node is None else str(node), int(epoch)) for node, epoch in rows)
 
 
+@pytest.mark.slow
 def test_a_real_fleet_reaches_the_owners_and_epochs_the_simulation_says(
     postgres_server: PostgresServer, schema: str, tmp_path: Path
 ) -> None:

@@ -134,7 +134,7 @@ def test_any_fleet_under_single_failures_keeps_its_invariants(
         Fault(
             kind,  # type: ignore[arg-type]
             at=2 * TTL + i * gap,
-            duration=length * TTL if kind != "db_down" else min(length, 0.5) * TTL,
+            duration=length * TTL,
             node=node,
             factor=factor * 10 if kind == "db_slow" else factor,
         )
