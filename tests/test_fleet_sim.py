@@ -4,6 +4,7 @@ replies, skewed clocks, a slow or unavailable database)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import attrs
@@ -172,3 +173,11 @@ def test_the_fleet_sim_suite_prints_its_figures(capsys: pytest.CaptureFixture[st
     assert 1 <= figures["max_load_over_fair_share"] < 1.5
     assert figures["moves_per_failure"] > 0
     assert figures["steps_per_s"] > 0
+
+
+def test_powertrio_bench_runs_the_fleet_sim_suite_without_its_options() -> None:
+    from runtime.bench._fleet_sim import run
+
+    figures = run(argparse.Namespace(quick=True, json=True))
+    assert (figures["nodes"], figures["shards"], figures["sessions"]) == (20, 512, 100_000)
+    assert figures["max_owners_per_shard_epoch"] == 1

@@ -24,42 +24,55 @@ first broken one; the figures:
 from __future__ import annotations
 
 import argparse
+from typing import TypeVar
 
-from .._fleet_sim import SimConfig, simulate, single_failures
+from .._fleet_sim import SimConfig, SimViolation, simulate, single_failures
 from ._main import Figures
 
 __all__ = ["add_arguments", "run"]
+
+T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The fleet's size, the simulated time and the seed."""
     parser.add_argument("--nodes", type=int, default=None, help="nodes (200; --quick: 20)")
     parser.add_argument("--sessions", type=int, default=None, help="sessions (1,000,000)")
-    parser.add_argument("--shards", type=int, default=4096, help="shards (4096, the most)")
+    parser.add_argument("--shards", type=int, default=None, help="shards (4096; --quick: 512)")
     parser.add_argument("--seconds", type=float, default=None, help="virtual seconds (600)")
-    parser.add_argument("--ttl", type=float, default=3.0, help="lease TTL in seconds (3)")
-    parser.add_argument("--seed", type=int, default=1, help="the scheduler's seed (1)")
+    parser.add_argument("--ttl", type=float, default=None, help="lease TTL in seconds (3)")
+    parser.add_argument("--seed", type=int, default=None, help="the scheduler's seed (1)")
 
 
 def run(args: argparse.Namespace) -> Figures:
     """Simulate the fleet; its figures."""
     quick = bool(getattr(args, "quick", False))
-    nodes = args.nodes if args.nodes is not None else (20 if quick else 200)
-    sessions = args.sessions if args.sessions is not None else (100_000 if quick else 1_000_000)
-    seconds = args.seconds if args.seconds is not None else (120.0 if quick else 600.0)
-    shards = min(args.shards, 512) if quick and args.shards == 4096 else args.shards
-    faults = single_failures(nodes, seconds, ttl=args.ttl, seed=args.seed)
-    result = simulate(
-        SimConfig(
-            nodes=nodes,
-            shards=shards,
-            sessions=sessions,
-            seed=args.seed,
-            duration=seconds,
-            ttl=args.ttl,
-            faults=faults,
-        )
+
+    def option(name: str, default: T, quick_default: T) -> T:
+        # ``powertrio bench`` runs every suite with ``quick`` and ``json`` alone.
+        value = getattr(args, name, None)
+        return (quick_default if quick else default) if value is None else value
+
+    nodes = option("nodes", 200, 20)
+    sessions = option("sessions", 1_000_000, 100_000)
+    seconds = option("seconds", 600.0, 120.0)
+    shards = option("shards", 4096, 512)
+    ttl = option("ttl", 3.0, 3.0)
+    seed = option("seed", 1, 1)
+    faults = single_failures(nodes, seconds, ttl=ttl, seed=seed)
+    config = SimConfig(
+        nodes=nodes,
+        shards=shards,
+        sessions=sessions,
+        seed=seed,
+        duration=seconds,
+        ttl=ttl,
+        faults=faults,
     )
+    try:
+        result = simulate(config)
+    except SimViolation as exc:  # a broken invariant: the run failed, say which
+        raise RuntimeError(str(exc)) from exc
     figures: Figures = {
         "nodes": nodes,
         "shards": shards,
