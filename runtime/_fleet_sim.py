@@ -313,7 +313,9 @@ class _Sim:
         self.granted: dict[tuple[int, int], str] = {}
         self.grant_times: list[list[tuple[float, int]]] = [[] for _ in range(config.shards)]
         self.last_owner: list[str | None] = [None] * config.shards
-        self.orphaned: dict[int, float] = {}
+        # Shard -> (since when it has no running owner, whether by a single failure: no
+        # other fault was active then, and none has begun since).
+        self.orphaned: dict[int, tuple[float, bool]] = {}
         self.reowned: list[tuple[float, int]] = []
         self.max_owners = 0
         self.reowned_max = 0.0
@@ -476,17 +478,17 @@ class _Sim:
         for shard, epoch in renewed.items():
             if self.granted.get((shard, epoch)) != node.name:
                 self.fail(f"{node.name} believes it holds shard {shard} epoch {epoch}")
-            since = self.orphaned.pop(shard, None)
-            if since is not None:
-                self.reowned_sample(shard, self.now - since)
+            orphaned = self.orphaned.pop(shard, None)
+            if orphaned is not None:
+                self.reowned_sample(shard, self.now - orphaned[0], single=orphaned[1])
         if node.surplus and not node.releasing:
             node.releasing = True
             self.at(self.now + self.c.release_after, "release", node, node.gen)
 
-    def reowned_sample(self, shard: int, waited: float) -> None:
+    def reowned_sample(self, shard: int, waited: float, *, single: bool) -> None:
         self.reowned.append((waited, self.weights[shard]))
         self.reowned_max = max(self.reowned_max, waited)
-        if self.active_faults <= 1 and waited > self.bound:
+        if single and waited > self.bound:
             self.fail(f"shard {shard} had no owner for {waited:.3f} s > {self.bound:.3f} s")
 
     def on_release(self, node: _Node, gen: int) -> None:
@@ -581,10 +583,14 @@ class _Sim:
 
     def orphan(self, shards: object) -> None:
         assert isinstance(shards, dict | list | set)
+        single = self.active_faults <= 1
         for shard in shards:
-            self.orphaned.setdefault(shard, self.now)
+            self.orphaned.setdefault(shard, (self.now, single))
 
     def on_fault(self, fault: Fault) -> None:
+        # Shards a failure left unowned are not bound by it alone once another begins.
+        for shard, (since, _) in self.orphaned.items():
+            self.orphaned[shard] = (since, False)
         self.active_faults += 1
         self.last_fault = fault.kind
         self.log("fault", fault.kind, fault.node)
@@ -635,9 +641,10 @@ class _Sim:
             self.at(self.now, "tick", node, node.gen)
             self.at(self.now + self.c.append_every, "append", node, node.gen)
         elif kind == "pause":
-            node.state = "up"
-            if not node.cut:
-                self.resume(node)
+            if node.state == "paused":  # (not crashed meanwhile)
+                node.state = "up"
+                if not node.cut:
+                    self.resume(node)
         elif kind == "partition":
             node.cut = False
             if node.state == "up":
@@ -651,8 +658,8 @@ class _Sim:
         elif kind == "db_down":
             self.db_down = False
             # Whatever no node could own meanwhile is measured from the database's return.
-            for shard in self.orphaned:
-                self.orphaned[shard] = self.now
+            for shard, (_, single) in self.orphaned.items():
+                self.orphaned[shard] = (self.now, single)
 
     def on_snapshot(self) -> None:
         self.snapshots.append(tuple(zip(self.db.owner, self.db.epoch, strict=True)))

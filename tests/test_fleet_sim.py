@@ -181,3 +181,26 @@ def test_powertrio_bench_runs_the_fleet_sim_suite_without_its_options() -> None:
     figures = run(argparse.Namespace(quick=True, json=True))
     assert (figures["nodes"], figures["shards"], figures["sessions"]) == (20, 512, 100_000)
     assert figures["max_owners_per_shard_epoch"] == 1
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    nodes=st.integers(2, 6),
+    shards=st.sampled_from([4, 16]),
+    seed=st.integers(0, 2**32),
+    faults=st.lists(st.tuples(_fault, st.floats(0.0, 40.0)), min_size=1, max_size=6),
+)
+def test_overlapping_failures_never_break_ownership_or_the_fence(
+    nodes: int, shards: int, seed: int, faults: list[tuple[tuple[str, int, float, float], float]]
+) -> None:
+    # Several failures at once: the bound of a single failure is not claimed, but no two
+    # owners of a (shard, epoch), no late commit, and no flapping once all have healed.
+    planned = tuple(
+        Fault(kind, at=at, duration=length * TTL, node=node, factor=factor)  # type: ignore[arg-type]
+        for (kind, node, length, factor), at in faults
+    )
+    config = SimConfig(nodes=nodes, shards=shards, sessions=200, seed=seed, duration=80.0)
+    result = simulate(attrs.evolve(config, faults=planned))
+    assert result.max_owners_per_shard_epoch == 1
+    assert result.late_fenced == 0
+    assert result.settled_moves == 0
