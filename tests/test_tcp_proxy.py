@@ -45,13 +45,14 @@ def _client(proxy: TcpProxy) -> socket.socket:
 def test_a_cut_resets_connections_and_refuses_new_ones_until_healed(echo: int) -> None:
     with TcpProxy("127.0.0.1", echo) as proxy, _client(proxy) as sock:
         proxy.cut()
-        with pytest.raises(ConnectionError):  # reset: either the send or the read fails
+        with pytest.raises(ConnectionError):  # the send or the read fails
             sock.sendall(b"again")
             if not sock.recv(1024):
                 raise ConnectionResetError("closed")
+        # Refused: the connect itself, the send or the read meets the reset.
         with (
-            socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as refused,
             pytest.raises(ConnectionError),
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as refused,
         ):
             refused.sendall(b"x")
             if not refused.recv(1024):
