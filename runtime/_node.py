@@ -30,6 +30,7 @@ import trio
 from protocols.errors import ConfigError, FencedError, StoreError
 
 from . import _postgres_cluster as sql
+from ._placement import settle_round
 from ._postgres_cluster import check_shards
 from ._postgres_schema import map_errors
 from ._virtual_time import run_in_thread
@@ -310,22 +311,14 @@ class ClusterNode:
             return
         if tick is None:
             return
-        before = self._held
-        renewed = tick.held
-        surplus = {s: e for s, e in self._surplus.items() if renewed.get(s) == e}
-        now = {s: e for s, e in renewed.items() if s not in surplus}
+        result = settle_round(self._held, self._surplus, tick.held, tick.fair_share)
         self._fair = tick.fair_share
-        lost = [s for s, e in before.items() if now.get(s) != e]
-        if lost:
-            logger.warning("node %s lost shards %s", config.name, sorted(lost))
-            self._stop_owners(set(lost))
-        extra = len(now) - tick.fair_share
-        if extra > 0:
-            for shard in sorted(now, reverse=True)[:extra]:
-                surplus[shard] = now.pop(shard)
-        if now != before or surplus != self._surplus:
-            self._held = now
-            self._surplus = surplus
+        if result.lost:
+            logger.warning("node %s lost shards %s", config.name, result.lost)
+            self._stop_owners(set(result.lost))
+        if result.changed:
+            self._held = result.held
+            self._surplus = result.surplus
             self._notify_change()
         if self._surplus and not self.hosted:
             await self.release(self._surplus)

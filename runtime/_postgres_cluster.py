@@ -14,6 +14,8 @@ import attrs
 
 from protocols.errors import ConfigError
 
+from ._placement import fair_share, to_take
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -167,10 +169,9 @@ def lease_tick(
         row = conn.execute(
             "SELECT count(*) FROM cluster_nodes WHERE expires_at > clock_timestamp()"
         ).fetchone()
-        live = max(1, int(row[0]) if row is not None else 1)
-        fair = -(-shards // live)
-        want = fair - len(renewed)
-        if take and want > 0:
+        fair = fair_share(shards, int(row[0]) if row is not None else 1)
+        want = to_take(fair, len(renewed), take=take)
+        if want > 0:
             free = [
                 int(r[0])
                 for r in conn.execute(

@@ -26,6 +26,7 @@ from protocols.errors import (
 )
 
 from ._event_store import CommitSignal, NewEvent
+from ._placement import fence_admits
 from ._postgres_cluster import CHECK_LEASES
 from ._postgres_retry import (
     DEFAULT_RETRY_DEADLINE,
@@ -514,7 +515,7 @@ class PostgresWriter(GroupCommitWriter):
         live: list[PendingAppend] = []
         for pending in batch:
             fence = pending.fence
-            if fence is None or fence in held:
+            if fence is None or fence_admits(fence, held):
                 live.append(pending)
                 continue
             pending.outcome = FencedError(

@@ -48,8 +48,13 @@ def main(argv: list[str] | None, *, suites: Mapping[str, str], prog: str) -> int
     parser.add_argument("suite", choices=sorted(suites))
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
+    known, _ = parser.parse_known_args(argv)
+    module = importlib.import_module(suites[known.suite])
+    # A suite may take options of its own (``fleet_sim --nodes 200``).
+    add_arguments = getattr(module, "add_arguments", None)
+    if add_arguments is not None:
+        add_arguments(parser)
     args = parser.parse_args(argv)
-    module = importlib.import_module(suites[args.suite])
     try:
         figures: Figures = module.run(args)
     except ConfigError as exc:  # the suite cannot run here, e.g. its baseline is missing
