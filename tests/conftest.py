@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import AsyncIterator, Iterator
 from importlib.metadata import entry_points
@@ -22,6 +23,11 @@ from runtime.testing import PostgresServer
 # signals go back to their default in a child, ignored ones stay ignored.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# pytest-xdist sets COLUMNS=80 in its workers, where no terminal is; the CLI takes COLUMNS
+# as the user's chosen width, so a worker's test would see its lines wrapped at 80.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
 
 # The test kit's fixtures come from the `pytest11` entry point of the installed powertrio;
 # in an environment installed before that entry point existed, load the plugin here.
