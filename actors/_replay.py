@@ -27,6 +27,7 @@ from ._session_events import (
 )
 from ._session_steps import CallLLM, SessionConfig, child_config, session_config
 from ._tools import ToolRegistry
+from ._trace_ids import child_traceparent
 
 
 @final
@@ -275,15 +276,22 @@ async def _replay_tree(
         if spec is None and not recorded_tools:
             continue  # spawned from Python with a spec this configuration does not know
         child: SessionConfig | None = None
+        traceparent = child_traceparent(
+            config.session_id, config.traceparent, spawned.run_id, spawned.call_id
+        )
         if spec is not None:
             try:
-                child = child_config(config, spec, spawned.child_id, config.tools, depth + 1)
+                child = child_config(
+                    config, spec, spawned.child_id, config.tools, depth + 1, traceparent=traceparent
+                )
             except ToolNotFoundError:
                 if not recorded_tools:
                     raise
         if child is None:  # known by its log only: its recorded prompt and model
             spec = await _recorded_spec(store, spawned)
-            child = child_config(config, spec, spawned.child_id, config.tools, depth + 1)
+            child = child_config(
+                config, spec, spawned.child_id, config.tools, depth + 1, traceparent=traceparent
+            )
         children.append(await _replay_tree(store, child, recorded_tools=recorded_tools))
     return SessionReplay(
         session_id=config.session_id,

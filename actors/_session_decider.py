@@ -104,6 +104,8 @@ def recovered(config: SessionConfig, state: SessionState) -> Decision | None:
                     max_rounds=config.max_rounds,
                     parent_id=config.parent_id,
                     depth=config.depth,
+                    agent=config.agent,
+                    traceparent=config.traceparent,
                 )
             ]
         )

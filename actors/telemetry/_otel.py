@@ -79,7 +79,8 @@ class Telemetry:
         tracer_provider: where spans go; made by :func:`telemetry_tracer_provider` (its
             ids must come from a :class:`LogIdGenerator`). ``None``: no spans.
         metrics (FleetMetrics | None): the Prometheus counts to keep. ``None``: none.
-        system (str): ``gen_ai.system`` of the model calls (the provider's name).
+        provider (str): ``gen_ai.provider.name`` of the spans: the provider the models are
+            called through (``openai``, ``anthropic``, ...; ``_OTHER`` when not told).
 
     Raises:
         ConfigError: the tracer provider does not take its ids from a ``LogIdGenerator``.
@@ -92,7 +93,7 @@ class Telemetry:
         *,
         tracer_provider: TracerProvider | None = None,
         metrics: FleetMetrics | None = None,
-        system: str = "unknown",
+        provider: str = "_OTHER",
     ) -> None:
         self.metrics = metrics
         self._tracer: Tracer | None = None
@@ -107,7 +108,7 @@ class Telemetry:
                 raise ConfigError(msg)
             self._ids = ids
             self._tracer = tracer_provider.get_tracer("powertrio")
-        self._builder = SpanBuilder(self._emit, system=system)
+        self._builder = SpanBuilder(self._emit, provider=provider)
         self._runtime: Runtime | None = None
 
     def install(self, runtime: Runtime) -> None:
@@ -190,11 +191,12 @@ async def export_session_spans(
     session_ids: Sequence[str],
     tracer_provider: TracerProvider,
     *,
-    system: str = "unknown",
+    provider: str = "_OTHER",
 ) -> int:
     """Emit the spans of the finished runs of sessions from their log (a backfill, or a
-    check that the live spans match the log). Give a tree's sessions parents first, so a
-    sub-agent's run joins its parent's trace. Returns the number of spans emitted.
+    check that the live spans match the log). A sub-agent's runs join its parent's trace
+    (its log records the spawning call's trace context). Returns the number of spans
+    emitted.
 
     Raises:
         ConfigError: the tracer provider does not take its ids from a ``LogIdGenerator``.
@@ -211,7 +213,7 @@ async def export_session_spans(
         emit_span(tracer, ids, record)
         emitted += 1
 
-    builder = SpanBuilder(emit, system=system)
+    builder = SpanBuilder(emit, provider=provider)
     for session_id in session_ids:
         version = 0
         while True:
