@@ -312,3 +312,52 @@ def test_metrics_port_without_the_otel_extra_says_what_to_install(
     )
     with pytest.raises(ConfigError, match=r"--metrics-port must be from 0 to 65535, got 70000"):
         metrics_service("n1", "127.0.0.1", 70000)
+
+
+# -- spans over OTLP --------------------------------------------------------------------------
+
+
+def test_serve_exports_spans_where_the_otel_variables_say(db: Path) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    from _otlp import otlp_receiver
+
+    with otlp_receiver() as receiver:
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith("OTEL_")  # only what this test sets
+        }
+        node = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "actors.cli", "--db", str(db), "serve", "--node", "n1"),
+                *("--poll", "0.2"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **env,
+                "POWERTRIO_DEMO_DELAY": "0",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                "OTEL_BSP_SCHEDULE_DELAY": "100",
+            },
+        )
+        try:
+            receiver.wait_for(
+                lambda spans: any(s.name == "invoke_agent ticker" for s in spans),
+                "a run of the ticker",
+            )
+            node.send_signal(signal.SIGTERM)
+            _out, err = node.communicate(timeout=60)
+        finally:
+            node.kill()
+    assert node.returncode == 0, err
+    assert receiver.requests[0] == "/v1/traces application/x-protobuf"
+    run = next(s for s in receiver.spans if s.name == "invoke_agent ticker")
+    assert run.resource["service.name"] == "powertrio"
+    assert run.resource["service.instance.id"] == "n1"
+    assert run.attributes["gen_ai.agent.name"] == "ticker"
+    assert run.attributes["gen_ai.agent.id"].startswith("ticker-")
+    chats = [s for s in receiver.spans if s.trace_id == run.trace_id and s.name.startswith("chat")]
+    assert chats, [s.name for s in receiver.spans]
+    assert {s.parent_span_id for s in chats} == {run.span_id}
