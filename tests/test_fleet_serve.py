@@ -293,6 +293,7 @@ def test_serve_metrics_port_answers_a_scrape(db: Path) -> None:
     # The agent's actor (installed before it started) is counted; SQLite has no leases.
     assert re.search(r'powertrio_leases\{node="n1",state="owned"\} [1-9]', text), text
     assert 'state="shards_held"' not in text
+    assert re.search(r"^process_resident_memory_bytes [0-9.e+]+$", text, re.MULTILINE), text
 
 
 def test_metrics_port_without_the_otel_extra_says_what_to_install(

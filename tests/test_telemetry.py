@@ -12,6 +12,9 @@ import trio
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors import spawn_session, tool
@@ -315,10 +318,11 @@ def test_a_tracer_provider_with_random_ids_is_refused():
 # -- metrics ------------------------------------------------------------------------------
 
 
-async def _scrape(port: int, path: str = "/metrics") -> tuple[str, str]:
+async def _scrape(port: int, path: str = "/metrics", accept: str | None = None) -> tuple[str, str]:
     stream = await trio.open_tcp_stream("127.0.0.1", port)
+    headers = "Host: x\r\n" + (f"Accept: {accept}\r\n" if accept is not None else "")
     async with stream:
-        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await stream.send_all(f"GET {path} HTTP/1.1\r\n{headers}\r\n".encode())
         data = b""
         while chunk := await stream.receive_some(65536):
             data += chunk
@@ -371,6 +375,71 @@ async def test_metrics_are_scraped_over_loopback_http():
     assert found[("powertrio_events_appended_total", ())] >= 9
     assert found[("powertrio_mailbox_queued", ())] == 0
     assert found[("powertrio_actors", ())] >= 1
+
+
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+"""What Prometheus itself sends when it scrapes."""
+
+
+def strict_openmetrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample, parsed by prometheus_client's OpenMetrics parser (which refuses any
+    line out of the format, and a body without its ``# EOF``)."""
+    found = {}
+    for family in openmetrics_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+async def test_metrics_negotiate_openmetrics_and_carry_process_metrics():
+    metrics = FleetMetrics(node="n1")
+    async with open_runtime() as runtime, trio.open_nursery() as nursery:
+        Telemetry(metrics=metrics).install(runtime)
+        listeners = await nursery.start(serve_metrics, metrics, "127.0.0.1", 0)
+        port = listeners[0].socket.getsockname()[1]
+        session = await spawn_session(
+            runtime, llm=FunctionLLM(lambda r: LLMResponse(content="ok")), session_id="s"
+        )
+        await session.send("a")
+        open_head, open_body = await _scrape(port, accept="application/openmetrics-text")
+        prom_head, prom_body = await _scrape(port, accept=PROMETHEUS_ACCEPT)
+        text_head, text_body = await _scrape(port)
+        preferred_head, _ = await _scrape(
+            port, accept="text/plain;q=1.0, application/openmetrics-text;q=0.5"
+        )
+        nursery.cancel_scope.cancel()
+    assert "Content-Type: application/openmetrics-text; version=1.0.0" in open_head
+    assert "Content-Type: application/openmetrics-text; version=1.0.0" in prom_head
+    assert "Content-Type: text/plain; version=" in text_head
+    assert "Content-Type: text/plain; version=" in preferred_head
+    assert "Vary: Accept" in open_head
+    assert open_body.endswith("# EOF\n")
+    assert "# EOF" not in text_body
+    for found in (strict_openmetrics(open_body), strict_openmetrics(prom_body), samples(text_body)):
+        assert found[("powertrio_runs_total", (("status", "completed"),))] == 1
+        assert found[("process_cpu_seconds_total", ())] >= 0
+        assert found[("process_resident_memory_bytes", ())] > 0
+        assert found[("process_start_time_seconds", ())] > 1_600_000_000
+        assert found[("process_open_fds", ())] > 0
+    with pytest.raises(ValueError, match=r"Clashing name|Missing # EOF"):  # text is no OpenMetrics
+        strict_openmetrics(text_body)
+
+
+def test_the_accept_header_is_read_with_its_qualities():
+    from actors.telemetry._metrics import prefers_openmetrics
+
+    assert prefers_openmetrics("application/openmetrics-text")
+    assert prefers_openmetrics("application/openmetrics-text; version=0.0.1,text/plain;q=0.5")
+    assert prefers_openmetrics(PROMETHEUS_ACCEPT)
+    assert not prefers_openmetrics(None)
+    assert not prefers_openmetrics("*/*")
+    assert not prefers_openmetrics("text/plain, application/openmetrics-text;q=0.9")
+    assert not prefers_openmetrics("application/openmetrics-text;q=0")
 
 
 async def test_the_limiter_s_grants_and_backoffs_are_counted():
