@@ -160,7 +160,8 @@ class FleetMetrics:
         text format. Call it in the runtime's Trio thread: the gauges read the runtime's
         live actors."""
         if prefers_openmetrics(accept):
-            return openmetrics_latest(self.registry), OPENMETRICS_CONTENT_TYPE
+            body: bytes = openmetrics_latest(self.registry)  # type: ignore[no-untyped-call]
+            return body, OPENMETRICS_CONTENT_TYPE
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
