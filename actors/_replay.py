@@ -374,8 +374,10 @@ async def _copy(
     *,
     lineage: tuple[str, int] | None,
     new_parent: str | None = None,
+    traceparent: str | None = None,
 ) -> None:
-    """Write ``records`` of ``old_id`` as ``new_id``'s stream, children forked along."""
+    """Write ``records`` of ``old_id`` as ``new_id``'s stream, children forked along
+    (each with its new parent and the trace context of its spawn in that parent)."""
     events = [decode_record(r) for r in records]
     cutoff = records[-1].position
     finished = {e.child_id for e in events if isinstance(e, ChildFinished)}
@@ -389,7 +391,7 @@ async def _copy(
             if lineage is not None:
                 created = attrs.evolve(created, forked_from=lineage[0], forked_at=lineage[1])
             if new_parent is not None:
-                created = attrs.evolve(created, parent_id=new_parent)
+                created = attrs.evolve(created, parent_id=new_parent, traceparent=traceparent)
             return created
         if isinstance(event, ChildSpawned | ChildFinished):
             return attrs.evolve(event, child_id=renamed(event.child_id))
@@ -404,6 +406,7 @@ async def _copy(
         ],
         0,
     )
+    own_traceparent = next((e.traceparent for e in out if isinstance(e, SessionCreated)), None)
     for event in events:
         if not isinstance(event, ChildSpawned):
             continue
@@ -419,6 +422,7 @@ async def _copy(
                 child_records,
                 lineage=None,
                 new_parent=new_id,
+                traceparent=child_traceparent(new_id, own_traceparent, event.run_id, event.call_id),
             )
 
 
