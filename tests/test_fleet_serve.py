@@ -362,3 +362,44 @@ def test_serve_exports_spans_where_the_otel_variables_say(db: Path) -> None:
     chats = [s for s in receiver.spans if s.trace_id == run.trace_id and s.name.startswith("chat")]
     assert chats, [s.name for s in receiver.spans]
     assert {s.parent_span_id for s in chats} == {run.span_id}
+
+
+def test_serve_refuses_otel_settings_it_cannot_honour_before_opening_the_log(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "fleet.sqlite"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = run_cli(
+        *("--db", str(db), "serve", "--node", "n1"),
+        cwd=tmp_path,
+        env={
+            **env,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        },
+    )
+    assert done.returncode != 0
+    assert (
+        "OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported: powertrio exports OTLP over "
+        "http/protobuf"
+    ) in " ".join(done.stderr.split())
+    assert not db.exists()
+
+
+def test_otel_variables_without_the_otel_extra_say_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from actors.cli._fleet_metrics import telemetry_services
+    from protocols.errors import ConfigError
+
+    for module in [m for m in sys.modules if m.startswith("actors.telemetry")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    # Nothing asked for: nothing needed.
+    assert telemetry_services("n1", "127.0.0.1", None, {})(None) == []  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as caught:
+        telemetry_services("n1", "127.0.0.1", None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c"})
+    assert str(caught.value) == (
+        "OTEL_EXPORTER_OTLP_ENDPOINT asks for spans, which need the otel extra "
+        "(prometheus_client is missing): pip install 'powertrio[otel]'"
+    )
