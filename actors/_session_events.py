@@ -78,6 +78,10 @@ class SessionCreated:
     traceparent: str | None = None
     """For a sub-agent: the W3C trace context of the tool call that spawned it, so its
     runs join its parent's trace in any process."""
+    provider: str | None = None
+    """The provider its model is called through (``openai``, ``anthropic``: the
+    transport's name), for telemetry; ``None`` when the model does not say (a test
+    double, a model of your own)."""
 
 
 @final

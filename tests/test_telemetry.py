@@ -310,6 +310,45 @@ async def test_a_sub_agent_s_log_carries_its_trace_context_to_any_process():
     assert spans["chat"].context.trace_id == trace_id_of("p", result.run_id)
 
 
+class _Anthropic:
+    """A model that names its provider, as the provider transports do."""
+
+    provider = "anthropic"
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    async def complete(self, request):
+        return await self._inner.complete(request)
+
+    def stream(self, request):
+        return self._inner.stream(request)
+
+
+async def test_each_session_s_provider_is_its_transport_s_unless_told():
+    provider, exporter = traced()
+    answer = FunctionLLM(lambda r: LLMResponse(content="ok", model="claude-x"))
+    async with open_runtime() as runtime:
+        Telemetry(tracer_provider=provider).install(runtime)
+        named = await spawn_session(runtime, llm=_Anthropic(answer), session_id="a")
+        await named.send("hi")
+        unnamed = await spawn_session(runtime, llm=answer, session_id="b")
+        await unnamed.send("hi")
+    by_session = {}
+    for span in exporter.get_finished_spans():
+        session = span.attributes["gen_ai.conversation.id"]
+        by_session.setdefault(session, set()).add(span.attributes["gen_ai.provider.name"])
+    assert by_session == {"a": {"anthropic"}, "b": {"_OTHER"}}
+    told, told_exporter = traced()
+    async with open_runtime() as runtime:
+        Telemetry(tracer_provider=told, provider="azure.ai.openai").install(runtime)
+        session = await spawn_session(runtime, llm=_Anthropic(answer), session_id="c")
+        await session.send("hi")
+    assert {s.attributes["gen_ai.provider.name"] for s in told_exporter.get_finished_spans()} == {
+        "azure.ai.openai"
+    }
+
+
 def test_a_tracer_provider_with_random_ids_is_refused():
     with pytest.raises(ConfigError, match="the tracer provider must take its ids from the log"):
         Telemetry(tracer_provider=TracerProvider())

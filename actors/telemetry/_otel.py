@@ -79,8 +79,9 @@ class Telemetry:
         tracer_provider: where spans go; made by :func:`telemetry_tracer_provider` (its
             ids must come from a :class:`LogIdGenerator`). ``None``: no spans.
         metrics (FleetMetrics | None): the Prometheus counts to keep. ``None``: none.
-        provider (str): ``gen_ai.provider.name`` of the spans: the provider the models are
-            called through (``openai``, ``anthropic``, ...; ``_OTHER`` when not told).
+        provider (str | None): ``gen_ai.provider.name`` of every span (``openai``,
+            ``azure.ai.openai``, ...). ``None``: each session's own, as its first event
+            records it (its transport's name), ``_OTHER`` when it records none.
 
     Raises:
         ConfigError: the tracer provider does not take its ids from a ``LogIdGenerator``.
@@ -93,7 +94,7 @@ class Telemetry:
         *,
         tracer_provider: TracerProvider | None = None,
         metrics: FleetMetrics | None = None,
-        provider: str = "_OTHER",
+        provider: str | None = None,
     ) -> None:
         self.metrics = metrics
         self._tracer: Tracer | None = None
@@ -191,7 +192,7 @@ async def export_session_spans(
     session_ids: Sequence[str],
     tracer_provider: TracerProvider,
     *,
-    provider: str = "_OTHER",
+    provider: str | None = None,
 ) -> int:
     """Emit the spans of the finished runs of sessions from their log (a backfill, or a
     check that the live spans match the log). A sub-agent's runs join its parent's trace

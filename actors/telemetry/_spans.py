@@ -95,6 +95,8 @@ class _Stream:
     """The agent's name, from the session's first event or its parent's spawn."""
     link: tuple[int, int] | None = None
     """A sub-agent's (trace id, spawning span id), from its first event."""
+    provider: str | None = None
+    """The provider its model is called through, from its first event."""
     run: _Run | None = None
     ready_at: float | None = None
     """When this process's actor of the session started (a resumed run's spans that
@@ -107,13 +109,14 @@ class SpanBuilder:
 
     Args:
         emit: told every finished span, in order.
-        provider (str): the ``gen_ai.provider.name`` of the spans (``openai``,
-            ``anthropic``, ...: the provider the sessions' models are called through).
+        provider (str | None): the ``gen_ai.provider.name`` of every span; ``None``: each
+            session's own, as its first event records it (the transport's name:
+            ``openai``, ``anthropic``), ``_OTHER`` when it records none.
     """
 
     __slots__ = ("_children", "_emit", "_streams", "provider")
 
-    def __init__(self, emit: Callable[[SpanRecord], None], *, provider: str = "_OTHER") -> None:
+    def __init__(self, emit: Callable[[SpanRecord], None], *, provider: str | None = None) -> None:
         self._emit = emit
         self.provider = provider
         self._streams: dict[str, _Stream] = {}
@@ -140,6 +143,7 @@ class SpanBuilder:
             stream.parent_id = event.parent_id
             stream.agent = event.agent
             stream.link = parse_traceparent(event.traceparent)
+            stream.provider = event.provider
             return
         run_id = getattr(event, "run_id", None)
         if not isinstance(run_id, str) or not run_id:
@@ -191,7 +195,7 @@ class SpanBuilder:
     def _common(self, stream: _Stream, run: _Run, operation: str) -> dict[str, AttributeValue]:
         attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": operation,
-            "gen_ai.provider.name": self.provider,
+            "gen_ai.provider.name": self.provider or stream.provider or "_OTHER",
             "gen_ai.conversation.id": stream.session_id,
             "gen_ai.agent.id": stream.session_id,
         }
