@@ -92,9 +92,7 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
             request.ParseFromString(body)  # strict: a malformed body raises
             received = []
             for resource_spans in request.resource_spans:
-                resource = {
-                    kv.key: value_of(kv.value) for kv in resource_spans.resource.attributes
-                }
+                resource = {kv.key: value_of(kv.value) for kv in resource_spans.resource.attributes}
                 for scope_spans in resource_spans.scope_spans:
                     for span in scope_spans.spans:
                         received.append(
@@ -120,7 +118,7 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
             self.end_headers()
             self.wfile.write(reply)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
