@@ -27,6 +27,7 @@ from ._session_events import (
 )
 from ._session_steps import CallLLM, SessionConfig, child_config, session_config
 from ._tools import ToolRegistry
+from ._trace_ids import child_traceparent
 
 
 @final
@@ -275,15 +276,22 @@ async def _replay_tree(
         if spec is None and not recorded_tools:
             continue  # spawned from Python with a spec this configuration does not know
         child: SessionConfig | None = None
+        traceparent = child_traceparent(
+            config.session_id, config.traceparent, spawned.run_id, spawned.call_id
+        )
         if spec is not None:
             try:
-                child = child_config(config, spec, spawned.child_id, config.tools, depth + 1)
+                child = child_config(
+                    config, spec, spawned.child_id, config.tools, depth + 1, traceparent=traceparent
+                )
             except ToolNotFoundError:
                 if not recorded_tools:
                     raise
         if child is None:  # known by its log only: its recorded prompt and model
             spec = await _recorded_spec(store, spawned)
-            child = child_config(config, spec, spawned.child_id, config.tools, depth + 1)
+            child = child_config(
+                config, spec, spawned.child_id, config.tools, depth + 1, traceparent=traceparent
+            )
         children.append(await _replay_tree(store, child, recorded_tools=recorded_tools))
     return SessionReplay(
         session_id=config.session_id,
@@ -366,8 +374,10 @@ async def _copy(
     *,
     lineage: tuple[str, int] | None,
     new_parent: str | None = None,
+    traceparent: str | None = None,
 ) -> None:
-    """Write ``records`` of ``old_id`` as ``new_id``'s stream, children forked along."""
+    """Write ``records`` of ``old_id`` as ``new_id``'s stream, children forked along
+    (each with its new parent and the trace context of its spawn in that parent)."""
     events = [decode_record(r) for r in records]
     cutoff = records[-1].position
     finished = {e.child_id for e in events if isinstance(e, ChildFinished)}
@@ -381,7 +391,7 @@ async def _copy(
             if lineage is not None:
                 created = attrs.evolve(created, forked_from=lineage[0], forked_at=lineage[1])
             if new_parent is not None:
-                created = attrs.evolve(created, parent_id=new_parent)
+                created = attrs.evolve(created, parent_id=new_parent, traceparent=traceparent)
             return created
         if isinstance(event, ChildSpawned | ChildFinished):
             return attrs.evolve(event, child_id=renamed(event.child_id))
@@ -396,6 +406,7 @@ async def _copy(
         ],
         0,
     )
+    own_traceparent = next((e.traceparent for e in out if isinstance(e, SessionCreated)), None)
     for event in events:
         if not isinstance(event, ChildSpawned):
             continue
@@ -411,6 +422,7 @@ async def _copy(
                 child_records,
                 lineage=None,
                 new_parent=new_id,
+                traceparent=child_traceparent(new_id, own_traceparent, event.run_id, event.call_id),
             )
 
 

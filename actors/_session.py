@@ -78,6 +78,7 @@ from ._session_steps import (
     run_tools,
 )
 from ._tool_runner import run_tool_calls
+from ._trace_ids import child_traceparent
 
 logger = logging.getLogger("powertrio.session")
 
@@ -430,7 +431,12 @@ class SessionActor(EventSourcedActor[SessionState]):
         """
         parent = self._config
         tools = parent.tools if granted else run_tools(parent, self.state.run)
-        config = child_config(parent, spec, spawned.child_id, tools, self.state.depth + 1)
+        traceparent = child_traceparent(
+            parent.session_id, parent.traceparent, spawned.run_id, spawned.call_id
+        )
+        config = child_config(
+            parent, spec, spawned.child_id, tools, self.state.depth + 1, traceparent=traceparent
+        )
         runtime = self.context.runtime
         name = f"{spec.name}.{spawned.child_id.rsplit('.', 1)[-1]}"
         try:

@@ -93,6 +93,12 @@ _DECIDED_BETWEEN_CALLS = (
 # -- recovery ----------------------------------------------------------------------------
 
 
+def _provider_of(llm: object) -> str | None:
+    """The provider a model is called through, as its transport names it."""
+    provider = getattr(llm, "provider", None)
+    return provider if isinstance(provider, str) and provider else None
+
+
 def recovered(config: SessionConfig, state: SessionState) -> Decision | None:
     """What to append once the log is folded at start: the first event of a new session,
     or how to close the tool calls a crash left open (each by its crash policy)."""
@@ -105,6 +111,9 @@ def recovered(config: SessionConfig, state: SessionState) -> Decision | None:
                     max_rounds=config.max_rounds,
                     parent_id=config.parent_id,
                     depth=config.depth,
+                    agent=config.agent,
+                    traceparent=config.traceparent,
+                    provider=_provider_of(config.llm),
                 )
             ]
         )

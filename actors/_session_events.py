@@ -72,6 +72,16 @@ class SessionCreated:
     """For a fork: the session it was forked from..."""
     forked_at: int | None = None
     """...and the version of that session's stream it starts from."""
+    agent: str | None = None
+    """The name of the agent it runs (a sub-agent's or a fleet agent's spec), for
+    telemetry; ``None`` for a session that was given none."""
+    traceparent: str | None = None
+    """For a sub-agent: the W3C trace context of the tool call that spawned it, so its
+    runs join its parent's trace in any process."""
+    provider: str | None = None
+    """The provider its model is called through (``openai``, ``anthropic``: the
+    transport's name), for telemetry; ``None`` when the model does not say (a test
+    double, a model of your own)."""
 
 
 @final

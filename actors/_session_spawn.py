@@ -46,6 +46,7 @@ async def spawn_session(
     snapshot_every: int | None = SNAPSHOT_EVERY,
     session_id: str | None = None,
     name: str | None = None,
+    agent_name: str | None = None,
     context: ContextPolicy | None = None,
     passivate_after: float | None = None,
 ) -> Session:
@@ -88,6 +89,9 @@ async def spawn_session(
             the last one), so reopening folds only the tail; ``None``: never.
         session_id (str | None): resume this session; a new id when ``None``.
         name (str | None): path segment in the tree; defaults to the id.
+        agent_name (str | None): the agent this session runs, recorded in its first
+            event; telemetry names its runs' spans after it (``invoke_agent NAME``).
+            :func:`spawn_agent` gives the spec's name.
         context (ContextPolicy | None): how much of the conversation the model sees and
             how the rest is compacted (also adds the ``recall`` tool unless switched
             off); ``None``: the whole conversation, always.
@@ -135,6 +139,7 @@ async def spawn_session(
         tool_concurrency=tool_concurrency,
         context=context,
         snapshot_every=snapshot_every,
+        agent=agent_name,
     )
     factory = _SessionFactory(config, session_id is None, passivate_after)
     # One session's bad log or crash loop stops that session alone, never its neighbours.
@@ -214,5 +219,6 @@ async def spawn_agent(
         observers=observers,
         prices=prices,
         session_id=session_id,
+        agent_name=spec.name,
         context=spec.context,
     )

@@ -285,6 +285,11 @@ class SessionConfig:
     """Sub-agents one run may spawn."""
     parent_id: str | None = None
     depth: int = 0
+    agent: str | None = None
+    """The agent's name, recorded in the session's first event (telemetry names spans
+    after it)."""
+    traceparent: str | None = None
+    """A sub-agent's trace context (the spawning tool call), recorded likewise."""
     max_tokens: int | None = None
     temperature: float | None = None
     output_type: OutputType[Any] | None = None
@@ -372,6 +377,7 @@ def session_config(
     tool_concurrency: int = 8,
     context: ContextPolicy | None = None,
     snapshot_every: int | None = SNAPSHOT_EVERY,
+    agent: str | None = None,
 ) -> SessionConfig:
     """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
     limits = (
@@ -421,15 +427,23 @@ def session_config(
         output_type=output_type,
         context=context,
         snapshot_every=snapshot_every,
+        agent=agent,
     )
     check_limits(response_format, budget, config.prices)
     return config
 
 
 def child_config(
-    parent: SessionConfig, spec: AgentSpec, child_id: str, tools: ToolRegistry, depth: int
+    parent: SessionConfig,
+    spec: AgentSpec,
+    child_id: str,
+    tools: ToolRegistry,
+    depth: int,
+    *,
+    traceparent: str | None = None,
 ) -> SessionConfig:
-    """The configuration of a sub-agent: its spec, filling gaps from its parent's.
+    """The configuration of a sub-agent: its spec, filling gaps from its parent's;
+    ``traceparent`` is the trace context of the tool call that spawned it.
 
     Raises:
         ToolNotFoundError: the spec names a tool missing from ``tools``.
@@ -457,5 +471,7 @@ def child_config(
         agents=index_agents(spec.agents),
         parent_id=parent.session_id,
         depth=depth,
+        agent=spec.name,
+        traceparent=traceparent,
         context=context,
     )

@@ -63,7 +63,7 @@ async def main() -> None:
         tree=Limit(tokens_per_minute=2_000),
     )
     async with open_runtime(store=store, clock=Clock(start=START), seed=1) as runtime:
-        Telemetry(tracer_provider=tracer, metrics=metrics, system="acme").install(runtime)
+        Telemetry(tracer_provider=tracer, metrics=metrics, provider="acme").install(runtime)
         limiter = await spawn_limiter(runtime, policy)
         sessions = {
             name: await spawn_session(
@@ -71,6 +71,7 @@ async def main() -> None:
                 llm=FunctionLLM(model),
                 model="acme-small",
                 session_id=name,
+                agent_name=name,
                 llm_hooks=[limiter.hook(provider="acme", tenant="demo")],
             )
             for name in TREES

@@ -293,6 +293,7 @@ def test_serve_metrics_port_answers_a_scrape(db: Path) -> None:
     # The agent's actor (installed before it started) is counted; SQLite has no leases.
     assert re.search(r'powertrio_leases\{node="n1",state="owned"\} [1-9]', text), text
     assert 'state="shards_held"' not in text
+    assert re.search(r"^process_resident_memory_bytes [0-9.e+]+$", text, re.MULTILINE), text
 
 
 def test_metrics_port_without_the_otel_extra_says_what_to_install(
@@ -312,3 +313,93 @@ def test_metrics_port_without_the_otel_extra_says_what_to_install(
     )
     with pytest.raises(ConfigError, match=r"--metrics-port must be from 0 to 65535, got 70000"):
         metrics_service("n1", "127.0.0.1", 70000)
+
+
+# -- spans over OTLP --------------------------------------------------------------------------
+
+
+def test_serve_exports_spans_where_the_otel_variables_say(db: Path) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    from _otlp import otlp_receiver
+
+    with otlp_receiver() as receiver:
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith("OTEL_")  # only what this test sets
+        }
+        node = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "actors.cli", "--db", str(db), "serve", "--node", "n1"),
+                *("--poll", "0.2"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **env,
+                "POWERTRIO_DEMO_DELAY": "0",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                "OTEL_BSP_SCHEDULE_DELAY": "100",
+            },
+        )
+        try:
+            receiver.wait_for(
+                lambda spans: any(s.name == "invoke_agent ticker" for s in spans),
+                "a run of the ticker",
+            )
+            node.send_signal(signal.SIGTERM)
+            _out, err = node.communicate(timeout=60)
+        finally:
+            node.kill()
+    assert node.returncode == 0, err
+    assert receiver.requests[0] == "/v1/traces application/x-protobuf"
+    run = next(s for s in receiver.spans if s.name == "invoke_agent ticker")
+    assert run.resource["service.name"] == "powertrio"
+    assert run.resource["service.instance.id"] == "n1"
+    assert run.attributes["gen_ai.agent.name"] == "ticker"
+    assert run.attributes["gen_ai.agent.id"].startswith("ticker-")
+    chats = [s for s in receiver.spans if s.trace_id == run.trace_id and s.name.startswith("chat")]
+    assert chats, [s.name for s in receiver.spans]
+    assert {s.parent_span_id for s in chats} == {run.span_id}
+
+
+def test_serve_refuses_otel_settings_it_cannot_honour_before_opening_the_log(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "fleet.sqlite"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = run_cli(
+        *("--db", str(db), "serve", "--node", "n1"),
+        cwd=tmp_path,
+        env={
+            **env,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        },
+    )
+    assert done.returncode != 0
+    assert (
+        "OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported: powertrio exports OTLP over "
+        "http/protobuf"
+    ) in " ".join(done.stderr.split())
+    assert not db.exists()
+
+
+def test_otel_variables_without_the_otel_extra_say_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from actors.cli._fleet_metrics import telemetry_services
+    from protocols.errors import ConfigError
+
+    for module in [m for m in sys.modules if m.startswith("actors.telemetry")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    # Nothing asked for: nothing needed.
+    assert telemetry_services("n1", "127.0.0.1", None, {})(None) == []  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as caught:
+        telemetry_services("n1", "127.0.0.1", None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c"})
+    assert str(caught.value) == (
+        "OTEL_EXPORTER_OTLP_ENDPOINT asks for spans, which need the otel extra "
+        "(prometheus_client is missing): pip install 'powertrio[otel]'"
+    )

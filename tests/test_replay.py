@@ -17,6 +17,8 @@ from actors import (
     spawn_session,
     tool,
 )
+from actors._trace_ids import tool_span_id, trace_id_of
+from actors.events import ChildSpawned
 from protocols import (
     AssistantMessage,
     LLMResponse,
@@ -216,6 +218,18 @@ async def test_a_fork_of_a_tree_forks_its_children() -> None:
     ]
     child = decode_record((await store.read("session/f.1", 1, limit=1))[0])
     assert (child.session_id, child.parent_id) == ("f.1", "f")  # type: ignore[attr-defined]
+    # The forked children's spans belong to the fork's trace, not the original's.
+    spawned = next(
+        e
+        for e in map(decode_record, await store.read("session/f"))
+        if isinstance(e, ChildSpawned) and e.child_id == "f.1"
+    )
+    trace = f"{trace_id_of('f', spawned.run_id):032x}"
+    assert child.traceparent == (  # type: ignore[attr-defined]
+        f"00-{trace}-{tool_span_id('f', spawned.run_id, spawned.call_id):016x}-01"
+    )
+    grandchild = decode_record((await store.read("session/f.1.1", 1, limit=1))[0])
+    assert grandchild.traceparent.split("-")[1] == trace  # type: ignore[attr-defined]
     replayed = await replay_session(store, "f", agents=[MANAGER])
     assert replayed.total_checked == 10
 

@@ -12,6 +12,9 @@ import trio
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors import spawn_session, tool
@@ -79,14 +82,14 @@ async def test_a_run_gives_run_llm_and_tool_spans_with_log_derived_ids(virtual_c
         ]
     )
     async with open_runtime() as runtime:
-        Telemetry(tracer_provider=provider, system="openai").install(runtime)
+        Telemetry(tracer_provider=provider, provider="openai").install(runtime)
         session = await spawn_session(
-            runtime, llm=llm, tools=[lookup], model="gpt-x", session_id="s1"
+            runtime, llm=llm, tools=[lookup], model="gpt-x", session_id="s1", agent_name="weather"
         )
         result = await session.send("weather?")
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    assert sorted(spans) == ["chat gpt-x", "execute_tool lookup", "invoke_agent s1"]
-    run, tool_span = spans["invoke_agent s1"], spans["execute_tool lookup"]
+    assert sorted(spans) == ["chat gpt-x", "execute_tool lookup", "invoke_agent weather"]
+    run, tool_span = spans["invoke_agent weather"], spans["execute_tool lookup"]
     trace_id = trace_id_of("s1", result.run_id)
     assert {s.context.trace_id for s in spans.values()} == {trace_id}
     assert run.context.span_id == run_span_id("s1", result.run_id)
@@ -99,14 +102,19 @@ async def test_a_run_gives_run_llm_and_tool_spans_with_log_derived_ids(virtual_c
         llm_span_id("s1", result.run_id, 2),
     ]
     first = chats[0].attributes
-    assert first["gen_ai.system"] == "openai"
+    assert first["gen_ai.provider.name"] == "openai"
+    assert "gen_ai.system" not in first
     assert first["gen_ai.operation.name"] == "chat"
     assert first["gen_ai.request.model"] == "gpt-x"
     assert first["gen_ai.response.model"] == "gpt-x-2024"
     assert (first["gen_ai.usage.input_tokens"], first["gen_ai.usage.output_tokens"]) == (30, 5)
-    assert first["gen_ai.response.finish_reasons"] == "tool_calls"
+    assert first["gen_ai.response.finish_reasons"] == ("tool_calls",)
     assert tool_span.attributes["gen_ai.tool.name"] == "lookup"
     assert tool_span.attributes["gen_ai.tool.call.id"] == "c1"
+    assert tool_span.attributes["gen_ai.tool.type"] == "function"
+    assert run.attributes["gen_ai.agent.name"] == "weather"
+    assert run.attributes["gen_ai.agent.id"] == "s1"
+    assert run.attributes["gen_ai.provider.name"] == "openai"
     assert run.attributes["gen_ai.usage.input_tokens"] == 80
     assert run.attributes["powertrio.run.status"] == "completed"
     assert run.start_time <= chats[0].start_time <= chats[0].end_time <= run.end_time
@@ -136,9 +144,10 @@ async def test_a_failed_run_and_a_failed_tool_carry_their_error_codes():
         result = await session.send("go")
     assert result.status == "failed"
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    tool_span, run = spans["execute_tool broken"], spans["invoke_agent s"]
+    tool_span, run = spans["execute_tool broken"], spans["invoke_agent"]
     assert tool_span.status.status_code.name == "ERROR"
     assert tool_span.attributes["powertrio.tool.status"] == "error"
+    assert tool_span.attributes["error.type"] == "tool"
     assert run.status.status_code.name == "ERROR"
     assert run.attributes["error.type"] == result.error_code
 
@@ -157,11 +166,11 @@ async def test_a_failed_model_call_ends_with_its_run_as_an_error_span():
         result = await session.send("go")
     assert result.error_code == "llm.server"
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    chat = spans["chat unknown"]
+    chat = spans["chat"]
     assert chat.status.status_code.name == "ERROR"
     assert chat.attributes["error.type"] == "llm.server"
     assert chat.context.span_id == llm_span_id("s", result.run_id, 1)
-    assert chat.parent.span_id == spans["invoke_agent s"].context.span_id
+    assert chat.parent.span_id == spans["invoke_agent"].context.span_id
 
 
 async def test_a_resumed_run_continues_its_trace_with_the_same_ids(virtual_clock):
@@ -194,7 +203,7 @@ async def test_a_resumed_run_continues_its_trace_with_the_same_ids(virtual_clock
                 await asked.wait()
                 kill.cancel()
     before = {s.name for s in exporter.get_finished_spans()}
-    assert before == {"chat unknown", "execute_tool lookup"}  # the run never ended here
+    assert before == {"chat", "execute_tool lookup"}  # the run never ended here
 
     async def finish(request):
         await trio.sleep(1)
@@ -212,8 +221,8 @@ async def test_a_resumed_run_continues_its_trace_with_the_same_ids(virtual_clock
             assert (await session.wait(run_id)).text == "warm"
     live = exporter.get_finished_spans()
     names = sorted(s.name for s in live)
-    assert names == ["chat unknown", "chat unknown", "execute_tool lookup", "invoke_agent s"]
-    run = next(s for s in live if s.name == "invoke_agent s")
+    assert names == ["chat", "chat", "execute_tool lookup", "invoke_agent"]
+    run = next(s for s in live if s.name == "invoke_agent")
     assert {s.context.trace_id for s in live} == {trace_id_of("s", run_id)}
     assert run.attributes["powertrio.run.resumed"] is True
     assert {s.parent.span_id for s in live if s is not run} == {run_span_id("s", run_id)}
@@ -229,7 +238,7 @@ async def test_a_resumed_run_continues_its_trace_with_the_same_ids(virtual_clock
         ]
 
     assert without_resumed(from_log) == without_resumed(live)
-    logged_run = next(s for s in from_log if s.name == "invoke_agent s")
+    logged_run = next(s for s in from_log if s.name == "invoke_agent")
     assert logged_run.attributes["powertrio.run.resumed"] is False
     assert logged_run.start_time < run.start_time  # the log knows when the run began
 
@@ -260,10 +269,84 @@ async def test_a_sub_agent_s_run_joins_its_parent_s_trace():
         result = await session.send("go")
     assert result.text == "parent done"
     spans = exporter.get_finished_spans()
-    child_run = next(s for s in spans if s.name == "invoke_agent p.1")
+    child_run = next(s for s in spans if s.name == "invoke_agent helper")
     spawn = next(s for s in spans if s.name == "execute_tool spawn_agent")
     assert child_run.context.trace_id == trace_id_of("p", result.run_id)
     assert child_run.parent.span_id == spawn.context.span_id
+
+
+async def test_a_sub_agent_s_log_carries_its_trace_context_to_any_process():
+    """The child's own log says which trace it belongs to: exported alone (as a node that
+    never saw the parent's spawn would), its run still joins the parent's trace under the
+    spawning call, and is named after its agent."""
+    from actors import AgentSpec
+
+    store = InMemoryEventStore()
+    child = AgentSpec(
+        name="helper", system_prompt="help", llm=ScriptedLLM([LLMResponse(content="ok")])
+    )
+    llm = ScriptedLLM(
+        [
+            LLMResponse(
+                tool_calls=[
+                    ToolCall(
+                        id="sp", name="spawn_agent", arguments='{"agent": "helper", "task": "x"}'
+                    )
+                ]
+            ),
+            LLMResponse(content="parent done"),
+        ]
+    )
+    async with open_runtime(store=store) as runtime:
+        session = await spawn_session(runtime, llm=llm, agents=[child], session_id="p")
+        result = await session.send("go")
+    provider, exporter = traced()
+    assert await export_session_spans(store, ["p.1"], provider) == 2
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    child_run = spans["invoke_agent helper"]
+    assert child_run.context.trace_id == trace_id_of("p", result.run_id)
+    assert child_run.parent.span_id == tool_span_id("p", result.run_id, "sp")
+    assert child_run.attributes["gen_ai.agent.name"] == "helper"
+    assert spans["chat"].context.trace_id == trace_id_of("p", result.run_id)
+
+
+class _Anthropic:
+    """A model that names its provider, as the provider transports do."""
+
+    provider = "anthropic"
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    async def complete(self, request):
+        return await self._inner.complete(request)
+
+    def stream(self, request):
+        return self._inner.stream(request)
+
+
+async def test_each_session_s_provider_is_its_transport_s_unless_told():
+    provider, exporter = traced()
+    answer = FunctionLLM(lambda r: LLMResponse(content="ok", model="claude-x"))
+    async with open_runtime() as runtime:
+        Telemetry(tracer_provider=provider).install(runtime)
+        named = await spawn_session(runtime, llm=_Anthropic(answer), session_id="a")
+        await named.send("hi")
+        unnamed = await spawn_session(runtime, llm=answer, session_id="b")
+        await unnamed.send("hi")
+    by_session = {}
+    for span in exporter.get_finished_spans():
+        session = span.attributes["gen_ai.conversation.id"]
+        by_session.setdefault(session, set()).add(span.attributes["gen_ai.provider.name"])
+    assert by_session == {"a": {"anthropic"}, "b": {"_OTHER"}}
+    told, told_exporter = traced()
+    async with open_runtime() as runtime:
+        Telemetry(tracer_provider=told, provider="azure.ai.openai").install(runtime)
+        session = await spawn_session(runtime, llm=_Anthropic(answer), session_id="c")
+        await session.send("hi")
+    assert {s.attributes["gen_ai.provider.name"] for s in told_exporter.get_finished_spans()} == {
+        "azure.ai.openai"
+    }
 
 
 def test_a_tracer_provider_with_random_ids_is_refused():
@@ -274,10 +357,11 @@ def test_a_tracer_provider_with_random_ids_is_refused():
 # -- metrics ------------------------------------------------------------------------------
 
 
-async def _scrape(port: int, path: str = "/metrics") -> tuple[str, str]:
+async def _scrape(port: int, path: str = "/metrics", accept: str | None = None) -> tuple[str, str]:
     stream = await trio.open_tcp_stream("127.0.0.1", port)
+    headers = "Host: x\r\n" + (f"Accept: {accept}\r\n" if accept is not None else "")
     async with stream:
-        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await stream.send_all(f"GET {path} HTTP/1.1\r\n{headers}\r\n".encode())
         data = b""
         while chunk := await stream.receive_some(65536):
             data += chunk
@@ -330,6 +414,71 @@ async def test_metrics_are_scraped_over_loopback_http():
     assert found[("powertrio_events_appended_total", ())] >= 9
     assert found[("powertrio_mailbox_queued", ())] == 0
     assert found[("powertrio_actors", ())] >= 1
+
+
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+"""What Prometheus itself sends when it scrapes."""
+
+
+def strict_openmetrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample, parsed by prometheus_client's OpenMetrics parser (which refuses any
+    line out of the format, and a body without its ``# EOF``)."""
+    found = {}
+    for family in openmetrics_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+async def test_metrics_negotiate_openmetrics_and_carry_process_metrics():
+    metrics = FleetMetrics(node="n1")
+    async with open_runtime() as runtime, trio.open_nursery() as nursery:
+        Telemetry(metrics=metrics).install(runtime)
+        listeners = await nursery.start(serve_metrics, metrics, "127.0.0.1", 0)
+        port = listeners[0].socket.getsockname()[1]
+        session = await spawn_session(
+            runtime, llm=FunctionLLM(lambda r: LLMResponse(content="ok")), session_id="s"
+        )
+        await session.send("a")
+        open_head, open_body = await _scrape(port, accept="application/openmetrics-text")
+        prom_head, prom_body = await _scrape(port, accept=PROMETHEUS_ACCEPT)
+        text_head, text_body = await _scrape(port)
+        preferred_head, _ = await _scrape(
+            port, accept="text/plain;q=1.0, application/openmetrics-text;q=0.5"
+        )
+        nursery.cancel_scope.cancel()
+    assert "Content-Type: application/openmetrics-text; version=1.0.0" in open_head
+    assert "Content-Type: application/openmetrics-text; version=1.0.0" in prom_head
+    assert "Content-Type: text/plain; version=" in text_head
+    assert "Content-Type: text/plain; version=" in preferred_head
+    assert "Vary: Accept" in open_head
+    assert open_body.endswith("# EOF\n")
+    assert "# EOF" not in text_body
+    for found in (strict_openmetrics(open_body), strict_openmetrics(prom_body), samples(text_body)):
+        assert found[("powertrio_runs_total", (("status", "completed"),))] == 1
+        assert found[("process_cpu_seconds_total", ())] >= 0
+        assert found[("process_resident_memory_bytes", ())] > 0
+        assert found[("process_start_time_seconds", ())] > 1_600_000_000
+        assert found[("process_open_fds", ())] > 0
+    with pytest.raises(ValueError, match=r"Clashing name|Missing # EOF"):  # text is no OpenMetrics
+        strict_openmetrics(text_body)
+
+
+def test_the_accept_header_is_read_with_its_qualities():
+    from actors.telemetry._metrics import prefers_openmetrics
+
+    assert prefers_openmetrics("application/openmetrics-text")
+    assert prefers_openmetrics("application/openmetrics-text; version=0.0.1,text/plain;q=0.5")
+    assert prefers_openmetrics(PROMETHEUS_ACCEPT)
+    assert not prefers_openmetrics(None)
+    assert not prefers_openmetrics("*/*")
+    assert not prefers_openmetrics("text/plain, application/openmetrics-text;q=0.9")
+    assert not prefers_openmetrics("application/openmetrics-text;q=0")
 
 
 async def test_the_limiter_s_grants_and_backoffs_are_counted():

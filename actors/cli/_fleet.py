@@ -227,14 +227,12 @@ def _metrics_address(args: argparse.Namespace) -> str | None:
 def _metrics_services(
     args: argparse.Namespace, name: str
 ) -> Callable[[Runtime], list[NodeService]]:
-    """The ``/metrics`` endpoint when ``--metrics-port`` asks for it (the ``otel`` extra),
-    checked now, installed on the runtime once it is open."""
-    if args.metrics_port is None:
-        return lambda _runtime: []
-    from ._fleet_metrics import metrics_service
+    """The ``/metrics`` endpoint when ``--metrics-port`` asks for it, spans over OTLP when
+    the ``OTEL_*`` variables do (the ``otel`` extra), checked now, installed on the runtime
+    once it is open."""
+    from ._fleet_metrics import telemetry_services
 
-    install = metrics_service(name, args.metrics_host, args.metrics_port)
-    return lambda runtime: [install(runtime)]
+    return telemetry_services(name, args.metrics_host, args.metrics_port)
 
 
 # -- fleet ------------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ def add_fleet_commands(
     serve = add(
         "serve",
         "host the fleet's agents and run their schedules until drained",
-        "SIGTERM or Ctrl-C: drain (runs finish their turn, then exit 0); twice: stop now.",
+        "SIGTERM or Ctrl-C: drain (runs finish their turn, then exit 0); twice: stop now. "
+        "Spans are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT (or "
+        "OTEL_TRACES_EXPORTER=otlp) is set (needs the otel extra).",
     )
     serve.add_argument("--node", default=None, help="this node's name (default: the host name)")
     serve.add_argument(

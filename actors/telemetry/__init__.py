@@ -2,13 +2,15 @@
 events it appends, a ``/metrics`` endpoint on Trio, and structured JSON logs.
 
 Needs the ``otel`` extra (``pip install 'powertrio[otel]'``: ``opentelemetry-api``,
-``opentelemetry-sdk``, ``prometheus-client``). See docs/telemetry.md.
+``opentelemetry-sdk``, ``opentelemetry-exporter-otlp-proto-http``, ``prometheus-client``).
+See docs/telemetry.md.
 """
 
 from __future__ import annotations
 
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
+from ._export import otlp_tracer_provider as otlp_tracer_provider
 from ._logs import JsonFormatter as JsonFormatter
 from ._logs import use_json_logs as use_json_logs
 from ._metrics import FleetMetrics as FleetMetrics

@@ -18,9 +18,14 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
+    ProcessCollector,
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import (
+    CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE,
+)
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.registry import Collector
 
 from actors._limiter_core import BackoffRecorded, GrantIssued
@@ -100,6 +105,9 @@ class FleetMetrics:
         self._owned: set[str] = set()
         self._runtime: Runtime | None = None
         r.register(_RuntimeCollector(self))
+        # The process's CPU, memory, open files and start time (process_*), as every
+        # Prometheus client exposes them; read from /proc at each scrape (none elsewhere).
+        ProcessCollector(registry=r)
 
     def follow(self, runtime: Runtime) -> None:
         """Read ``runtime``'s mailboxes when scraped and time its commits."""
@@ -145,11 +153,39 @@ class FleetMetrics:
                 if event.status == "failed":
                     self.errors.labels(event.error_code or "unknown").inc()
 
-    def render(self) -> tuple[bytes, str]:
-        """The exposition text and its content type (for any HTTP server to answer
-        ``GET /metrics`` with). Call it in the runtime's Trio thread: the gauges read the
-        runtime's live actors."""
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The exposition and its content type (for any HTTP server to answer
+        ``GET /metrics`` with): OpenMetrics (ending ``# EOF``) when the request's
+        ``Accept`` header prefers ``application/openmetrics-text``, else the Prometheus
+        text format. Call it in the runtime's Trio thread: the gauges read the runtime's
+        live actors."""
+        if prefers_openmetrics(accept):
+            body: bytes = openmetrics_latest(self.registry)  # type: ignore[no-untyped-call]
+            return body, OPENMETRICS_CONTENT_TYPE
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def prefers_openmetrics(accept: str | None) -> bool:
+    """Whether an ``Accept`` header ranks OpenMetrics (any version) at least as high as
+    the text format (``text/plain``, ``*/*``); quality values are honoured, ``q=0``
+    refuses."""
+    best_openmetrics = best_text = 0.0
+    for item in (accept or "").split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        media = media.lower()
+        if media == "application/openmetrics-text":
+            best_openmetrics = max(best_openmetrics, quality)
+        elif media in ("text/plain", "text/*", "*/*"):
+            best_text = max(best_text, quality)
+    return best_openmetrics > 0 and best_openmetrics >= best_text
 
 
 @final
@@ -213,7 +249,8 @@ async def serve_metrics(
     *,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Answer ``GET /metrics`` over HTTP/1.1 on ``host:port`` until cancelled.
+    """Answer ``GET /metrics`` over HTTP/1.1 on ``host:port`` until cancelled (in the
+    format the request's ``Accept`` header prefers: :meth:`FleetMetrics.render`).
 
     ``await nursery.start(serve_metrics, metrics, "127.0.0.1", 0)`` returns the listeners
     (port 0 picks a free port). Any other path answers 404; each connection serves one
@@ -240,16 +277,22 @@ async def _answer(stream: trio.SocketStream, metrics: FleetMetrics) -> None:
         if not chunk:
             return
         data += chunk
-    line = data.split(b"\r\n", 1)[0].decode("latin-1")
+    request = data.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    line, *fields = request.split("\r\n")
     parts = line.split(" ")
     method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+    accept = ", ".join(
+        value.strip()
+        for name, _, value in (field.partition(":") for field in fields)
+        if name.strip().lower() == "accept"
+    )
     if method in ("GET", "HEAD") and path.split("?", 1)[0] == "/metrics":
-        body, content_type = metrics.render()
+        body, content_type = metrics.render(accept)
         status = "200 OK"
     else:
         body, content_type, status = b"not found\n", "text/plain; charset=utf-8", "404 Not Found"
     head = (
-        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nVary: Accept\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode("latin-1")
     await stream.send_all(head + (b"" if method == "HEAD" else body))

@@ -79,7 +79,9 @@ class Telemetry:
         tracer_provider: where spans go; made by :func:`telemetry_tracer_provider` (its
             ids must come from a :class:`LogIdGenerator`). ``None``: no spans.
         metrics (FleetMetrics | None): the Prometheus counts to keep. ``None``: none.
-        system (str): ``gen_ai.system`` of the model calls (the provider's name).
+        provider (str | None): ``gen_ai.provider.name`` of every span (``openai``,
+            ``azure.ai.openai``, ...). ``None``: each session's own, as its first event
+            records it (its transport's name), ``_OTHER`` when it records none.
 
     Raises:
         ConfigError: the tracer provider does not take its ids from a ``LogIdGenerator``.
@@ -92,7 +94,7 @@ class Telemetry:
         *,
         tracer_provider: TracerProvider | None = None,
         metrics: FleetMetrics | None = None,
-        system: str = "unknown",
+        provider: str | None = None,
     ) -> None:
         self.metrics = metrics
         self._tracer: Tracer | None = None
@@ -107,7 +109,7 @@ class Telemetry:
                 raise ConfigError(msg)
             self._ids = ids
             self._tracer = tracer_provider.get_tracer("powertrio")
-        self._builder = SpanBuilder(self._emit, system=system)
+        self._builder = SpanBuilder(self._emit, provider=provider)
         self._runtime: Runtime | None = None
 
     def install(self, runtime: Runtime) -> None:
@@ -190,11 +192,12 @@ async def export_session_spans(
     session_ids: Sequence[str],
     tracer_provider: TracerProvider,
     *,
-    system: str = "unknown",
+    provider: str | None = None,
 ) -> int:
     """Emit the spans of the finished runs of sessions from their log (a backfill, or a
-    check that the live spans match the log). Give a tree's sessions parents first, so a
-    sub-agent's run joins its parent's trace. Returns the number of spans emitted.
+    check that the live spans match the log). A sub-agent's runs join its parent's trace
+    (its log records the spawning call's trace context). Returns the number of spans
+    emitted.
 
     Raises:
         ConfigError: the tracer provider does not take its ids from a ``LogIdGenerator``.
@@ -211,7 +214,7 @@ async def export_session_spans(
         emit_span(tracer, ids, record)
         emitted += 1
 
-    builder = SpanBuilder(emit, system=system)
+    builder = SpanBuilder(emit, provider=provider)
     for session_id in session_ids:
         version = 0
         while True:

@@ -15,8 +15,7 @@ ids, and exporting a finished session from its log gives the spans the live run 
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import final
 
 import attrs
@@ -30,30 +29,29 @@ from actors._session_events import (
     ToolFinished,
     ToolStarted,
 )
+from actors._trace_ids import (
+    llm_span_id,
+    parse_traceparent,
+    run_span_id,
+    tool_span_id,
+    trace_id_of,
+)
 
-AttributeValue = str | int | float | bool
+__all__ = [
+    "AttributeValue",
+    "SpanBuilder",
+    "SpanRecord",
+    "llm_span_id",
+    "run_span_id",
+    "tool_span_id",
+    "trace_id_of",
+]
 
+AttributeValue = str | int | float | bool | Sequence[str]
 
-def _id(size: int, *parts: str) -> int:
-    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=size).digest()
-    return int.from_bytes(digest, "big") or 1  # 0 is the invalid id
-
-
-def trace_id_of(session_id: str, run_id: str) -> int:
-    """The trace of a top-level run (128 bits)."""
-    return _id(16, "trace", session_id, run_id)
-
-
-def run_span_id(session_id: str, run_id: str) -> int:
-    return _id(8, "run", session_id, run_id)
-
-
-def llm_span_id(session_id: str, run_id: str, round_: int) -> int:
-    return _id(8, "llm", session_id, run_id, str(round_))
-
-
-def tool_span_id(session_id: str, run_id: str, call_id: str) -> int:
-    return _id(8, "tool", session_id, run_id, call_id)
+TOOL_TYPE = "function"
+"""``gen_ai.tool.type`` of every tool call: the model gives the arguments, this process
+(or the MCP server it calls for it) runs the tool."""
 
 
 @final
@@ -85,12 +83,20 @@ class _Run:
     """When the newest event of the run was committed: a model call starts after it."""
     resumed: bool
     tools: dict[str, tuple[str, float]] = attrs.Factory(dict)
+    model: str | None = None
+    """The model the run's last call asked for (a failed call's span is named after it)."""
 
 
 @attrs.define
 class _Stream:
     session_id: str
     parent_id: str | None = None
+    agent: str | None = None
+    """The agent's name, from the session's first event or its parent's spawn."""
+    link: tuple[int, int] | None = None
+    """A sub-agent's (trace id, spawning span id), from its first event."""
+    provider: str | None = None
+    """The provider its model is called through, from its first event."""
     run: _Run | None = None
     ready_at: float | None = None
     """When this process's actor of the session started (a resumed run's spans that
@@ -103,17 +109,19 @@ class SpanBuilder:
 
     Args:
         emit: told every finished span, in order.
-        system (str): the ``gen_ai.system`` of the model calls (the provider).
+        provider (str | None): the ``gen_ai.provider.name`` of every span; ``None``: each
+            session's own, as its first event records it (the transport's name:
+            ``openai``, ``anthropic``), ``_OTHER`` when it records none.
     """
 
-    __slots__ = ("_children", "_emit", "_streams", "system")
+    __slots__ = ("_children", "_emit", "_streams", "provider")
 
-    def __init__(self, emit: Callable[[SpanRecord], None], *, system: str = "unknown") -> None:
+    def __init__(self, emit: Callable[[SpanRecord], None], *, provider: str | None = None) -> None:
         self._emit = emit
-        self.system = system
+        self.provider = provider
         self._streams: dict[str, _Stream] = {}
-        self._children: dict[str, tuple[int, int]] = {}
-        """Child session id → (trace id, span id of the spawning tool call)."""
+        self._children: dict[str, tuple[int, int, str]] = {}
+        """Child session id → (trace id, span id of the spawning tool call, agent name)."""
 
     def ready(self, session_id: str, at: float) -> None:
         """The session's actor started at ``at`` (its state folded from the log)."""
@@ -133,6 +141,9 @@ class SpanBuilder:
             stream = self._streams[session_id] = _Stream(session_id)
         if isinstance(event, SessionCreated):
             stream.parent_id = event.parent_id
+            stream.agent = event.agent
+            stream.link = parse_traceparent(event.traceparent)
+            stream.provider = event.provider
             return
         run_id = getattr(event, "run_id", None)
         if not isinstance(run_id, str) or not run_id:
@@ -149,11 +160,11 @@ class SpanBuilder:
             self._llm(stream, run, event, at)
         elif isinstance(event, ToolStarted):
             run.tools[event.call_id] = (event.name, at)
-        elif isinstance(event, ToolFinished):
-            self._tool(stream, run, event, at)
         elif isinstance(event, ChildSpawned):
             parent = tool_span_id(session_id, run_id, event.call_id)
-            self._children[event.child_id] = (run.trace_id, parent)
+            self._children[event.child_id] = (run.trace_id, parent, event.agent)
+        elif isinstance(event, ToolFinished):
+            self._tool(stream, run, event, at)
         elif isinstance(event, RunFinished):
             self._finish(stream, run, event, at)
             stream.run = None
@@ -163,9 +174,12 @@ class SpanBuilder:
     def _open(
         self, stream: _Stream, run_id: str, start: float, at: float, *, resumed: bool
     ) -> _Run:
-        link = self._children.get(stream.session_id)
-        if link is not None:
-            trace_id, parent_id = link
+        spawned = self._children.get(stream.session_id)
+        if spawned is not None:
+            trace_id, parent_id, agent = spawned
+            stream.agent = stream.agent or agent
+        elif stream.link is not None:
+            trace_id, parent_id = stream.link
         else:
             trace_id, parent_id = trace_id_of(stream.session_id, run_id), None
         return _Run(
@@ -178,28 +192,39 @@ class SpanBuilder:
             resumed=resumed,
         )
 
+    def _common(self, stream: _Stream, run: _Run, operation: str) -> dict[str, AttributeValue]:
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": self.provider or stream.provider or "_OTHER",
+            "gen_ai.conversation.id": stream.session_id,
+            "gen_ai.agent.id": stream.session_id,
+        }
+        if stream.agent:
+            attributes["gen_ai.agent.name"] = stream.agent
+        attributes["powertrio.run.id"] = run.run_id
+        return attributes
+
     def _llm(self, stream: _Stream, run: _Run, event: AssistantRecorded, at: float) -> None:
         header = event.request_header
-        requested = (header.model if header is not None else None) or event.model or "unknown"
-        attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.system": self.system,
-            "gen_ai.request.model": requested,
-            "gen_ai.response.model": event.model,
-            "gen_ai.response.finish_reasons": event.finish_reason,
-            "gen_ai.usage.input_tokens": event.usage.prompt_tokens,
-            "gen_ai.usage.output_tokens": event.usage.completion_tokens,
-            "gen_ai.conversation.id": stream.session_id,
-            "powertrio.run.id": run.run_id,
-            "powertrio.round": event.round,
-        }
+        requested = (header.model if header is not None else None) or event.model or None
+        run.model = requested
+        attributes = self._common(stream, run, "chat")
+        if requested:
+            attributes["gen_ai.request.model"] = requested
+        if event.model:
+            attributes["gen_ai.response.model"] = event.model
+        if event.finish_reason:
+            attributes["gen_ai.response.finish_reasons"] = (event.finish_reason,)
+        attributes["gen_ai.usage.input_tokens"] = event.usage.prompt_tokens
+        attributes["gen_ai.usage.output_tokens"] = event.usage.completion_tokens
+        attributes["powertrio.round"] = event.round
         if header is not None and header.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = header.max_tokens
         if header is not None and header.temperature is not None:
             attributes["gen_ai.request.temperature"] = header.temperature
         self._emit(
             SpanRecord(
-                name=f"chat {requested}",
+                name=f"chat {requested}" if requested else "chat",
                 trace_id=run.trace_id,
                 span_id=llm_span_id(stream.session_id, run.run_id, event.round),
                 parent_id=run.span_id,
@@ -213,16 +238,14 @@ class SpanBuilder:
     def _tool(self, stream: _Stream, run: _Run, event: ToolFinished, at: float) -> None:
         outcome = event.outcome
         name, start = run.tools.pop(outcome.call_id, (outcome.tool_name, run.last))
-        attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": outcome.call_id,
-            "gen_ai.conversation.id": stream.session_id,
-            "powertrio.run.id": run.run_id,
-            "powertrio.tool.status": outcome.status,
-        }
-        if outcome.error_code is not None:
-            attributes["error.type"] = outcome.error_code
+        attributes = self._common(stream, run, "execute_tool")
+        attributes["gen_ai.tool.name"] = name
+        attributes["gen_ai.tool.call.id"] = outcome.call_id
+        attributes["gen_ai.tool.type"] = TOOL_TYPE
+        attributes["powertrio.tool.status"] = outcome.status
+        failed = outcome.status != "ok"
+        if failed:
+            attributes["error.type"] = outcome.error_code or f"tool.{outcome.status}"
         self._emit(
             SpanRecord(
                 name=f"execute_tool {name}",
@@ -232,7 +255,7 @@ class SpanBuilder:
                 start=start,
                 end=at,
                 attributes=attributes,
-                error=None if outcome.status == "ok" else f"{outcome.status}: {outcome.content}",
+                error=f"{outcome.status}: {outcome.content}" if failed else None,
             )
         )
 
@@ -241,50 +264,44 @@ class SpanBuilder:
         if event.status == "failed" and code is not None and code.startswith("llm."):
             # The model call in flight failed: its span ends with the run, in error.
             round_ = event.rounds + 1
+            attributes = self._common(stream, run, "chat")
+            if run.model:
+                attributes["gen_ai.request.model"] = run.model
+            attributes["powertrio.round"] = round_
+            attributes["error.type"] = code
             self._emit(
                 SpanRecord(
-                    name="chat unknown",
+                    name=f"chat {run.model}" if run.model else "chat",
                     trace_id=run.trace_id,
                     span_id=llm_span_id(stream.session_id, run.run_id, round_),
                     parent_id=run.span_id,
                     start=run.last,
                     end=at,
-                    attributes={
-                        "gen_ai.operation.name": "chat",
-                        "gen_ai.system": self.system,
-                        "gen_ai.conversation.id": stream.session_id,
-                        "powertrio.run.id": run.run_id,
-                        "powertrio.round": round_,
-                        "error.type": code,
-                    },
+                    attributes=attributes,
                     error=event.error,
                     kind="client",
                 )
             )
-        attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.id": stream.session_id,
-            "gen_ai.conversation.id": stream.session_id,
-            "gen_ai.usage.input_tokens": event.usage.prompt_tokens,
-            "gen_ai.usage.output_tokens": event.usage.completion_tokens,
-            "powertrio.run.id": run.run_id,
-            "powertrio.run.status": event.status,
-            "powertrio.run.rounds": event.rounds,
-            "powertrio.run.resumed": run.resumed,
-        }
+        attributes = self._common(stream, run, "invoke_agent")
+        attributes["gen_ai.usage.input_tokens"] = event.usage.prompt_tokens
+        attributes["gen_ai.usage.output_tokens"] = event.usage.completion_tokens
+        attributes["powertrio.run.status"] = event.status
+        attributes["powertrio.run.rounds"] = event.rounds
+        attributes["powertrio.run.resumed"] = run.resumed
         if stream.parent_id is not None:
             attributes["powertrio.parent_session.id"] = stream.parent_id
-        if event.error_code is not None:
-            attributes["error.type"] = event.error_code
+        failed = event.status == "failed"
+        if failed:
+            attributes["error.type"] = code or "_OTHER"
         self._emit(
             SpanRecord(
-                name=f"invoke_agent {stream.session_id}",
+                name=f"invoke_agent {stream.agent}" if stream.agent else "invoke_agent",
                 trace_id=run.trace_id,
                 span_id=run.span_id,
                 parent_id=run.parent_id,
                 start=run.start,
                 end=at,
                 attributes=attributes,
-                error=event.error if event.status == "failed" else None,
+                error=event.error if failed else None,
             )
         )
