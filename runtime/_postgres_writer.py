@@ -41,6 +41,7 @@ from ._postgres_schema import (
     STREAM_VERSIONS,
     connect,
     lock_key,
+    log_channel,
     map_errors,
 )
 from ._virtual_time import Flight
@@ -135,6 +136,9 @@ class PostgresWriter(GroupCommitWriter):
     """Seconds a transaction may sit idle before the server ends it (when fencing)."""
     _lock_key: int = attrs.field(
         default=attrs.Factory(lambda self: lock_key(self._schema), takes_self=True)
+    )
+    _channel: str = attrs.field(
+        default=attrs.Factory(lambda self: log_channel(self._schema), takes_self=True)
     )
     _mutex: threading.Lock = attrs.field(factory=threading.Lock)
     _work: threading.Condition = attrs.field(
@@ -457,10 +461,12 @@ class PostgresWriter(GroupCommitWriter):
                     locked = True
                     cursor = conn.execute(INSERT_EVENTS, plan.columns, binary=True)
                     positions = [row[0] for row in cursor.fetchall()]
-                    # The transaction's id, to settle a COMMIT the connection loses.
+                    # The transaction's id, to settle a COMMIT the connection loses; and
+                    # the log's doorbell, rung for watchers of other processes as it commits.
                     unlocked = conn.execute(
-                        "SELECT pg_advisory_unlock(%s), pg_current_xact_id()::text",
-                        (self._lock_key,),
+                        "SELECT pg_advisory_unlock(%s), pg_current_xact_id()::text, "
+                        "pg_notify(%s, %s)",
+                        (self._lock_key, self._channel, str(positions[-1])),
                     ).fetchone()
                     xid = None if unlocked is None else int(unlocked[1])
                     locked = False

@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar, cast, final
 
@@ -60,6 +60,7 @@ from ._sqlite_schema import (
     map_errors,
     merge_infos,
     open_database,
+    read_head,
     replace_snapshot_chunks,
     row_to_event,
 )
@@ -71,6 +72,10 @@ from ._writer_queue import PendingAppend
 __all__ = ["SqliteEventStore", "open_sqlite_store"]
 
 T = TypeVar("T")
+
+WATCH_POLL_SECONDS = 0.1
+"""How often a watcher of the head (``changes``) asks the file whether another process
+committed: a page of the console shows another process's append within this and a read."""
 
 logger = logging.getLogger("powertrio.store")
 
@@ -435,6 +440,37 @@ class SqliteEventStore:
 
         return Subscription(read_batch, self._signal, from_position, prefix)
 
+    async def changes(self) -> AsyncGenerator[int, None]:
+        """Follow the head across processes; see ``EventStore.changes``.
+
+        A connection of its own asks the file's change counter (``PRAGMA data_version``,
+        which moves when any other connection commits, this store's writer included)
+        every :data:`WATCH_POLL_SECONDS`, and reads the head only when it moved; this
+        store's own commits wake it at once.
+        """
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        path = self._path
+        conn = await run_in_thread(functools.partial(_watch_connection, path))
+        try:
+            counter: int | None = None
+            last = -1
+            while not self._closing:
+
+                def look(seen: int | None) -> tuple[int, int | None]:
+                    with map_errors(path):
+                        now = int(conn.execute("PRAGMA data_version").fetchone()[0])
+                        return now, (None if now == seen else read_head(conn))
+
+                counter, head = await run_in_thread(functools.partial(look, counter))
+                if head is not None and head > last:
+                    last = head
+                    yield head
+                with trio.move_on_after(WATCH_POLL_SECONDS):
+                    await self._signal.wait_beyond(max(last, self._signal.head))
+        finally:
+            conn.close()
+
     # --- maintenance writes ----------------------------------------------------------
 
     async def _run_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -676,6 +712,11 @@ class SqliteEventStore:
             await self._writer.drained.wait()
         self._signal.close()
         await trio.lowlevel.checkpoint()
+
+
+def _watch_connection(path: str) -> sqlite3.Connection:
+    with map_errors(path):
+        return connect(path, read_only=True)
 
 
 @asynccontextmanager
