@@ -530,7 +530,7 @@ async def test_the_console_mounts_under_a_prefix(db: Path) -> None:
             page = (await client.get("/console/sessions/demo")).text
             css = await client.get("/console/static/console.css")
     assert f'href="/console/static/console.css?v={STATIC_VERSION}"' in page
-    assert 'data-stream="/console/sessions/demo/stream"' in page
+    assert 'data-feed="/console/sessions/demo/stream"' in page
     assert css.status_code == 200
     # Named by their hash, the script and style sheet are kept for good: a page's first
     # paint does not wait for the style sheet again.

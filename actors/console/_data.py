@@ -199,20 +199,26 @@ class SessionView:
     """The log's head when this view was read (live updates go on from there)."""
 
 
-async def session_view(store: EventStore, root_id: str, *, live: bool) -> SessionView:
+async def session_view(
+    store: EventStore, root_id: str, *, live: bool, head: int | None = None
+) -> SessionView:
     """The tree of ``root_id`` (the CLI's :class:`AgentTree` fold), its open human
-    requests, the root's runs and transcript, in one read of the tree's streams."""
+    requests, the root's runs and transcript, in one read of the tree's streams.
+
+    ``head``: fold only the events up to this position (a live page goes on from it);
+    ``None``: every event the read found, whoever appended it.
+    """
     from actors.cli._inspect import _entry  # noqa: PLC0415  # the transcript line of `show`
     from actors.events import HumanAnswered, HumanRequested, RunFinished, RunStarted  # noqa: PLC0415
 
-    head = await store.head_position()
+    cut = head
     tree = AgentTree(root_id)
     requests: dict[tuple[str, str], OpenRequest] = {}
     runs: dict[str, RunSpan] = {}
     entries: list[dict[str, object]] = []
     version = 0
     for record in await read_tree(store, root_id):  # type: ignore[arg-type]
-        if record.position > head:
+        if cut is not None and record.position > cut:
             continue
         event = decode_or_none(record)
         sid = session_id_of(record.stream)
@@ -247,7 +253,7 @@ async def session_view(store: EventStore, root_id: str, *, live: bool) -> Sessio
         runs=tuple(runs.values()),
         version=version,
         entries=tuple(entries),
-        position=head,
+        position=cut if cut is not None else await store.head_position(),
     )
 
 
