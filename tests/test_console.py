@@ -783,3 +783,55 @@ async def test_a_whole_session_id_resolves_without_listing_the_log(db: Path) -> 
             await resolve_session(unlisted, "dep")  # type: ignore[arg-type]
         assert await resolve_session(store, "dep") == "deploy"
     assert found == "demo"
+
+
+# -- what the pages showed wrong --------------------------------------------------------------
+
+
+_LONG_NAMES = [f"research-{k}.{k + 100}" for k in range(1, 7)] + ["MONITORING-WWW-7"]
+"""Agents whose ids fill a legend, as many as a chart names (the rest is "other")."""
+
+
+def test_the_chart_legend_is_a_list_the_browser_wraps() -> None:
+    """The legend's labels are items of a wrapping list under the chart, not text at
+    fixed places in the picture (where a long id ran into the next one)."""
+    from actors.console._chart import stacked_bars
+
+    svg = str(stacked_bars("tokens per day", ["2026-11-27"], {n: [1.0] for n in _LONG_NAMES}))
+    legend = re.search(r'<ul class="legend">(.*?)</ul>', svg, re.S)
+    assert legend is not None
+    items = re.findall(r"<li>.*?</svg> ([^<]*)</li>", legend.group(1))
+    assert items == _LONG_NAMES
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert not [t for t in texts if t in _LONG_NAMES]
+
+
+async def test_sessions_sort_in_natural_order(tmp_path: Path) -> None:
+    """``watch-2`` before ``watch-10``, on the fleet page and in its JSON."""
+    from actors import spawn_session
+    from protocols import LLMResponse
+    from runtime import open_runtime
+    from runtime.testing import FunctionLLM
+
+    db = tmp_path / "watch.sqlite"
+    async with open_sqlite_store(db) as store, open_runtime(store=store) as runtime:
+        for n in (1, 10, 2, 11, 3):
+            llm = FunctionLLM(lambda request: LLMResponse(content="ok"))
+            session = await spawn_session(runtime, llm=llm, session_id=f"watch-{n}")
+            assert (await session.send("look")).status == "completed"
+    async with serve(db) as console:
+        rows = (await console.client.get("/api/fleet")).json()["sessions"]
+        html = (await console.client.get("/")).text
+    ids = ["watch-1", "watch-2", "watch-3", "watch-10", "watch-11"]
+    assert [r["id"] for r in rows] == ids
+    shown = re.findall(r'<td><a href="/sessions/[^"]*">(watch-\d+)</a></td>', html)
+    assert shown == ids
+
+
+async def test_cancel_shows_only_while_a_run_is_open(db: Path) -> None:
+    """A completed session has no run to cancel; a session waiting for a human has."""
+    async with serve(db) as console:
+        completed = (await console.client.get("/sessions/demo")).text
+        waiting = (await console.client.get("/sessions/ask")).text
+    assert "Cancel the open run" not in completed
+    assert "Cancel the open run" in waiting

@@ -388,3 +388,36 @@ async def test_a_commit_of_another_postgresql_connection_shows_within_a_second(
             nursery.cancel_scope.cancel()
     finally:
         await _postgres.drop_schema(postgres_server, schema)
+
+
+async def test_the_chart_legend_s_labels_do_not_overlap_in_the_browser(
+    browser: webdriver.Chrome,
+) -> None:
+    """Measured by the browser with the console's style sheet: no legend label runs into
+    another, and none runs out of the chart."""
+    from urllib.parse import quote
+
+    from actors.console._chart import stacked_bars
+    from actors.console._static import CONSOLE_CSS
+
+    names = [f"research-{k}.{k + 100}" for k in range(1, 6)]
+    names += ["MONITORING-WWW-7", "a-rather-long-agent-name-of-the-fleet"]
+    svg = str(stacked_bars("tokens per day", ["2026-11-27"], {n: [1.0] for n in names}))
+    page = f"<!doctype html><style>{CONSOLE_CSS}</style><body><main>{svg}</main>"
+    await _in_browser(lambda: browser.get("data:text/html;charset=utf-8," + quote(page)))
+    boxes, chart = await _in_browser(
+        lambda: browser.execute_script(
+            "const box = (e) => { const r = e.getBoundingClientRect();"
+            " return [r.left, r.top, r.right, r.bottom]; };"
+            "const labels = Array.from(document.querySelectorAll('figure text, figure li'))"
+            ".filter(e => /research|WWW|fleet/.test(e.textContent)).map(box);"
+            "return [labels, box(document.querySelector('figure'))];"
+        )
+    )
+    assert len(boxes) == len(names)
+    for i, (left, top, right, bottom) in enumerate(boxes):
+        assert chart[0] <= left and right <= chart[2], f"label {i} runs out of the chart"
+        for left2, top2, right2, bottom2 in boxes[i + 1 :]:
+            apart = right <= left2 or right2 <= left or bottom <= top2 or bottom2 <= top
+            assert apart, f"label {i} overlaps another: {boxes}"
+    await _shot(browser, "usage-legend")

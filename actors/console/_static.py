@@ -106,6 +106,9 @@ pre.diff .add { color: #166534; } pre.diff .del { color: #b91c1c; }
 .request { background: #fff; padding: .4em .8em; margin: .4em 0; border-left: 3px solid #3b82f6; }
 button.danger { color: #b91c1c; }
 figure.chart { background: #fff; padding: .6em; margin: 1em 0; display: inline-block; }
+ul.legend { list-style: none; display: flex; flex-wrap: wrap; gap: .2em 1.2em; padding: 0;
+  margin: .2em 0 0 70px; max-width: 680px; font-size: 11px; }
+ul.legend li { white-space: nowrap; } ul.legend svg { vertical-align: -1px; }
 """
 
 STATIC_VERSION = hashlib.sha256((CONSOLE_JS + CONSOLE_CSS).encode()).hexdigest()[:12]

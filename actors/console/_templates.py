@@ -179,9 +179,9 @@ _CHART = """<figure class="chart"><figcaption>{{ title }}</figcaption>
 <text x="{{ left - 6 }}" y="{{ base }}" text-anchor="end" font-size="11">0</text>
 {% for bar in bars %}<rect x="{{ bar.x }}" y="{{ bar.y }}" width="{{ bar.w }}" height="{{ bar.h }}" fill="{{ bar.color }}"><title>{{ bar.label }}</title></rect>
 {% endfor %}{% for t in ticks %}<text x="{{ t.x }}" y="{{ base + 14 }}" text-anchor="middle" font-size="11">{{ t.text }}</text>
-{% endfor %}{% for l in legend %}<rect x="{{ l.x }}" y="{{ height - 14 }}" width="10" height="10" fill="{{ l.color }}"/>
-<text x="{{ l.x + 14 }}" y="{{ height - 5 }}" font-size="11">{{ l.text }}</text>{% endfor %}
-</svg></figure>
+{% endfor %}</svg>
+<ul class="legend">{% for l in legend %}<li><svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" fill="{{ l.color }}"/></svg> {{ l.text }}</li>{% endfor %}</ul>
+</figure>
 """
 
 _ERROR = """{% extends "base" %}{% block body %}
