@@ -146,6 +146,13 @@ async def test_answering_a_human_request_from_the_page_finishes_the_run(
         await _in_browser(answer)
         await _until(browser, _node("ask", "status"), "completed")
         await _until(browser, "return !document.getElementById('requests');")
+        # The rest of the page follows too: the run is over, there is nothing to cancel.
+        await _until(
+            browser,
+            "return document.querySelector('#runs tr:last-child .status').textContent;",
+            "completed",
+        )
+        await _until(browser, "return document.querySelector('#cancel-box button') === null;", True)
         flash = await _in_browser(lambda: browser.find_element(By.CSS_SELECTOR, ".flash").text)
         assert flash.startswith("answered ") and flash.endswith(" of ask")
         await _shot(browser, "human-request-answered")
