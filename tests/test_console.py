@@ -835,3 +835,55 @@ async def test_cancel_shows_only_while_a_run_is_open(db: Path) -> None:
         waiting = (await console.client.get("/sessions/ask")).text
     assert "Cancel the open run" not in completed
     assert "Cancel the open run" in waiting
+
+
+async def test_a_live_stream_says_when_the_store_is_lost_and_when_it_is_back(db: Path) -> None:
+    """The store cannot be reached: the stream says ``offline`` with the store's error,
+    and ``online`` (then the change) once its watcher reaches it again."""
+    from collections.abc import AsyncGenerator
+    from functools import partial
+
+    import httpx
+
+    from actors.console import serve_console
+    from protocols.errors import StoreUnavailableError
+
+    class Flaky:
+        """The log, whose watcher cannot reach it the first time."""
+
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+            self.failed = False
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+        async def changes(self) -> AsyncGenerator[int, None]:
+            if not self.failed:
+                self.failed = True
+                raise StoreUnavailableError("db.example:5432", "lost", "the server went away")
+            async for head in self.inner.changes():  # type: ignore[attr-defined]
+                yield head
+
+    events: list[tuple[str, str]] = []
+    async with open_sqlite_store(db) as store, trio.open_nursery() as nursery:
+        app = console_app(Flaky(store))  # type: ignore[arg-type]
+        url = await nursery.start(partial(serve_console, app, port=0))
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+            client.stream("GET", "/changes") as stream,
+        ):
+            kind = ""
+            with trio.fail_after(20):
+                async for line in stream.aiter_lines():
+                    if line.startswith("event: "):
+                        kind = line[len("event: ") :]
+                    elif line.startswith("data: ") and kind != "beat":
+                        events.append((kind, line[len("data: ") :]))
+                        if kind == "online":
+                            break
+        nursery.cancel_scope.cancel()
+    offline, online = events
+    assert offline[0] == "offline"
+    assert offline[1].startswith("[store.unavailable] ") and "the server went away" in offline[1]
+    assert online[0] == "online"
