@@ -310,7 +310,10 @@ class _Console:
             beacon.join()
             try:
                 shown = await beacon.first()
-                view = await session_view(self.store, sid, live=self.live(), head=max(shown[0], 0))
+                while shown[0] < 0:  # no head seen yet: the page keeps what it rendered
+                    yield _sse("offline", shown[1]) if shown[1] else _sse("beat", "")
+                    shown = await _next_state(beacon, shown)
+                view = await session_view(self.store, sid, live=self.live(), head=shown[0])
                 tree, position = view.tree, view.position
                 shown_requests = view.requests
                 # Both at once: the page may have been rendered before what this view saw.
