@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import TypeVar, cast, final
 
 import attrs
@@ -60,10 +60,10 @@ from ._sqlite_schema import (
     map_errors,
     merge_infos,
     open_database,
-    read_head,
     replace_snapshot_chunks,
     row_to_event,
 )
+from ._sqlite_watch import watch_head
 from ._sqlite_writer import SqliteWriter
 from ._store_ops import CheckProblem, CheckReport
 from ._virtual_time import VirtualRun, run_in_thread, virtual_run
@@ -72,10 +72,6 @@ from ._writer_queue import PendingAppend
 __all__ = ["SqliteEventStore", "open_sqlite_store"]
 
 T = TypeVar("T")
-
-WATCH_POLL_SECONDS = 0.1
-"""How often a watcher of the head (``changes``) asks the file whether another process
-committed: a page of the console shows another process's append within this and a read."""
 
 logger = logging.getLogger("powertrio.store")
 
@@ -443,33 +439,15 @@ class SqliteEventStore:
     async def changes(self) -> AsyncGenerator[int, None]:
         """Follow the head across processes; see ``EventStore.changes``.
 
-        A connection of its own asks the file's change counter (``PRAGMA data_version``,
-        which moves when any other connection commits, this store's writer included)
-        every :data:`WATCH_POLL_SECONDS`, and reads the head only when it moved; this
+        A connection of its own asks the file's change counter (``PRAGMA data_version``)
+        every 0.1 s, and reads the head only when it moved (``_sqlite_watch``); this
         store's own commits wake it at once.
         """
         await trio.lowlevel.checkpoint()
         self._check_open()
-        path = self._path
-        conn = await run_in_thread(functools.partial(_watch_connection, path))
-        try:
-            counter: int | None = None
-            last = -1
-            while not self._closing:
-
-                def look(seen: int | None) -> tuple[int, int | None]:
-                    with map_errors(path):
-                        now = int(conn.execute("PRAGMA data_version").fetchone()[0])
-                        return now, (None if now == seen else read_head(conn))
-
-                counter, head = await run_in_thread(functools.partial(look, counter))
-                if head is not None and head > last:
-                    last = head
-                    yield head
-                with trio.move_on_after(WATCH_POLL_SECONDS):
-                    await self._signal.wait_beyond(max(last, self._signal.head))
-        finally:
-            conn.close()
+        async with aclosing(watch_head(self._path, self._signal, lambda: self._closing)) as heads:
+            async for head in heads:
+                yield head
 
     # --- maintenance writes ----------------------------------------------------------
 
@@ -712,11 +690,6 @@ class SqliteEventStore:
             await self._writer.drained.wait()
         self._signal.close()
         await trio.lowlevel.checkpoint()
-
-
-def _watch_connection(path: str) -> sqlite3.Connection:
-    with map_errors(path):
-        return connect(path, read_only=True)
 
 
 @asynccontextmanager

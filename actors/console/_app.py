@@ -11,7 +11,6 @@ only the console's own pages hold; with a bearer token set, every request must c
 from __future__ import annotations
 
 import hmac
-import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -20,7 +19,6 @@ from urllib.parse import quote, urlencode
 
 import attrs
 import orjson
-import trio
 from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -47,14 +45,17 @@ from ._data import (
     FleetFold,
     SessionView,
     log_page,
+    natural_key,
     now_day,
     run_span,
     session_view,
     state_at,
     tree_events_since,
+    tree_order,
 )
 from ._fleet import LogFleetSource
-from ._live import LogBeacon
+from ._live import LogBeacon, change_events
+from ._live import sse as _sse
 from ._operator import FleetSource, Operator, Verdict
 from ._static import CACHE_FOREVER, CONSOLE_CSS, CONSOLE_JS
 from ._templates import fragment, render
@@ -312,7 +313,7 @@ class _Console:
                 shown = await beacon.first()
                 while shown[0] < 0:  # no head seen yet: the page keeps what it rendered
                     yield _sse("offline", shown[1]) if shown[1] else _sse("beat", "")
-                    shown = await _next_state(beacon, shown)
+                    shown = await beacon.next_state(shown, HEARTBEAT_SECONDS)
                 view = await session_view(self.store, sid, live=self.live(), head=shown[0])
                 tree, position = view.tree, view.position
                 shown_requests = view.requests
@@ -322,7 +323,7 @@ class _Console:
                 if shown[1]:
                     yield _sse("offline", shown[1])
                 while True:
-                    state, shown = shown, await _next_state(beacon, shown)
+                    state, shown = shown, await beacon.next_state(shown, HEARTBEAT_SECONDS)
                     if state == shown:
                         yield _sse("beat", "")
                         continue
@@ -357,26 +358,7 @@ class _Console:
         """Server-sent events: ``changed`` (with the log's head) each time the log grows,
         whoever appended; ``offline``/``online`` as the feed is lost and back. The live
         pages fetch themselves again on it and swap their live parts in."""
-        beacon = self.beacon
-
-        async def events() -> AsyncIterator[str]:
-            beacon.join()
-            try:
-                shown = await beacon.first()
-                yield _sse("offline", shown[1]) if shown[1] else _sse("online", str(shown[0]))
-                while True:
-                    state, shown = shown, await _next_state(beacon, shown)
-                    if state == shown:
-                        yield _sse("beat", "")
-                        continue
-                    if state[1] != shown[1]:
-                        yield _sse("offline", shown[1]) if shown[1] else _sse("online", "")
-                    if not shown[1]:
-                        yield _sse("changed", str(shown[0]))
-            finally:
-                beacon.leave()
-
-        return _event_stream(events())
+        return _event_stream(change_events(self.beacon, HEARTBEAT_SECONDS))
 
     async def log(self, request: Request) -> Response:
         sid = await self.resolve(request.path_params["sid"])
@@ -617,11 +599,6 @@ def _wants_json(request: Request) -> bool:
     return request.url.path.startswith(f"{_root(request)}/api/")
 
 
-def _sse(event: str, html: str) -> str:
-    lines = "".join(f"data: {line}\n" for line in str(html).splitlines() or [""])
-    return f"event: {event}\n{lines}\n"
-
-
 def _int_param(text: str | None, name: str) -> int | None:
     if text is None or text == "":
         return None
@@ -639,29 +616,6 @@ def _wake_up(due: float | None, now: float) -> str:
 
 def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def natural_key(text: str) -> tuple[str | int, ...]:
-    """Sorts names as people count: ``watch-2`` before ``watch-10`` (runs of digits
-    compare as numbers; text and numbers alternate, so the parts always compare)."""
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(_DIGITS.split(text)))
-
-
-_DIGITS = re.compile(r"(\d+)")
-
-
-def tree_order(sid: str) -> tuple[tuple[str | int, ...], tuple[int, ...]]:
-    """A session tree's order: roots in natural order, each followed by its sub-agents
-    in spawn order (``root.2`` before ``root.10``)."""
-    root, *path = sid.split(".")
-    return (natural_key(root), tuple(int(p) if p.isdigit() else 0 for p in path))
-
-
-async def _next_state(beacon: LogBeacon, shown: tuple[int, str]) -> tuple[int, str]:
-    """The beacon's next state, or ``shown`` again after a heartbeat's quiet."""
-    with trio.move_on_after(HEARTBEAT_SECONDS):
-        return await beacon.wait(shown)
-    return shown
 
 
 def _event_stream(events: AsyncIterator[str]) -> Response:

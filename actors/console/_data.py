@@ -9,6 +9,7 @@ version), so it costs the same on a stream of ten events or a million.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -36,8 +37,10 @@ __all__ = [
     "SessionView",
     "day_of",
     "log_page",
+    "natural_key",
     "session_view",
     "state_at",
+    "tree_order",
 ]
 
 _PAGE = 2000
@@ -398,3 +401,19 @@ def usage_total(summary: SessionSummary) -> Usage:
 def now_day() -> str:
     """Today (UTC)."""
     return day_of(time.time())
+
+
+def natural_key(text: str) -> tuple[str | int, ...]:
+    """Sorts names as people count: ``watch-2`` before ``watch-10`` (runs of digits
+    compare as numbers; text and numbers alternate, so the parts always compare)."""
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(_DIGITS.split(text)))
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def tree_order(sid: str) -> tuple[tuple[str | int, ...], tuple[int, ...]]:
+    """A session tree's order: roots in natural order, each followed by its sub-agents
+    in spawn order (``root.2`` before ``root.10``)."""
+    root, *path = sid.split(".")
+    return (natural_key(root), tuple(int(p) if p.isdigit() else 0 for p in path))

@@ -10,6 +10,7 @@ beacon passes that to every page's event stream and says when the feed is lost.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import final
 
@@ -19,7 +20,7 @@ import trio
 from protocols.errors import StoreClosedError, StoreError
 from runtime import EventStore
 
-__all__ = ["RETRY_SECONDS", "LogBeacon"]
+__all__ = ["RETRY_SECONDS", "LogBeacon", "change_events", "sse"]
 
 logger = logging.getLogger("powertrio.console")
 
@@ -71,6 +72,12 @@ class LogBeacon:
             return await self.wait(self.state)
         return self.state
 
+    async def next_state(self, shown: tuple[int, str], quiet: float) -> tuple[int, str]:
+        """The next state, or ``shown`` again after ``quiet`` seconds without one."""
+        with trio.move_on_after(quiet):
+            return await self.wait(shown)
+        return shown
+
     async def wait(self, shown: tuple[int, str]) -> tuple[int, str]:
         """Wait until the head or the feed's state differ from ``shown``; the new state."""
         while self.state == shown:
@@ -101,3 +108,30 @@ class LogBeacon:
                     logger.exception("the console's log watcher failed")
                     self._set(self.head, f"{type(exc).__name__}: {exc}")
                 await trio.sleep(RETRY_SECONDS)
+
+
+async def change_events(beacon: LogBeacon, heartbeat: float) -> AsyncIterator[str]:
+    """Server-sent events of the log's head: ``changed`` (with the head) each time the
+    log grows, whoever appended; ``offline`` (with the store's error) and ``online`` as
+    the feed is lost and back; ``beat`` after ``heartbeat`` seconds of quiet."""
+    beacon.join()
+    try:
+        shown = await beacon.first()
+        yield sse("offline", shown[1]) if shown[1] else sse("online", str(shown[0]))
+        while True:
+            state, shown = shown, await beacon.next_state(shown, heartbeat)
+            if state == shown:
+                yield sse("beat", "")
+                continue
+            if state[1] != shown[1]:
+                yield sse("offline", shown[1]) if shown[1] else sse("online", "")
+            if not shown[1]:
+                yield sse("changed", str(shown[0]))
+    finally:
+        beacon.leave()
+
+
+def sse(event: str, text: str) -> str:
+    """One server-sent event: its name and its text, a ``data:`` line per line."""
+    lines = "".join(f"data: {line}\n" for line in str(text).splitlines() or [""])
+    return f"event: {event}\n{lines}\n"
