@@ -82,9 +82,10 @@ T = TypeVar("T")
 
 logger = logging.getLogger("powertrio.store")
 
-WATCH_POLL_SECONDS = 0.5
+WATCH_POLL_SECONDS = 0.25
 """How often a watcher of the head (``changes``) reads it with no ring heard: the most a
-lost ``NOTIFY`` delays a change."""
+commit between two rings (a writer rings at most every 50 ms) or a lost ``NOTIFY``
+delays a change."""
 
 
 @attrs.define(eq=False)
@@ -542,10 +543,11 @@ class PostgresEventStore(TextIndexMethods):
         """Follow the head across processes; see ``EventStore.changes``.
 
         A thread of its own ``LISTEN``s (one connection) to the log's channel, which
-        every store's commit notifies; the head is read again at each ring, and every
-        :data:`WATCH_POLL_SECONDS` in case a ring was lost (the listening connection
-        broke and is being made again). The head is the newest position ``read_all``
-        returns now, so a position an older transaction still holds back comes later.
+        every store's writer rings as it commits (at most every 50 ms); the head is read
+        again at each ring, and every :data:`WATCH_POLL_SECONDS` for the commits between
+        rings and a ring lost while the listening connection is made again. The head is
+        the newest position ``read_all`` returns now, so a position an older transaction
+        still holds back comes later.
         """
         await trio.lowlevel.checkpoint()
         self._check_open()
