@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, final
 
 import attrs
@@ -365,6 +365,25 @@ class EventStore(Protocol):
         Args:
             from_position (int): the first global position to deliver.
             prefix (str): only deliver events of streams starting with this.
+        """
+        ...
+
+    def changes(self) -> AsyncGenerator[int, None]:
+        """Follow the log's head across processes: yield the head position now, then
+        the new head each time a commit moves it, whoever made the commit (this store,
+        another connection, another process).
+
+        A watcher reads on from where it was (``read_all``) at each position it gets;
+        positions are coalesced (a slow watcher gets the newest) and only ever grow.
+        A commit shows within a second: SQLite watches its change counter
+        (``PRAGMA data_version``), PostgreSQL listens for the store's ``NOTIFY`` with a
+        poll behind it. It ends when the store closes; close it early with
+        ``contextlib.aclosing``.
+
+        Raises:
+            StoreClosedError: the store is closed when the iteration starts.
+            StoreUnavailableError: the server cannot be reached (PostgreSQL); watch
+                again to retry.
         """
         ...
 

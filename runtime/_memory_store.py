@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import final
 
 import attrs
@@ -363,6 +363,17 @@ class InMemoryEventStore:
             return await self.read_all(start, limit=limit)
 
         return Subscription(read_batch, self._signal, from_position, prefix)
+
+    async def changes(self) -> AsyncGenerator[int, None]:
+        """Follow the head; see ``EventStore.changes`` (one process: its commit signal)."""
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        signal = self._signal
+        last = signal.head
+        yield last
+        while await signal.wait_beyond(last):
+            last = signal.head
+            yield last
 
     def statistics(self) -> EventStoreStatistics:
         """Current counters (``commits`` equals ``appends``: there is no group commit)."""

@@ -53,7 +53,9 @@ __all__ = [
     "check_dsn",
     "connect",
     "describe",
+    "HEAD_POSITION",
     "lock_key",
+    "log_channel",
     "map_errors",
     "prepare_schema",
     "replace_snapshot_chunks",
@@ -125,6 +127,12 @@ READ_ALL = (
     f"SELECT {_EVENT_COLUMNS} FROM events e LEFT JOIN blobs b ON e.data IS NULL "
     "AND b.id = e.blob_id WHERE e.position >= %s "
     "AND e.xid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY e.position LIMIT %s"
+)
+# The newest position READ_ALL would return now (older transactions in flight hold it
+# back as they hold READ_ALL), read backwards on the position key.
+HEAD_POSITION = (
+    "SELECT coalesce(max(position), 0) FROM events "
+    "WHERE xid < pg_snapshot_xmin(pg_current_snapshot())"
 )
 STREAM_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream = %s"
 # One index probe per name (a GROUP BY would walk every version of every stream).
@@ -220,6 +228,12 @@ def lock_key(schema: str) -> int:
     """The advisory lock number that orders position-taking in ``schema`` (signed 64 bits)."""
     digest = hashlib.sha256(b"powertrio-positions/" + schema.encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def log_channel(schema: str) -> str:
+    """The ``NOTIFY`` channel every commit to ``schema``'s log rings with its last
+    position (``EventStore.changes`` listens to it)."""
+    return "powertrio_log_" + hashlib.sha256(schema.encode()).hexdigest()[:16]
 
 
 @contextlib.contextmanager

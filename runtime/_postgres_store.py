@@ -15,17 +15,19 @@ tables and SQL live in ``_postgres_schema``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, TypeVar, cast, final
 
 import attrs
 import trio
 
-from protocols.errors import FencedError, StoreClosedError
+from protocols.errors import FencedError, StoreClosedError, StoreError
 
 from ._event_store import (
     AppendResult,
@@ -47,6 +49,7 @@ from ._postgres_schema import (
     DELETE_ORPHAN_BLOBS,
     DELETE_SNAPSHOT_CHUNKS,
     DELETE_SNAPSHOTS,
+    HEAD_POSITION,
     LOAD_CHECKPOINT,
     READ_ALL,
     READ_SNAPSHOT,
@@ -59,6 +62,7 @@ from ._postgres_schema import (
     check_dsn,
     connect,
     describe,
+    log_channel,
     map_errors,
     prepare_schema,
     replace_snapshot_chunks,
@@ -75,6 +79,13 @@ if TYPE_CHECKING:
 __all__ = ["PostgresEventStore", "open_postgres_store"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("powertrio.store")
+
+WATCH_POLL_SECONDS = 0.25
+"""How often a watcher of the head (``changes``) reads it with no ring heard: the most a
+commit between two rings (a writer rings at most every 50 ms) or a lost ``NOTIFY``
+delays a change."""
 
 
 @attrs.define(eq=False)
@@ -528,6 +539,71 @@ class PostgresEventStore(TextIndexMethods):
 
         return Subscription(read_batch, self._signal, from_position, prefix)
 
+    async def changes(self) -> AsyncGenerator[int, None]:
+        """Follow the head across processes; see ``EventStore.changes``.
+
+        A thread of its own ``LISTEN``s (one connection) to the log's channel, which
+        every store's writer rings as it commits (at most every 50 ms); the head is read
+        again at each ring, and every :data:`WATCH_POLL_SECONDS` for the commits between
+        rings and a ring lost while the listening connection is made again. The head is
+        the newest position ``read_all`` returns now, so a position an older transaction
+        still holds back comes later.
+        """
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        token = trio.lowlevel.current_trio_token()
+        rung = [trio.Event()]
+        stop = threading.Event()
+
+        def ring() -> None:
+            rung[0].set()  # the event of the wait under way (each read makes a new one)
+
+        def heard() -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(ring)
+
+        threading.Thread(
+            target=self._listen_log,
+            args=(stop, heard),
+            name=f"powertrio-pg-watch {self._server}",
+            daemon=True,
+        ).start()
+        try:
+            last = -1
+            while not self._closing:
+                rung[0] = trio.Event()
+                head = await self._run_read(_read_head)
+                if head > last:
+                    last = head
+                    yield head
+                with trio.move_on_after(WATCH_POLL_SECONDS):
+                    await rung[0].wait()
+        finally:
+            stop.set()
+
+    def _listen_log(self, stop: threading.Event, heard: Callable[[], None]) -> None:
+        """``LISTEN`` to the log's channel until ``stop``; connect again after a loss."""
+        from psycopg import sql as psql  # noqa: PLC0415  # the optional extra
+
+        channel = psql.SQL("LISTEN {}").format(psql.Identifier(log_channel(self._schema)))
+        while not stop.is_set():
+            try:
+                conn = self._connect()
+            except StoreError:
+                stop.wait(WATCH_POLL_SECONDS)
+                continue
+            try:
+                conn.execute(channel)
+                heard()  # a commit may have come while no one listened
+                while not stop.is_set():
+                    for _ in conn.notifies(timeout=WATCH_POLL_SECONDS):
+                        heard()
+            except Exception:  # a lost connection: listen again (the poll covers the gap)
+                logger.debug("the log's listener lost its connection", exc_info=True)
+                stop.wait(WATCH_POLL_SECONDS)
+            finally:
+                conn.close()
+
     # --- a node's fence -----------------------------------------------------------------
 
     async def _attach_fence(self, fence: Fence, node: str, idle: float) -> None:
@@ -585,6 +661,11 @@ class PostgresEventStore(TextIndexMethods):
             await self._writer.drained.wait()
         self._signal.close()
         await trio.lowlevel.checkpoint()
+
+
+def _read_head(conn: psycopg.Connection) -> int:
+    row = conn.execute(HEAD_POSITION).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
@@ -42,6 +43,7 @@ from ._postgres_schema import (
     STREAM_VERSIONS,
     connect,
     lock_key,
+    log_channel,
     map_errors,
 )
 from ._virtual_time import Flight
@@ -110,6 +112,12 @@ class _Plan:
     blob_data: list[bytes] = attrs.field(factory=list)
 
 
+RING_SECONDS = 0.05
+"""The least time between two rings of the log's doorbell (``NOTIFY``) by one writer."""
+_UNLOCK = "SELECT pg_advisory_unlock(%s), pg_current_xact_id()::text"
+_UNLOCK_AND_RING = _UNLOCK + ", pg_notify(%s, %s)"
+
+
 class _Retry(Exception):  # control flow inside the writer, never raised out
     """Another writer took a version between our read and our insert: plan again."""
 
@@ -136,6 +144,11 @@ class PostgresWriter(GroupCommitWriter):
     """Seconds a transaction may sit idle before the server ends it (when fencing)."""
     _lock_key: int = attrs.field(
         default=attrs.Factory(lambda self: lock_key(self._schema), takes_self=True)
+    )
+    _rung: float = float("-inf")
+    """When this writer last rang the log's doorbell (monotonic seconds)."""
+    _channel: str = attrs.field(
+        default=attrs.Factory(lambda self: log_channel(self._schema), takes_self=True)
     )
     _mutex: threading.Lock = attrs.field(factory=threading.Lock)
     _work: threading.Condition = attrs.field(
@@ -458,11 +471,11 @@ class PostgresWriter(GroupCommitWriter):
                     locked = True
                     cursor = conn.execute(INSERT_EVENTS, plan.columns, binary=True)
                     positions = [row[0] for row in cursor.fetchall()]
-                    # The transaction's id, to settle a COMMIT the connection loses.
-                    unlocked = conn.execute(
-                        "SELECT pg_advisory_unlock(%s), pg_current_xact_id()::text",
-                        (self._lock_key,),
-                    ).fetchone()
+                    # The transaction's id, to settle a COMMIT the connection loses; and
+                    # the log's doorbell for watchers of other processes, rung as it
+                    # commits, at most every RING_SECONDS (a ring costs each commit that
+                    # makes one; the watchers' poll covers the commits between rings).
+                    unlocked = conn.execute(*self._unlock(positions[-1])).fetchone()
                     xid = None if unlocked is None else int(unlocked[1])
                     locked = False
                     if plan.blob_ids:
@@ -496,6 +509,14 @@ class PostgresWriter(GroupCommitWriter):
                 pending.first_position = self._head + 1
                 pending.last_position = self._head
         return plan, self._head
+
+    def _unlock(self, last: int) -> tuple[str, tuple[object, ...]]:
+        """The statement that releases the position lock, with a ring if one is due."""
+        now = time.monotonic()
+        if now - self._rung < RING_SECONDS:
+            return _UNLOCK, (self._lock_key,)
+        self._rung = now
+        return _UNLOCK_AND_RING, (self._lock_key, self._channel, str(last))
 
     def _fence(self, conn: psycopg.Connection, batch: list[PendingAppend]) -> list[PendingAppend]:
         """The appends whose lease this node still holds; the others are refused, fenced.

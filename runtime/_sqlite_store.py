@@ -15,8 +15,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing, asynccontextmanager
 from typing import TypeVar, cast, final
 
 import attrs
@@ -63,6 +63,7 @@ from ._sqlite_schema import (
     replace_snapshot_chunks,
     row_to_event,
 )
+from ._sqlite_watch import watch_head
 from ._sqlite_writer import SqliteWriter
 from ._store_ops import CheckProblem, CheckReport
 from ._virtual_time import VirtualRun, run_in_thread, virtual_run
@@ -434,6 +435,19 @@ class SqliteEventStore:
             return await self.read_all(start, limit=limit)
 
         return Subscription(read_batch, self._signal, from_position, prefix)
+
+    async def changes(self) -> AsyncGenerator[int, None]:
+        """Follow the head across processes; see ``EventStore.changes``.
+
+        A connection of its own asks the file's change counter (``PRAGMA data_version``)
+        every 0.1 s, and reads the head only when it moved (``_sqlite_watch``); this
+        store's own commits wake it at once.
+        """
+        await trio.lowlevel.checkpoint()
+        self._check_open()
+        async with aclosing(watch_head(self._path, self._signal, lambda: self._closing)) as heads:
+            async for head in heads:
+                yield head
 
     # --- maintenance writes ----------------------------------------------------------
 

@@ -515,7 +515,7 @@ async def test_usage_per_agent_per_day_as_svg_with_cost(db: Path) -> None:
     assert totals == {
         sid: s.prompt_tokens + s.completion_tokens for sid, s in cli.items() if s.rounds
     }
-    assert html.count("<svg") == 2 and "cost per day (USD)" in html
+    assert html.count('<figure class="chart">') == 2 and "cost per day (USD)" in html
     # xss: 2 answers of 40 + 9 tokens at $1 and $2 per million.
     assert f"xss · {day}: $0.0001" in html
 
@@ -530,7 +530,7 @@ async def test_the_console_mounts_under_a_prefix(db: Path) -> None:
             page = (await client.get("/console/sessions/demo")).text
             css = await client.get("/console/static/console.css")
     assert f'href="/console/static/console.css?v={STATIC_VERSION}"' in page
-    assert 'data-stream="/console/sessions/demo/stream"' in page
+    assert 'data-feed="/console/sessions/demo/stream"' in page
     assert css.status_code == 200
     # Named by their hash, the script and style sheet are kept for good: a page's first
     # paint does not wait for the style sheet again.
@@ -783,3 +783,107 @@ async def test_a_whole_session_id_resolves_without_listing_the_log(db: Path) -> 
             await resolve_session(unlisted, "dep")  # type: ignore[arg-type]
         assert await resolve_session(store, "dep") == "deploy"
     assert found == "demo"
+
+
+# -- what the pages showed wrong --------------------------------------------------------------
+
+
+_LONG_NAMES = [f"research-{k}.{k + 100}" for k in range(1, 7)] + ["MONITORING-WWW-7"]
+"""Agents whose ids fill a legend, as many as a chart names (the rest is "other")."""
+
+
+def test_the_chart_legend_is_a_list_the_browser_wraps() -> None:
+    """The legend's labels are items of a wrapping list under the chart, not text at
+    fixed places in the picture (where a long id ran into the next one)."""
+    from actors.console._chart import stacked_bars
+
+    svg = str(stacked_bars("tokens per day", ["2026-11-27"], {n: [1.0] for n in _LONG_NAMES}))
+    legend = re.search(r'<ul class="legend">(.*?)</ul>', svg, re.S)
+    assert legend is not None
+    items = re.findall(r"<li>.*?</svg> ([^<]*)</li>", legend.group(1))
+    assert items == _LONG_NAMES
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert not [t for t in texts if t in _LONG_NAMES]
+
+
+async def test_sessions_sort_in_natural_order(tmp_path: Path) -> None:
+    """``watch-2`` before ``watch-10``, on the fleet page and in its JSON."""
+    from actors import spawn_session
+    from protocols import LLMResponse
+    from runtime import open_runtime
+    from runtime.testing import FunctionLLM
+
+    db = tmp_path / "watch.sqlite"
+    async with open_sqlite_store(db) as store, open_runtime(store=store) as runtime:
+        for n in (1, 10, 2, 11, 3):
+            llm = FunctionLLM(lambda request: LLMResponse(content="ok"))
+            session = await spawn_session(runtime, llm=llm, session_id=f"watch-{n}")
+            assert (await session.send("look")).status == "completed"
+    async with serve(db) as console:
+        rows = (await console.client.get("/api/fleet")).json()["sessions"]
+        html = (await console.client.get("/")).text
+    ids = ["watch-1", "watch-2", "watch-3", "watch-10", "watch-11"]
+    assert [r["id"] for r in rows] == ids
+    shown = re.findall(r'<td><a href="/sessions/[^"]*">(watch-\d+)</a></td>', html)
+    assert shown == ids
+
+
+async def test_cancel_shows_only_while_a_run_is_open(db: Path) -> None:
+    """A completed session has no run to cancel; a session waiting for a human has."""
+    async with serve(db) as console:
+        completed = (await console.client.get("/sessions/demo")).text
+        waiting = (await console.client.get("/sessions/ask")).text
+    assert "Cancel the open run" not in completed
+    assert "Cancel the open run" in waiting
+
+
+async def test_a_live_stream_says_when_the_store_is_lost_and_when_it_is_back(db: Path) -> None:
+    """The store cannot be reached: the stream says ``offline`` with the store's error,
+    and ``online`` (then the change) once its watcher reaches it again."""
+    from collections.abc import AsyncGenerator
+    from functools import partial
+
+    import httpx
+
+    from actors.console import serve_console
+    from protocols.errors import StoreUnavailableError
+
+    class Flaky:
+        """The log, whose watcher cannot reach it the first time."""
+
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+            self.failed = False
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+        async def changes(self) -> AsyncGenerator[int, None]:
+            if not self.failed:
+                self.failed = True
+                raise StoreUnavailableError("db.example:5432", "lost", "the server went away")
+            async for head in self.inner.changes():  # type: ignore[attr-defined]
+                yield head
+
+    events: list[tuple[str, str]] = []
+    async with open_sqlite_store(db) as store, trio.open_nursery() as nursery:
+        app = console_app(Flaky(store))  # type: ignore[arg-type]
+        url = await nursery.start(partial(serve_console, app, port=0))
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+            client.stream("GET", "/changes") as stream,
+        ):
+            kind = ""
+            with trio.fail_after(20):
+                async for line in stream.aiter_lines():
+                    if line.startswith("event: "):
+                        kind = line[len("event: ") :]
+                    elif line.startswith("data: ") and kind != "beat":
+                        events.append((kind, line[len("data: ") :]))
+                        if kind == "online":
+                            break
+        nursery.cancel_scope.cancel()
+    offline, online = events
+    assert offline[0] == "offline"
+    assert offline[1].startswith("[store.unavailable] ") and "the server went away" in offline[1]
+    assert online[0] == "online"

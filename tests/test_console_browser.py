@@ -7,7 +7,9 @@ Skipped, with the reason, where chromium or its driver is missing or cannot star
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +146,13 @@ async def test_answering_a_human_request_from_the_page_finishes_the_run(
         await _in_browser(answer)
         await _until(browser, _node("ask", "status"), "completed")
         await _until(browser, "return !document.getElementById('requests');")
+        # The rest of the page follows too: the run is over, there is nothing to cancel.
+        await _until(
+            browser,
+            "return document.querySelector('#runs tr:last-child .status').textContent;",
+            "completed",
+        )
+        await _until(browser, "return document.querySelector('#cancel-box button') === null;", True)
         flash = await _in_browser(lambda: browser.find_element(By.CSS_SELECTOR, ".flash").text)
         assert flash.startswith("answered ") and flash.endswith(" of ask")
         await _shot(browser, "human-request-answered")
@@ -221,3 +230,201 @@ async def test_the_fleet_page_shows_the_fleet_file_s_agents(
     assert set(rows) == {"broken", "digest", "pinger"}
     assert rows["pinger"][:2] == ["active", "n1"]
     assert rows["broken"][-1] == "config.invalid×1"  # noqa: RUF001
+
+
+# -- live from the log, whoever writes it ---------------------------------------------------
+
+
+async def _within(
+    browser: webdriver.Chrome, script: str, expect: object, since: float, seconds: float = 1.0
+) -> float:
+    """Poll ``script`` until it returns ``expect``; how long after ``since`` (monotonic)
+    that was, which must be under ``seconds``."""
+    with trio.move_on_after(seconds + 5):
+        while True:
+            if await _in_browser(lambda: browser.execute_script(script)) == expect:
+                break
+            await trio.sleep(0.02)
+    took = time.monotonic() - since
+    got = await _in_browser(lambda: browser.execute_script(script))
+    assert got == expect, f"{script} gave {got!r}, not {expect!r}"
+    assert took < seconds, f"{script} gave {expect!r} only after {took:.2f} s"
+    return took
+
+
+async def _send_through_another_store(db: Path, text: str) -> None:
+    """``powertrio send`` as the CLI drives it, through a store of its own on the log
+    (another connection to the file, as another process has), until the run ends."""
+    import argparse
+
+    from actors.cli._common import CliContext
+    from actors.cli._ui import CliOperator
+    from runtime import open_sqlite_store
+
+    ctx = CliContext.create(db=str(db), json=False, debug=True)
+    args = argparse.Namespace(demo=True, offline=False, max_tokens=None)
+    async with open_sqlite_store(db) as other, trio.open_nursery() as nursery:
+        note = await CliOperator(ctx, other, args, nursery).follow_up("demo", text)
+        assert note.startswith("follow-up sent to demo"), note
+
+
+_LIVE = "return document.getElementById('live').textContent;"
+_RUNS = "return document.querySelectorAll('#runs tr').length - 1;"
+_LAST_RUN_STATUS = "return document.querySelector('#runs tr:last-child .status').textContent;"
+
+
+async def test_a_send_from_another_process_shows_in_the_tree_and_the_runs_within_a_second(
+    browser: webdriver.Chrome, db: Path
+) -> None:
+    """``powertrio send`` from another terminal (the CLI in a thread here: its own store,
+    its own connection to the file): the open page follows it without a reload."""
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/sessions/demo"))
+        await _until(browser, "return document.getElementById('tree').dataset.updates;")
+        await _until(browser, _LIVE, "(live)")
+        assert await _in_browser(lambda: browser.execute_script(_RUNS)) == 1
+        await _in_browser(lambda: browser.execute_script("window.__same_page = 42;"))
+        await _send_through_another_store(db, "and the budget?")
+        done = time.monotonic()
+        await _within(browser, _node("demo", "rounds"), "3", done)
+        await _within(browser, _node("demo", "status"), "completed", done)
+        await _within(browser, _RUNS, 2, done)
+        await _within(browser, _LAST_RUN_STATUS, "completed", done)
+        assert await _in_browser(lambda: browser.execute_script("return window.__same_page;")) == 42
+        assert await _in_browser(lambda: browser.execute_script(_LIVE)) == "(live)"
+        await _shot(browser, "session-after-send-from-another-process")
+
+
+async def test_a_send_from_a_real_process_shows_on_the_fleet_and_log_pages_within_a_second(
+    browser: webdriver.Chrome, db: Path
+) -> None:
+    """The same from a real ``powertrio send`` process, on the fleet page; then the
+    newest page of the log follows another send."""
+    from _cli import command, environment
+
+    fleet_runs = (
+        "const row = Array.from(document.querySelectorAll('#fleet tr'))"
+        ".find(r => r.cells[0] && r.cells[0].textContent === 'demo');"
+        "return row && row.cells[2].textContent;"
+    )
+    newest = "return document.querySelector('#log tr:nth-child(2) code').textContent;"
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/"))
+        await _until(browser, _LIVE, "(live)")
+        assert await _in_browser(lambda: browser.execute_script(fleet_runs)) == "1"
+        sent = await trio.run_process(
+            [*command(), "send", "demo", "and the budget?", "--demo", "--db", str(db)],
+            cwd=db.parent,
+            env=environment(),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        done = time.monotonic()
+        assert sent.returncode == 0, sent.stderr.decode()
+        await _within(browser, fleet_runs, "2", done)
+        await _shot(browser, "fleet-after-send-from-another-process")
+        await _in_browser(lambda: browser.get(console.url + "/sessions/demo/log"))
+        await _until(browser, _LIVE, "(live)")
+        assert await _in_browser(lambda: browser.execute_script(newest)) == "session.run_finished"
+        await _in_browser(lambda: browser.execute_script("window.__same_page = 42;"))
+        await _send_through_another_store(db, "and the food?")
+        done = time.monotonic()
+        # The follow-up's own events come first: the page moved on to them.
+        first = "return document.querySelector('#log tr:nth-child(2) td').textContent;"
+        version = (await console.client.get("/api/sessions/demo/log")).json()["version"]
+        await _within(browser, first, str(version), done)
+        assert await _in_browser(lambda: browser.execute_script("return window.__same_page;")) == 42
+
+
+async def test_the_page_says_when_it_lost_its_feed(browser: webdriver.Chrome, db: Path) -> None:
+    """The console goes away: "(live)" turns into "(offline — retrying)"."""
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/sessions/demo"))
+        await _until(browser, _LIVE, "(live)")
+    await _until(browser, _LIVE, "(offline \u2014 retrying)")
+    await _shot(browser, "session-offline")
+
+
+async def test_a_commit_of_another_postgresql_connection_shows_within_a_second(
+    browser: webdriver.Chrome, postgres_server: Any
+) -> None:
+    """On PostgreSQL: another store's commits (another connection, as another process's
+    would be) show on the session page and the fleet page, by the log's ``NOTIFY``."""
+    import _postgres
+    from _console import record_into
+
+    from actors import spawn_session
+    from actors.console import console_app, serve_console
+    from protocols import LLMResponse
+    from runtime import open_postgres_store, open_runtime
+    from runtime.testing import ScriptedLLM
+
+    schema = _postgres.fresh_schema()
+    fleet_row = (
+        "return Array.from(document.querySelectorAll('#fleet td:first-child'))"
+        ".some(td => td.textContent === 'pg-other');"
+    )
+    try:
+        async with (
+            open_postgres_store(postgres_server.dsn(), schema=schema) as shown,
+            open_postgres_store(postgres_server.dsn(), schema=schema) as other,
+            trio.open_nursery() as nursery,
+        ):
+            await record_into(shown)
+            url = await nursery.start(partial(serve_console, console_app(shown), port=0))
+            await _in_browser(lambda: browser.get(url + "/"))
+            await _until(browser, _LIVE, "(live)")
+            async with open_runtime(store=other) as runtime:
+                session = await spawn_session(
+                    runtime,
+                    llm=ScriptedLLM([LLMResponse(content="one"), LLMResponse(content="two")]),
+                    session_id="pg-other",
+                )
+                assert (await session.send("first")).status == "completed"
+                done = time.monotonic()
+                await _within(browser, fleet_row, True, done)
+                await _in_browser(lambda: browser.get(url + "/sessions/pg-other"))
+                await _until(browser, _node("pg-other", "rounds"), "1")
+                await _until(browser, _LIVE, "(live)")
+                assert (await session.send("second")).status == "completed"
+                done = time.monotonic()
+                await _within(browser, _node("pg-other", "rounds"), "2", done)
+                await _within(browser, _RUNS, 2, done)
+                await _shot(browser, "session-postgres-other-connection")
+            nursery.cancel_scope.cancel()
+    finally:
+        await _postgres.drop_schema(postgres_server, schema)
+
+
+async def test_the_chart_legend_s_labels_do_not_overlap_in_the_browser(
+    browser: webdriver.Chrome,
+) -> None:
+    """Measured by the browser with the console's style sheet: no legend label runs into
+    another, and none runs out of the chart."""
+    from urllib.parse import quote
+
+    from actors.console._chart import stacked_bars
+    from actors.console._static import CONSOLE_CSS
+
+    names = [f"research-{k}.{k + 100}" for k in range(1, 6)]
+    names += ["MONITORING-WWW-7", "a-rather-long-agent-name-of-the-fleet"]
+    svg = str(stacked_bars("tokens per day", ["2026-11-27"], {n: [1.0] for n in names}))
+    page = f"<!doctype html><style>{CONSOLE_CSS}</style><body><main>{svg}</main>"
+    await _in_browser(lambda: browser.get("data:text/html;charset=utf-8," + quote(page)))
+    boxes, chart = await _in_browser(
+        lambda: browser.execute_script(
+            "const box = (e) => { const r = e.getBoundingClientRect();"
+            " return [r.left, r.top, r.right, r.bottom]; };"
+            "const labels = Array.from(document.querySelectorAll('figure text, figure li'))"
+            ".filter(e => /research|WWW|fleet/.test(e.textContent)).map(box);"
+            "return [labels, box(document.querySelector('figure'))];"
+        )
+    )
+    assert len(boxes) == len(names)
+    for i, (left, top, right, bottom) in enumerate(boxes):
+        assert chart[0] <= left and right <= chart[2], f"label {i} runs out of the chart"
+        for left2, top2, right2, bottom2 in boxes[i + 1 :]:
+            apart = right <= left2 or right2 <= left or bottom <= top2 or bottom2 <= top
+            assert apart, f"label {i} overlaps another: {boxes}"
+    await _shot(browser, "usage-legend")

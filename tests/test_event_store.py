@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from pathlib import Path
 
 import _postgres
@@ -536,3 +536,41 @@ async def test_closing_commits_what_was_queued(tmp_path: Path) -> None:
     assert set(range(50)) <= set(acked)
     async with open_sqlite_store(path) as store:
         assert sorted(int(i.stream[2:]) for i in await store.streams()) == sorted(acked)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_changes_sees_another_connection_s_commit_within_a_second(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A watcher of one store sees a commit made through another store on the same log
+    (another connection, as another process would be) well within a second."""
+    import time
+
+    from runtime import open_postgres_store
+
+    schema = _postgres.fresh_schema()
+
+    def opener() -> AbstractAsyncContextManager[EventStore]:
+        if backend == "sqlite":
+            return open_sqlite_store(tmp_path / "shared.db", synchronous="NORMAL")
+        server = request.getfixturevalue("postgres_server")
+        return open_postgres_store(server.dsn(), schema=schema)
+
+    try:
+        async with opener() as watched, opener() as other:
+            await other.append("s", [_event(1)], 0)
+            async with aclosing(watched.changes()) as heads:
+                with trio.fail_after(10):
+                    assert await anext(heads) == 1
+                    for n in range(2, 5):
+                        await other.append("s", [_event(n)], n - 1)
+                        sent = time.monotonic()
+                        assert await anext(heads) == n
+                        took = time.monotonic() - sent
+                        assert took < 1.0, f"another connection's commit showed after {took:.2f} s"
+            # The watched store's own commit signal never moved: only changes saw them.
+            assert watched.statistics().head_position == 0
+    finally:
+        if backend == "postgres":
+            with trio.CancelScope(shield=True):
+                await _postgres.drop_schema(request.getfixturevalue("postgres_server"), schema)

@@ -19,7 +19,6 @@ from urllib.parse import quote, urlencode
 
 import attrs
 import orjson
-import trio
 from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -36,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from actors.cli._common import SESSION_PREFIX, fmt_age, fmt_iso
 from protocols import SystemMessage
-from protocols.errors import ConfigError, PowertrioError, StreamNotFoundError
+from protocols.errors import ConfigError, PowertrioError, StoreError, StreamNotFoundError
 from runtime import EventStore
 
 from .._budget import Price
@@ -46,22 +45,26 @@ from ._data import (
     FleetFold,
     SessionView,
     log_page,
+    natural_key,
     now_day,
     run_span,
     session_view,
     state_at,
     tree_events_since,
+    tree_order,
 )
 from ._fleet import LogFleetSource
+from ._live import LogBeacon, change_events
+from ._live import sse as _sse
 from ._operator import FleetSource, Operator, Verdict
 from ._static import CACHE_FOREVER, CONSOLE_CSS, CONSOLE_JS
 from ._templates import fragment, render
 
 __all__ = ["console_app"]
 
-POLL_SECONDS = 0.25
-"""How often a live page's stream looks for new events (another process may write them)."""
-HEARTBEAT_SECONDS = 15.0
+HEARTBEAT_SECONDS = 5.0
+"""How often a live page's stream says it is still there when the log is quiet (the page
+calls its feed lost after a few missed)."""
 FOLD_BUDGET_SECONDS = 1.0
 """The most a fleet or usage page folds before it answers with what it has (a long log's
 first fold spreads over a few loads)."""
@@ -95,6 +98,7 @@ class _Console:
     live: Callable[[], bool]
     fleet_source: FleetSource | None
     where: str
+    beacon: LogBeacon
     csrf: str = attrs.Factory(lambda: secrets.token_urlsafe(32))
     fold: FleetFold = attrs.Factory(FleetFold)
     flashes: dict[str, tuple[str, str]] = attrs.Factory(dict)
@@ -157,7 +161,7 @@ class _Console:
             columns = tuple(self.fleet_source.columns)
         live, now, today = self.live(), time.time(), now_day()
         rows = []
-        for sid, row in sorted(self.fold.rows.items(), key=lambda kv: _tree_order(kv[0])):
+        for sid, row in sorted(self.fold.rows.items(), key=lambda kv: tree_order(kv[0])):
             s = row.summary
             status = "interrupted" if s.status == "running" and not live else s.status
             text = status.replace("_", " ") + (f" [{s.error}]" if s.error else "")
@@ -180,7 +184,10 @@ class _Console:
                 }
             )
         head = self.fold.position if caught_up else await self.store.head_position()
-        fleet = [{"name": name, **values} for name, values in sorted(agents.items())]
+        fleet = [
+            {"name": name, **values}
+            for name, values in sorted(agents.items(), key=lambda kv: natural_key(kv[0]))
+        ]
         if _wants_json(request):
             return JSONResponse(
                 {
@@ -268,6 +275,7 @@ class _Console:
             tree_html=self._tree_html(view),
             requests_html=self._requests_html(request, sid, view),
             runs=view.runs,
+            open_run=any(r.status == "running" for r in view.runs),
             entries=entries,
             omitted=len(view.entries) - len(entries),
         )
@@ -293,41 +301,64 @@ class _Console:
 
     async def stream(self, request: Request) -> Response:
         """Server-sent events: the tree (and the open requests) each time the tree's
-        streams grow."""
+        streams grow, whoever appended (the log's head as the store follows it); a
+        ``changed`` event for the page's other live parts; ``offline``/``online`` as the
+        feed is lost and back."""
         sid = await self.resolve(request.path_params["sid"])
+        beacon = self.beacon
 
         async def events() -> AsyncIterator[str]:
-            view = await session_view(self.store, sid, live=self.live())
-            tree, position = view.tree, view.position
-            shown_requests = view.requests
-            # Both at once: the page may have been rendered before what this view saw.
-            yield _sse("tree", self._tree_html(view))
-            yield _sse("requests", self._requests_html(request, sid, view))
-            quiet = 0.0
-            while True:
-                await trio.sleep(POLL_SECONDS)
-                quiet += POLL_SECONDS
-                head = await self.store.head_position()
-                if head == position:
-                    if quiet >= HEARTBEAT_SECONDS:
-                        quiet = 0.0
-                        yield ": still here\n\n"
-                    continue
-                position, changed, asked = await tree_events_since(self.store, tree, position)
-                if not changed:
-                    continue
-                quiet = 0.0
-                view = attrs.evolve(view, tree=tree)
+            beacon.join()
+            try:
+                shown = await beacon.first()
+                while shown[0] < 0:  # no head seen yet: the page keeps what it rendered
+                    yield _sse("offline", shown[1]) if shown[1] else _sse("beat", "")
+                    shown = await beacon.next_state(shown, HEARTBEAT_SECONDS)
+                view = await session_view(self.store, sid, live=self.live(), head=shown[0])
+                tree, position = view.tree, view.position
+                shown_requests = view.requests
+                # Both at once: the page may have been rendered before what this view saw.
                 yield _sse("tree", self._tree_html(view))
-                if not asked:
-                    continue
-                fresh = await session_view(self.store, sid, live=self.live())
-                if fresh.requests != shown_requests:
-                    shown_requests = fresh.requests
-                    yield _sse("requests", self._requests_html(request, sid, fresh))
+                yield _sse("requests", self._requests_html(request, sid, view))
+                if shown[1]:
+                    yield _sse("offline", shown[1])
+                while True:
+                    state, shown = shown, await beacon.next_state(shown, HEARTBEAT_SECONDS)
+                    if state == shown:
+                        yield _sse("beat", "")
+                        continue
+                    if state[1] != shown[1]:
+                        yield _sse("offline", shown[1]) if shown[1] else _sse("online", "")
+                    if shown[1]:
+                        continue
+                    try:
+                        position, changed, asked = await tree_events_since(
+                            self.store, tree, position
+                        )
+                        fresh = None
+                        if asked:
+                            fresh = await session_view(self.store, sid, live=self.live())
+                    except StoreError as exc:
+                        yield _sse("offline", f"[{exc.code}] {exc}")
+                        continue
+                    if not changed:
+                        continue
+                    view = attrs.evolve(view, tree=tree)
+                    yield _sse("tree", self._tree_html(view))
+                    yield _sse("changed", str(position))
+                    if fresh is not None and fresh.requests != shown_requests:
+                        shown_requests = fresh.requests
+                        yield _sse("requests", self._requests_html(request, sid, fresh))
+            finally:
+                beacon.leave()
 
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+        return _event_stream(events())
+
+    async def changes(self, request: Request) -> Response:
+        """Server-sent events: ``changed`` (with the log's head) each time the log grows,
+        whoever appended; ``offline``/``online`` as the feed is lost and back. The live
+        pages fetch themselves again on it and swap their live parts in."""
+        return _event_stream(change_events(self.beacon, HEARTBEAT_SECONDS))
 
     async def log(self, request: Request) -> Response:
         sid = await self.resolve(request.path_params["sid"])
@@ -375,6 +406,7 @@ class _Console:
             span=span,
             older=older,
             newer=newer,
+            live_log=before is None,
         )
 
     async def state(self, request: Request) -> Response:
@@ -567,11 +599,6 @@ def _wants_json(request: Request) -> bool:
     return request.url.path.startswith(f"{_root(request)}/api/")
 
 
-def _sse(event: str, html: str) -> str:
-    lines = "".join(f"data: {line}\n" for line in str(html).splitlines() or [""])
-    return f"event: {event}\n{lines}\n"
-
-
 def _int_param(text: str | None, name: str) -> int | None:
     if text is None or text == "":
         return None
@@ -591,9 +618,9 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _tree_order(sid: str) -> tuple[str, tuple[int, ...]]:
-    root, *path = sid.split(".")
-    return (root, tuple(int(p) if p.isdigit() else 0 for p in path))
+def _event_stream(events: AsyncIterator[str]) -> Response:
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
 
 @final
@@ -709,6 +736,7 @@ def console_app(
         live=live or (lambda: True),
         fleet_source=fleet if fleet is not None else LogFleetSource(store),
         where=where,
+        beacon=LogBeacon(store),
         fold=FleetFold(prices=dict(prices or {})),
     )
 
@@ -725,6 +753,7 @@ def console_app(
         Route("/static/console.css", css),
         Route("/sessions/{sid}", console.session),
         Route("/sessions/{sid}/stream", console.stream),
+        Route("/changes", console.changes),
         Route("/sessions/{sid}/log", console.log),
         Route("/sessions/{sid}/state", console.state),
         Route("/sessions/{sid}/replay", console.replay),

@@ -13,6 +13,8 @@ __all__ = ["stacked_bars"]
 _COLORS = ("#3b82f6", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#0ea5e9", "#84cc16", "#9ca3af")
 _WIDTH, _HEIGHT, _LEFT, _TOP = 760, 260, 70, 16
 _BASE = _HEIGHT - 44
+_LEGEND_TEXT = 40
+"""The longest legend label (a longer id keeps its end, its most telling part)."""
 
 
 def stacked_bars(
@@ -26,6 +28,8 @@ def stacked_bars(
     """A bar per day, stacked by series (the ``most`` largest; the rest as ``other``).
 
     Every label goes through the template, so agent ids are escaped like any other text.
+    The legend is a list under the chart that the browser lays out and wraps, so its
+    labels never run into each other whatever their length and the font.
     """
     ranked = sorted(series, key=lambda name: -sum(series[name]))
     shown = {name: list(series[name]) for name in ranked[:most]}
@@ -64,9 +68,8 @@ def stacked_bars(
     ]
     legend = [
         {
-            "x": _LEFT + k * 95,
             "color": _COLORS[k % len(_COLORS)],
-            "text": name if len(name) <= 14 else "…" + name[-13:],
+            "text": name if len(name) <= _LEGEND_TEXT else "…" + name[-(_LEGEND_TEXT - 1) :],
         }
         for k, name in enumerate(shown)
     ]
@@ -74,7 +77,7 @@ def stacked_bars(
         "chart",
         title=title,
         width=_WIDTH,
-        height=_HEIGHT,
+        height=_BASE + 24,
         left=_LEFT,
         top=_TOP,
         base=_BASE,

@@ -9,6 +9,7 @@ version), so it costs the same on a stream of ten events or a million.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -36,8 +37,10 @@ __all__ = [
     "SessionView",
     "day_of",
     "log_page",
+    "natural_key",
     "session_view",
     "state_at",
+    "tree_order",
 ]
 
 _PAGE = 2000
@@ -199,20 +202,26 @@ class SessionView:
     """The log's head when this view was read (live updates go on from there)."""
 
 
-async def session_view(store: EventStore, root_id: str, *, live: bool) -> SessionView:
+async def session_view(
+    store: EventStore, root_id: str, *, live: bool, head: int | None = None
+) -> SessionView:
     """The tree of ``root_id`` (the CLI's :class:`AgentTree` fold), its open human
-    requests, the root's runs and transcript, in one read of the tree's streams."""
+    requests, the root's runs and transcript, in one read of the tree's streams.
+
+    ``head``: fold only the events up to this position (a live page goes on from it);
+    ``None``: every event the read found, whoever appended it.
+    """
     from actors.cli._inspect import _entry  # noqa: PLC0415  # the transcript line of `show`
     from actors.events import HumanAnswered, HumanRequested, RunFinished, RunStarted  # noqa: PLC0415
 
-    head = await store.head_position()
+    cut = head
     tree = AgentTree(root_id)
     requests: dict[tuple[str, str], OpenRequest] = {}
     runs: dict[str, RunSpan] = {}
     entries: list[dict[str, object]] = []
     version = 0
     for record in await read_tree(store, root_id):  # type: ignore[arg-type]
-        if record.position > head:
+        if cut is not None and record.position > cut:
             continue
         event = decode_or_none(record)
         sid = session_id_of(record.stream)
@@ -247,7 +256,7 @@ async def session_view(store: EventStore, root_id: str, *, live: bool) -> Sessio
         runs=tuple(runs.values()),
         version=version,
         entries=tuple(entries),
-        position=head,
+        position=cut if cut is not None else await store.head_position(),
     )
 
 
@@ -392,3 +401,19 @@ def usage_total(summary: SessionSummary) -> Usage:
 def now_day() -> str:
     """Today (UTC)."""
     return day_of(time.time())
+
+
+def natural_key(text: str) -> tuple[str | int, ...]:
+    """Sorts names as people count: ``watch-2`` before ``watch-10`` (runs of digits
+    compare as numbers; text and numbers alternate, so the parts always compare)."""
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(_DIGITS.split(text)))
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def tree_order(sid: str) -> tuple[tuple[str | int, ...], tuple[int, ...]]:
+    """A session tree's order: roots in natural order, each followed by its sub-agents
+    in spawn order (``root.2`` before ``root.10``)."""
+    root, *path = sid.split(".")
+    return (natural_key(root), tuple(int(p) if p.isdigit() else 0 for p in path))

@@ -8,26 +8,68 @@ import hashlib
 __all__ = ["CACHE_FOREVER", "CONSOLE_CSS", "CONSOLE_JS", "STATIC_VERSION"]
 
 CONSOLE_JS = """\
-// Live updates: the server sends whole fragments it rendered (and escaped); this script
-// only swaps them in. No data from the log is ever turned into HTML here.
+// Live updates: the server sends whole fragments it rendered (and escaped), or says the
+// log changed and the page fetches itself again; this script only swaps the server's
+// markup in. No data from the log is ever turned into HTML here.
 "use strict";
 document.addEventListener("DOMContentLoaded", () => {
-  const tree = document.getElementById("tree");
-  if (!tree || !window.EventSource) return;
   const live = document.getElementById("live");
-  const source = new EventSource(tree.dataset.stream);
+  if (!live || !live.dataset.feed || !window.EventSource) return;
+  const OFFLINE = "(offline \u2014 retrying)";
+  const say = (text) => { if (live.textContent !== text) live.textContent = text; };
   // data-updates counts the swaps, so a test (or a person's script) can wait for one.
   const swap = (element, html) => {
     element.innerHTML = html;
     element.dataset.updates = String(Number(element.dataset.updates || 0) + 1);
   };
-  source.addEventListener("tree", (e) => swap(tree, e.data));
+  // The parts marked data-live: this page as the server renders it now, swapped in.
+  let fetching = false, again = false;
+  const refresh = async () => {
+    if (fetching) { again = true; return; }
+    fetching = true;
+    try {
+      do {
+        again = false;
+        const response = await fetch(location.href, { cache: "no-store" });
+        if (!response.ok) break;
+        const page = new DOMParser().parseFromString(await response.text(), "text/html");
+        for (const element of document.querySelectorAll("[data-live]")) {
+          const fresh = page.getElementById(element.id);
+          if (fresh && fresh.innerHTML !== element.innerHTML) swap(element, fresh.innerHTML);
+        }
+      } while (again);
+    } catch (error) {
+      say(OFFLINE);
+    } finally {
+      fetching = false;
+    }
+  };
+  // The server speaks at least every few seconds; silence longer than that is a lost feed.
+  let quiet = 0, lost = false;
+  const heard = () => {
+    say("(live)");
+    clearTimeout(quiet);
+    quiet = setTimeout(() => { lost = true; say(OFFLINE); }, 12000);
+    if (lost) { lost = false; refresh(); }
+  };
+  const offline = () => { clearTimeout(quiet); lost = true; say(OFFLINE); };
+  const source = new EventSource(live.dataset.feed);
+  source.addEventListener("tree", (e) => {
+    heard();
+    const tree = document.getElementById("tree");
+    if (tree) swap(tree, e.data);
+  });
   source.addEventListener("requests", (e) => {
+    heard();
     const box = document.getElementById("requests-box");
     if (box) swap(box, e.data);
   });
-  source.onopen = () => { if (live) live.textContent = "(live)"; };
-  source.onerror = () => { if (live) live.textContent = "(reconnecting…)"; };
+  source.addEventListener("changed", () => { heard(); refresh(); });
+  source.addEventListener("beat", heard);
+  source.addEventListener("online", heard);
+  source.addEventListener("offline", offline);
+  source.onopen = heard;
+  source.onerror = offline;
 });
 """
 
@@ -64,6 +106,9 @@ pre.diff .add { color: #166534; } pre.diff .del { color: #b91c1c; }
 .request { background: #fff; padding: .4em .8em; margin: .4em 0; border-left: 3px solid #3b82f6; }
 button.danger { color: #b91c1c; }
 figure.chart { background: #fff; padding: .6em; margin: 1em 0; display: inline-block; }
+ul.legend { list-style: none; display: flex; flex-wrap: wrap; gap: .2em 1.2em; padding: 0;
+  margin: .2em 0 0 70px; max-width: 680px; font-size: 11px; }
+ul.legend li { white-space: nowrap; } ul.legend svg { vertical-align: -1px; }
 """
 
 STATIC_VERSION = hashlib.sha256((CONSOLE_JS + CONSOLE_CSS).encode()).hexdigest()[:12]

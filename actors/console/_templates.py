@@ -33,7 +33,8 @@ _BASE = """<!doctype html>
 """
 
 _FLEET = """{% extends "base" %}{% block body %}
-<h1>Fleet</h1>
+<h1>Fleet <span id="live" class="dim" data-feed="{{ root }}/changes">(live)</span></h1>
+<div id="fleet-live" data-live>
 <p class="dim">{{ rows|length }} sessions · {{ events }} events folded · today (UTC) {{ today }}
 {% if fleet_note %} · {{ fleet_note }}{% endif %}</p>
 {% if agents %}<h2>Agents of the fleet file</h2>
@@ -53,7 +54,7 @@ _FLEET = """{% extends "base" %}{% block body %}
 <td>{{ "{:,}".format(r.today) }}</td><td>{{ r.last_run or "" }}</td><td>{{ r.wake_up }}</td><td>{{ r.updated }}</td>
 <td>{% for code, n in r.errors %}<code>{{ code }}</code>×{{ n }} {% endfor %}</td></tr>
 {% else %}<tr><td colspan="11">no sessions in this log yet</td></tr>{% endfor %}
-</table>{% endblock %}
+</table></div>{% endblock %}
 """
 
 _TREE = """<ul class="tree">{% for node in nodes recursive %}
@@ -71,23 +72,23 @@ _TREE = """<ul class="tree">{% for node in nodes recursive %}
 
 _SESSION = """{% extends "base" %}{% block body %}
 <h1>Session <code>{{ sid }}</code></h1>
-<p class="dim">{{ version }} events · <a href="{{ root }}/sessions/{{ sid|urlencode }}/log">log</a> ·
+<p class="dim"><span id="version" data-live>{{ version }} events</span> · <a href="{{ root }}/sessions/{{ sid|urlencode }}/log">log</a> ·
 <a href="{{ root }}/sessions/{{ sid|urlencode }}/replay">replay against this code</a></p>
-<section><h2>Agent tree <span id="live" class="dim">(live)</span></h2>
-<div id="tree" data-stream="{{ root }}/sessions/{{ sid|urlencode }}/stream">{{ tree_html }}</div></section>
+<section><h2>Agent tree <span id="live" class="dim" data-feed="{{ root }}/sessions/{{ sid|urlencode }}/stream">(live)</span></h2>
+<div id="tree">{{ tree_html }}</div></section>
 <div id="requests-box">{{ requests_html }}</div>
 {% if writable %}<section><h2>Follow up</h2>
 <form method="post" action="{{ root }}/sessions/{{ sid|urlencode }}/follow-up">
 <input type="hidden" name="csrf" value="{{ csrf }}"><input name="text" placeholder="one more thing…" required size="60">
 <button>Send</button></form>
-<form method="post" action="{{ root }}/sessions/{{ sid|urlencode }}/cancel">
-<input type="hidden" name="csrf" value="{{ csrf }}"><button class="danger">Cancel the open run</button></form>
+<div id="cancel-box" data-live>{% if open_run %}<form method="post" action="{{ root }}/sessions/{{ sid|urlencode }}/cancel">
+<input type="hidden" name="csrf" value="{{ csrf }}"><button class="danger">Cancel the open run</button></form>{% endif %}</div>
 </section>{% endif %}
-<section><h2>Runs</h2><table><tr><th>run</th><th>status</th><th>versions</th><th>input</th></tr>
+<section id="runs-box" data-live><h2>Runs</h2><table id="runs"><tr><th>run</th><th>status</th><th>versions</th><th>input</th></tr>
 {% for r in runs %}<tr><td><a href="{{ root }}/sessions/{{ sid|urlencode }}/log?run={{ r.run_id|urlencode }}">{{ r.run_id }}</a></td>
 <td><span class="status {{ r.status }}">{{ r.status }}</span></td><td>{{ r.first }}–{{ r.last or "" }}</td>
 <td>{{ r.text|truncate(100) }}</td></tr>{% endfor %}</table></section>
-<section><h2>Transcript</h2>{% if omitted %}<p class="dim">{{ omitted }} earlier entries: see the <a href="{{ root }}/sessions/{{ sid|urlencode }}/log">log</a></p>{% endif %}
+<section id="transcript-box" data-live><h2>Transcript</h2>{% if omitted %}<p class="dim">{{ omitted }} earlier entries: see the <a href="{{ root }}/sessions/{{ sid|urlencode }}/log">log</a></p>{% endif %}
 <ol class="transcript">{% for e in entries %}<li class="{{ e.kind }}"><span class="dim">v{{ e.version }}</span>
 <b>{{ e.kind.replace("_", " ") }}</b>{% if e.name %} {{ e.name }}{% endif %}{% if e.status %} [{{ e.status }}]{% endif %}
 {% if e.text %}<div class="text">{{ e.text }}</div>{% endif %}
@@ -113,11 +114,13 @@ _REQUESTS = """{% if requests %}<section id="requests"><h2>Waiting for a human</
 """
 
 _LOG = """{% extends "base" %}{% block body %}
-<h1>Log of <a href="{{ root }}/sessions/{{ sid|urlencode }}"><code>{{ sid }}</code></a></h1>
+<h1>Log of <a href="{{ root }}/sessions/{{ sid|urlencode }}"><code>{{ sid }}</code></a>
+{% if live_log %}<span id="live" class="dim" data-feed="{{ root }}/changes">(live)</span>{% endif %}</h1>
 <form method="get" class="filters">kind <select name="kind"><option value="">all</option>
 {% for k in kinds %}<option value="{{ k }}"{% if k == kind %} selected{% endif %}>{{ k }}</option>{% endfor %}</select>
 run <input name="run" value="{{ run }}" size="16"> <button>filter</button>
 <a href="?">clear</a></form>
+<div id="log-live"{% if live_log %} data-live{% endif %}>
 <p class="dim">{{ page.version }} events in the stream{% if span %} · run {{ span.run_id }}: versions {{ span.first }}–{{ span.last or "open" }}{% endif %}
 · {{ page.records|length }} shown, {{ page.scanned }} read</p>
 <table id="log"><tr><th>version</th><th>position</th><th>at</th><th>type</th><th>data</th><th></th></tr>
@@ -125,7 +128,7 @@ run <input name="run" value="{{ run }}" size="16"> <button>filter</button>
 <td class="data">{{ r.data }}</td><td><a href="{{ root }}/sessions/{{ sid|urlencode }}/state?at={{ r.version }}">state here</a></td></tr>
 {% else %}<tr><td colspan="6">no events{% if kind or run %} match{% endif %}</td></tr>{% endfor %}</table>
 <p>{% if newer %}<a href="?{{ newer }}">← newer</a>{% endif %}
-{% if older %} <a id="older" href="?{{ older }}">older →</a>{% endif %}</p>
+{% if older %} <a id="older" href="?{{ older }}">older →</a>{% endif %}</p></div>
 {% endblock %}
 """
 
@@ -176,9 +179,9 @@ _CHART = """<figure class="chart"><figcaption>{{ title }}</figcaption>
 <text x="{{ left - 6 }}" y="{{ base }}" text-anchor="end" font-size="11">0</text>
 {% for bar in bars %}<rect x="{{ bar.x }}" y="{{ bar.y }}" width="{{ bar.w }}" height="{{ bar.h }}" fill="{{ bar.color }}"><title>{{ bar.label }}</title></rect>
 {% endfor %}{% for t in ticks %}<text x="{{ t.x }}" y="{{ base + 14 }}" text-anchor="middle" font-size="11">{{ t.text }}</text>
-{% endfor %}{% for l in legend %}<rect x="{{ l.x }}" y="{{ height - 14 }}" width="10" height="10" fill="{{ l.color }}"/>
-<text x="{{ l.x + 14 }}" y="{{ height - 5 }}" font-size="11">{{ l.text }}</text>{% endfor %}
-</svg></figure>
+{% endfor %}</svg>
+<ul class="legend">{% for l in legend %}<li><svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" fill="{{ l.color }}"/></svg> {{ l.text }}</li>{% endfor %}</ul>
+</figure>
 """
 
 _ERROR = """{% extends "base" %}{% block body %}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import final
 
 import attrs
@@ -182,6 +182,10 @@ class FaultyEventStore:
     async def head_position(self) -> int:
         """See ``EventStore.head_position``."""
         return await self.inner.head_position()
+
+    def changes(self) -> AsyncGenerator[int, None]:
+        """See ``EventStore.changes``."""
+        return self.inner.changes()
 
     async def streams(self, prefix: str = "") -> list[StreamInfo]:
         """See ``EventStore.streams``."""

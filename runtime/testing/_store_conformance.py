@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, aclosing
 from functools import partial
 from typing import TypeAlias, TypeVar
 
@@ -398,6 +398,46 @@ async def check_subscribe(make_store: StoreFactory) -> None:
         assert ended == [-1]
 
 
+async def check_changes(make_store: StoreFactory) -> None:
+    """``changes`` yields the head now, then each newer head a commit makes (growing
+    only), closes early when asked, and ends when the store closes."""
+    async with make_store() as store:
+        await store.append("s", [_event(1)], 0)
+        async with aclosing(store.changes()) as early:
+            with trio.fail_after(30):
+                assert await anext(early) == 1, "changes must first yield the head now"
+        seen: list[int] = []
+        ended = trio.Event()
+        moved = trio.Event()
+
+        async def watch() -> None:
+            nonlocal moved
+            async for head in store.changes():
+                seen.append(head)
+                moved.set()
+                moved = trio.Event()
+            ended.set()
+
+        async def until(last: int) -> None:
+            while not seen or seen[-1] < last:
+                await moved.wait()
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                await until(1)
+                await store.append("s", [_event(2), _event(3)], 1)
+                await until(3)
+                await store.append("t", [_event(1)], 0)
+                await until(4)
+                await store.aclose()
+                await ended.wait()
+        assert seen[0] == 1, f"changes gave {seen}"
+        assert seen[-1] == 4, f"changes gave {seen}"
+        assert seen == sorted(set(seen)), f"changes must only grow, gave {seen}"
+        assert set(seen) <= {1, 2, 3, 4}, f"changes gave positions never written: {seen}"
+
+
 async def check_checkpoints(make_store: StoreFactory) -> None:
     """Every public async method is a Trio checkpoint, also on its fast paths."""
     async with make_store() as store:
@@ -473,6 +513,7 @@ EVENT_STORE_CHECKS: Mapping[str, Check] = {
         check_snapshot_chunks,
         check_large_payloads,
         check_subscribe,
+        check_changes,
         check_checkpoints,
         check_cancelled_append_writes_nothing,
         check_closed_store,
