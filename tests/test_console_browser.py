@@ -221,3 +221,110 @@ async def test_the_fleet_page_shows_the_fleet_file_s_agents(
     assert set(rows) == {"broken", "digest", "pinger"}
     assert rows["pinger"][:2] == ["active", "n1"]
     assert rows["broken"][-1] == "config.invalid×1"  # noqa: RUF001
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+"""The browser tests' screenshots of the newer views are the docs' pictures."""
+
+_BARS = (
+    "return Array.from(document.querySelectorAll('#trace g.bar')).map("
+    "g => [g.dataset.kind, g.querySelector('text').textContent.split(' · ')[0]]);"
+)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from _console_trace import record_trace_log
+
+    path = tmp_path_factory.mktemp("console-trace") / "trace.sqlite"
+    trio.run(record_trace_log, path)
+    return path
+
+
+async def test_the_trace_of_a_run_draws_its_tool_child_and_human_wait_in_order(
+    browser: webdriver.Chrome, traced: Path, tmp_path: Path
+) -> None:
+    db = copy_log(traced, tmp_path / "trace.sqlite")
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/sessions/plan"))
+        await _in_browser(lambda: browser.find_element(By.CSS_SELECTOR, "a.trace-link").click())
+        await _until(browser, "return location.pathname;", "/sessions/plan/trace")
+        bars = await _until(browser, _BARS)
+        run = bars[0][1]
+        assert run.startswith("run run_")
+        assert [b for b in bars if b[0] not in {"round", "model"}] == [
+            ["run", run],
+            ["tool", "tool current_time"],
+            ["tool", "tool schedule_wakeup"],
+            ["timer", "timer look again"],
+            ["tool", "tool spawn_agent"],
+            ["child", "sub-agent helper plan.1"],
+            ["run", "run plan.1:task"],
+            ["tool", "tool current_time"],
+            ["human", "waiting for a human (question)"],
+        ]
+        # The helper's two rounds nest inside the root's second.
+        rounds = [b[1] for b in bars if b[0] == "round"]
+        assert rounds == ["round 1", "round 2", "round 1", "round 2", "round 3", "round 4"]
+        # Bars go left to right in time: each starts no earlier than the run does.
+        xs = await _in_browser(
+            lambda: browser.execute_script(
+                "return Array.from(document.querySelectorAll('#trace rect.span'))"
+                ".map(r => Number(r.getAttribute('x')));"
+            )
+        )
+        assert min(xs) == xs[0]
+        human = browser.find_element(By.CSS_SELECTOR, "#trace g.kind-human")
+        await _in_browser(human.click)
+        shown = "return document.getElementById('trace-detail').dataset.shown || '';"
+        await _until(browser, shown, human.get_attribute("id"))
+        detail = await _in_browser(lambda: browser.find_element(By.ID, "trace-detail").text)
+        assert "session.human_requested" in detail and "state here" in detail
+        assert "waiting for a human (question) · answered" in detail
+        assert await _in_browser(lambda: browser.execute_script("return window.__xss;")) is None
+        await _in_browser(lambda: browser.save_screenshot(str(DOCS / "console-trace.png")))
+        await _in_browser(lambda: browser.find_element(By.ID, "state-here").click())
+        await _until(browser, "return location.pathname;", "/sessions/plan/state")
+        await _in_browser(browser.back)
+        child = await _in_browser(
+            lambda: browser.find_element(By.CSS_SELECTOR, "#trace g.kind-child")
+        )
+        await _in_browser(child.click)
+        await _until(browser, shown, child.get_attribute("id"))
+        await _in_browser(lambda: browser.find_element(By.ID, "child-trace").click())
+        await _until(browser, "return location.pathname;", "/sessions/plan.1/trace")
+        assert (await _until(browser, _BARS))[0] == ["run", "run plan.1:task"]
+
+
+async def test_a_live_trace_grows_when_the_human_answers(
+    browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    from _console_trace import record_trace_log
+
+    db = tmp_path / "live.sqlite"
+    await trio.to_thread.run_sync(lambda: trio.run(lambda: record_trace_log(db, answer=False)))
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/sessions/plan/trace"))
+        await _until(
+            browser,
+            "return Number(document.getElementById('trace').dataset.updates || 0) > 0;",
+            True,
+        )
+        open_bars = await _in_browser(
+            lambda: browser.execute_script(
+                "return Array.from(document.querySelectorAll('#trace g.bar.open'))"
+                ".map(g => g.dataset.kind);"
+            )
+        )
+        assert open_bars == ["run", "timer", "round", "human"]
+        request = (await console.client.get("/api/sessions/plan")).json()["requests"][0]
+        sent = await console.client.post(
+            "/api/sessions/plan/answer",
+            json={"request": request["request_id"], "answer": "Saturday", "verdict": "reply"},
+            headers={"X-CSRF-Token": await console.csrf()},
+        )
+        assert sent.status_code == 200, sent.text
+        await _until(browser, "return document.getElementById('trace-summary').dataset.live;", "0")
+        kinds = [b[0] for b in await _until(browser, _BARS)]
+        assert kinds.count("round") == 6  # the root's four, the helper's two
+        await _shot(browser, "trace-live-finished")

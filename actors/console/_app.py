@@ -486,6 +486,60 @@ class _Console:
             nodes=nodes,
         )
 
+    async def trace(self, request: Request) -> Response:
+        """The trace of a run: its bars on one time axis (a live run's refresh themselves)."""
+        from ._trace_view import layout, load_trace  # noqa: PLC0415
+
+        sid = await self.resolve(request.path_params["sid"])
+        run = request.query_params.get("run") or None
+        trace = await load_trace(
+            self.store, sid, run_id=run, now=time.time(), prices=self.fold.prices
+        )
+        if run is not None and run not in trace.runs:
+            raise StreamNotFoundError(f"{SESSION_PREFIX}{sid} (run {run})")
+        if not self.live() and trace.live:
+            trace = attrs.evolve(trace, live=False)
+        if _wants_json(request):
+            return JSONResponse(
+                {
+                    "session_id": sid,
+                    "run_id": trace.run_id,
+                    "status": trace.status,
+                    "start": trace.start,
+                    "end": trace.end,
+                    "runs": list(trace.runs),
+                    "bars": [attrs.asdict(b) for b in trace.bars],
+                }
+            )
+        chart = fragment("trace_chart", trace=trace, lay=layout(trace))
+        if request.query_params.get("part") == "chart":
+            return HTMLResponse(chart, headers={"Cache-Control": "no-store"})
+        title = f"trace {sid}" + (f" {trace.run_id}" if trace.run_id else "")
+        return self.page(request, "trace", title=title, sid=sid, trace=trace, chart_html=chart)
+
+    async def event(self, request: Request) -> Response:
+        """One event of a session, pretty-printed, with the links to act from there."""
+        from ._trace_view import event_fields  # noqa: PLC0415
+
+        sid = await self.resolve(request.path_params["sid"])
+        version = _int_param(request.query_params.get("v"), "v") or 1
+        found = await self.store.read(SESSION_PREFIX + sid, version, limit=1)
+        if not found or found[0].version != version:
+            raise StreamNotFoundError(f"{SESSION_PREFIX}{sid} (version {version})")
+        record = found[0]
+        html = render(
+            "trace_event",
+            root=_root(request),
+            sid=sid,
+            record=record,
+            at=fmt_iso(record.recorded_at),
+            fields=event_fields(record.data),
+            child=request.query_params.get("child", ""),
+            writable=self.operator is not None,
+            csrf=self.csrf,
+        )
+        return HTMLResponse(html)
+
     # -- actions -------------------------------------------------------------------------
 
     async def act(self, request: Request) -> Response:
@@ -728,6 +782,8 @@ def console_app(
         Route("/sessions/{sid}/log", console.log),
         Route("/sessions/{sid}/state", console.state),
         Route("/sessions/{sid}/replay", console.replay),
+        Route("/sessions/{sid}/trace", console.trace),
+        Route("/sessions/{sid}/event", console.event),
         Route("/sessions/{sid}/{action}", console.act, methods=["POST"]),
         Route("/api/csrf", console.csrf_token),
         Route("/api/fleet", console.fleet),
@@ -736,6 +792,7 @@ def console_app(
         Route("/api/sessions/{sid}/log", console.log),
         Route("/api/sessions/{sid}/state", console.state),
         Route("/api/sessions/{sid}/replay", console.replay),
+        Route("/api/sessions/{sid}/trace", console.trace),
         Route("/api/sessions/{sid}/{action}", console.act, methods=["POST"]),
     ]
 

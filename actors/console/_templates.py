@@ -72,6 +72,7 @@ _TREE = """<ul class="tree">{% for node in nodes recursive %}
 _SESSION = """{% extends "base" %}{% block body %}
 <h1>Session <code>{{ sid }}</code></h1>
 <p class="dim">{{ version }} events · <a href="{{ root }}/sessions/{{ sid|urlencode }}/log">log</a> ·
+<a href="{{ root }}/sessions/{{ sid|urlencode }}/trace">trace of the latest run</a> ·
 <a href="{{ root }}/sessions/{{ sid|urlencode }}/replay">replay against this code</a></p>
 <section><h2>Agent tree <span id="live" class="dim">(live)</span></h2>
 <div id="tree" data-stream="{{ root }}/sessions/{{ sid|urlencode }}/stream">{{ tree_html }}</div></section>
@@ -83,10 +84,10 @@ _SESSION = """{% extends "base" %}{% block body %}
 <form method="post" action="{{ root }}/sessions/{{ sid|urlencode }}/cancel">
 <input type="hidden" name="csrf" value="{{ csrf }}"><button class="danger">Cancel the open run</button></form>
 </section>{% endif %}
-<section><h2>Runs</h2><table><tr><th>run</th><th>status</th><th>versions</th><th>input</th></tr>
+<section><h2>Runs</h2><table><tr><th>run</th><th>status</th><th>versions</th><th>input</th><th></th></tr>
 {% for r in runs %}<tr><td><a href="{{ root }}/sessions/{{ sid|urlencode }}/log?run={{ r.run_id|urlencode }}">{{ r.run_id }}</a></td>
 <td><span class="status {{ r.status }}">{{ r.status }}</span></td><td>{{ r.first }}–{{ r.last or "" }}</td>
-<td>{{ r.text|truncate(100) }}</td></tr>{% endfor %}</table></section>
+<td>{{ r.text|truncate(100) }}</td><td><a class="trace-link" href="{{ root }}/sessions/{{ sid|urlencode }}/trace?run={{ r.run_id|urlencode }}">trace</a></td></tr>{% endfor %}</table></section>
 <section><h2>Transcript</h2>{% if omitted %}<p class="dim">{{ omitted }} earlier entries: see the <a href="{{ root }}/sessions/{{ sid|urlencode }}/log">log</a></p>{% endif %}
 <ol class="transcript">{% for e in entries %}<li class="{{ e.kind }}"><span class="dim">v{{ e.version }}</span>
 <b>{{ e.kind.replace("_", " ") }}</b>{% if e.name %} {{ e.name }}{% endif %}{% if e.status %} [{{ e.status }}]{% endif %}
@@ -181,6 +182,42 @@ _CHART = """<figure class="chart"><figcaption>{{ title }}</figcaption>
 </svg></figure>
 """
 
+_TRACE = """{% extends "base" %}{% block body %}
+<h1>Trace of <a href="{{ root }}/sessions/{{ sid|urlencode }}"><code>{{ sid }}</code></a>{% if trace.run_id %} · run <code>{{ trace.run_id }}</code>{% endif %}</h1>
+<p class="dim">{% if trace.runs|length > 1 %}runs: {% for r in trace.runs|reverse %}{% if loop.index <= 20 %}<a href="?run={{ r|urlencode }}">{{ r }}</a> {% endif %}{% endfor %}·
+{% endif %}<a href="{{ root }}/sessions/{{ sid|urlencode }}/log{% if trace.run_id %}?run={{ trace.run_id|urlencode }}{% endif %}">log of this run</a> ·
+drawn from the log: the events' record times and their own fields. Select a bar for its event.</p>
+<div id="trace" data-refresh="{% if trace.live %}{{ root }}/sessions/{{ sid|urlencode }}/trace?part=chart{% if trace.run_id %}&run={{ trace.run_id|urlencode }}{% endif %}{% endif %}"
+ data-event="{{ root }}/sessions/">{{ chart_html }}</div>
+<aside id="trace-detail"><p class="dim">Select a bar.</p></aside>
+{% endblock %}
+"""
+
+_TRACE_CHART = """<p class="dim" id="trace-summary" data-live="{{ 1 if trace.live else 0 }}">{% if not trace.bars %}no run to draw{% else %}
+<span class="status {{ trace.status }}">{{ trace.status }}</span> · {{ trace.bars|length }} bars ·
+{{ "{:,}".format(trace.usage.prompt_tokens) }} in + {{ "{:,}".format(trace.usage.completion_tokens) }} out tokens{% if trace.cost is not none %} · ${{ "{:,.6f}".format(trace.cost) }}{% endif %}{% if trace.live %} · <span id="trace-live">(live)</span>{% endif %}{% endif %}</p>
+<div class="legend">{% for k in ("run", "round", "model", "tool", "child", "human", "timer") %}<span class="key kind-{{ k }}">{{ k }}</span> {% endfor %}</div>
+<svg xmlns="http://www.w3.org/2000/svg" class="trace" width="{{ lay.width }}" height="{{ lay.height }}" viewBox="0 0 {{ lay.width }} {{ lay.height }}" role="img" aria-label="trace">
+{% for t in lay.ticks %}<line class="tick" x1="{{ t[0] }}" y1="14" x2="{{ t[0] }}" y2="{{ lay.height }}"/><text x="{{ t[0] }}" y="11" text-anchor="middle" font-size="10">+{{ t[1] }}</text>
+{% endfor %}{% for r in lay.rows %}<g class="bar kind-{{ r.bar.kind }}{% if r.bar.open %} open{% endif %}" id="bar-{{ r.bar.key }}" tabindex="0" data-kind="{{ r.bar.kind }}" data-session="{{ r.bar.session_id }}" data-version="{{ r.bar.version }}"{% if r.bar.child_id %} data-child="{{ r.bar.child_id }}"{% endif %} data-summary="{{ r.summary }}">
+<title>{{ r.summary }}</title><rect class="row" x="0" y="{{ r.y }}" width="{{ lay.width }}" height="{{ lay.row }}"/>
+<text x="{{ r.indent }}" y="{{ r.y + 15 }}" font-size="12">{{ r.text }}</text>
+<rect class="span" x="{{ r.x }}" y="{{ r.y + 4 }}" width="{{ r.w }}" height="{{ lay.row - 8 }}" rx="2"/></g>
+{% endfor %}</svg>
+"""
+
+_TRACE_EVENT = """<div class="event"><p id="bar-summary" class="dim"></p>
+<h3><code>{{ record.type }}</code> · <code>{{ sid }}</code> v{{ record.version }} · {{ at }}</h3>
+<p><a id="state-here" href="{{ root }}/sessions/{{ sid|urlencode }}/state?at={{ record.version }}">state here</a> ·
+<a id="replay-here" href="{{ root }}/sessions/{{ sid|urlencode }}/replay">replay this session</a>{% if child %} ·
+<a id="child-trace" href="{{ root }}/sessions/{{ child|urlencode }}/trace">trace of the sub-agent</a>{% endif %}
+{% if writable %}<form class="fork" method="post" action="{{ root }}/sessions/{{ sid|urlencode }}/fork">
+<input type="hidden" name="csrf" value="{{ csrf }}"><input type="hidden" name="at" value="{{ record.version }}">
+<button id="fork-here" title="a new session with the events up to here">fork here</button></form>{% endif %}</p>
+{% for k, v in fields %}<details{% if loop.index <= 8 %} open{% endif %}><summary>{{ k }}</summary><pre>{{ v }}</pre></details>
+{% endfor %}</div>
+"""
+
 _ERROR = """{% extends "base" %}{% block body %}
 <h1>{{ heading }}</h1><p><code>{{ code }}</code>: {{ message }}</p>{% endblock %}
 """
@@ -199,6 +236,9 @@ _ENV = jinja2.Environment(
             "usage": _USAGE,
             "chart": _CHART,
             "error": _ERROR,
+            "trace": _TRACE,
+            "trace_chart": _TRACE_CHART,
+            "trace_event": _TRACE_EVENT,
         }
     ),
     autoescape=True,
