@@ -46,7 +46,8 @@ document.addEventListener("DOMContentLoaded", () => {
     fetch(url, { credentials: "same-origin" }).then((r) => r.text()).then((html) => {
       detail.innerHTML = html;
       const said = document.getElementById("bar-summary");
-      if (said) said.textContent = bar.dataset.summary;
+      const title = bar.querySelector("title");
+      if (said && title) said.textContent = title.textContent;
       detail.dataset.shown = bar.id;
     });
   };
