@@ -328,3 +328,19 @@ async def test_a_live_trace_grows_when_the_human_answers(
         kinds = [b[0] for b in await _until(browser, _BARS)]
         assert kinds.count("round") == 6  # the root's four, the helper's two
         await _shot(browser, "trace-live-finished")
+
+
+async def test_the_replay_diff_reads_side_by_side(browser: webdriver.Chrome, db: Path) -> None:
+    from test_console_pictures import tamper_system_prompt
+
+    tamper_system_prompt(db)
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/sessions/demo/replay"))
+        cells = await _until(
+            browser,
+            "return Array.from(document.querySelectorAll('#replay-diff tr.changed td'))"
+            ".map(td => td.textContent);",
+        )
+        assert cells[0].endswith("Answer concisely.")
+        assert cells[1].endswith("Answer <b>at length</b>.")
+        await _in_browser(lambda: browser.save_screenshot(str(DOCS / "console-replay.png")))

@@ -54,6 +54,7 @@ from ._data import (
 )
 from ._fleet import LogFleetSource
 from ._operator import FleetSource, Operator, Verdict
+from ._replay_view import side_by_side
 from ._static import CACHE_FOREVER, CONSOLE_CSS, CONSOLE_JS
 from ._templates import fragment, render
 
@@ -484,6 +485,7 @@ class _Console:
             error=error,
             checked=checked,
             nodes=nodes,
+            rows=side_by_side(divergence.difference) if divergence is not None else [],
         )
 
     async def trace(self, request: Request) -> Response:

@@ -106,6 +106,11 @@ pre.diff .add { color: #166534; } pre.diff .del { color: #b91c1c; }
 .request { background: #fff; padding: .4em .8em; margin: .4em 0; border-left: 3px solid #3b82f6; }
 button.danger { color: #b91c1c; }
 figure.chart { background: #fff; padding: .6em; margin: 1em 0; display: inline-block; }
+table.side-by-side td { font-family: ui-monospace, monospace; font-size: 12px;
+  white-space: pre-wrap; overflow-wrap: anywhere; width: 50%; }
+table.side-by-side tr.changed td.old, table.side-by-side tr.removed td.old { background: #ffe4e4; }
+table.side-by-side tr.changed td.new, table.side-by-side tr.added td.new { background: #dcf7e3; }
+table.side-by-side tr.hunk td { color: #6b7280; } table.side-by-side tr.note td { color: #6b7280; }
 svg.trace { background: #fff; display: block; }
 svg.trace line.tick { stroke: #e3e6ec; } svg.trace g.bar { cursor: pointer; }
 svg.trace rect.row { fill: transparent; }

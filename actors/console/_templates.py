@@ -150,8 +150,11 @@ recorded with each request; no model or tool is called.</p>
 <table class="small"><tr><th>stream</th><td><code>{{ divergence.stream }}</code></td></tr>
 <tr><th>version</th><td>{{ divergence.version }} (<code>{{ divergence.event_type }}</code>)
 <a href="{{ root }}/sessions/{{ sid|urlencode }}/state?at={{ divergence.version }}">state there</a></td></tr></table>
-<pre class="diff">{% for line in diff %}<span class="{{ line.cls }}">{{ line.text }}</span>
-{% endfor %}</pre>
+<table class="side-by-side" id="replay-diff"><tr><th>recorded in the log</th><th>asked for by this code</th></tr>
+{% for row in rows %}<tr class="{{ row.kind }}">{% if row.kind == "note" %}<td colspan="2">{{ row.recorded }}</td>{% else %}<td class="old">{{ row.recorded }}</td><td class="new">{{ row.replayed }}</td>{% endif %}</tr>
+{% endfor %}</table>
+<details><summary>as a unified diff</summary><pre class="diff">{% for line in diff %}<span class="{{ line.cls }}">{{ line.text }}</span>
+{% endfor %}</pre></details>
 {% elif error %}<p class="status failed">{{ error }}</p>
 {% else %}<p class="status completed">no divergence: {{ checked }} model answers asked for again, identically</p>
 <ul>{% for n in nodes %}<li><code>{{ n.session_id }}</code> · {{ n.version }} events · {{ n.checked }} answers checked</li>{% endfor %}</ul>{% endif %}
