@@ -220,7 +220,7 @@ async def test_the_fleet_page_shows_the_fleet_file_s_agents(
     rows = {row[0]: row[1:] for row in cells}
     assert set(rows) == {"broken", "digest", "pinger"}
     assert rows["pinger"][:2] == ["active", "n1"]
-    assert rows["broken"][-1] == "config.invalid×1"  # noqa: RUF001
+    assert rows["broken"][-2] == "config.invalid×1"  # noqa: RUF001  # then its latest runs
 
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -344,3 +344,50 @@ async def test_the_replay_diff_reads_side_by_side(browser: webdriver.Chrome, db:
         assert cells[0].endswith("Answer concisely.")
         assert cells[1].endswith("Answer <b>at length</b>.")
         await _in_browser(lambda: browser.save_screenshot(str(DOCS / "console-replay.png")))
+
+
+async def test_the_fleet_page_shows_each_agent_s_latest_runs_at_a_glance(
+    browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    import trio.testing
+    from _console_fleet import HOUR, START, run_fleet
+
+    from actors import Price
+    from actors.console import LogFleetSource
+    from runtime import open_sqlite_store
+
+    path = tmp_path / "fleet.sqlite"
+    await trio.to_thread.run_sync(
+        lambda: trio.run(run_fleet, path, 13.0, clock=trio.testing.MockClock(autojump_threshold=0))
+    )
+    async with open_sqlite_store(path) as store:
+        source = LogFleetSource(store, now=lambda: START + 13 * HOUR)
+        prices = {"": Price(prompt=1.0, completion=1.0)}
+        async with serve(path, writable=False, fleet=source, prices=prices) as console:
+            await _in_browser(lambda: browser.get(console.url + "/"))
+            strip = await _until(
+                browser,
+                "return Array.from(document.querySelectorAll("
+                "'#agents tr[data-agent=pinger] svg.runs rect'))"
+                ".map(r => r.getAttribute('class'));",
+            )
+            assert strip == ["run completed", "run completed"]
+            await _in_browser(lambda: browser.save_screenshot(str(DOCS / "console-fleet.png")))
+            await _in_browser(lambda: browser.get(console.url + "/usage"))
+            titles = await _until(
+                browser,
+                "return Array.from(document.querySelectorAll('section.group-chart h2'))"
+                ".map(h => h.textContent);",
+            )
+            assert titles == [
+                "Tokens per tree",
+                "Cost per tree",
+                "Tokens per fleet agent",
+                "Cost per fleet agent",
+            ]
+            await _in_browser(
+                lambda: browser.execute_script(
+                    "document.querySelectorAll('section.group-chart')[2].scrollIntoView();"
+                )
+            )
+            await _in_browser(lambda: browser.save_screenshot(str(DOCS / "console-usage.png")))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -82,3 +83,44 @@ async def test_the_replay_page_shows_a_changed_prompt_side_by_side(
     row = html[html.index('<tr class="changed">') :].split("</tr>")[0]
     assert "Answer concisely.</td>" in row
     assert "Answer &lt;b&gt;at length&lt;/b&gt;.</td>" in row
+
+
+@pytest.fixture(scope="module")
+def fleet_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import trio.testing
+    from _console_fleet import run_fleet
+
+    path = tmp_path_factory.mktemp("console-pictures-fleet") / "fleet.sqlite"
+    trio.run(run_fleet, path, 13.0, clock=trio.testing.MockClock(autojump_threshold=0))
+    return path
+
+
+async def test_the_fleet_page_shows_each_agent_s_latest_runs_and_usage_per_agent(
+    fleet_log: Path,
+) -> None:
+    from _console_fleet import HOUR, START
+
+    from actors import Price
+    from actors.console import LogFleetSource
+    from runtime import open_sqlite_store
+
+    async with open_sqlite_store(fleet_log) as store:
+        source = LogFleetSource(store, now=lambda: START + 13 * HOUR)
+        prices = {"": Price(prompt=1.0, completion=1.0)}  # every model, at $1 a million
+        async with serve(fleet_log, writable=False, fleet=source, prices=prices) as console:
+            page = (await console.client.get("/")).text
+            usage = (await console.client.get("/usage")).text
+    pinger = page[page.index('<tr data-agent="pinger">') :].split("</tr>")[0]
+    # pinger ran twice (14:00 and 20:00), each run its own session, linked to its trace.
+    runs = re.findall(r'<a href="(/sessions/[^"]+/trace)"><rect class="run (\w+)"', pinger)
+    assert runs == [
+        ("/sessions/pinger-1/trace", "completed"),
+        ("/sessions/pinger-2/trace", "completed"),
+    ]
+    assert "<title>run-1 · pinger-1 · completed · " in pinger
+    digest = page[page.index('<tr data-agent="digest">') :].split("</tr>")[0]
+    assert '<td class="strip"></td>' in digest  # it has not run yet
+    assert "tokens per day per tree" in usage and "tokens per day per fleet agent" in usage
+    assert "cost per day per fleet agent (USD)" in usage
+    chart = usage[usage.index("tokens per day per fleet agent") :].split("</figure>")[0]
+    assert "<title>pinger · " in chart and "<title>pinger-1 · " not in chart

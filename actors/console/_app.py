@@ -208,7 +208,20 @@ class _Console:
             agents=fleet,
             agent_columns=columns,
             fleet_note=note,
+            strips=self._strips(request),
         )
+
+    def _strips(self, request: Request) -> dict[str, Markup]:
+        """Each fleet agent's latest runs as a strip of small bars (height: duration)."""
+        from ._pictures import runs_strip  # noqa: PLC0415
+
+        source = self.fleet_source
+        if not isinstance(source, LogFleetSource):
+            return {}
+        return {
+            name: runs_strip(runs, root=_root(request), now=time.time())
+            for name, runs in source.recent.items()
+        }
 
     async def usage(self, request: Request) -> Response:
         await self.fold.refresh(self.store, budget=FOLD_BUDGET_SECONDS)
@@ -244,7 +257,42 @@ class _Console:
             priced=priced,
             tokens_svg=stacked_bars("tokens per day", days, tokens),
             cost_svg=stacked_bars("cost per day (USD)", days, cost, unit="$") if priced else "",
+            group_charts=await self._group_charts(days, priced=priced),
         )
+
+    async def _group_charts(self, days: list[str], *, priced: bool) -> list[tuple[str, Markup]]:
+        """Tokens (and cost) per day per session tree, and per fleet agent if a fleet file
+        declared agents: the same fold as the charts above, summed by group."""
+        from ._pictures import invert, usage_by_group  # noqa: PLC0415
+
+        tokens = {
+            key: float(s.prompt_tokens + s.completion_tokens) for key, s in self.fold.daily.items()
+        }
+        groups: list[tuple[str, Mapping[str, str] | None]] = [("tree", None)]
+        source = self.fleet_source
+        if isinstance(source, LogFleetSource):
+            await source.agents()
+            if source.sessions:
+                groups.append(("fleet agent", invert(source.sessions)))
+        charts = []
+        for name, group_of in groups:
+            charts.append(
+                (
+                    f"Tokens per {name}",
+                    stacked_bars(
+                        f"tokens per day per {name}", days, usage_by_group(tokens, days, group_of)
+                    ),
+                )
+            )
+            if priced:
+                cost = usage_by_group(self.fold.daily_cost, days, group_of)
+                charts.append(
+                    (
+                        f"Cost per {name}",
+                        stacked_bars(f"cost per day per {name} (USD)", days, cost, unit="$"),
+                    )
+                )
+        return charts
 
     async def session(self, request: Request) -> Response:
         sid = await self.resolve(request.path_params["sid"])

@@ -111,6 +111,9 @@ table.side-by-side td { font-family: ui-monospace, monospace; font-size: 12px;
 table.side-by-side tr.changed td.old, table.side-by-side tr.removed td.old { background: #ffe4e4; }
 table.side-by-side tr.changed td.new, table.side-by-side tr.added td.new { background: #dcf7e3; }
 table.side-by-side tr.hunk td { color: #6b7280; } table.side-by-side tr.note td { color: #6b7280; }
+svg.runs rect.run { fill: #9ca3af; } svg.runs rect.completed { fill: #22c55e; }
+svg.runs rect.failed { fill: #ef4444; } svg.runs rect.running { fill: #eab308; }
+svg.runs rect.cancelled { fill: #a855f7; } svg.runs rect.waiting_for_human { fill: #3b82f6; }
 svg.trace { background: #fff; display: block; }
 svg.trace line.tick { stroke: #e3e6ec; } svg.trace g.bar { cursor: pointer; }
 svg.trace rect.row { fill: transparent; }

@@ -37,9 +37,9 @@ _FLEET = """{% extends "base" %}{% block body %}
 <p class="dim">{{ rows|length }} sessions · {{ events }} events folded · today (UTC) {{ today }}
 {% if fleet_note %} · {{ fleet_note }}{% endif %}</p>
 {% if agents %}<h2>Agents of the fleet file</h2>
-<table id="agents"><tr><th>agent</th>{% for c in agent_columns %}<th>{{ c }}</th>{% endfor %}</tr>
+<table id="agents"><tr><th>agent</th>{% for c in agent_columns %}<th>{{ c }}</th>{% endfor %}<th>latest runs</th></tr>
 {% for a in agents %}<tr data-agent="{{ a.name }}"><td>{% if a.session %}<a href="{{ root }}/sessions/{{ a.session|urlencode }}">{{ a.name }}</a>{% else %}{{ a.name }}{% endif %}</td>
-{% for c in agent_columns %}<td>{% if c == "state" %}<span class="status {{ a.get(c, "") }}">{{ a.get(c, "") }}</span>{% else %}{{ a.get(c, "") }}{% endif %}</td>{% endfor %}</tr>{% endfor %}
+{% for c in agent_columns %}<td>{% if c == "state" %}<span class="status {{ a.get(c, "") }}">{{ a.get(c, "") }}</span>{% else %}{{ a.get(c, "") }}{% endif %}</td>{% endfor %}<td class="strip">{{ strips.get(a.name, "") }}</td></tr>{% endfor %}
 </table><h2>Sessions of the log</h2>{% endif %}
 {% if errors %}<h2>Errors by code</h2><table class="small"><tr><th>code</th><th>runs</th></tr>
 {% for code, n in errors %}<tr><td><code>{{ code }}</code></td><td>{{ n }}</td></tr>{% endfor %}
@@ -167,6 +167,7 @@ _USAGE = """{% extends "base" %}{% block body %}
 <code>powertrio sessions</code>){% if priced %}; cost at the prices given{% endif %}.</p>
 {{ tokens_svg }}
 {% if priced %}{{ cost_svg }}{% endif %}
+{% for title, svg in group_charts %}<section class="group-chart"><h2>{{ title }}</h2>{{ svg }}</section>{% endfor %}
 <table><tr><th>agent</th>{% for d in days %}<th>{{ d }}</th>{% endfor %}<th>total</th></tr>
 {% for a in agents %}<tr><td><a href="{{ root }}/sessions/{{ a.root|urlencode }}">{{ a.id }}</a></td>
 {% for v in a.counts %}<td>{{ "{:,}".format(v) }}</td>{% endfor %}<td>{{ "{:,}".format(a.total) }}</td></tr>{% endfor %}
@@ -221,6 +222,10 @@ _TRACE_EVENT = """<div class="event"><p id="bar-summary" class="dim"></p>
 {% endfor %}</div>
 """
 
+_RUNS_STRIP = """<svg xmlns="http://www.w3.org/2000/svg" class="runs" width="{{ width }}" height="26" viewBox="0 0 {{ width }} 26" role="img" aria-label="latest runs">
+{% for r in runs %}<a href="{{ root }}/sessions/{{ r.session|urlencode }}/trace"><rect class="run {{ r.status }}" x="{{ r.x }}" y="{{ 24 - r.h }}" width="10" height="{{ r.h }}"><title>{{ r.label }}</title></rect></a>
+{% endfor %}</svg>"""
+
 _ERROR = """{% extends "base" %}{% block body %}
 <h1>{{ heading }}</h1><p><code>{{ code }}</code>: {{ message }}</p>{% endblock %}
 """
@@ -240,6 +245,7 @@ _ENV = jinja2.Environment(
             "chart": _CHART,
             "error": _ERROR,
             "trace": _TRACE,
+            "runs_strip": _RUNS_STRIP,
             "trace_chart": _TRACE_CHART,
             "trace_event": _TRACE_EVENT,
         }
