@@ -16,7 +16,7 @@ import orjson
 
 from actors.cli._common import SESSION_PREFIX
 from actors.cli._inspect import decode_or_none
-from runtime import EventStore
+from runtime import EventStore, RecordedEvent
 
 from .._budget import Price
 from .._session_events import ChildSpawned, RunFinished, RunStarted
@@ -31,8 +31,8 @@ LABEL_WIDTH = 420
 ROW = 22
 
 
-async def _read(store: EventStore, stream: str, low: int, high: int | None) -> list[object]:
-    records: list[object] = []
+async def _read(store: EventStore, stream: str, low: int, high: int | None) -> list[RecordedEvent]:
+    records: list[RecordedEvent] = []
     at = low
     while high is None or at <= high:
         limit = _PAGE if high is None else min(_PAGE, high - at + 1)
@@ -52,42 +52,39 @@ async def load_trace(
     now: float,
     prices: Mapping[str, Price] | None = None,
 ) -> Trace:
-    """The trace of run ``run_id`` of ``session_id`` (default: its latest), from the log."""
-    from runtime import RecordedEvent  # noqa: PLC0415
+    """The trace of run ``run_id`` of ``session_id`` (default: its latest), from the log.
 
-    stream = SESSION_PREFIX + session_id
-    starts: list[TraceEvent] = []
-    span: tuple[int, int | None] | None = None
-    for record in await _read(store, stream, 1, None):
-        assert isinstance(record, RecordedEvent)
-        if record.type not in {"session.run_started", "session.run_finished"}:
-            continue
-        event = decode_or_none(record)
-        if isinstance(event, RunStarted):
-            starts.append(TraceEvent(session_id, record.version, record.recorded_at, event))
-            if run_id is None or event.run_id == run_id:
-                span = (record.version, None)
-        elif (
-            isinstance(event, RunFinished)
-            and span is not None
-            and span[1] is None
-            and (run_id is None or event.run_id == run_id)
-        ):
-            span = (span[0], record.version)
-    first = span[0] if span is not None else 0
-    events = [s for s in starts if s.version != first]
-    if span is not None:
-        todo = [(session_id, span[0], span[1])]
-        while todo:
-            sid, low, high = todo.pop()
-            for record in await _read(store, SESSION_PREFIX + sid, low, high):
-                assert isinstance(record, RecordedEvent)
-                event = decode_or_none(record)
-                if event is None:
-                    continue
-                events.append(TraceEvent(sid, record.version, record.recorded_at, event))
-                if isinstance(event, ChildSpawned):
-                    todo.append((event.child_id, 1, None))
+    One read of the session's stream: every run's start is decoded (the page's run
+    picker), the rest only inside the chosen run; sub-agents' streams are read whole.
+    """
+    events: list[TraceEvent] = []
+    kept: list[RecordedEvent] = []
+    inside = False
+    for record in await _read(store, SESSION_PREFIX + session_id, 1, None):
+        if record.type == "session.run_started":
+            event = decode_or_none(record)
+            if isinstance(event, RunStarted):
+                events.append(TraceEvent(session_id, record.version, record.recorded_at, event))
+                if run_id is None or event.run_id == run_id:
+                    # The latest run wins when none is named: forget an earlier one.
+                    kept, inside = [], True
+                continue
+        if inside:
+            kept.append(record)
+            if record.type == "session.run_finished" and run_id is not None:
+                finished = decode_or_none(record)
+                inside = not (isinstance(finished, RunFinished) and finished.run_id == run_id)
+    todo: list[tuple[str, list[RecordedEvent]]] = [(session_id, kept)]
+    while todo:
+        sid, records = todo.pop()
+        for record in records:
+            event = decode_or_none(record)
+            if event is None:
+                continue
+            events.append(TraceEvent(sid, record.version, record.recorded_at, event))
+            if isinstance(event, ChildSpawned):
+                child = await _read(store, SESSION_PREFIX + event.child_id, 1, None)
+                todo.append((event.child_id, child))
     # The fold reads each session's events in stream order; sessions do not interleave.
     events.sort(key=lambda e: (e.session_id, e.version))
     return trace_bars(events, session_id, now=now, run_id=run_id, prices=prices)
