@@ -17,7 +17,7 @@ import trio
 pytest.importorskip("starlette", reason="the console extra is not installed")
 pytest.importorskip("selenium", reason="selenium (the test extra) is not installed")
 
-from _console import copy_log, record_log, serve
+from _console import PAYLOAD, copy_log, record_log, serve
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
@@ -154,7 +154,8 @@ async def test_script_payloads_stay_inert_in_the_browser(
     browser: webdriver.Chrome, db: Path
 ) -> None:
     async with serve(db) as console:
-        for page in ("/sessions/xss", "/sessions/xss/log", "/sessions/xss/state?at=99", "/"):
+        pages = ("/sessions/xss", "/sessions/xss/log", "/sessions/xss/state?at=99", "/")
+        for page in (*pages, "/sessions/xss/trace", "/usage"):
             await _in_browser(lambda page=page: browser.get(console.url + page))
             await _until(browser, "return document.readyState === 'complete';")
             ran = await _in_browser(lambda: browser.execute_script("return window.__xss;"))
@@ -169,6 +170,18 @@ async def test_script_payloads_stay_inert_in_the_browser(
                 lambda: browser.execute_script("return document.images.length;")
             )
             assert images == 0, page
+        # Each bar of the trace opens its event (the payloads are in them): still inert.
+        await _in_browser(lambda: browser.get(console.url + "/sessions/xss/trace"))
+        bars = await _in_browser(lambda: browser.find_elements(By.CSS_SELECTOR, "#trace g.bar"))
+        assert len(bars) >= 5
+        for bar in bars:
+            await _in_browser(bar.click)
+            shown = "return document.getElementById('trace-detail').dataset.shown || '';"
+            await _until(browser, shown, await _in_browser(lambda bar=bar: bar.get_attribute("id")))
+            detail = await _in_browser(lambda: browser.find_element(By.ID, "trace-detail").text)
+            assert await _in_browser(lambda: browser.execute_script("return window.__xss;")) is None
+        # The last bar, the final answer: its text shown as text (in JSON, so quotes escaped).
+        assert "The page said " + PAYLOAD.replace('"', '\\"') in detail
         await _in_browser(lambda: browser.get(console.url + "/sessions/xss"))
         text = await _in_browser(lambda: browser.find_element(By.TAG_NAME, "main").text)
         assert '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">' in text
