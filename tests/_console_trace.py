@@ -41,7 +41,7 @@ def trace_answer(request: LLMRequest) -> LLMResponse:
             _call(
                 "t-wake",
                 "schedule_wakeup",
-                {"action": "schedule", "delay_seconds": 3600, "note": "look again"},
+                {"action": "schedule", "delay_seconds": 3600, "note": "look again" + TRACE_PAYLOAD},
             ),
         ),
         (_call("t-child", "spawn_agent", {"agent": "helper", "task": "check the venue"}),),

@@ -269,7 +269,7 @@ async def test_the_trace_of_a_run_draws_its_tool_child_and_human_wait_in_order(
             ["run", run],
             ["tool", "tool current_time"],
             ["tool", "tool schedule_wakeup"],
-            ["timer", "timer look again"],
+            ["timer", "timer look again<script>window.__xss=3<…"],
             ["tool", "tool spawn_agent"],
             ["child", "sub-agent helper plan.1"],
             ["run", "run plan.1:task"],

@@ -173,7 +173,7 @@ async def test_the_trace_page_draws_the_run_and_each_bar_opens_its_event(recorde
             (0, "run", f"run {data['run_id']}"),
             (2, "tool", "tool current_time"),
             (2, "tool", "tool schedule_wakeup"),
-            (2, "timer", "timer look again"),
+            (2, "timer", "timer look again" + TRACE_PAYLOAD),
             (2, "tool", "tool spawn_agent"),
             (2, "child", "sub-agent helper plan.1"),
             (3, "run", "run plan.1:task"),
@@ -185,7 +185,8 @@ async def test_the_trace_page_draws_the_run_and_each_bar_opens_its_event(recorde
         html = page.text
         assert html.count('<g class="bar') == len(data["bars"])
         assert 'data-refresh=""' in html  # finished: no refresh
-        assert TRACE_PAYLOAD not in html
+        assert TRACE_PAYLOAD not in html  # in the timer's label, and escaped:
+        assert "timer look again&lt;script&gt;window.__xss=3&lt;/script&gt;" in html
         human = next(b for b in data["bars"] if b["kind"] == "human")
         event = await console.client.get(f"/sessions/plan/event?v={human['version']}")
         assert "session.human_requested" in event.text

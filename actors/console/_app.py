@@ -538,7 +538,7 @@ class _Console:
 
     async def trace(self, request: Request) -> Response:
         """The trace of a run: its bars on one time axis (a live run's refresh themselves)."""
-        from ._trace_view import layout, load_trace  # noqa: PLC0415
+        from ._trace_view import layout, load_trace, svg_rows  # noqa: PLC0415
 
         sid = await self.resolve(request.path_params["sid"])
         run = request.query_params.get("run") or None
@@ -561,7 +561,8 @@ class _Console:
                     "bars": [attrs.asdict(b) for b in trace.bars],
                 }
             )
-        chart = fragment("trace_chart", trace=trace, lay=layout(trace))
+        lay = layout(trace)
+        chart = fragment("trace_chart", trace=trace, lay=lay, rows_svg=svg_rows(lay))
         if request.query_params.get("part") == "chart":
             return HTMLResponse(chart, headers={"Cache-Control": "no-store"})
         title = f"trace {sid}" + (f" {trace.run_id}" if trace.run_id else "")

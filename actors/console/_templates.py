@@ -203,11 +203,7 @@ _TRACE_CHART = """<p class="dim" id="trace-summary" data-live="{{ 1 if trace.liv
 <div class="legend">{% for k in ("run", "round", "model", "tool", "child", "human", "timer") %}<span class="key kind-{{ k }}">{{ k }}</span> {% endfor %}</div>
 <svg xmlns="http://www.w3.org/2000/svg" class="trace" width="{{ lay.width }}" height="{{ lay.height }}" viewBox="0 0 {{ lay.width }} {{ lay.height }}" role="img" aria-label="trace">
 {% for t in lay.ticks %}<line class="tick" x1="{{ t[0] }}" y1="14" x2="{{ t[0] }}" y2="{{ lay.height }}"/><text x="{{ t[0] }}" y="11" text-anchor="middle" font-size="10">+{{ t[1] }}</text>
-{% endfor %}{% for r in lay.rows %}<g class="bar kind-{{ r.bar.kind }}{% if r.bar.open %} open{% endif %}" id="bar-{{ r.bar.key }}" tabindex="0" data-kind="{{ r.bar.kind }}" data-session="{{ r.bar.session_id }}" data-version="{{ r.bar.version }}"{% if r.bar.child_id %} data-child="{{ r.bar.child_id }}"{% endif %}>
-<title>{{ r.summary }}</title><rect class="row" x="0" y="{{ r.y }}" width="{{ lay.width }}" height="{{ lay.row }}"/>
-<text x="{{ r.indent }}" y="{{ r.y + 15 }}" font-size="12">{{ r.text }}</text>
-<rect class="span" x="{{ r.x }}" y="{{ r.y + 4 }}" width="{{ r.w }}" height="{{ lay.row - 8 }}" rx="2"/></g>
-{% endfor %}</svg>
+{% endfor %}{{ rows_svg }}</svg>
 """
 
 _TRACE_EVENT = """<div class="event"><p id="bar-summary" class="dim"></p>

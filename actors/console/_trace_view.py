@@ -13,6 +13,7 @@ from typing import final
 
 import attrs
 import orjson
+from markupsafe import Markup, escape
 
 from actors.cli._common import SESSION_PREFIX
 from actors.cli._inspect import decode_or_none
@@ -22,7 +23,7 @@ from .._budget import Price
 from .._session_events import ChildSpawned, RunFinished, RunStarted
 from ._trace import Bar, Trace, TraceEvent, trace_bars
 
-__all__ = ["TraceLayout", "event_fields", "layout", "load_trace"]
+__all__ = ["TraceLayout", "event_fields", "layout", "load_trace", "svg_rows"]
 
 _PAGE = 2000
 WIDTH = 1160
@@ -150,6 +151,28 @@ def layout(trace: Trace) -> TraceLayout:
         left=LABEL_WIDTH,
         row=ROW,
     )
+
+
+def svg_rows(lay: TraceLayout) -> Markup:
+    """The bars' SVG, one ``<g>`` each. Written here rather than in a template: a run of
+    1,000 rounds has 3,000 bars, which a Jinja loop renders six times slower. Every text
+    goes through :func:`markupsafe.escape`; the rest are numbers."""
+    width, height = lay.width, lay.row - 8
+    parts = []
+    for r in lay.rows:
+        b = r.bar
+        kind = escape(b.kind)
+        child = f' data-child="{escape(b.child_id)}"' if b.child_id else ""
+        parts.append(
+            f'<g class="bar kind-{kind}{" open" if b.open else ""}" id="bar-{escape(b.key)}" '
+            f'tabindex="0" data-kind="{kind}" data-session="{escape(b.session_id)}" '
+            f'data-version="{int(b.version)}"{child}><title>{escape(r.summary)}</title>'
+            f'<rect class="row" x="0" y="{r.y}" width="{width}" height="{lay.row}"/>'
+            f'<text x="{r.indent}" y="{r.y + 15}" font-size="12">{escape(r.text)}</text>'
+            f'<rect class="span" x="{r.x}" y="{r.y + 4}" width="{r.w}" height="{height}" '
+            'rx="2"/></g>\n'
+        )
+    return Markup("".join(parts))  # every text above is escaped
 
 
 def seconds(bar: Bar) -> str:
