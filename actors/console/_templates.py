@@ -2,7 +2,8 @@
 """The console's pages: Jinja templates with autoescape on, so every value is escaped.
 
 Nothing here marks a value safe but the server's own fragments (the tree, the SVG
-charts), which are rendered by these same templates first. Model answers, tool results,
+charts), which are rendered by these same templates first, and the trace's bars, which
+``_trace_view.svg_rows`` writes with an explicit escape of every text. Model answers, tool results,
 prompts, ids: all are untrusted and reach the page only through ``{{ ... }}``.
 """
 
