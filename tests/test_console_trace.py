@@ -158,6 +158,27 @@ def test_a_live_run_s_open_bars_end_now_and_an_older_run_can_be_drawn() -> None:
     assert trace_bars([], "r", now=5.0).bars == ()
 
 
+def test_a_model_call_in_flight_is_an_open_round_and_model_bar() -> None:
+    # Up to the first tool's result (version 7): the session has asked its model again.
+    events = [e for e in _events(answered=False) if e.session_id == "r" and e.version <= 7]
+    trace = trace_bars(events, "r", now=103.5)
+    open_bars = [(b.kind, b.label, b.start, b.end, b.status) for b in trace.bars if b.open]
+    assert open_bars == [
+        ("run", "run run-1", 100.0, 103.5, "running"),
+        ("timer", "timer look again", 101.6, 103.5, "scheduled"),
+        ("round", "round 2", 103.0, 103.5, ""),
+        ("model", "model (answering)", 103.0, 103.5, "answering"),
+    ]
+    # Waiting for its tool, it asks no model: no such bar.
+    waiting = trace_bars(events[:-1], "r", now=103.5)
+    assert [b.label for b in waiting.bars if b.open] == [
+        "run run-1",
+        "round 1",
+        "tool search",
+        "timer look again",
+    ]
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("console-trace") / "trace.sqlite"

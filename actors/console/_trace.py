@@ -168,6 +168,7 @@ class _Builder:
                     walk.start(e, e.event)
             elif walk.run is not None and walk.step(e, walk.run) and run_id is not None:
                 break
+        walk.answering()
 
 
 @attrs.define
@@ -182,11 +183,14 @@ class _Walk:
     resumed_at: float | None = None
     waits: dict[tuple[str, str], _Draft] = attrs.Factory(dict)
     """Open tools, children, human requests and timers, by kind and id."""
+    rounds: int = 0
+    last: TraceEvent | None = None
+    """The run's latest event (where an unanswered model call is anchored)."""
 
     def start(self, e: TraceEvent, event: RunStarted) -> None:
         self.run = self.builder.add("run", f"run {event.run_id}", e, e.at, self.parent)
         self.run.status, self.run_id = "running", event.run_id
-        self.round_bar, self.resumed_at = None, e.at
+        self.round_bar, self.resumed_at, self.rounds, self.last = None, e.at, 0, e
 
     def open(self, kind: BarKind, label: str, e: TraceEvent, run: _Draft, key: str) -> _Draft:
         bar = self.builder.add(kind, label, e, e.at, (self.round_bar or run).key)
@@ -199,9 +203,25 @@ class _Walk:
         if bar is not None:
             _close(bar, e, status)
 
+    def answering(self) -> None:
+        """An open run that waits for nothing but its model: the model call in flight,
+        as an open round and an open model bar (its answer is not recorded yet)."""
+        run, last = self.run, self.last
+        if run is None or last is None or self.resumed_at is None:
+            return
+        if any(kind != "timer" for kind, _ in self.waits):
+            return
+        if self.round_bar is not None:
+            self.round_bar.end = self.resumed_at
+        label = f"round {self.rounds + 1}"
+        round_bar = self.builder.add("round", label, last, self.resumed_at, run.key)
+        model = self.builder.add("model", "model (answering)", last, self.resumed_at, round_bar.key)
+        model.status = "answering"
+
     def step(self, e: TraceEvent, run: _Draft) -> bool:
         """Fold one event of the open run; whether it ended the run."""
         event = e.event
+        self.last = e
         if isinstance(event, AssistantRecorded):
             self.model(e, event, run)
         elif isinstance(event, ToolStarted):
@@ -237,6 +257,7 @@ class _Walk:
         start = self.resumed_at if self.resumed_at is not None else e.at
         if self.round_bar is not None:
             self.round_bar.end = start
+        self.rounds = event.round
         self.round_bar = self.builder.add("round", f"round {event.round}", e, start, run.key)
         model = self.builder.add("model", f"model {event.model}", e, start, self.round_bar.key)
         model.end, model.status, model.model = e.at, event.finish_reason, event.model
