@@ -515,7 +515,8 @@ async def test_usage_per_agent_per_day_as_svg_with_cost(db: Path) -> None:
     assert totals == {
         sid: s.prompt_tokens + s.completion_tokens for sid, s in cli.items() if s.rounds
     }
-    assert html.count('<figure class="chart">') == 2 and "cost per day (USD)" in html
+    # Per agent, then per session tree and per fleet agent.
+    assert html.count('<figure class="chart">') == 4 and "cost per day (USD)" in html
     # xss: 2 answers of 40 + 9 tokens at $1 and $2 per million.
     assert f"xss · {day}: $0.0001" in html
 

@@ -6,6 +6,7 @@ Skipped, with the reason, where chromium or its driver is missing or cannot star
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ import trio
 pytest.importorskip("starlette", reason="the console extra is not installed")
 pytest.importorskip("selenium", reason="selenium (the test extra) is not installed")
 
-from _console import copy_log, record_log, serve
+from _console import PAYLOAD, copy_log, record_log, serve
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
@@ -163,7 +164,8 @@ async def test_script_payloads_stay_inert_in_the_browser(
     browser: webdriver.Chrome, db: Path
 ) -> None:
     async with serve(db) as console:
-        for page in ("/sessions/xss", "/sessions/xss/log", "/sessions/xss/state?at=99", "/"):
+        pages = ("/sessions/xss", "/sessions/xss/log", "/sessions/xss/state?at=99", "/")
+        for page in (*pages, "/sessions/xss/trace", "/usage"):
             await _in_browser(lambda page=page: browser.get(console.url + page))
             await _until(browser, "return document.readyState === 'complete';")
             ran = await _in_browser(lambda: browser.execute_script("return window.__xss;"))
@@ -178,6 +180,18 @@ async def test_script_payloads_stay_inert_in_the_browser(
                 lambda: browser.execute_script("return document.images.length;")
             )
             assert images == 0, page
+        # Each bar of the trace opens its event (the payloads are in them): still inert.
+        await _in_browser(lambda: browser.get(console.url + "/sessions/xss/trace"))
+        bars = await _in_browser(lambda: browser.find_elements(By.CSS_SELECTOR, "#trace g.bar"))
+        assert len(bars) >= 5
+        for bar in bars:
+            await _in_browser(bar.click)
+            shown = "return document.getElementById('trace-detail').dataset.shown || '';"
+            await _until(browser, shown, await _in_browser(lambda bar=bar: bar.get_attribute("id")))
+            detail = await _in_browser(lambda: browser.find_element(By.ID, "trace-detail").text)
+            assert await _in_browser(lambda: browser.execute_script("return window.__xss;")) is None
+        # The last bar, the final answer: its text shown as text (in JSON, so quotes escaped).
+        assert "The page said " + PAYLOAD.replace('"', '\\"') in detail
         await _in_browser(lambda: browser.get(console.url + "/sessions/xss"))
         text = await _in_browser(lambda: browser.find_element(By.TAG_NAME, "main").text)
         assert '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">' in text
@@ -229,7 +243,7 @@ async def test_the_fleet_page_shows_the_fleet_file_s_agents(
     rows = {row[0]: row[1:] for row in cells}
     assert set(rows) == {"broken", "digest", "pinger"}
     assert rows["pinger"][:2] == ["active", "n1"]
-    assert rows["broken"][-1] == "config.invalid×1"  # noqa: RUF001
+    assert rows["broken"][-2] == "config.invalid×1"  # noqa: RUF001  # then its latest runs
 
 
 # -- live from the log, whoever writes it ---------------------------------------------------
@@ -428,3 +442,180 @@ async def test_the_chart_legend_s_labels_do_not_overlap_in_the_browser(
             apart = right <= left2 or right2 <= left or bottom <= top2 or bottom2 <= top
             assert apart, f"label {i} overlaps another: {boxes}"
     await _shot(browser, "usage-legend")
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+"""Where ``POWERTRIO_DOCS_SHOTS=1`` puts the screenshots of the newer views: they are the
+docs' pictures. Without it they go with the other artifacts, and a test run leaves the
+checkout as it was."""
+
+
+def _picture(name: str) -> str:
+    folder = DOCS if os.environ.get("POWERTRIO_DOCS_SHOTS") == "1" else ARTIFACTS
+    return str(folder / name)
+
+_BARS = (
+    "return Array.from(document.querySelectorAll('#trace g.bar')).map("
+    "g => [g.dataset.kind, g.querySelector('text').textContent.split(' · ')[0]]);"
+)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from _console_trace import record_trace_log
+
+    path = tmp_path_factory.mktemp("console-trace") / "trace.sqlite"
+    trio.run(record_trace_log, path)
+    return path
+
+
+async def test_the_trace_of_a_run_draws_its_tool_child_and_human_wait_in_order(
+    browser: webdriver.Chrome, traced: Path, tmp_path: Path
+) -> None:
+    db = copy_log(traced, tmp_path / "trace.sqlite")
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/sessions/plan"))
+        await _in_browser(lambda: browser.find_element(By.CSS_SELECTOR, "a.trace-link").click())
+        await _until(browser, "return location.pathname;", "/sessions/plan/trace")
+        bars = await _until(browser, _BARS)
+        run = bars[0][1]
+        assert run.startswith("run run_")
+        assert [b for b in bars if b[0] not in {"round", "model"}] == [
+            ["run", run],
+            ["tool", "tool current_time"],
+            ["tool", "tool schedule_wakeup"],
+            ["timer", "timer look again<script>window.__xss=3<…"],
+            ["tool", "tool spawn_agent"],
+            ["child", "sub-agent helper plan.1"],
+            ["run", "run plan.1:task"],
+            ["tool", "tool current_time"],
+            ["human", "waiting for a human (question)"],
+        ]
+        # The helper's two rounds nest inside the root's second.
+        rounds = [b[1] for b in bars if b[0] == "round"]
+        assert rounds == ["round 1", "round 2", "round 1", "round 2", "round 3", "round 4"]
+        # Bars go left to right in time: each starts no earlier than the run does.
+        xs = await _in_browser(
+            lambda: browser.execute_script(
+                "return Array.from(document.querySelectorAll('#trace rect.span'))"
+                ".map(r => Number(r.getAttribute('x')));"
+            )
+        )
+        assert min(xs) == xs[0]
+        human = browser.find_element(By.CSS_SELECTOR, "#trace g.kind-human")
+        await _in_browser(human.click)
+        shown = "return document.getElementById('trace-detail').dataset.shown || '';"
+        await _until(browser, shown, human.get_attribute("id"))
+        detail = await _in_browser(lambda: browser.find_element(By.ID, "trace-detail").text)
+        assert "session.human_requested" in detail and "state here" in detail
+        assert "waiting for a human (question) · answered" in detail
+        assert await _in_browser(lambda: browser.execute_script("return window.__xss;")) is None
+        await _in_browser(lambda: browser.save_screenshot(_picture("console-trace.png")))
+        await _in_browser(lambda: browser.find_element(By.ID, "state-here").click())
+        await _until(browser, "return location.pathname;", "/sessions/plan/state")
+        await _in_browser(browser.back)
+        child = await _in_browser(
+            lambda: browser.find_element(By.CSS_SELECTOR, "#trace g.kind-child")
+        )
+        await _in_browser(child.click)
+        await _until(browser, shown, child.get_attribute("id"))
+        await _in_browser(lambda: browser.find_element(By.ID, "child-trace").click())
+        await _until(browser, "return location.pathname;", "/sessions/plan.1/trace")
+        assert (await _until(browser, _BARS))[0] == ["run", "run plan.1:task"]
+
+
+async def test_a_live_trace_grows_when_the_human_answers(
+    browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    from _console_trace import record_trace_log
+
+    db = tmp_path / "live.sqlite"
+    await trio.to_thread.run_sync(lambda: trio.run(lambda: record_trace_log(db, answer=False)))
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/sessions/plan/trace"))
+        await _until(
+            browser,
+            "return Number(document.getElementById('trace').dataset.updates || 0) > 0;",
+            True,
+        )
+        open_bars = await _in_browser(
+            lambda: browser.execute_script(
+                "return Array.from(document.querySelectorAll('#trace g.bar.open'))"
+                ".map(g => g.dataset.kind);"
+            )
+        )
+        assert open_bars == ["run", "timer", "round", "human"]
+        request = (await console.client.get("/api/sessions/plan")).json()["requests"][0]
+        sent = await console.client.post(
+            "/api/sessions/plan/answer",
+            json={"request": request["request_id"], "answer": "Saturday", "verdict": "reply"},
+            headers={"X-CSRF-Token": await console.csrf()},
+        )
+        assert sent.status_code == 200, sent.text
+        await _until(browser, "return document.getElementById('trace-summary').dataset.live;", "0")
+        kinds = [b[0] for b in await _until(browser, _BARS)]
+        assert kinds.count("round") == 6  # the root's four, the helper's two
+        await _shot(browser, "trace-live-finished")
+
+
+async def test_the_replay_diff_reads_side_by_side(browser: webdriver.Chrome, db: Path) -> None:
+    from test_console_pictures import tamper_system_prompt
+
+    tamper_system_prompt(db)
+    async with serve(db) as console:
+        await _in_browser(lambda: browser.get(console.url + "/sessions/demo/replay"))
+        cells = await _until(
+            browser,
+            "return Array.from(document.querySelectorAll('#replay-diff tr.changed td'))"
+            ".map(td => td.textContent);",
+        )
+        assert cells[0].endswith("Answer concisely.")
+        assert cells[1].endswith("Answer <b>at length</b>.")
+        await _in_browser(lambda: browser.save_screenshot(_picture("console-replay.png")))
+
+
+async def test_the_fleet_page_shows_each_agent_s_latest_runs_at_a_glance(
+    browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    import trio.testing
+    from _console_fleet import HOUR, START, run_fleet
+
+    from actors import Price
+    from actors.console import LogFleetSource
+    from runtime import open_sqlite_store
+
+    path = tmp_path / "fleet.sqlite"
+    await trio.to_thread.run_sync(
+        lambda: trio.run(run_fleet, path, 13.0, clock=trio.testing.MockClock(autojump_threshold=0))
+    )
+    async with open_sqlite_store(path) as store:
+        source = LogFleetSource(store, now=lambda: START + 13 * HOUR)
+        prices = {"": Price(prompt=1.0, completion=1.0)}
+        async with serve(path, writable=False, fleet=source, prices=prices) as console:
+            await _in_browser(lambda: browser.get(console.url + "/"))
+            strip = await _until(
+                browser,
+                "return Array.from(document.querySelectorAll("
+                "'#agents tr[data-agent=pinger] svg.runs rect'))"
+                ".map(r => r.getAttribute('class'));",
+            )
+            assert strip == ["run completed", "run completed"]
+            await _in_browser(lambda: browser.save_screenshot(_picture("console-fleet.png")))
+            await _in_browser(lambda: browser.get(console.url + "/usage"))
+            titles = await _until(
+                browser,
+                "return Array.from(document.querySelectorAll('section.group-chart h2'))"
+                ".map(h => h.textContent);",
+            )
+            assert titles == [
+                "Tokens per tree",
+                "Cost per tree",
+                "Tokens per fleet agent",
+                "Cost per fleet agent",
+            ]
+            await _in_browser(
+                lambda: browser.execute_script(
+                    "document.querySelectorAll('section.group-chart')[2].scrollIntoView();"
+                )
+            )
+            await _in_browser(lambda: browser.save_screenshot(_picture("console-usage.png")))

@@ -15,6 +15,9 @@
   (chromium's own floor on this machine).
   ``response_end_ms_1m_events`` is when the browser had the whole HTML. Absent
   (``first_paint`` says why) where chromium or its driver is not installed.
+* ``trace_page_ms_1000_rounds``: the median time of ``GET /sessions/rounds/trace`` (whole
+  HTML received) for a run of 1,000 rounds, each a model call and a tool call
+  (``trace_bars``: how many bars it draws), in the same log as the million events.
 """
 
 from __future__ import annotations
@@ -31,8 +34,15 @@ from pathlib import Path
 import httpx
 import trio
 
-from actors.events import SessionCreated
-from protocols import default_registry
+from actors.events import (
+    AssistantRecorded,
+    RunFinished,
+    RunStarted,
+    SessionCreated,
+    ToolFinished,
+    ToolStarted,
+)
+from protocols import AssistantMessage, ToolCall, ToolOutcome, Usage, default_registry
 from runtime import NewEvent, SqliteEventStore, open_sqlite_store
 from runtime.bench import Figures
 
@@ -61,6 +71,45 @@ def _batches(session_id: str, events: int) -> list[list[NewEvent]]:
     return batches
 
 
+def _rounds(session_id: str, rounds: int) -> list[NewEvent]:
+    """A session of one run of ``rounds`` rounds, each a model call and a tool call."""
+    run = "run-long"
+    events: list[object] = [
+        SessionCreated(session_id=session_id, system_prompt="", max_rounds=rounds + 1),
+        RunStarted(run_id=run, input="a long task", max_rounds=rounds + 1),
+    ]
+    for i in range(1, rounds + 1):
+        call = ToolCall(id=f"c{i}", name="lookup", arguments=f'{{"i": {i}}}')
+        events += [
+            AssistantRecorded(
+                run_id=run,
+                round=i,
+                message=AssistantMessage(content=f"step {i}", tool_calls=(call,)),
+                usage=Usage(prompt_tokens=100 + i, completion_tokens=10),
+                model="m",
+                finish_reason="tool_calls",
+                request_fingerprint=f"f{i}",
+            ),
+            ToolStarted(
+                run_id=run,
+                call_id=call.id,
+                name="lookup",
+                arguments=call.arguments,
+                idempotency_key=f"k{i}",
+                crash_policy="retry",
+            ),
+            ToolFinished(
+                run_id=run,
+                outcome=ToolOutcome(call_id=call.id, tool_name="lookup", status="ok", content="x"),
+            ),
+        ]
+    events.append(
+        RunFinished(run_id=run, status="completed", text="done", rounds=rounds, usage=Usage())
+    )
+    encode = default_registry.encode
+    return [NewEvent.from_encoded(encode(event)) for event in events]
+
+
 async def _append(store: SqliteEventStore, stream: str, batches: list[list[NewEvent]]) -> int:
     version = 0
     for batch in batches:
@@ -78,6 +127,7 @@ async def _measure(path: Path, events: int, figures: Figures) -> None:
         figures["events"] = await _append(store, "session/long", long_batches)
         figures["build_s"] = round(time.perf_counter() - start, 2)
         await _append(store, "session/short", short_batches)
+        await _append(store, "session/rounds", [_rounds("rounds", 1000)])
         # The million events built here are not the console's: let them go, or the
         # collector walks them in the middle of the pages it times.
         del long_batches, short_batches
@@ -92,6 +142,11 @@ async def _measure(path: Path, events: int, figures: Figures) -> None:
                     ("log_page_kind_ms_1m_events", "/sessions/long/log?kind=session.run"),
                 ):
                     figures[name] = await _median_get(client, query)
+                figures["trace_page_ms_1000_rounds"] = await _median_get(
+                    client, "/sessions/rounds/trace"
+                )
+                bars = (await client.get("/api/sessions/rounds/trace")).json()["bars"]
+                figures["trace_bars"] = len(bars)
             paint = await trio.to_thread.run_sync(_first_paints, url)
             figures.update(paint)
             nursery.cancel_scope.cancel()

@@ -57,6 +57,7 @@ from ._fleet import LogFleetSource
 from ._live import LogBeacon, change_events
 from ._live import sse as _sse
 from ._operator import FleetSource, Operator, Verdict
+from ._replay_view import side_by_side
 from ._static import CACHE_FOREVER, CONSOLE_CSS, CONSOLE_JS
 from ._templates import fragment, render
 
@@ -214,7 +215,20 @@ class _Console:
             agents=fleet,
             agent_columns=columns,
             fleet_note=note,
+            strips=self._strips(request),
         )
+
+    def _strips(self, request: Request) -> dict[str, Markup]:
+        """Each fleet agent's latest runs as a strip of small bars (height: duration)."""
+        from ._pictures import runs_strip  # noqa: PLC0415
+
+        source = self.fleet_source
+        if not isinstance(source, LogFleetSource):
+            return {}
+        return {
+            name: runs_strip(runs, root=_root(request), now=time.time())
+            for name, runs in source.recent.items()
+        }
 
     async def usage(self, request: Request) -> Response:
         await self.fold.refresh(self.store, budget=FOLD_BUDGET_SECONDS)
@@ -250,7 +264,42 @@ class _Console:
             priced=priced,
             tokens_svg=stacked_bars("tokens per day", days, tokens),
             cost_svg=stacked_bars("cost per day (USD)", days, cost, unit="$") if priced else "",
+            group_charts=await self._group_charts(days, priced=priced),
         )
+
+    async def _group_charts(self, days: list[str], *, priced: bool) -> list[tuple[str, Markup]]:
+        """Tokens (and cost) per day per session tree, and per fleet agent if a fleet file
+        declared agents: the same fold as the charts above, summed by group."""
+        from ._pictures import invert, usage_by_group  # noqa: PLC0415
+
+        tokens = {
+            key: float(s.prompt_tokens + s.completion_tokens) for key, s in self.fold.daily.items()
+        }
+        groups: list[tuple[str, Mapping[str, str] | None]] = [("tree", None)]
+        source = self.fleet_source
+        if isinstance(source, LogFleetSource):
+            await source.agents()
+            if source.sessions:
+                groups.append(("fleet agent", invert(source.sessions)))
+        charts = []
+        for name, group_of in groups:
+            charts.append(
+                (
+                    f"Tokens per {name}",
+                    stacked_bars(
+                        f"tokens per day per {name}", days, usage_by_group(tokens, days, group_of)
+                    ),
+                )
+            )
+            if priced:
+                cost = usage_by_group(self.fold.daily_cost, days, group_of)
+                charts.append(
+                    (
+                        f"Cost per {name}",
+                        stacked_bars(f"cost per day per {name} (USD)", days, cost, unit="$"),
+                    )
+                )
+        return charts
 
     async def session(self, request: Request) -> Response:
         sid = await self.resolve(request.path_params["sid"])
@@ -516,7 +565,63 @@ class _Console:
             error=error,
             checked=checked,
             nodes=nodes,
+            rows=side_by_side(divergence.difference) if divergence is not None else [],
         )
+
+    async def trace(self, request: Request) -> Response:
+        """The trace of a run: its bars on one time axis (a live run's refresh themselves)."""
+        from ._trace_view import layout, load_trace, svg_rows  # noqa: PLC0415
+
+        sid = await self.resolve(request.path_params["sid"])
+        run = request.query_params.get("run") or None
+        trace = await load_trace(
+            self.store, sid, run_id=run, now=time.time(), prices=self.fold.prices
+        )
+        if run is not None and run not in trace.runs:
+            raise StreamNotFoundError(f"{SESSION_PREFIX}{sid} (run {run})")
+        if not self.live() and trace.live:
+            trace = attrs.evolve(trace, live=False)
+        if _wants_json(request):
+            return JSONResponse(
+                {
+                    "session_id": sid,
+                    "run_id": trace.run_id,
+                    "status": trace.status,
+                    "start": trace.start,
+                    "end": trace.end,
+                    "runs": list(trace.runs),
+                    "bars": [attrs.asdict(b) for b in trace.bars],
+                }
+            )
+        lay = layout(trace)
+        chart = fragment("trace_chart", trace=trace, lay=lay, rows_svg=svg_rows(lay))
+        if request.query_params.get("part") == "chart":
+            return HTMLResponse(chart, headers={"Cache-Control": "no-store"})
+        title = f"trace {sid}" + (f" {trace.run_id}" if trace.run_id else "")
+        return self.page(request, "trace", title=title, sid=sid, trace=trace, chart_html=chart)
+
+    async def event(self, request: Request) -> Response:
+        """One event of a session, pretty-printed, with the links to act from there."""
+        from ._trace_view import event_fields  # noqa: PLC0415
+
+        sid = await self.resolve(request.path_params["sid"])
+        version = _int_param(request.query_params.get("v"), "v") or 1
+        found = await self.store.read(SESSION_PREFIX + sid, version, limit=1)
+        if not found or found[0].version != version:
+            raise StreamNotFoundError(f"{SESSION_PREFIX}{sid} (version {version})")
+        record = found[0]
+        html = render(
+            "trace_event",
+            root=_root(request),
+            sid=sid,
+            record=record,
+            at=fmt_iso(record.recorded_at),
+            fields=event_fields(record.data),
+            child=request.query_params.get("child", ""),
+            writable=self.operator is not None,
+            csrf=self.csrf,
+        )
+        return HTMLResponse(html)
 
     # -- actions -------------------------------------------------------------------------
 
@@ -757,6 +862,8 @@ def console_app(
         Route("/sessions/{sid}/log", console.log),
         Route("/sessions/{sid}/state", console.state),
         Route("/sessions/{sid}/replay", console.replay),
+        Route("/sessions/{sid}/trace", console.trace),
+        Route("/sessions/{sid}/event", console.event),
         Route("/sessions/{sid}/{action}", console.act, methods=["POST"]),
         Route("/api/csrf", console.csrf_token),
         Route("/api/fleet", console.fleet),
@@ -765,6 +872,7 @@ def console_app(
         Route("/api/sessions/{sid}/log", console.log),
         Route("/api/sessions/{sid}/state", console.state),
         Route("/api/sessions/{sid}/replay", console.replay),
+        Route("/api/sessions/{sid}/trace", console.trace),
         Route("/api/sessions/{sid}/{action}", console.act, methods=["POST"]),
     ]
 

@@ -12,11 +12,16 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import final
 
+import attrs
+
 from actors.cli._common import fmt_age, fmt_iso
 from protocols import decode_record
 from runtime import EventStore
 
-__all__ = ["LogFleetSource"]
+__all__ = ["LogFleetSource", "RecentRun"]
+
+RECENT_RUNS = 12
+"""Runs per agent the fleet page shows at a glance."""
 
 _COLUMNS = (
     "state",
@@ -27,6 +32,19 @@ _COLUMNS = (
     "tokens today",
     "errors",
 )
+
+
+@final
+@attrs.define
+class RecentRun:
+    """One of an agent's latest runs, as its fleet stream has it."""
+
+    run_id: str
+    session_id: str
+    started_at: float
+    status: str = "running"
+    finished_at: float | None = None
+    tokens: int = 0
 
 
 @final
@@ -41,6 +59,10 @@ class LogFleetSource:
     def __init__(self, store: EventStore, *, now: Callable[[], float] = time.time) -> None:
         self.store = store
         self.now = now
+        self.recent: dict[str, list[RecentRun]] = {}
+        """Each agent's latest runs, oldest first (as of the last :meth:`agents`)."""
+        self.sessions: dict[str, set[str]] = {}
+        """Each agent's sessions, one a run (as of the last :meth:`agents`)."""
 
     @property
     def columns(self) -> Sequence[str]:
@@ -55,25 +77,38 @@ class LogFleetSource:
         )
 
         pairs: list[tuple[int, str, object]] = []
+        at: dict[int, float] = {}
         for record in await self.store.read("fleet"):
             pairs.append((record.position, record.stream, decode_record(record)))
         for info in await self.store.streams("fleet/"):
             for record in await self.store.read(info.stream):
                 pairs.append((record.position, record.stream, decode_record(record)))
+                at[record.position] = record.recorded_at
         if not pairs:
             return {}
         pairs.sort(key=lambda p: p[0])
         errors: defaultdict[str, Counter[str]] = defaultdict(Counter)
         sessions: dict[str, str] = {}
-        for _, stream, event in pairs:
+        recent: dict[str, list[RecentRun]] = {}
+        for position, stream, event in pairs:
             name = stream.removeprefix("fleet/agent/")
             if isinstance(event, FleetRunStarted) and name != stream:
                 sessions[name] = event.session_id
+                self.sessions.setdefault(name, set()).add(event.session_id)
+                runs = recent.setdefault(name, [])
+                runs.append(RecentRun(event.run_id, event.session_id, at.get(position, 0.0)))
+                del runs[:-RECENT_RUNS]
             elif isinstance(event, FleetRunFinished) and name != stream:
                 if event.status == "failed":
                     errors[name][event.error_code or "unknown"] += 1
+                for run in reversed(recent.get(name, ())):
+                    if run.run_id == event.run_id:
+                        run.status, run.finished_at = event.status, event.finished_at
+                        run.tokens = event.tokens
+                        break
             elif isinstance(event, FleetAgentUnavailable):
                 errors[event.name][event.error_code] += 1
+        self.recent = recent
         now = self.now()
         status = fleet_status(((stream, event) for _, stream, event in pairs), now=now)
         rows: dict[str, Mapping[str, str]] = {}

@@ -71,6 +71,48 @@ document.addEventListener("DOMContentLoaded", () => {
   source.onopen = heard;
   source.onerror = offline;
 });
+// The trace: a selected bar's event comes from the server as an escaped fragment; a live
+// run's chart is fetched again each second until the run ends.
+document.addEventListener("DOMContentLoaded", () => {
+  const trace = document.getElementById("trace");
+  const detail = document.getElementById("trace-detail");
+  if (!trace || !detail) return;
+  let selected = "";
+  const show = (bar) => {
+    trace.querySelectorAll("g.bar.selected").forEach((g) => g.classList.remove("selected"));
+    bar.classList.add("selected");
+    selected = bar.id;
+    let url = trace.dataset.event + encodeURIComponent(bar.dataset.session) +
+      "/event?v=" + encodeURIComponent(bar.dataset.version);
+    if (bar.dataset.child) url += "&child=" + encodeURIComponent(bar.dataset.child);
+    fetch(url, { credentials: "same-origin" }).then((r) => r.text()).then((html) => {
+      detail.innerHTML = html;
+      const said = document.getElementById("bar-summary");
+      const title = bar.querySelector("title");
+      if (said && title) said.textContent = title.textContent;
+      detail.dataset.shown = bar.id;
+    });
+  };
+  const pick = (e) => {
+    const bar = e.target.closest && e.target.closest("g.bar");
+    if (bar) show(bar);
+  };
+  trace.addEventListener("click", pick);
+  trace.addEventListener("keydown", (e) => { if (e.key === "Enter") pick(e); });
+  const refresh = () => {
+    const url = trace.dataset.refresh;
+    fetch(url, { credentials: "same-origin" }).then((r) => r.text()).then((html) => {
+      trace.innerHTML = html;
+      trace.dataset.updates = String(Number(trace.dataset.updates || 0) + 1);
+      const again = selected && document.getElementById(selected);
+      if (again) again.classList.add("selected");
+      const state = document.getElementById("trace-summary");
+      if (state && state.dataset.live === "0") trace.dataset.refresh = "";
+      else setTimeout(refresh, 1000);
+    }).catch(() => setTimeout(refresh, 2000));
+  };
+  if (trace.dataset.refresh) setTimeout(refresh, 1000);
+});
 """
 
 CONSOLE_CSS = """\
@@ -109,6 +151,34 @@ figure.chart { background: #fff; padding: .6em; margin: 1em 0; display: inline-b
 ul.legend { list-style: none; display: flex; flex-wrap: wrap; gap: .2em 1.2em; padding: 0;
   margin: .2em 0 0 70px; max-width: 680px; font-size: 11px; }
 ul.legend li { white-space: nowrap; } ul.legend svg { vertical-align: -1px; }
+table.side-by-side td { font-family: ui-monospace, monospace; font-size: 12px;
+  white-space: pre-wrap; overflow-wrap: anywhere; width: 50%; }
+table.side-by-side tr.changed td.old, table.side-by-side tr.removed td.old { background: #ffe4e4; }
+table.side-by-side tr.changed td.new, table.side-by-side tr.added td.new { background: #dcf7e3; }
+table.side-by-side tr.hunk td { color: #6b7280; } table.side-by-side tr.note td { color: #6b7280; }
+svg.runs rect.run { fill: #9ca3af; } svg.runs rect.completed { fill: #22c55e; }
+svg.runs rect.failed { fill: #ef4444; } svg.runs rect.running { fill: #eab308; }
+svg.runs rect.cancelled { fill: #a855f7; } svg.runs rect.waiting_for_human { fill: #3b82f6; }
+svg.trace { background: #fff; display: block; }
+svg.trace line.tick { stroke: #e3e6ec; } svg.trace g.bar { cursor: pointer; }
+svg.trace rect.row { fill: transparent; }
+svg.trace g.bar:hover rect.row, svg.trace g.bar.selected rect.row { fill: #e8efff; }
+svg.trace g.bar.open rect.span { stroke: #1d2330; stroke-dasharray: 3 2; }
+.kind-run rect.span { fill: #64748b; } .kind-round rect.span { fill: #cbd5e1; }
+.kind-model rect.span { fill: #3b82f6; } .kind-tool rect.span { fill: #10b981; }
+.kind-child rect.span { fill: #8b5cf6; } .kind-human rect.span { fill: #f59e0b; }
+.kind-timer rect.span { fill: #0ea5e9; }
+.legend .key { border-left: 12px solid #999; padding: 0 .6em 0 .3em; font-size: 12px; }
+.legend .kind-run { border-color: #64748b; } .legend .kind-round { border-color: #cbd5e1; }
+.legend .kind-model { border-color: #3b82f6; } .legend .kind-tool { border-color: #10b981; }
+.legend .kind-child { border-color: #8b5cf6; } .legend .kind-human { border-color: #f59e0b; }
+.legend .kind-timer { border-color: #0ea5e9; }
+#trace { max-height: 62vh; overflow: auto; }
+#trace-detail { background: #fff; border-top: 2px solid #3b82f6; padding: .3em .8em;
+  margin-top: .6em; }
+#trace-detail pre { margin: .2em 0 .4em 1em; white-space: pre-wrap; overflow-wrap: anywhere;
+  font-size: 12px; }
+#trace-detail summary { cursor: pointer; font-family: ui-monospace, monospace; font-size: 12px; }
 """
 
 STATIC_VERSION = hashlib.sha256((CONSOLE_JS + CONSOLE_CSS).encode()).hexdigest()[:12]

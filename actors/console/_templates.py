@@ -2,7 +2,8 @@
 """The console's pages: Jinja templates with autoescape on, so every value is escaped.
 
 Nothing here marks a value safe but the server's own fragments (the tree, the SVG
-charts), which are rendered by these same templates first. Model answers, tool results,
+charts), which are rendered by these same templates first, and the trace's bars, which
+``_trace_view.svg_rows`` writes with an explicit escape of every text. Model answers, tool results,
 prompts, ids: all are untrusted and reach the page only through ``{{ ... }}``.
 """
 
@@ -38,9 +39,9 @@ _FLEET = """{% extends "base" %}{% block body %}
 <p class="dim">{{ rows|length }} sessions · {{ events }} events folded · today (UTC) {{ today }}
 {% if fleet_note %} · {{ fleet_note }}{% endif %}</p>
 {% if agents %}<h2>Agents of the fleet file</h2>
-<table id="agents"><tr><th>agent</th>{% for c in agent_columns %}<th>{{ c }}</th>{% endfor %}</tr>
+<table id="agents"><tr><th>agent</th>{% for c in agent_columns %}<th>{{ c }}</th>{% endfor %}<th>latest runs</th></tr>
 {% for a in agents %}<tr data-agent="{{ a.name }}"><td>{% if a.session %}<a href="{{ root }}/sessions/{{ a.session|urlencode }}">{{ a.name }}</a>{% else %}{{ a.name }}{% endif %}</td>
-{% for c in agent_columns %}<td>{% if c == "state" %}<span class="status {{ a.get(c, "") }}">{{ a.get(c, "") }}</span>{% else %}{{ a.get(c, "") }}{% endif %}</td>{% endfor %}</tr>{% endfor %}
+{% for c in agent_columns %}<td>{% if c == "state" %}<span class="status {{ a.get(c, "") }}">{{ a.get(c, "") }}</span>{% else %}{{ a.get(c, "") }}{% endif %}</td>{% endfor %}<td class="strip">{{ strips.get(a.name, "") }}</td></tr>{% endfor %}
 </table><h2>Sessions of the log</h2>{% endif %}
 {% if errors %}<h2>Errors by code</h2><table class="small"><tr><th>code</th><th>runs</th></tr>
 {% for code, n in errors %}<tr><td><code>{{ code }}</code></td><td>{{ n }}</td></tr>{% endfor %}
@@ -73,6 +74,7 @@ _TREE = """<ul class="tree">{% for node in nodes recursive %}
 _SESSION = """{% extends "base" %}{% block body %}
 <h1>Session <code>{{ sid }}</code></h1>
 <p class="dim"><span id="version" data-live>{{ version }} events</span> · <a href="{{ root }}/sessions/{{ sid|urlencode }}/log">log</a> ·
+<a href="{{ root }}/sessions/{{ sid|urlencode }}/trace">trace of the latest run</a> ·
 <a href="{{ root }}/sessions/{{ sid|urlencode }}/replay">replay against this code</a></p>
 <section><h2>Agent tree <span id="live" class="dim" data-feed="{{ root }}/sessions/{{ sid|urlencode }}/stream">(live)</span></h2>
 <div id="tree">{{ tree_html }}</div></section>
@@ -84,10 +86,10 @@ _SESSION = """{% extends "base" %}{% block body %}
 <div id="cancel-box" data-live>{% if open_run %}<form method="post" action="{{ root }}/sessions/{{ sid|urlencode }}/cancel">
 <input type="hidden" name="csrf" value="{{ csrf }}"><button class="danger">Cancel the open run</button></form>{% endif %}</div>
 </section>{% endif %}
-<section id="runs-box" data-live><h2>Runs</h2><table id="runs"><tr><th>run</th><th>status</th><th>versions</th><th>input</th></tr>
+<section id="runs-box" data-live><h2>Runs</h2><table id="runs"><tr><th>run</th><th>status</th><th>versions</th><th>input</th><th></th></tr>
 {% for r in runs %}<tr><td><a href="{{ root }}/sessions/{{ sid|urlencode }}/log?run={{ r.run_id|urlencode }}">{{ r.run_id }}</a></td>
 <td><span class="status {{ r.status }}">{{ r.status }}</span></td><td>{{ r.first }}–{{ r.last or "" }}</td>
-<td>{{ r.text|truncate(100) }}</td></tr>{% endfor %}</table></section>
+<td>{{ r.text|truncate(100) }}</td><td><a class="trace-link" href="{{ root }}/sessions/{{ sid|urlencode }}/trace?run={{ r.run_id|urlencode }}">trace</a></td></tr>{% endfor %}</table></section>
 <section id="transcript-box" data-live><h2>Transcript</h2>{% if omitted %}<p class="dim">{{ omitted }} earlier entries: see the <a href="{{ root }}/sessions/{{ sid|urlencode }}/log">log</a></p>{% endif %}
 <ol class="transcript">{% for e in entries %}<li class="{{ e.kind }}"><span class="dim">v{{ e.version }}</span>
 <b>{{ e.kind.replace("_", " ") }}</b>{% if e.name %} {{ e.name }}{% endif %}{% if e.status %} [{{ e.status }}]{% endif %}
@@ -152,8 +154,11 @@ recorded with each request; no model or tool is called.</p>
 <table class="small"><tr><th>stream</th><td><code>{{ divergence.stream }}</code></td></tr>
 <tr><th>version</th><td>{{ divergence.version }} (<code>{{ divergence.event_type }}</code>)
 <a href="{{ root }}/sessions/{{ sid|urlencode }}/state?at={{ divergence.version }}">state there</a></td></tr></table>
-<pre class="diff">{% for line in diff %}<span class="{{ line.cls }}">{{ line.text }}</span>
-{% endfor %}</pre>
+<table class="side-by-side" id="replay-diff"><tr><th>recorded in the log</th><th>asked for by this code</th></tr>
+{% for row in rows %}<tr class="{{ row.kind }}">{% if row.kind == "note" %}<td colspan="2">{{ row.recorded }}</td>{% else %}<td class="old">{{ row.recorded }}</td><td class="new">{{ row.replayed }}</td>{% endif %}</tr>
+{% endfor %}</table>
+<details><summary>as a unified diff</summary><pre class="diff">{% for line in diff %}<span class="{{ line.cls }}">{{ line.text }}</span>
+{% endfor %}</pre></details>
 {% elif error %}<p class="status failed">{{ error }}</p>
 {% else %}<p class="status completed">no divergence: {{ checked }} model answers asked for again, identically</p>
 <ul>{% for n in nodes %}<li><code>{{ n.session_id }}</code> · {{ n.version }} events · {{ n.checked }} answers checked</li>{% endfor %}</ul>{% endif %}
@@ -166,6 +171,7 @@ _USAGE = """{% extends "base" %}{% block body %}
 <code>powertrio sessions</code>){% if priced %}; cost at the prices given{% endif %}.</p>
 {{ tokens_svg }}
 {% if priced %}{{ cost_svg }}{% endif %}
+{% for title, svg in group_charts %}<section class="group-chart"><h2>{{ title }}</h2>{{ svg }}</section>{% endfor %}
 <table><tr><th>agent</th>{% for d in days %}<th>{{ d }}</th>{% endfor %}<th>total</th></tr>
 {% for a in agents %}<tr><td><a href="{{ root }}/sessions/{{ a.root|urlencode }}">{{ a.id }}</a></td>
 {% for v in a.counts %}<td>{{ "{:,}".format(v) }}</td>{% endfor %}<td>{{ "{:,}".format(a.total) }}</td></tr>{% endfor %}
@@ -183,6 +189,42 @@ _CHART = """<figure class="chart"><figcaption>{{ title }}</figcaption>
 <ul class="legend">{% for l in legend %}<li><svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" fill="{{ l.color }}"/></svg> {{ l.text }}</li>{% endfor %}</ul>
 </figure>
 """
+
+_TRACE = """{% extends "base" %}{% block body %}
+<h1>Trace of <a href="{{ root }}/sessions/{{ sid|urlencode }}"><code>{{ sid }}</code></a>{% if trace.run_id %} · run <code>{{ trace.run_id }}</code>{% endif %}</h1>
+<p class="dim">{% if trace.runs|length > 1 %}runs: {% for r in trace.runs|reverse %}{% if loop.index <= 20 %}<a href="?run={{ r|urlencode }}">{{ r }}</a> {% endif %}{% endfor %}·
+{% endif %}<a href="{{ root }}/sessions/{{ sid|urlencode }}/log{% if trace.run_id %}?run={{ trace.run_id|urlencode }}{% endif %}">log of this run</a> ·
+drawn from the log: the events' record times and their own fields. Select a bar for its event.</p>
+<div id="trace" data-refresh="{% if trace.live %}{{ root }}/sessions/{{ sid|urlencode }}/trace?part=chart{% if trace.run_id %}&run={{ trace.run_id|urlencode }}{% endif %}{% endif %}"
+ data-event="{{ root }}/sessions/">{{ chart_html }}</div>
+<aside id="trace-detail"><p class="dim">Select a bar.</p></aside>
+{% endblock %}
+"""
+
+_TRACE_CHART = """<p class="dim" id="trace-summary" data-live="{{ 1 if trace.live else 0 }}">{% if not trace.bars %}no run to draw{% else %}
+<span class="status {{ trace.status }}">{{ trace.status }}</span> · {{ trace.bars|length }} bars ·
+{{ "{:,}".format(trace.usage.prompt_tokens) }} in + {{ "{:,}".format(trace.usage.completion_tokens) }} out tokens{% if trace.cost is not none %} · ${{ "{:,.6f}".format(trace.cost) }}{% endif %}{% if trace.live %} · <span id="trace-live">(live)</span>{% endif %}{% endif %}</p>
+<div class="legend">{% for k in ("run", "round", "model", "tool", "child", "human", "timer") %}<span class="key kind-{{ k }}">{{ k }}</span> {% endfor %}</div>
+<svg xmlns="http://www.w3.org/2000/svg" class="trace" width="{{ lay.width }}" height="{{ lay.height }}" viewBox="0 0 {{ lay.width }} {{ lay.height }}" role="img" aria-label="trace">
+{% for t in lay.ticks %}<line class="tick" x1="{{ t[0] }}" y1="14" x2="{{ t[0] }}" y2="{{ lay.height }}"/><text x="{{ t[0] }}" y="11" text-anchor="middle" font-size="10">+{{ t[1] }}</text>
+{% endfor %}{{ rows_svg }}</svg>
+"""
+
+_TRACE_EVENT = """<div class="event"><p id="bar-summary" class="dim"></p>
+<h3><code>{{ record.type }}</code> · <code>{{ sid }}</code> v{{ record.version }} · {{ at }}</h3>
+<p><a id="state-here" href="{{ root }}/sessions/{{ sid|urlencode }}/state?at={{ record.version }}">state here</a> ·
+<a id="replay-here" href="{{ root }}/sessions/{{ sid|urlencode }}/replay">replay this session</a>{% if child %} ·
+<a id="child-trace" href="{{ root }}/sessions/{{ child|urlencode }}/trace">trace of the sub-agent</a>{% endif %}
+{% if writable %}<form class="fork" method="post" action="{{ root }}/sessions/{{ sid|urlencode }}/fork">
+<input type="hidden" name="csrf" value="{{ csrf }}"><input type="hidden" name="at" value="{{ record.version }}">
+<button id="fork-here" title="a new session with the events up to here">fork here</button></form>{% endif %}</p>
+{% for k, v in fields %}<details{% if loop.index <= 8 %} open{% endif %}><summary>{{ k }}</summary><pre>{{ v }}</pre></details>
+{% endfor %}</div>
+"""
+
+_RUNS_STRIP = """<svg xmlns="http://www.w3.org/2000/svg" class="runs" width="{{ width }}" height="26" viewBox="0 0 {{ width }} 26" role="img" aria-label="latest runs">
+{% for r in runs %}<a href="{{ root }}/sessions/{{ r.session|urlencode }}/trace"><rect class="run {{ r.status }}" x="{{ r.x }}" y="{{ 24 - r.h }}" width="10" height="{{ r.h }}"><title>{{ r.label }}</title></rect></a>
+{% endfor %}</svg>"""
 
 _ERROR = """{% extends "base" %}{% block body %}
 <h1>{{ heading }}</h1><p><code>{{ code }}</code>: {{ message }}</p>{% endblock %}
@@ -202,6 +244,10 @@ _ENV = jinja2.Environment(
             "usage": _USAGE,
             "chart": _CHART,
             "error": _ERROR,
+            "trace": _TRACE,
+            "runs_strip": _RUNS_STRIP,
+            "trace_chart": _TRACE_CHART,
+            "trace_event": _TRACE_EVENT,
         }
     ),
     autoescape=True,
