@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import orjson
 import trio
 
-from actors import spawn_session
+from actors import replay_session, spawn_session
 from actors.events import AssistantRecorded, Observation
 from protocols import LLMRequest, LLMResponse, LLMStream, StreamDelta, TextDelta, decode_record
 from protocols import decode as decode_event
@@ -51,6 +51,8 @@ async def test_a_streamed_answer_records_its_first_token_time(
     (recorded,) = await _assistants(store, "ttft")
     # The runtime's clock (virtual here): the first delta, not the whole answer (1.25 s).
     assert recorded.first_token_s == 0.25
+    # A measurement, not part of the request: the session replays as it was.
+    assert (await replay_session(store, "ttft")).checked == 1
 
 
 async def test_an_answer_not_streamed_records_no_first_token_time() -> None:
