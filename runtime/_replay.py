@@ -137,4 +137,3 @@ async def replay(
     if version == 0:
         raise StreamNotFoundError(stream)
     return ReplayResult(stream=stream, state=state, version=version, checked=checked)
-
