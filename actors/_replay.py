@@ -91,6 +91,7 @@ async def replay_session(
     max_children: int = 8,
     recorded_tools: bool = False,
     context: ContextPolicy | None = None,
+    from_version: int = 0,
 ) -> SessionReplay:
     """Replay a session (and its tree) with the code as configured here, at fold speed.
 
@@ -122,6 +123,10 @@ async def replay_session(
             recorded when the session was created.
         recorded_tools (bool): take the tools recorded with each request instead of
             checking the code's.
+        from_version (int): replay from this version of the session's stream: the log up
+            to it is taken as recorded (its state then) and only the model answers after it
+            are checked, in the session and in its sub-agents (theirs logged after it); 0,
+            the default, checks from the start.
         tools, model, agents, max_tokens, temperature, response_format, budget, prices,
             max_depth, max_children, context: as for ``spawn_session`` (a session that
             compacted its context replays only with the same ``context`` policy; its
@@ -134,8 +139,9 @@ async def replay_session(
         ReplayDivergenceError: the code asks for something else than the log holds; the
             message names the stream, the event version and the differences.
         StreamNotFoundError: no such session in the log.
-        ConfigError: ``spec`` and one of the arguments it replaces are both given, or the
-            spec names a tool instead of giving it.
+        ConfigError: ``spec`` and one of the arguments it replaces are both given, the
+            spec names a tool instead of giving it, or ``from_version`` is negative or past
+            the session's last event.
         ToolDefinitionError: ``tools`` holds something that is no tool source (the
             message says what to give).
         McpServerError: an MCP server in ``tools`` could not be reached to list its tools.
@@ -182,7 +188,18 @@ async def replay_session(
         max_children=max_children,
         context=_without_model(context),
     )
-    return await _replay_tree(store, config, recorded_tools=recorded_tools)
+    cutoff = 0
+    if from_version:
+        length = await store.stream_version(stream)
+        if length == 0:
+            raise StreamNotFoundError(stream)
+        if 1 <= from_version <= length:
+            (at,) = await store.read(stream, from_version, limit=1)
+            cutoff = at.position
+    # An out-of-range version is refused by the replay itself, with its message.
+    return await _replay_tree(
+        store, config, recorded_tools=recorded_tools, from_version=from_version, cutoff=cutoff
+    )
 
 
 def _without_model(context: ContextPolicy | None) -> ContextPolicy | None:
@@ -257,15 +274,26 @@ class _RecordedTools:
 
 
 async def _replay_tree(
-    store: EventStore, config: SessionConfig, *, recorded_tools: bool = False
+    store: EventStore,
+    config: SessionConfig,
+    *,
+    recorded_tools: bool = False,
+    from_version: int = 0,
+    cutoff: int = 0,
 ) -> SessionReplay:
+    """Replay one session and its children; ``cutoff`` (a log position) is where a
+    replay from a version of the root starts checking, in every stream of the tree."""
     actor = SessionActor(config)
     decider = (
         _RecordedTools(actor, recorded_compactions=config.context is None)
         if recorded_tools
         else actor
     )
-    result = await replay(store, actor.stream_name(), decider)
+    stream = actor.stream_name()
+    if cutoff and not from_version:  # a child: its last event at or before the cutoff
+        before = [r.version for r in await store.read(stream) if r.position <= cutoff]
+        from_version = before[-1] if before else 0
+    result = await replay(store, stream, decider, from_version=from_version)
     state = result.state
     depth = state.depth
     children = []
@@ -292,7 +320,9 @@ async def _replay_tree(
             child = child_config(
                 config, spec, spawned.child_id, config.tools, depth + 1, traceparent=traceparent
             )
-        children.append(await _replay_tree(store, child, recorded_tools=recorded_tools))
+        children.append(
+            await _replay_tree(store, child, recorded_tools=recorded_tools, cutoff=cutoff)
+        )
     return SessionReplay(
         session_id=config.session_id,
         state=state,

@@ -269,6 +269,8 @@ class SessionActor(EventSourcedActor[SessionState]):
             return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
         context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
         announced = trio.Event()
+        # Set by the stream below, whichever hooks wrap it; a measurement, not an input.
+        first_token: list[float | None] = [None]
 
         async def announce() -> None:
             # Observers hear of the round as soon as the events that ask for it are logged:
@@ -285,9 +287,12 @@ class SessionActor(EventSourcedActor[SessionState]):
                 return await self._config.llm.complete(request)
             partial = self._partial = []
             first = True
+            clock = self.context.runtime.clock
+            started = clock.monotonic()
             async with self._config.llm.stream(request) as stream:
                 async for delta in stream:
                     if first:
+                        first_token[0] = clock.monotonic() - started
                         await announced.wait()
                     if delta.type == "text":
                         partial.append(delta.text)
@@ -320,7 +325,9 @@ class SessionActor(EventSourcedActor[SessionState]):
                 response = await _call_beside(announce, call, step.request)
         finally:
             self._partial = None
-        return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
+        return LLMAnswered(
+            step.run_id, response, step.fingerprint, step.header, first_token_s=first_token[0]
+        )
 
     async def _summarise(self, step: Summarise) -> object:
         """Ask the summariser for a compaction (recorded before the next request uses it)."""

@@ -236,6 +236,7 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
                     finish_reason=response.finish_reason,
                     request_fingerprint=message.fingerprint,
                     request_header=message.header,
+                    first_token_s=message.first_token_s,
                 )
             ]
         )

@@ -135,6 +135,10 @@ class AssistantRecorded:
     """Fingerprint of the request that produced it (replay checks it)."""
     request_header: RequestHeader | None = None
     """How the request was shaped, for replay's readable diff."""
+    first_token_s: float | None = None
+    """Seconds from the request going out to the first streamed delta, on the runtime's
+    clock; ``None`` when the answer was not streamed (or was logged before this field).
+    A measurement: replay never compares it."""
 
 
 @final

@@ -205,6 +205,8 @@ class LLMAnswered:
     response: LLMResponse
     fingerprint: str
     header: RequestHeader | None = None
+    first_token_s: float | None = None
+    """Seconds to the first streamed delta; ``None`` for an answer not streamed."""
 
 
 @attrs.frozen

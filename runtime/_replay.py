@@ -17,7 +17,7 @@ from typing import Generic, Protocol, TypeVar, final
 import attrs
 
 from protocols import EventRegistry, default_registry
-from protocols.errors import ReplayDivergenceError, StreamNotFoundError
+from protocols.errors import ConfigError, ReplayDivergenceError, StreamNotFoundError
 
 from ._event_sourced import Decision
 from ._event_store import EventStore
@@ -76,6 +76,7 @@ async def replay(
     *,
     registry: EventRegistry = default_registry,
     to_version: int | None = None,
+    from_version: int = 0,
 ) -> ReplayResult[StateT]:
     """Re-run ``decider`` over ``stream`` and check every recorded effect against it.
 
@@ -85,6 +86,9 @@ async def replay(
         decider (Replayable): the current code of the stream's actor kind.
         registry (EventRegistry): the codec registry of its events.
         to_version (int | None): stop after this version.
+        from_version (int): replay from here: the events up to this version are folded as
+            recorded (the state the log had then) and only the effects answered after it
+            are checked; 0, the default, checks them all.
 
     Returns:
         ReplayResult: the final state, the version and how many effects were checked.
@@ -92,7 +96,18 @@ async def replay(
     Raises:
         ReplayDivergenceError: the code asks for a different effect than the recorded one.
         StreamNotFoundError: the stream has no events.
+        ConfigError: ``from_version`` is negative or past the stream's last event.
     """
+    if from_version:
+        length = await store.stream_version(stream)
+        if length == 0:
+            raise StreamNotFoundError(stream)
+        if not 0 <= from_version <= length:
+            msg = (
+                f"{stream!r} has events 1 to {length}: replay from one of them "
+                f"(0 from the start), not from {from_version}"
+            )
+            raise ConfigError(msg)
     state = decider.initial_state()
     version = 0
     checked = 0
@@ -103,7 +118,7 @@ async def replay(
             if to_version is not None and record.version > to_version:
                 return ReplayResult(stream=stream, state=state, version=version, checked=checked)
             event = registry.decode_record(record)
-            if decider.answers_effect(event):
+            if record.version > from_version and decider.answers_effect(event):
                 problem = decider.replay_check(step, event)
                 if problem is not None:
                     raise ReplayDivergenceError(stream, record.version, record.type, problem)
@@ -122,4 +137,3 @@ async def replay(
     if version == 0:
         raise StreamNotFoundError(stream)
     return ReplayResult(stream=stream, state=state, version=version, checked=checked)
-

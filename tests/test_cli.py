@@ -590,6 +590,19 @@ def test_replay_of_a_tampered_log_reports_the_divergence(workdir: Path) -> None:
     assert done.returncode == 1
     assert "error [replay.divergence]" in done.stderr and "version 3" in done.stderr
     assert "Traceback" not in done.stderr
+    # From the end of the log: everything taken as recorded, nothing to check.
+    end = json.loads(cli(workdir, "log", sid, "--json").stdout.splitlines()[-1])["version"]
+    folded = cli_json(workdir, "replay", sid, "--from", str(end))
+    assert isinstance(folded, dict)
+    assert (folded["ok"], folded["checked"]) == (True, 0)
+    # From version 3 on: the first answer is taken as recorded, the next one is checked.
+    later = cli(workdir, "replay", sid, "--from", "3")
+    assert later.returncode == 1
+    assert "error [replay.divergence]" in later.stderr and "version 3 " not in later.stderr
+    refused = cli(workdir, "replay", sid, "--from", "-1")
+    assert refused.returncode != 0
+    assert "error [config.invalid]" in refused.stderr
+    assert "replay from one of them (0 from the start), not from -1" in refused.stderr
 
 
 def test_fork_branches_a_session_that_then_goes_on_by_itself(workdir: Path) -> None:

@@ -314,6 +314,51 @@ async def test_replay_of_a_tampered_log_shows_the_divergence(db: Path) -> None:
     assert "the transcript the code builds from the log changed" in html
 
 
+async def test_replay_from_here_takes_the_log_up_to_a_version_as_recorded(db: Path) -> None:
+    """The task changed in the log at version 2: replayed from the start or from version
+    2 the first answer (version 3) diverges; from the root's last event on, everything
+    before is taken as recorded and nothing after it differs."""
+    import sqlite3
+
+    from runtime._sqlite_schema import event_checksum
+
+    with sqlite3.connect(db) as conn:
+        [(data,)] = conn.execute(
+            "SELECT data FROM events WHERE stream = 'session/demo' AND version = 2"
+        ).fetchall()
+        conn.create_function("checksum", 6, event_checksum)
+        conn.execute(
+            "UPDATE events SET data = ?1, checksum = checksum(stream, version, type, "
+            "schema_version, ?1, metadata) WHERE stream = 'session/demo' AND version = 2",
+            (bytes(data).replace(b"Plan the launch", b"Plan a party"),),
+        )
+        [(end,)] = conn.execute(
+            "SELECT max(version) FROM events WHERE stream = 'session/demo'"
+        ).fetchall()
+    async with serve(db) as console:
+        event = (await console.client.get("/sessions/demo/event?v=4")).text
+        assert 'id="replay-here" href="/sessions/demo/replay?from=4">replay from here</a>' in event
+        whole = (await console.client.get("/api/sessions/demo/replay")).json()
+        before = (await console.client.get("/api/sessions/demo/replay?from=2")).json()
+        after = (await console.client.get(f"/api/sessions/demo/replay?from={end}")).json()
+        page = (await console.client.get(f"/sessions/demo/replay?from={end}")).text
+        past = await console.client.get(f"/api/sessions/demo/replay?from={end + 1}")
+        negative = await console.client.get("/sessions/demo/replay?from=-1")
+    assert (whole["ok"], whole["divergence"]["version"]) == (False, 3)
+    assert (before["ok"], before["from"], before["divergence"]["version"]) == (False, 2, 3)
+    assert (after["ok"], after["from"], after["divergence"]) == (True, end, None)
+    assert f"from version {end}</h1>" in page
+    assert '<p class="status completed">no divergence' in page
+    assert past.status_code == 400
+    assert past.json()["error"]["code"] == "config.invalid"
+    assert past.json()["error"]["message"] == (
+        f"'session/demo' has events 1 to {end}: replay from one of them (0 from the start), "
+        f"not from {end + 1}"
+    )
+    assert negative.status_code == 400
+    assert "not from -1" in negative.text
+
+
 async def test_a_follow_up_through_the_api_runs_and_the_tree_grows(db: Path) -> None:
     async with serve(db) as console:
         before = (await console.client.get("/api/sessions/demo")).json()["tree"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -15,6 +16,7 @@ from _console_trace import TRACE_PAYLOAD, record_trace_log
 
 from actors import Price
 from actors.console._trace import TraceEvent, trace_bars
+from actors.console._trace_view import event_fields, summary
 from actors.events import (
     AssistantRecorded,
     ChildFinished,
@@ -26,7 +28,7 @@ from actors.events import (
     ToolFinished,
     ToolStarted,
 )
-from protocols import AssistantMessage, ToolCall, ToolOutcome, Usage
+from protocols import AssistantMessage, ToolCall, ToolOutcome, Usage, encode
 from runtime import TimerScheduled
 
 RUN = "run-1"
@@ -142,9 +144,26 @@ def test_the_bars_of_a_finished_run_nest_in_order_with_their_times_tokens_and_co
     model = trace.bars[2]
     assert model.usage == Usage(prompt_tokens=1000, completion_tokens=100)
     assert model.cost == pytest.approx(0.001 + 0.001)
-    assert model.first_token is None  # the log does not record it
+    assert model.first_token is None  # not streamed: not recorded
     assert trace.usage.prompt_tokens == 10_000 + 10
     assert trace.cost == pytest.approx(0.010 + 0.004)  # m-2 has no price
+
+
+def test_a_model_bar_and_its_event_show_the_recorded_time_to_first_token() -> None:
+    streamed = attrs.evolve(_assistant(1, Usage()), first_token_s=0.1234)
+    events = [
+        TraceEvent("r", 1, 100.0, RunStarted(run_id=RUN, input="plan", max_rounds=5)),
+        TraceEvent("r", 2, 101.0, streamed),
+        TraceEvent("r", 3, 102.0, _assistant(2, Usage())),
+    ]
+    first, second = (
+        b for b in trace_bars(events, "r", run_id=RUN, now=200.0).bars if b.kind == "model"
+    )
+    assert first.first_token == 0.1234
+    assert "first token 0.123 s" in summary(first)
+    assert second.first_token is None
+    assert "first token not recorded" in summary(second)
+    assert ("first_token_s", "0.1234") in event_fields(encode(streamed).data)
 
 
 def test_a_live_run_s_open_bars_end_now_and_an_older_run_can_be_drawn() -> None:

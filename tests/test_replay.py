@@ -165,6 +165,13 @@ async def test_a_whole_tree_replays_without_a_model() -> None:
     manager = AgentSpec(name="manager", system_prompt="manager", agents=[changed])
     with pytest.raises(ReplayDivergenceError, match=r"session/r\.1\.1"):
         await replay_session(store, "r", agents=[manager])
+    # From a version of the root on, its sub-agents are checked from that moment too.
+    with pytest.raises(ReplayDivergenceError, match=r"session/r\.1\.1"):
+        await replay_session(store, "r", agents=[manager], from_version=3)
+    end = await store.stream_version("session/r")
+    folded = await replay_session(store, "r", agents=[manager], from_version=end)
+    assert folded.total_checked == 0
+    assert [c.session_id for c in folded.children] == ["r.1", "r.2"]
 
 
 # -- fork ------------------------------------------------------------------------------
@@ -328,3 +335,65 @@ async def test_a_fork_never_cuts_inside_one_decision() -> None:
     await fork_session(store, "r", at_version=end, new_id="f")
     forked = await store.read("session/f")
     assert [r.metadata for r in forked] == [r.metadata for r in records[:end]]
+
+
+# -- replay from a version ---------------------------------------------------------------
+
+
+async def record_a_prompt_change(store: InMemoryEventStore) -> int:
+    """Session ``p``: a run under "Be exact.", then (the app's prompt changed) a run under
+    "Be brief."; returns the last version of the first run."""
+    async with open_runtime(store=store) as runtime:
+        session = await spawn_session(
+            runtime,
+            llm=ScriptedLLM([LLMResponse(content="one", usage=usage())]),
+            system_prompt="Be exact.",
+            session_id="p",
+        )
+        assert (await session.send("first")).status == "completed"
+    changed_at = await store.stream_version("session/p")
+    async with open_runtime(store=store) as runtime:
+        session = await spawn_session(
+            runtime,
+            llm=ScriptedLLM([LLMResponse(content="two", usage=usage())]),
+            system_prompt="Be brief.",
+            session_id="p",
+        )
+        assert (await session.send("second")).status == "completed"
+    return changed_at
+
+
+async def test_a_replay_from_a_version_checks_only_the_answers_after_it() -> None:
+    store = InMemoryEventStore()
+    changed_at = await record_a_prompt_change(store)
+    with pytest.raises(ReplayDivergenceError) as whole:
+        await replay_session(store, "p", system_prompt="Be brief.")
+    assert whole.value.version == 3  # the first run's answer, asked under "Be exact."
+    with pytest.raises(ReplayDivergenceError) as before:
+        await replay_session(store, "p", system_prompt="Be brief.", from_version=2)
+    assert before.value.version == 3
+    after = await replay_session(store, "p", system_prompt="Be brief.", from_version=changed_at)
+    assert after.checked == 1  # the second run's answer only
+    assert after.version == await store.stream_version("session/p")
+    length = await store.stream_version("session/p")
+    folded = await replay_session(store, "p", system_prompt="Be exact.", from_version=length)
+    assert (folded.checked, folded.state) == (0, after.state)  # the log, folded as recorded
+    with pytest.raises(ReplayDivergenceError) as old_code:
+        await replay_session(store, "p", system_prompt="Be exact.", from_version=changed_at)
+    assert old_code.value.version > changed_at
+
+
+@pytest.mark.parametrize("offset", [1, None])
+async def test_a_replay_from_outside_the_stream_is_refused(offset: int | None) -> None:
+    store = InMemoryEventStore()
+    await record(store)
+    length = await store.stream_version("session/s")
+    at = -1 if offset is None else length + offset
+    with pytest.raises(ConfigError) as refused:
+        await replay_session(store, "s", tools=[add], system_prompt="Be exact.", from_version=at)
+    assert refused.value.code == "config.invalid"
+    expected = (
+        f"'session/s' has events 1 to {length}: replay from one of them (0 from the start), "
+        f"not from {at}"
+    )
+    assert str(refused.value) == expected

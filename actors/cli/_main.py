@@ -217,9 +217,18 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915
 
     add("timers", "pending durable timers, by due time")
 
-    add(
+    replay = add(
         "replay", "re-run a session tree's decisions from its log (no model) and check them"
-    ).add_argument("session", metavar="ID", help=_SESSION_HELP)
+    )
+    replay.add_argument("session", metavar="ID", help=_SESSION_HELP)
+    replay.add_argument(
+        "--from",
+        dest="from_version",
+        type=int,
+        default=0,
+        metavar="N",
+        help="take the log up to version N as recorded; check only what came after it",
+    )
 
     fork = add("fork", "branch a new session off a session's log at a version")
     fork.add_argument("session", metavar="ID", help=_SESSION_HELP)

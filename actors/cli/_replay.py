@@ -58,6 +58,7 @@ async def cmd_replay(ctx: CliContext, args: argparse.Namespace) -> int:
     order); the first difference is a ``replay.divergence`` error naming the stream, the
     version and the diff (exit 1). To check an application's own tools and prompts too,
     replay from Python with its spec (``actors.replay_session(store, id, SPEC)``).
+    ``--from N`` takes the log up to version ``N`` as recorded and checks what came after.
     """
     from actors import replay_session
 
@@ -71,6 +72,7 @@ async def cmd_replay(ctx: CliContext, args: argparse.Namespace) -> int:
             model=setup.model,
             max_tokens=setup.max_tokens,
             temperature=setup.temperature,
+            from_version=args.from_version,
         )
     if ctx.json:
         ctx.emit({"ok": True, "total_checked": replayed.total_checked} | _replay_json(replayed))

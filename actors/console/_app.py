@@ -504,6 +504,7 @@ class _Console:
         from protocols.errors import ReplayDivergenceError, ReplayError  # noqa: PLC0415
 
         sid = await self.resolve(request.path_params["sid"])
+        from_version = _int_param(request.query_params.get("from"), "from") or 0
         setup = await recorded_setup(self.store, sid)  # type: ignore[arg-type]
         divergence: ReplayDivergenceError | None = None
         error = ""
@@ -517,6 +518,7 @@ class _Console:
                 model=setup.model,
                 max_tokens=setup.max_tokens,
                 temperature=setup.temperature,
+                from_version=from_version,
             )
             checked = replayed.total_checked
             todo = [replayed]
@@ -543,6 +545,7 @@ class _Console:
             return JSONResponse(
                 {
                     "ok": divergence is None and not error,
+                    "from": from_version,
                     "checked": checked,
                     "divergence": None
                     if divergence is None
@@ -560,6 +563,7 @@ class _Console:
             "replay",
             title=f"replay {sid}",
             sid=sid,
+            from_version=from_version,
             divergence=divergence,
             diff=diff,
             error=error,

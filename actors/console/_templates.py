@@ -147,8 +147,11 @@ _STATE = """{% extends "base" %}{% block body %}
 """
 
 _REPLAY = """{% extends "base" %}{% block body %}
-<h1>Replay of <a href="{{ root }}/sessions/{{ sid|urlencode }}"><code>{{ sid }}</code></a></h1>
-<p class="dim">Every recorded model answer is asked for again by this code, with the tool set
+<h1>Replay of <a href="{{ root }}/sessions/{{ sid|urlencode }}"><code>{{ sid }}</code></a>{% if from_version %} from version {{ from_version }}{% endif %}</h1>
+<p class="dim">{% if from_version %}The log up to version {{ from_version }} is taken as recorded
+(<a href="{{ root }}/sessions/{{ sid|urlencode }}/state?at={{ from_version }}">the state there</a>;
+<a id="replay-whole" href="{{ root }}/sessions/{{ sid|urlencode }}/replay">replay from the start</a>); every
+model answer recorded after it{% else %}Every recorded model answer{% endif %} is asked for again by this code, with the tool set
 recorded with each request; no model or tool is called.</p>
 {% if divergence %}<p class="status failed">diverges</p>
 <table class="small"><tr><th>stream</th><td><code>{{ divergence.stream }}</code></td></tr>
@@ -213,7 +216,8 @@ _TRACE_CHART = """<p class="dim" id="trace-summary" data-live="{{ 1 if trace.liv
 _TRACE_EVENT = """<div class="event"><p id="bar-summary" class="dim"></p>
 <h3><code>{{ record.type }}</code> · <code>{{ sid }}</code> v{{ record.version }} · {{ at }}</h3>
 <p><a id="state-here" href="{{ root }}/sessions/{{ sid|urlencode }}/state?at={{ record.version }}">state here</a> ·
-<a id="replay-here" href="{{ root }}/sessions/{{ sid|urlencode }}/replay">replay this session</a>{% if child %} ·
+<a id="replay-here" href="{{ root }}/sessions/{{ sid|urlencode }}/replay?from={{ record.version }}">replay from here</a> ·
+<a id="replay-whole" href="{{ root }}/sessions/{{ sid|urlencode }}/replay">replay this session</a>{% if child %} ·
 <a id="child-trace" href="{{ root }}/sessions/{{ child|urlencode }}/trace">trace of the sub-agent</a>{% endif %}
 {% if writable %}<form class="fork" method="post" action="{{ root }}/sessions/{{ sid|urlencode }}/fork">
 <input type="hidden" name="csrf" value="{{ csrf }}"><input type="hidden" name="at" value="{{ record.version }}">

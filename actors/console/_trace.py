@@ -89,7 +89,8 @@ class Bar:
     cost: float | None = None
     """USD at the prices given; ``None`` with no price for the model."""
     first_token: float | None = None
-    """Seconds to the first token, where the log records it (today it does not)."""
+    """Seconds to the first token of a streamed model answer; ``None`` when not recorded
+    (an answer not streamed, or logged before the log recorded it)."""
     child_id: str | None = None
     """A sub-agent's bar: the child's session (its own trace)."""
 
@@ -134,6 +135,7 @@ class _Draft:
     model: str = ""
     usage: Usage | None = None
     cost: float | None = None
+    first_token: float | None = None
     child_id: str | None = None
 
 
@@ -261,7 +263,7 @@ class _Walk:
         self.round_bar = self.builder.add("round", f"round {event.round}", e, start, run.key)
         model = self.builder.add("model", f"model {event.model}", e, start, self.round_bar.key)
         model.end, model.status, model.model = e.at, event.finish_reason, event.model
-        model.usage = event.usage
+        model.usage, model.first_token = event.usage, event.first_token_s
         prices = self.builder.prices
         price = price_for(prices, event.model) if prices else None
         model.cost = None if price is None else price.cost(event.usage)
@@ -339,6 +341,7 @@ def trace_bars(
                     model=draft.model,
                     usage=draft.usage,
                     cost=draft.cost,
+                    first_token=draft.first_token,
                     child_id=draft.child_id,
                 )
             )

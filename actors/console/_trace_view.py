@@ -187,9 +187,8 @@ def summary(bar: Bar) -> str:
     """What a bar's tooltip and the detail panel say of it."""
     parts = [bar.label, bar.status, seconds(bar)]
     if bar.kind == "model":
-        parts.append(
-            "first token " + (_fmt_seconds(bar.first_token) if bar.first_token else "not recorded")
-        )
+        first = bar.first_token
+        parts.append("first token " + ("not recorded" if first is None else f"{first:.3f} s"))
     if bar.usage is not None:
         parts.append(f"{bar.usage.prompt_tokens:,} in + {bar.usage.completion_tokens:,} out tokens")
     if bar.cost is not None:
