@@ -43,17 +43,18 @@
   ``run_io_snapshot_runs_dayN``) and ``run_io_bytes_at_cadence_dayN`` weighs them by
   their share over the whole simulation (``run_io_snapshot_share``), the same on every
   day; ``run_io_ratio_at_cadence_day365_vs_day1`` (and ``..._vs_day10``) compares those.
-  Every page a run changes is counted three times: written to the WAL, read back and
-  written into the file by the checkpoint. Where SQLite zeroes freed pages
-  (``SECURE_DELETE`` builds), a snapshot's update also wrote the pages it freed: its run
-  moved 40-70 kB more than a run without one; with ``secure_delete = FAST`` it is about
-  the snapshot's own pages, three times over. Left: in a fresh log the events table (1
-  KiB pages) gains a B-tree level in its first days, after which the right edge's interior
-  page fills and is rebalanced with its siblings every ~28 runs (three pages, in four or
-  five runs): about one page more per run from day 3 on, flat from there (the next level
-  comes after some 10,000 leaves and costs a hundredth of that). So a run on day 365
-  costs what it cost on day 10, and some 5 % more than on a fresh log's first day: the
-  means 52,296 bytes on day 1, 55,801 on day 10, 56,390 on day 90, 55,153 on day 365
+  Every page a run changes is counted three times: written to the WAL, read back and written
+  into the file by the checkpoint. Where SQLite zeroes freed pages (``SECURE_DELETE``
+  builds), a snapshot's update also wrote the pages it freed: its run moved 20-51 kB more
+  than a run without one (20 on day 365, 35 on day 10, 51 on day 30); with ``secure_delete =
+  FAST``, 14-23 kB (40 on day 30, where a chunk sealed): the snapshot's own pages (a 3-6 kB
+  row in 1 KiB pages, its table's leaf, the free list's), three times over. Left: in a fresh
+  log the events table (1 KiB pages) gains a B-tree level in its first days (near run 33),
+  after which the right edge's interior page fills and is rebalanced with its siblings every
+  ~30 runs (three pages, in four or five runs): about one page more per run from day 3 on,
+  flat from there (the next level, months later, shows no step in the figures). So a run on
+  day 365 costs what it cost on day 10, and some 5 % more than on a fresh log's first day:
+  the means 52,296 bytes on day 1, 55,801 on day 10, 56,390 on day 90, 55,153 on day 365
   (1.055 of day 1's, 1.056 at the cadence, 0.988 of day 10's); the medians 51,846 and
   51,860; a run that snapshots 68,388 on day 365 against 54,492 (was 74,580 against it).
 * ``split_day{N}_db_bytes_{kind}``: where a run's writes went on day N: the log's pages
