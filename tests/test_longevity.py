@@ -38,13 +38,13 @@ def test_the_bench_weighs_the_runs_that_snapshot_apart() -> None:
     median = statistics.median(c[2] for c in costs)
     assert all(c[2] > median for c in snapshotting)
     figures = _io_figures(3, [[list(c) for c in costs]])
-    share = figures["run_io_snapshot_share"]
+    share = float(figures["run_io_snapshot_share"])
     assert share == round(len(snapshotting) / (len(costs) - 1), 4)
     for day in (1, 2):
-        plain = figures[f"run_io_bytes_no_snapshot_day{day}"]
-        snapshot = figures[f"run_io_bytes_snapshot_day{day}"]
+        plain = float(figures[f"run_io_bytes_no_snapshot_day{day}"])
+        snapshot = float(figures[f"run_io_bytes_snapshot_day{day}"])
         assert plain < snapshot
-        weighed = figures[f"run_io_bytes_at_cadence_day{day}"]
+        weighed = float(figures[f"run_io_bytes_at_cadence_day{day}"])
         assert abs(weighed - (plain * (1 - share) + snapshot * share)) <= 1
     assert figures["run_io_snapshot_runs_day1"] == 1
     assert figures["run_io_snapshot_runs_day2"] == 2
