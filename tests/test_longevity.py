@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 import actors._persistent as persistent
-from actors.bench._longevity import PageSplit, _in_turns, event_bytes_per_run, simulate
+from actors.bench._longevity import (
+    PageSplit,
+    _in_turns,
+    _io_figures,
+    event_bytes_per_run,
+    simulate,
+)
 
 
 @pytest.mark.slow
@@ -17,6 +25,29 @@ def test_an_hourly_agent_for_three_days_writes_the_same_log_twice() -> None:
     assert types.count("session.run_finished") == 3 * 24 == len(costs) + 1
     assert types.count("session.tool_finished") == 3 * 24  # each run called its tool
     assert types.count("timer.fired") == 3 * 24
+
+
+@pytest.mark.slow
+def test_the_bench_weighs_the_runs_that_snapshot_apart() -> None:
+    """A day's mean bytes per run moves with how many of its runs saved a snapshot (one
+    every 13 runs: one or two of a day's 23); the bench knows which did, and weighs each
+    kind of run by their share over the whole simulation."""
+    _, costs = simulate(3)
+    snapshotting = [c for c in costs if c[3]]
+    assert 4 <= len(snapshotting) <= 6, [i for i, c in enumerate(costs) if c[3]]
+    median = statistics.median(c[2] for c in costs)
+    assert all(c[2] > median for c in snapshotting)
+    figures = _io_figures(3, [[list(c) for c in costs]])
+    share = float(figures["run_io_snapshot_share"])
+    assert share == round(len(snapshotting) / (len(costs) - 1), 4)
+    for day in (1, 2):
+        plain = float(figures[f"run_io_bytes_no_snapshot_day{day}"])
+        snapshot = float(figures[f"run_io_bytes_snapshot_day{day}"])
+        assert plain < snapshot
+        weighed = float(figures[f"run_io_bytes_at_cadence_day{day}"])
+        assert abs(weighed - (plain * (1 - share) + snapshot * share)) <= 1
+    assert figures["run_io_snapshot_runs_day1"] == 1
+    assert figures["run_io_snapshot_runs_day2"] == 2
 
 
 @pytest.mark.slow

@@ -33,17 +33,30 @@
 * ``run_io_bytes_day{1,2,10,30,90,180,365}``: the bytes the process read and wrote per
   run (the log's pages; the mean over the day): a count where the other figures are
   times, so the load cannot move it; ``run_io_ratio_day365_vs_day1`` (bar: within 2 %)
-  and ``..._day90_...``; ``..._day365_vs_day10`` too (a fresh log's tables are still
-  shallow B-trees on day 1). The runs that also did the log's periodic upkeep (a sweep
-  of its lagging index, once every ~500 runs) are left out of the mean and counted
+  and ``..._day90_...``; ``..._day365_vs_day10`` too. The runs that also did the log's
+  periodic upkeep (a sweep of its lagging index, once every ~500 runs, tens of times the
+  median; at times the run after it too) are left out of the mean and counted
   apart (``run_io_upkeep_runs_dayN``; ``run_io_bytes_with_upkeep_dayN`` keeps them), and
-  the median is beside it. Until snapshots referenced their sealed chunks through
-  an index tree by one address, a snapshot listed each chunk's address: the mean grew
-  by 19 % in 365 days and the median by 12 % (the snapshot's pages, and the events'
-  pages as the free list they churned scattered them). Now the median moves by 0.03 %
-  and the mean by 6 % (0.98 of day 10's): the events' B-tree gains a level in the
-  first days of a fresh log, and a run that snapshots moves some 40-70 kB more than
-  one that does not, so the mean of a day follows how many snapshots fell on it.
+  the median is beside it. A run that saves a snapshot (one every 13 runs) moves more
+  than one that does not, and a day's 23 runs hold one or two of them: the two kinds
+  are averaged apart (``run_io_bytes_no_snapshot_dayN``, ``run_io_bytes_snapshot_dayN``,
+  ``run_io_snapshot_runs_dayN``) and ``run_io_bytes_at_cadence_dayN`` weighs them by
+  their share over the whole simulation (``run_io_snapshot_share``), the same on every
+  day; ``run_io_ratio_at_cadence_day365_vs_day1`` (and ``..._vs_day10``) compares those.
+  Every page a run changes is counted three times: written to the WAL, read back and written
+  into the file by the checkpoint. Where SQLite zeroes freed pages (``SECURE_DELETE``
+  builds), a snapshot's update also wrote the pages it freed: its run moved 20-51 kB more
+  than a run without one (20 on day 365, 35 on day 10, 51 on day 30); with ``secure_delete =
+  FAST``, 14-23 kB (40 on day 30, where a chunk sealed): the snapshot's own pages (a 3-6 kB
+  row in 1 KiB pages, its table's leaf, the free list's), three times over. Left: in a fresh
+  log the events table (1 KiB pages) gains a B-tree level in its first days (near run 33),
+  after which the right edge's interior page fills and is rebalanced with its siblings every
+  ~30 runs (three pages, in four or five runs): about one page more per run from day 3 on,
+  flat from there (the next level, months later, shows no step in the figures). So a run on
+  day 365 costs what it cost on day 10, and some 5 % more than on a fresh log's first day:
+  the means 52,296 bytes on day 1, 55,801 on day 10, 56,390 on day 90, 55,153 on day 365
+  (1.055 of day 1's, 1.056 at the cadence, 0.988 of day 10's); the medians 51,846 and
+  51,860; a run that snapshots 68,388 on day 365 against 54,492 (was 74,580 against it).
 * ``split_day{N}_db_bytes_{kind}``: where a run's writes went on day N: the log's pages
   it changed, by table (``events``, ``indexes``, ``snapshots``, ``blobs``: the chunks
   stored apart, ``chunk_refs``: which snapshot references which, ``checkpoints``: the
@@ -60,6 +73,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import gc
 import hashlib
@@ -72,7 +86,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +103,13 @@ from protocols import (
     Usage,
     default_registry,
 )
-from runtime import NewEvent, TimerScheduled, open_runtime, open_sqlite_store
+from runtime import (
+    NewEvent,
+    SqliteEventStore,
+    TimerScheduled,
+    open_runtime,
+    open_sqlite_store,
+)
 from runtime.bench import Figures, in_fresh_process
 from runtime.bench import _log as log_bench
 from runtime.testing import FunctionLLM
@@ -284,7 +304,7 @@ def simulate(
     seed: int = 1,
     pause: Callable[[int], None] | None = None,
     pages: PageSplit | None = None,
-) -> tuple[list[tuple[object, ...]], list[tuple[float, float, int]]]:
+) -> tuple[list[tuple[object, ...]], list[tuple[float, float, int, int]]]:
     """Wake one agent hourly for ``days`` under virtual time, on SQLite, with the kit.
 
     Args:
@@ -300,7 +320,7 @@ def simulate(
         The log (stream, version, type, data, metadata, recorded time of every event) and
         the cost of each run, from its first model call to the next run's: (CPU seconds
         of the process, of which seconds in the garbage collector, bytes the process
-        read and wrote through the OS).
+        read and wrote through the OS, snapshots the session saved).
     """
     from actors.testing import AdvanceClock, RuntimeHarness, SetTimer  # noqa: PLC0415
 
@@ -316,24 +336,48 @@ def simulate(
         store="sqlite",
         max_virtual_seconds=(days + 2) * 86_400.0,
     )
+    saved: list[int] = []  # len(stamps) when each snapshot was saved: its run's number + 1
     gc.callbacks.append(gc_clock)
     try:
-        trace = harness.run(
-            operations=[
-                SetTimer(delay=3600.0, every=3600.0, note="hourly"),
-                AdvanceClock(days * 86_400.0 + 60),
-            ]
-        )
+        with _noting_snapshots(lambda: saved.append(len(stamps))):
+            trace = harness.run(
+                operations=[
+                    SetTimer(delay=3600.0, every=3600.0, note="hourly"),
+                    AdvanceClock(days * 86_400.0 + 60),
+                ]
+            )
     finally:
         gc.callbacks.remove(gc_clock)
     records: list[tuple[object, ...]] = [
         (r.stream, r.version, r.type, r.data, r.metadata, r.recorded_at) for r in trace.records
     ]
+    snapshots = collections.Counter(saved)
     costs = [
-        (end[0] - start[0], end[1] - start[1], end[2] - start[2])
-        for (_, start), (end, _) in itertools.pairwise(stamps)
+        (end[0] - start[0], end[1] - start[1], end[2] - start[2], snapshots[run + 1])
+        for run, ((_, start), (end, _)) in enumerate(itertools.pairwise(stamps))
     ]
     return records, costs
+
+
+@contextlib.contextmanager
+def _noting_snapshots(note: Callable[[], None]) -> Iterator[None]:
+    """Call ``note`` whenever a session saves a snapshot to an SQLite log in this process.
+
+    Which runs snapshot is not in the log (a snapshot is a cache beside it), and a day's
+    mean bytes per run depends on how many of its runs did (one or two of a day's 23, at
+    one every 13 runs): the bench weighs the two kinds of run apart (``_io_figures``).
+    """
+    save = SqliteEventStore.save_snapshot
+
+    async def noted(self: SqliteEventStore, *args: Any, **kwargs: Any) -> None:
+        note()
+        await save(self, *args, **kwargs)
+
+    SqliteEventStore.save_snapshot = noted  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SqliteEventStore.save_snapshot = save  # type: ignore[method-assign]
 
 
 # What each table (or index) of the SQLite log holds, for the split of a run's writes;
@@ -555,7 +599,7 @@ def _turn_figures(days: int, pairs: list[tuple[dict[str, Any], dict[str, Any]]])
     first_day = [c for _, young in pairs for i, c in enumerate(young["costs"]) if i % _TURN]
     own_first_day = [c for costs in olds for c in costs[1:24]]
     day1, last, own_day1 = (
-        statistics.median(cpu - in_gc for cpu, in_gc, _ in runs)
+        statistics.median(cpu - in_gc for cpu, in_gc, *_ in runs)
         for runs in (first_day, last_day, own_first_day)
     )
     day1_gc, last_gc = (statistics.mean(c[0] for c in runs) for runs in (first_day, last_day))
@@ -581,28 +625,58 @@ def _io_figures(days: int, olds: list[list[list[float]]]) -> Figures:
 
     The mean over the day (each day's first run left out: on day 1 it also creates the
     log), so the runs that also snapshot count; but not the runs that also did the log's
-    periodic upkeep (a sweep of its lagging index reads some 4,000 events once every ~500
-    runs; the timers' checkpoint): several times the day's median, once in weeks, their
-    cost is that of the events since the last one, not of the agent's age, and a day
-    they fall on would show them instead of the runs. They are counted apart
-    (``run_io_upkeep_runs_dayN``), and ``run_io_bytes_with_upkeep_dayN`` is the plain
-    mean. The medians are beside them.
+    periodic upkeep (a sweep of its lagging index reads the ~4,000 events appended since
+    the last, once every ~500 runs; at times the next run pays for part of it): tens of
+    times the day's median, their cost is that of the events since the last sweep, not
+    of the agent's age, and a day they fall on would show them instead of the runs. They
+    are counted apart (``run_io_upkeep_runs_dayN``), and ``run_io_bytes_with_upkeep_dayN``
+    is the plain mean. The medians are beside them.
+
+    A run that saves a snapshot writes it (a few pages, and as many again when a chunk
+    seals) on top of what every run writes, and a day's 23 runs hold one or two of them
+    (one every 13 runs): a day's mean moves by some 2 % with that count alone. So the
+    two kinds of run are also averaged apart (``run_io_bytes_no_snapshot_dayN``,
+    ``run_io_bytes_snapshot_dayN``), and ``run_io_bytes_at_cadence_dayN`` weighs them
+    by the share of runs that snapshot over the whole simulation, the same for every day:
+    what a run of that age costs, whichever runs of the day happened to snapshot.
     """
     figures: Figures = {}
     means: dict[int, float] = {}
+    at_cadence: dict[int, float] = {}
+    every = [c for costs in olds for c in costs[1:]]
+    share = sum(1 for c in every if c[3]) / len(every)
     for day in (d for d in SPLIT_DAYS if d <= days):
-        window = [c[2] for costs in olds for c in costs[24 * (day - 1) + 1 : 24 * day]]
-        median = statistics.median(window)
-        runs = [io for io in window if io < _UPKEEP * median]
-        means[day] = statistics.mean(runs)
+        window = [c for costs in olds for c in costs[24 * (day - 1) + 1 : 24 * day]]
+        median = statistics.median(c[2] for c in window)
+        runs = [c for c in window if c[2] < _UPKEEP * median]
+        means[day] = statistics.mean(c[2] for c in runs)
         figures[f"run_io_bytes_day{day}"] = round(means[day])
         figures[f"run_io_bytes_median_day{day}"] = round(median)
         figures[f"run_io_upkeep_runs_day{day}"] = len(window) - len(runs)
-        figures[f"run_io_bytes_with_upkeep_day{day}"] = round(statistics.mean(window))
+        figures[f"run_io_bytes_with_upkeep_day{day}"] = round(statistics.mean(c[2] for c in window))
+        plain = [c[2] for c in runs if not c[3]]
+        snapshotting = [c[2] for c in runs if c[3]]
+        figures[f"run_io_snapshot_runs_day{day}"] = len(snapshotting)
+        if plain and snapshotting:
+            figures[f"run_io_bytes_no_snapshot_day{day}"] = round(statistics.mean(plain))
+            figures[f"run_io_bytes_snapshot_day{day}"] = round(statistics.mean(snapshotting))
+            at_cadence[day] = (
+                statistics.mean(plain) * (1 - share) + statistics.mean(snapshotting) * share
+            )
+            figures[f"run_io_bytes_at_cadence_day{day}"] = round(at_cadence[day])
+    figures["run_io_snapshot_share"] = round(share, 4)
     for day in sorted({90, days} & set(means)):
         figures[f"run_io_ratio_day{day}_vs_day1"] = _ratio(means[day], means[1])
+        if day in at_cadence and 1 in at_cadence:
+            figures[f"run_io_ratio_at_cadence_day{day}_vs_day1"] = _ratio(
+                at_cadence[day], at_cadence[1]
+            )
     if days > 10:
         figures[f"run_io_ratio_day{days}_vs_day10"] = _ratio(means[days], means[10])
+        if days in at_cadence and 10 in at_cadence:
+            figures[f"run_io_ratio_at_cadence_day{days}_vs_day10"] = _ratio(
+                at_cadence[days], at_cadence[10]
+            )
     return figures
 
 
