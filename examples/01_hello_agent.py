@@ -39,9 +39,7 @@ def scripted_model() -> ScriptedLLM:
                 tool_calls=[ToolCall(id="call-1", name="add", arguments='{"a": 19, "b": 23}')],
                 usage=Usage(prompt_tokens=42, completion_tokens=9),
             ),
-            LLMResponse(
-                content="19 + 23 = 42", usage=Usage(prompt_tokens=61, completion_tokens=8)
-            ),
+            LLMResponse(content="19 + 23 = 42", usage=Usage(prompt_tokens=61, completion_tokens=8)),
         ]
     )
 

@@ -1,6 +1,6 @@
 """Everything is a message: follow-ups, a human in the loop, a durable wake-up, a cancel.
 
-    python examples/03_messages.py
+python examples/03_messages.py
 """
 
 from __future__ import annotations

@@ -319,9 +319,11 @@ class EventRegistry:
         try:
             return structure(raw, entry.cls)
         except Exception as exc:
-            detail = "; ".join(cattrs.transform_error(exc)) if isinstance(
-                exc, cattrs.BaseValidationError
-            ) else f"{exc.__class__.__name__}: {exc}"
+            detail = (
+                "; ".join(cattrs.transform_error(exc))
+                if isinstance(exc, cattrs.BaseValidationError)
+                else f"{exc.__class__.__name__}: {exc}"
+            )
             raise EventDecodeError(type, detail, stream, version) from exc
 
     def decode_record(self, record: RecordLike) -> object:

@@ -43,9 +43,7 @@ class ActorStoppedError(ActorError):
 
     def __init__(self, actor_id: str, message: str | None = None) -> None:
         self.actor_id = actor_id
-        super().__init__(
-            message or f"actor {actor_id!r} is stopped and accepts no more messages"
-        )
+        super().__init__(message or f"actor {actor_id!r} is stopped and accepts no more messages")
 
 
 class ActorFailedError(ActorStoppedError):
@@ -68,8 +66,7 @@ class ActorFailedError(ActorStoppedError):
         label = self.cause_code or self.cause_type
         super().__init__(
             actor_id,
-            f"actor {actor_id!r} failed for good and will not be restarted "
-            f"[{label}]: {cause}",
+            f"actor {actor_id!r} failed for good and will not be restarted [{label}]: {cause}",
         )
         self.__cause__ = cause
 
@@ -117,9 +114,7 @@ class AskTimeoutError(ActorError, TimeoutError):
         self.actor_id = actor_id
         self.message_type = message_type
         self.timeout = timeout
-        super().__init__(
-            f"actor {actor_id!r} did not reply to {message_type} within {timeout:g} s"
-        )
+        super().__init__(f"actor {actor_id!r} did not reply to {message_type} within {timeout:g} s")
 
 
 class MailboxFullError(ActorError):

@@ -36,12 +36,24 @@ _DEFAULT_DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
 
 # Keywords whose values are schemas, used only to read the pre-2020 tuple form.
 _ONE_SCHEMA: Final = (
-    "additionalProperties", "propertyNames", "contains", "not", "if", "then", "else",
-    "unevaluatedItems", "unevaluatedProperties", "items",
+    "additionalProperties",
+    "propertyNames",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "items",
 )
 _SCHEMA_LISTS: Final = ("allOf", "anyOf", "oneOf", "prefixItems")
 _SCHEMA_MAPS: Final = (
-    "properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
 )
 
 _meta_validators: dict[str, jsonschema_rs.Validator] = {}

@@ -302,11 +302,14 @@ def _document_order(error: jsonschema_rs.ValidationError, instance: object) -> l
     kind = error.kind
     if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
         parts.append(kind.property)
-    elif isinstance(
-        kind,
-        jsonschema_rs.ValidationErrorKind.AdditionalProperties
-        | jsonschema_rs.ValidationErrorKind.UnevaluatedProperties,
-    ) and kind.unexpected:
+    elif (
+        isinstance(
+            kind,
+            jsonschema_rs.ValidationErrorKind.AdditionalProperties
+            | jsonschema_rs.ValidationErrorKind.UnevaluatedProperties,
+        )
+        and kind.unexpected
+    ):
         parts.append(kind.unexpected[0])
     key: list[int] = []
     node = instance

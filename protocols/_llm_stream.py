@@ -281,9 +281,7 @@ class LLMStream:
             is called on entering the ``async with`` block, not before.
     """
 
-    def __init__(
-        self, source: Callable[[], AsyncIterator[StreamDelta | LLMResponse]]
-    ) -> None:
+    def __init__(self, source: Callable[[], AsyncIterator[StreamDelta | LLMResponse]]) -> None:
         self._open = source
         self._source: AsyncIterator[StreamDelta | LLMResponse] | None = None
         self._response: LLMResponse | None = None

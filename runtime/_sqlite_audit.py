@@ -93,9 +93,7 @@ def audit_database(conn: sqlite3.Connection, path: str) -> CheckReport:
         scanned, streams = _scan(conn, findings, heads)
         for stream, version, position, found_stream, found_version in conn.execute(_BAD_INDEX):
             held = (
-                "nothing"
-                if found_stream is None
-                else f"{found_stream!r} version {found_version!r}"
+                "nothing" if found_stream is None else f"{found_stream!r} version {found_version!r}"
             )
             findings.add(
                 stream,
@@ -203,15 +201,11 @@ def _scan(
     if current is not None:
         close_stream(current, last)
     for stream in sorted(set(heads) - streams):
-        findings.add(
-            stream, 1, "gap", f"{stream!r} has no events but its head is {heads[stream]}"
-        )
+        findings.add(stream, 1, "gap", f"{stream!r} has no events but its head is {heads[stream]}")
     return scanned, streams
 
 
-def _check_row(
-    findings: _Findings, blobs_ok: dict[bytes, bool], row: tuple[object, ...]
-) -> None:
+def _check_row(findings: _Findings, blobs_ok: dict[bytes, bool], row: tuple[object, ...]) -> None:
     stream, version, position, type_, schema_version, data, blob_id, blob, meta, crc = row
     assert isinstance(stream, str)  # selected so by _SCAN
     assert isinstance(version, int)

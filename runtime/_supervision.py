@@ -142,9 +142,7 @@ class ChildSpec:
     (:class:`~protocols.errors.ActorFailedError`); its supervisor and siblings go on. Use
     ``stop`` for children that each serve one independent party, such as agent sessions.
     """
-    shutdown_timeout: float = attrs.field(
-        default=5.0, validator=_non_negative("shutdown_timeout")
-    )
+    shutdown_timeout: float = attrs.field(default=5.0, validator=_non_negative("shutdown_timeout"))
     """Seconds an orderly stop may take before the child is cancelled."""
     mailbox_capacity: int = DEFAULT_CAPACITY
     """Bound of the user lane of the mailbox."""

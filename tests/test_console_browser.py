@@ -454,6 +454,7 @@ def _picture(name: str) -> str:
     folder = DOCS if os.environ.get("POWERTRIO_DOCS_SHOTS") == "1" else ARTIFACTS
     return str(folder / name)
 
+
 _BARS = (
     "return Array.from(document.querySelectorAll('#trace g.bar')).map("
     "g => [g.dataset.kind, g.querySelector('text').textContent.split(' · ')[0]]);"
