@@ -14,7 +14,7 @@ import pytest
 import trio
 from _cli import run_cli
 from _depth import examples
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from actors import (
@@ -36,6 +36,7 @@ from actors.lowlevel import ValidTranscript, is_provider_valid
 from actors.testing import (
     Operation,
     RuntimeHarness,
+    Send,
     assert_invariants,
     conversations,
     operations,
@@ -53,7 +54,7 @@ from protocols import (
     UserMessage,
     decode_record,
 )
-from protocols.errors import AgentSpecError, ConfigError, ReplayDivergenceError
+from protocols.errors import AgentSpecError, ConfigError, LLMServerError, ReplayDivergenceError
 from runtime import EventStore, check_store, open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM, InMemoryEventStore
 
@@ -735,8 +736,32 @@ WEATHER = AgentSpec(
 weather_harness = RuntimeHarness(WEATHER)
 
 
+def _forecasts(*ids: str) -> LLMResponse:
+    calls = tuple(ToolCall(id=i, name="forecast", arguments='{"city":""}') for i in ids)
+    return LLMResponse(content="", tool_calls=calls, finish_reason="tool_calls")
+
+
+FAILED_RUNS_AFTER_A_COMPACTION = (
+    LLMServerError("upstream 503"),
+    _forecasts("call_0_0", "call_0_1"),
+    _forecasts("call_1_0"),
+    LLMServerError("upstream 503"),
+    _forecasts("call_2_0"),
+    LLMServerError("upstream 503"),
+    _forecasts("call_3_0"),
+    LLMServerError("upstream 503"),
+    LLMResponse(content=""),
+)
+"""Four sends of one text, runs failing on a provider's 503: the seventh model call asks for
+the request whose answer the log recorded at version 13. Found by this property; a known
+bug, pinned here until it is fixed (the expected failure then fails the test)."""
+
+
 @property_settings(examples=100)
 @given(conversation=conversations(WEATHER, max_rounds=5), ops=operations())
+@example(
+    conversation=FAILED_RUNS_AFTER_A_COMPACTION, ops=[Send(text="a", wait=False, if_busy=None)] * 4
+).xfail(raises=AssertionError, reason="a recorded answer is asked for again after failed runs")
 def test_the_kit_invariants_hold_for_an_agent_that_compacts(
     conversation: tuple[LLMResponse | BaseException, ...], ops: list[Operation]
 ) -> None:
