@@ -13,7 +13,7 @@ import orjson
 import pytest
 import trio
 from _cli import run_cli
-from _depth import examples
+from _depth import deep, examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -757,7 +757,10 @@ the request whose answer the log recorded at version 13. Found by this property;
 bug, pinned here until it is fixed (the expected failure then fails the test)."""
 
 
-@property_settings(examples=100)
+# The everyday run takes the same examples every time (derandomized): random ones can still
+# hit the known bug pinned below, and a suite must not fail by chance. The deep profile
+# explores.
+@property_settings(examples=100, derandomize=not deep())
 @given(conversation=conversations(WEATHER, max_rounds=5), ops=operations())
 @example(
     conversation=FAILED_RUNS_AFTER_A_COMPACTION, ops=[Send(text="a", wait=False, if_busy=None)] * 4
