@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import threading
-import time
 from typing import TYPE_CHECKING
 
 import trio
@@ -27,7 +26,7 @@ from .._event_store import NewEvent
 from .._postgres_cluster import lease_tick, prepare_cluster_schema
 from .._postgres_server import PostgresServer, postgres_missing, running_postgres
 from .._postgres_store import open_postgres_store
-from ._cluster import WRITERS
+from ._cluster import append_from_writers
 from ._log import _payload, _registry
 
 if TYPE_CHECKING:
@@ -77,23 +76,9 @@ async def _appends(
     """64 tasks appending one event at a time to their own streams: appends, seconds,
     server CPU seconds (read while the store's backends still run: a backend that just
     exited may not be reaped, its time counted nowhere yet)."""
-    count = 0
     async with open_postgres_store(server.dsn(), schema="appends") as store:
-        deadline = trio.current_time() + seconds
-
-        async def writer(index: int) -> None:
-            nonlocal count
-            version = 0
-            while trio.current_time() < deadline:
-                version = (await store.append(f"w/{index}", [event], version)).version
-                count += 1
-
         before = _server_cpu(postmaster)
-        start = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for index in range(WRITERS):
-                nursery.start_soon(writer, index)
-        elapsed = time.perf_counter() - start
+        count, elapsed = await append_from_writers(store, seconds, event)
         spent = _server_cpu(postmaster) - before
     return count, elapsed, spent
 

@@ -12,7 +12,7 @@ import time
 
 import trio
 
-from .._event_store import NewEvent
+from .._event_store import EventStore, NewEvent
 from .._postgres_server import PostgresServer, postgres_missing, running_postgres
 from .._postgres_store import open_postgres_store
 from ._log import _payload, _registry
@@ -38,6 +38,28 @@ _RAW_INSERT = (
 )
 
 
+async def append_from_writers(
+    store: EventStore, seconds: float, event: NewEvent
+) -> tuple[int, float]:
+    """64 tasks, each appending ``event`` one at a time to its own stream for ``seconds``:
+    the appends made and the seconds they took."""
+    count = 0
+    deadline = trio.current_time() + seconds
+
+    async def writer(index: int) -> None:
+        nonlocal count
+        version = 0
+        while trio.current_time() < deadline:
+            version = (await store.append(f"w/{index}", [event], version)).version
+            count += 1
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for index in range(WRITERS):
+            nursery.start_soon(writer, index)
+    return count, time.perf_counter() - start
+
+
 async def _store_appends(
     server: PostgresServer, seconds: float, event: NewEvent
 ) -> tuple[float, float]:
@@ -45,22 +67,8 @@ async def _store_appends(
 
     Returns durable appends/s and appends per commit (how well group commit groups).
     """
-    count = 0
     async with open_postgres_store(server.dsn(), schema="bench") as store:
-        deadline = trio.current_time() + seconds
-
-        async def writer(index: int) -> None:
-            nonlocal count
-            version = 0
-            while trio.current_time() < deadline:
-                version = (await store.append(f"w/{index}", [event], version)).version
-                count += 1
-
-        start = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for index in range(WRITERS):
-                nursery.start_soon(writer, index)
-        elapsed = time.perf_counter() - start
+        count, elapsed = await append_from_writers(store, seconds, event)
         stats = store.statistics()
     return count / elapsed, stats.appends / max(stats.commits, 1)
 
