@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import attrs
+from _wait import wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -66,14 +66,15 @@ class OtlpReceiver:
 
     def wait_for(self, test: Callable[[list[ReceivedSpan]], bool], what: str) -> None:
         """Poll until ``test`` holds of the spans received (a minute at most)."""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def received() -> bool:
             with self.lock:
-                if test(list(self.spans)):
-                    return
-            time.sleep(0.05)
-        names = sorted(s.name for s in self.spans)
-        raise AssertionError(f"never received {what}; got {names}")
+                return test(list(self.spans))
+
+        def described() -> str:
+            return f"{what}; got {sorted(s.name for s in self.spans)}"
+
+        wait_until(received, described, timeout=60)
 
 
 @contextmanager
