@@ -387,7 +387,11 @@ class ClusterNode:
         return await run_in_thread(run)
 
     async def release(self, shards: dict[int, int]) -> None:
-        """Hand shards back now (their actors have stopped): another node may take them."""
+        """Hand shards back now (their actors have stopped): another node may take them.
+
+        This node writes nothing under them from now on; a shard an append already in
+        flight holds goes back at the next lease round, once that append has committed.
+        """
         name = self.name
         shards = dict(shards)
         for shard in shards:

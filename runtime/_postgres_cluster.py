@@ -205,27 +205,25 @@ def release_shards(conn: psycopg.Connection, node: str, held: dict[int, int]) ->
     """
     if not held:
         return {}
-    shards, epochs = list(held), list(held.values())
-    with conn.transaction():
-        conn.execute(_RELEASE, (shards, epochs, node))
-        rows = conn.execute(_STILL_MINE, (shards, epochs, node)).fetchall()
+    rows = conn.execute(_RELEASE, (list(held), list(held.values()), node, node)).fetchall()
     return {int(shard): int(epoch) for shard, epoch in rows}
 
 
-# The rows still leased to the node at the epochs it hands back and free of any other
-# transaction's lock: an append in flight (FOR KEY SHARE) or a takeover keeps its row.
-_RELEASE = (
-    "UPDATE shard_leases l SET node = NULL, expires_at = '-infinity' WHERE l.shard IN ("
-    "SELECT m.shard FROM shard_leases m "
-    "JOIN unnest(%s::int[], %s::bigint[]) AS h(shard, epoch) "
-    "ON m.shard = h.shard AND m.epoch = h.epoch WHERE m.node = %s "
-    "FOR UPDATE OF m SKIP LOCKED)"
+# One statement, one round trip: release the rows still leased to the node at the epochs
+# it hands back that no other transaction holds (an append in flight holds its rows FOR
+# KEY SHARE, a takeover FOR UPDATE); answer the others still leased to it. The final
+# SELECT sees the rows as the statement began, hence the released taken out by name.
+_RELEASE = """
+WITH h AS (SELECT * FROM unnest(%s::int[], %s::bigint[]) AS h(shard, epoch)),
+released AS (
+    UPDATE shard_leases l SET node = NULL, expires_at = '-infinity' WHERE l.shard IN (
+        SELECT m.shard FROM shard_leases m JOIN h USING (shard, epoch)
+        WHERE m.node = %s FOR UPDATE OF m SKIP LOCKED
+    ) RETURNING l.shard
 )
-_STILL_MINE = (
-    "SELECT l.shard, l.epoch FROM shard_leases l "
-    "JOIN unnest(%s::int[], %s::bigint[]) AS h(shard, epoch) "
-    "ON l.shard = h.shard AND l.epoch = h.epoch WHERE l.node = %s"
-)
+SELECT l.shard, l.epoch FROM shard_leases l JOIN h USING (shard, epoch)
+WHERE l.node = %s AND l.shard NOT IN (SELECT shard FROM released)
+"""
 
 
 def live_nodes(conn: psycopg.Connection) -> frozenset[str]:
