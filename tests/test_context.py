@@ -13,7 +13,7 @@ import orjson
 import pytest
 import trio
 from _cli import run_cli
-from _depth import deep, examples
+from _depth import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -758,7 +758,7 @@ first (of the turn ``a``, nothing before it) asked, whose answer the log recorde
 13. Two moments, one request: the kit once took it for an answer asked for again."""
 
 
-@property_settings(examples=100, derandomize=not deep())
+@property_settings(examples=100)
 @given(conversation=conversations(WEATHER, max_rounds=5), ops=operations())
 @example(
     conversation=FAILED_RUNS_AFTER_A_COMPACTION, ops=[Send(text="a", wait=False, if_busy=None)] * 4
