@@ -221,7 +221,7 @@ async def test_a_shard_is_handed_back_only_after_the_appends_that_checked_its_le
     it, like a node paused inside its insert) when its node hands the shard back: the
     lease row keeps naming the node until that append has committed, and is handed back
     right after. Else the append would commit after its node released the lease."""
-    from runtime._postgres_schema import lock_key
+    from runtime._postgres._schema import lock_key
 
     key = lock_key(schema)
     async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=0.6)) as runtime:
