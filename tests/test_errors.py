@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import builtins
+import importlib
 import re
+from pathlib import Path
 
 import attrs
 import pytest
@@ -87,6 +89,55 @@ def documented_tree() -> list[TreeEntry]:
     return entries
 
 
+PINNED_CODES = Path(__file__).parent / "data" / "error_codes.txt"
+"""Every error code with the class that carries it, one ``code Name`` a line."""
+
+PINNED_API = Path(__file__).parent / "data" / "public_api.txt"
+
+
+def public_error_classes() -> dict[str, type[PowertrioError]]:
+    """Every error class a public namespace exports, by qualified public name.
+
+    Read from the public modules the pinned API lists, so an error that lives with its
+    feature (``actors.board.BoardConflictError``) counts even before anything raised it.
+    """
+    found: dict[str, type[PowertrioError]] = {}
+    for line in PINNED_API.read_text(encoding="utf-8").splitlines():
+        module_name, name = line.split()
+        obj = getattr(importlib.import_module(module_name), name)
+        if isinstance(obj, type) and issubclass(obj, PowertrioError):
+            found[f"{module_name}.{name}"] = obj
+    return found
+
+
+def test_codes_are_the_pinned_ones() -> None:
+    """A code is a contract with callers: none changes, disappears or appears unnoticed.
+
+    ``tests/data/error_codes.txt`` is the record; wherever a class lives, its code stays.
+    """
+    pinned = PINNED_CODES.read_text(encoding="utf-8").splitlines()
+    actual = sorted({f"{cls.code} {cls.__name__}" for cls in public_error_classes().values()})
+    assert pinned == actual
+
+
+def test_every_error_has_one_public_home() -> None:
+    """Each error class is exported by exactly one public namespace, the one it reports.
+
+    The root alone is also at the top of ``protocols``, for ``except PowertrioError``.
+    """
+    homes: dict[type[PowertrioError], list[str]] = {}
+    for qualified, cls in public_error_classes().items():
+        if qualified != "protocols.PowertrioError":
+            homes.setdefault(cls, []).append(qualified)
+    wrong = [
+        f"{cls.__name__}: {names}"
+        for cls, names in homes.items()
+        if names != [f"{cls.__module__}.{cls.__name__}"]
+    ]
+    expected: list[str] = []
+    assert expected == wrong
+
+
 def library_error_classes() -> list[type[PowertrioError]]:
     """The error classes powertrio defines (tests may subclass the root for their own use)."""
     return [cls for cls in errors.all_error_classes() if cls.__module__ == "protocols.errors"]
@@ -106,7 +157,7 @@ def _branch(cls: type[PowertrioError]) -> type[PowertrioError]:
 
 def test_codes_are_unique() -> None:
     """No two error classes share a code: callers branch on it."""
-    codes = [cls.code for cls in errors.all_error_classes()]
+    codes = [cls.code for cls in {*errors.all_error_classes(), *public_error_classes().values()}]
     duplicates = sorted({code for code in codes if codes.count(code) > 1})
     expected: list[str] = []
     assert expected == duplicates
