@@ -76,6 +76,13 @@ if _TYPE_CHECKING:
     from ._replay import delete_session as delete_session
     from ._replay import fork_session as fork_session
     from ._replay import replay_session as replay_session
+    from ._session_errors import ForeignAgentError as ForeignAgentError
+    from ._session_errors import HumanRequestNotFoundError as HumanRequestNotFoundError
+    from ._session_errors import NoOpenRunError as NoOpenRunError
+    from ._session_errors import OutputInvalidError as OutputInvalidError
+    from ._session_errors import OutputTypeError as OutputTypeError
+    from ._session_errors import SessionBusyError as SessionBusyError
+    from ._session_errors import SessionError as SessionError
     from ._session_events import HumanRequestKind as HumanRequestKind
     from ._session_events import RunResult as RunResult
     from ._session_events import RunStatus as RunStatus
@@ -140,6 +147,15 @@ else:
             ),
             "._recall": ("RecallHit", "recall_tool", "search_history"),
             "._replay": ("SessionReplay", "delete_session", "fork_session", "replay_session"),
+            "._session_errors": (
+                "ForeignAgentError",
+                "HumanRequestNotFoundError",
+                "NoOpenRunError",
+                "OutputInvalidError",
+                "OutputTypeError",
+                "SessionBusyError",
+                "SessionError",
+            ),
             "._session_events": ("HumanRequestKind", "RunResult", "RunStatus", "SessionState"),
             "._session_handle": ("Session",),
             "._session_spawn": ("spawn_agent", "spawn_session"),

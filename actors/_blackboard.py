@@ -15,14 +15,13 @@ from protocols.errors import (
     ActorExistsError,
     ActorNotFoundError,
     ActorStoppedError,
-    BoardError,
-    BoardWatchOverflowError,
     ConfigError,
     MailboxFullError,
 )
 from runtime import ActorRef, Decision, EventSourcedActor, Request, Runtime
 
 from . import _board_remote as remote
+from ._board_errors import BoardError, BoardWatchOverflowError
 from ._board_events import (
     BOARD_ID_PATTERN,
     DEFAULT_MAX_ENTRIES,

@@ -11,7 +11,8 @@ import attrs
 import orjson
 
 from protocols import JsonValue, event_type
-from protocols.errors import (
+
+from ._board_errors import (
     BoardBadKeyError,
     BoardBadValueError,
     BoardConflictError,

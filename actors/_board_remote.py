@@ -28,21 +28,23 @@ from protocols.errors import (
     ActorFailedError,
     ActorNotFoundError,
     ActorStoppedError,
+    FencedError,
+    PowertrioError,
+    RuntimeClosedError,
+    StoreUnavailableError,
+)
+
+from ._board_errors import (
     BoardBadKeyError,
     BoardBadValueError,
     BoardConflictError,
     BoardEntryTooLargeError,
     BoardError,
     BoardFullError,
-    FencedError,
-    PowertrioError,
-    RemoteBoardError,
-    RuntimeClosedError,
-    StoreUnavailableError,
 )
-
 from ._board_events import BoardChanged, BoardState, Entry, EntryDeleted, EntryPut, evolve
 from ._board_requests import request_of
+from ._cluster_errors import RemoteBoardError
 
 if TYPE_CHECKING:
     from runtime import ClusterNode, Request, Runtime

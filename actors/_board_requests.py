@@ -11,9 +11,9 @@ from typing import Any
 
 import attrs
 
-from protocols.errors import BoardError
 from runtime import Request
 
+from ._board_errors import BoardError
 from ._board_events import BoardState, Entry, Limits
 from ._board_watches import Watch, WatchTable
 

@@ -26,12 +26,12 @@ from protocols.errors import (
     ConfigError,
     FencedError,
     PowertrioError,
-    RemoteSessionError,
     RuntimeClosedError,
 )
 
 from . import _board_remote
 from ._agents import AgentSpec
+from ._cluster_errors import RemoteSessionError
 from ._session_events import RunResult
 from ._session_handle import Session
 from ._session_spawn import spawn_agent

@@ -14,13 +14,10 @@ from typing import Any, final
 import attrs
 
 from protocols import decode_record, encode
-from protocols.errors import (
-    ConcurrencyConflictError,
-    FleetAgentNotFoundError,
-    FleetNodeNotFoundError,
-)
+from protocols.errors import ConcurrencyConflictError
 from runtime import EventStore, NewEvent
 
+from ._fleet_errors import FleetAgentNotFoundError, FleetNodeNotFoundError
 from ._fleet_events import (
     CONTROL_STREAM,
     NODE_PREFIX,

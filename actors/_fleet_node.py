@@ -28,14 +28,10 @@ import attrs
 import trio
 
 from protocols import LLM, encode
-from protocols.errors import (
-    ActorStoppedError,
-    ConfigError,
-    PowertrioError,
-    RemoteSessionError,
-)
+from protocols.errors import ActorStoppedError, ConfigError, PowertrioError
 from runtime import NewEvent, Postpone
 
+from ._cluster_errors import RemoteSessionError
 from ._fleet_agent import AgentConfig, FleetAgentActor
 from ._fleet_control import ControlState, read_control
 from ._fleet_events import (

@@ -17,12 +17,7 @@ import attrs
 import trio
 
 from protocols import LLMRequest, LLMResponse
-from protocols.errors import (
-    ActorStoppedError,
-    ConcurrencyConflictError,
-    LimitTooLargeError,
-    LLMRateLimitedError,
-)
+from protocols.errors import ActorStoppedError, ConcurrencyConflictError, LLMRateLimitedError
 from protocols.transports import Attempt
 from runtime import ActorRef, Decision, EventSourcedActor, PriorityMessage, Reply, Runtime
 
@@ -43,6 +38,7 @@ from ._limiter_core import (
     next_change,
     too_large,
 )
+from ._limiter_errors import LimitTooLargeError
 from ._observe import HookContext, LLMCallNext, LLMHook
 
 logger = logging.getLogger("powertrio.limiter")

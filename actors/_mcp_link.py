@@ -18,10 +18,10 @@ import orjson
 import trio
 
 from protocols import JsonObject, JsonValue
-from protocols.errors import McpServerError, McpToolError
 from runtime import Actor, RestartIntensity
 
 from ._mcp_config import McpServer
+from ._mcp_errors import McpServerError, McpToolError
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectSendStream

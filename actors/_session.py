@@ -19,7 +19,7 @@ from protocols import (
     ToolOutcome,
     denied_outcome,
 )
-from protocols.errors import ActorExistsError, ActorNotFoundError, HookVetoError
+from protocols.errors import ActorExistsError, ActorNotFoundError
 from runtime import Decision, EventSourcedActor, Reply, StepFailed
 
 from . import _session_decider as decider
@@ -41,6 +41,7 @@ from ._observe import (
     chain_llm_hooks,
     chain_tool_hooks,
 )
+from ._session_errors import HookVetoError
 from ._session_events import (
     AssistantRecorded,
     CancelRequested,

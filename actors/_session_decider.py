@@ -32,7 +32,7 @@ from protocols import (
     interrupted_outcome,
     validate_json,
 )
-from protocols.errors import OutputInvalidError, PowertrioError
+from protocols.errors import PowertrioError
 from runtime import Decision, StepFailed, TimerFired
 from runtime.lowlevel import timer_decision
 
@@ -41,6 +41,7 @@ from ._context import ContextCompacted
 from ._request_header import RequestHeader
 from ._session_calls import begin_calls
 from ._session_context import compaction_step, projection, summarised
+from ._session_errors import OutputInvalidError
 from ._session_events import (
     ActiveRun,
     AssistantRecorded,

@@ -26,7 +26,6 @@ from protocols import (
     denied_outcome,
     event_type,
 )
-from protocols.errors import OutputTypeError
 from runtime import TimerFired
 from runtime.lowlevel import TimerBook, is_timer_event
 
@@ -36,6 +35,7 @@ from ._context import ContextCompacted
 from ._persistent import GrowMap, grow_map
 from ._replace import replacer
 from ._request_header import RequestHeader
+from ._session_errors import OutputTypeError
 from ._transcript import ValidTranscript
 
 RunStatus = Literal[

@@ -16,16 +16,12 @@ from protocols import (
     OutputType,
     ResponseFormat,
 )
-from protocols.errors import (
-    ActorCrashedError,
-    HumanRequestNotFoundError,
-    SessionBusyError,
-    ToolNotFoundError,
-)
+from protocols.errors import ActorCrashedError, ToolNotFoundError
 
 from ._agents import AgentSpec, FormatArg, resolve_format
 from ._budget import Budget, Price
 from ._observe import Observation, ObserverBus
+from ._session_errors import HumanRequestNotFoundError, SessionBusyError
 from ._session_events import ChildFinished, RunResult, SessionState, typed_result
 from ._session_steps import (
     BadReply,

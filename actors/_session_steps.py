@@ -47,7 +47,7 @@ from ._tools import ToolRegistry, tool
 
 BusyPolicy = Literal["queue", "reject", "interrupt"]
 """What a ``send`` does while a run is active: ``queue`` it to run next, ``reject`` it
-(:class:`~protocols.errors.SessionBusyError`), or ``interrupt`` the run after its current
+(:class:`~actors.SessionBusyError`), or ``interrupt`` the run after its current
 turn and then run the new input."""
 
 SNAPSHOT_EVERY = 1000

@@ -9,13 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar, final
 
 from protocols import JsonValue
-from protocols.errors import (
-    ActorCrashedError,
-    ActorExistsError,
-    ReplayDivergenceError,
-    WorkflowCancelledError,
-    WorkflowFailedError,
-)
+from protocols.errors import ActorCrashedError, ActorExistsError, ReplayDivergenceError
 
 from ._workflow import (
     Cancel,
@@ -27,6 +21,7 @@ from ._workflow import (
     WorkflowFunction,
     to_json,
 )
+from ._workflow_errors import WorkflowCancelledError, WorkflowFailedError
 from ._workflow_events import WorkflowFinished, WorkflowState
 
 if TYPE_CHECKING:

@@ -27,7 +27,15 @@ from collections.abc import Sequence
 import orjson
 import trio
 
-from actors import AgentSpec, RunResult, ask_human, spawn_agent, spawn_session, tool
+from actors import (
+    AgentSpec,
+    HumanRequestNotFoundError,
+    RunResult,
+    ask_human,
+    spawn_agent,
+    spawn_session,
+    tool,
+)
 from actors.events import AssistantRecorded, RunStarted
 from actors.lowlevel import is_provider_valid
 from protocols import (
@@ -40,7 +48,6 @@ from protocols import (
     UserMessage,
     decode_record,
 )
-from protocols.errors import HumanRequestNotFoundError
 from runtime import (
     AppendResult,
     DueTimer,

@@ -29,6 +29,15 @@ from actors import (
     spawn_session,
 )
 from actors._board_events import Limits, decide_delete, decide_put, evolve
+from actors.board import (
+    BoardBadKeyError,
+    BoardBadValueError,
+    BoardConflictError,
+    BoardEntryTooLargeError,
+    BoardError,
+    BoardFullError,
+    BoardWatchOverflowError,
+)
 from actors.events import EntryDeleted, EntryPut
 from actors.lowlevel import run_tool_calls
 from protocols import (
@@ -40,18 +49,7 @@ from protocols import (
     decode_record,
     encode,
 )
-from protocols.errors import (
-    ActorCrashedError,
-    BoardBadKeyError,
-    BoardBadValueError,
-    BoardConflictError,
-    BoardEntryTooLargeError,
-    BoardError,
-    BoardFullError,
-    BoardWatchOverflowError,
-    ConfigError,
-    ToolDefinitionError,
-)
+from protocols.errors import ActorCrashedError, ConfigError, ToolDefinitionError
 from runtime import Actor, ActorRef, EventStore, open_runtime, open_sqlite_store
 from runtime.testing import InMemoryEventStore, ScriptedLLM
 

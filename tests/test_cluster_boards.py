@@ -12,13 +12,9 @@ import pytest
 import trio
 
 from actors import Board, NodeHost, _board_remote, open_board
-from protocols.errors import (
-    ActorNotFoundError,
-    BoardConflictError,
-    ConfigError,
-    FencedError,
-    RemoteBoardError,
-)
+from actors.board import BoardConflictError
+from actors.cluster import RemoteBoardError
+from protocols.errors import ActorNotFoundError, ConfigError, FencedError
 from runtime import ActorRef
 from runtime.testing import PostgresServer
 

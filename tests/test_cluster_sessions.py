@@ -12,7 +12,8 @@ import pytest
 import trio
 
 from actors import NodeHost, host_node
-from protocols.errors import ConfigError, RemoteSessionError
+from actors.cluster import RemoteSessionError
+from protocols.errors import ConfigError
 from runtime import open_runtime
 from runtime.testing import PostgresServer
 

@@ -21,9 +21,8 @@ from starlette.routing import Mount
 from actors import Price
 from actors.cli import main
 from actors.cli._inspect import build_tree, summaries
-from actors.console import check_bind, console_app
+from actors.console import ConsoleTokenRequiredError, check_bind, console_app
 from actors.console._static import STATIC_VERSION
-from protocols.errors import ConsoleTokenRequiredError
 from runtime import open_sqlite_store
 
 

@@ -10,14 +10,9 @@ import pytest
 import trio
 import trio.testing
 
-from actors import ToolRegistry, spawn_session, tool
+from actors import SessionBusyError, ToolRegistry, spawn_session, tool
 from actors.lowlevel import open_tool_runner
-from protocols.errors import (
-    IntensityExceededError,
-    RuntimeClosedError,
-    SessionBusyError,
-    ToolNotFoundError,
-)
+from protocols.errors import IntensityExceededError, RuntimeClosedError, ToolNotFoundError
 from protocols.lowlevel import unwrap_single_error
 from runtime import (
     Actor,

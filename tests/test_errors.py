@@ -139,8 +139,14 @@ def test_every_error_has_one_public_home() -> None:
 
 
 def library_error_classes() -> list[type[PowertrioError]]:
-    """The error classes powertrio defines (tests may subclass the root for their own use)."""
-    return [cls for cls in errors.all_error_classes() if cls.__module__ == "protocols.errors"]
+    """The error classes powertrio defines, wherever they live (tests may subclass the root
+    for their own use)."""
+    return sorted(set(public_error_classes().values()), key=lambda cls: cls.code)
+
+
+def shared_error_classes() -> list[type[PowertrioError]]:
+    """The classes ``protocols.errors`` holds: the vocabulary every layer shares."""
+    return [cls for cls in library_error_classes() if cls.__module__ == "protocols.errors"]
 
 
 def _branch(cls: type[PowertrioError]) -> type[PowertrioError]:
@@ -183,16 +189,15 @@ def test_branches_are_the_documented_sub_roots() -> None:
     """The direct children of the root are exactly the branches with a code prefix."""
     expected = sorted(BRANCH_PREFIX)
     actual = sorted(
-        cls.__name__
-        for cls in PowertrioError.__subclasses__()
-        if cls.__module__ == "protocols.errors"
+        cls.__name__ for cls in library_error_classes() if cls.__bases__[0] is PowertrioError
     )
     assert expected == actual
 
 
 def test_docstring_tree_lists_exactly_the_classes_and_codes() -> None:
-    """The tree in the module docstring names every class with its code, and nothing else."""
-    expected = sorted((cls.__name__, cls.code) for cls in library_error_classes())
+    """The tree in the module docstring names every class it holds with its code, and nothing
+    else."""
+    expected = sorted((cls.__name__, cls.code) for cls in shared_error_classes())
     actual = sorted((entry.name, entry.code) for entry in documented_tree())
     assert expected == actual
 
@@ -217,13 +222,50 @@ def test_docstring_tree_draws_the_real_parents_and_builtin_bases() -> None:
 
 
 def test_every_error_class_is_in_all() -> None:
-    """``protocols.errors.__all__`` exports each error class under its own name."""
-    classes = library_error_classes()
+    """``protocols.errors.__all__`` exports each error class it holds under its own name."""
+    classes = shared_error_classes()
     missing = [cls.__name__ for cls in classes if cls.__name__ not in errors.__all__]
     expected: list[str] = []
     assert expected == missing
-    for cls in library_error_classes():
+    for cls in shared_error_classes():
         assert getattr(errors, cls.__name__) is cls
+
+
+ONLY_THE_AGENTS_RAISE = frozenset(
+    {"SessionError", "BoardError", "LimitError", "WorkflowError", "ConsoleTokenRequiredError"}
+    | {"FleetFileError", "CronSyntaxError", "FleetAgentNotFoundError", "FleetNodeNotFoundError"}
+    | {"McpServerError", "McpToolError", "RemoteSessionError", "RemoteBoardError"}
+)
+"""Errors (and branches) of features only ``actors`` has: none is ``protocols`` vocabulary."""
+
+
+def test_the_vocabulary_holds_no_error_only_the_agents_raise() -> None:
+    """Sessions', boards', fleets', the limiter's, MCP's, workflows' and the console's errors
+    live with their features in ``actors``; ``protocols.errors`` keeps what layers share."""
+    misplaced = sorted(
+        cls.__name__
+        for cls in shared_error_classes()
+        if any(base.__name__ in ONLY_THE_AGENTS_RAISE for base in cls.__mro__)
+    )
+    expected: list[str] = []
+    assert expected == misplaced
+
+
+DOCS_TABLE_ROW = re.compile(r"^\| `(?P<code>[\w.]+)` \| `(?P<name>[\w.]+)` \|")
+
+
+def test_docs_list_every_code_and_where_its_class_lives() -> None:
+    """``docs/api.md`` has one row per error: its code and its public name, nothing stale."""
+    text = (Path(__file__).parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    documented = sorted(
+        (match["code"], match["name"])
+        for line in text.splitlines()
+        if (match := DOCS_TABLE_ROW.match(line)) is not None
+    )
+    expected = sorted(
+        (cls.code, f"{cls.__module__}.{cls.__name__}") for cls in library_error_classes()
+    )
+    assert expected == documented
 
 
 @pytest.mark.parametrize(

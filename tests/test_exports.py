@@ -28,12 +28,19 @@ PUBLIC_MODULES = (
     "runtime.lowlevel",
     "runtime.testing",
     "actors",
+    "actors.board",
+    "actors.cluster",
     "actors.events",
+    "actors.fleet",
+    "actors.limits",
     "actors.lowlevel",
+    "actors.mcp",
+    "actors.observe",
     "actors.testing",
     "actors.telemetry",
     "actors.cli",
     "actors.console",
+    "actors.workflows",
 )
 """Every module users import from; everything else is a private ``_module``."""
 

@@ -39,8 +39,8 @@ from actors.events import (
     FleetRunSkipped,
     FleetRunStarted,
 )
+from actors.fleet import FleetAgentNotFoundError, FleetFileError, FleetNodeNotFoundError
 from protocols import LLM, decode, decode_record, encode
-from protocols.errors import FleetAgentNotFoundError, FleetFileError, FleetNodeNotFoundError
 from runtime import (
     Clock,
     EventStore,

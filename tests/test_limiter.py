@@ -28,8 +28,9 @@ from actors._limiter_core import (
     next_change,
 )
 from actors.events import BackoffRecorded, GrantsExpired
+from actors.limits import LimitTooLargeError
 from protocols import LLMResponse, Usage, decode_record
-from protocols.errors import LimitTooLargeError, LLMRateLimitedError
+from protocols.errors import LLMRateLimitedError
 from runtime import Clock, open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 

@@ -41,14 +41,9 @@ from actors import (
 from actors._mcp_link import render_result
 from actors.events import ToolFinished
 from actors.lowlevel import run_tool_calls
+from actors.mcp import McpServerError, McpToolError
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome, decode_record
-from protocols.errors import (
-    AgentSpecError,
-    ConfigError,
-    McpServerError,
-    McpToolError,
-    ToolDefinitionError,
-)
+from protocols.errors import AgentSpecError, ConfigError, ToolDefinitionError
 from runtime import Backoff, open_runtime, open_sqlite_store
 from runtime.testing import (
     FunctionLLM,

@@ -24,6 +24,7 @@ from actors.events import (
     UsageUpdated,
 )
 from actors.lowlevel import is_provider_valid
+from actors.observe import HookVetoError
 from protocols import (
     LLMRequest,
     LLMResponse,
@@ -38,7 +39,7 @@ from protocols import (
     Usage,
     decode_record,
 )
-from protocols.errors import ConfigError, HookVetoError, LLMServerError, ToolDefinitionError
+from protocols.errors import ConfigError, LLMServerError, ToolDefinitionError
 from runtime import open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 

@@ -9,7 +9,16 @@ import pytest
 import trio
 import trio.testing
 
-from actors import BusyPolicy, Session, ToolContext, ask_human, spawn_session, tool
+from actors import (
+    BusyPolicy,
+    HumanRequestNotFoundError,
+    Session,
+    SessionBusyError,
+    ToolContext,
+    ask_human,
+    spawn_session,
+    tool,
+)
 from actors.events import (
     AssistantRecorded,
     CancelRequested,
@@ -31,7 +40,6 @@ from protocols import (
     UserMessage,
     decode_record,
 )
-from protocols.errors import HumanRequestNotFoundError, SessionBusyError
 from runtime import Backoff, NewEvent, Supervision, open_runtime, open_sqlite_store
 from runtime.testing import InMemoryEventStore, ScriptedLLM
 

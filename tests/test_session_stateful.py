@@ -27,7 +27,7 @@ from _depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import BusyPolicy, Session, SessionState, spawn_session, tool
+from actors import BusyPolicy, Session, SessionBusyError, SessionState, spawn_session, tool
 from actors._session_events import evolve, timer_follow_up
 from actors.events import (
     AssistantRecorded,
@@ -46,12 +46,7 @@ from protocols import (
     UserMessage,
     decode_record,
 )
-from protocols.errors import (
-    ActorCrashedError,
-    SessionBusyError,
-    TimerNotFoundError,
-    TimerOwnerUnavailableError,
-)
+from protocols.errors import ActorCrashedError, TimerNotFoundError, TimerOwnerUnavailableError
 from runtime import (
     AppendResult,
     Backoff,

@@ -20,6 +20,7 @@ import pytest
 
 from actors import (
     AgentSpec,
+    OutputTypeError,
     WorkflowContext,
     replay_session,
     spawn_agent,
@@ -38,7 +39,7 @@ from protocols import (
     ToolCall,
     decode_record,
 )
-from protocols.errors import AgentSpecError, OutputTypeError, UnsupportedTypeError
+from protocols.errors import AgentSpecError, UnsupportedTypeError
 from runtime import open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM, ScriptedLLM
 

@@ -24,9 +24,10 @@ import attrs
 import trio
 
 from protocols import decode_record
-from protocols.errors import ConfigError, NoOpenRunError
+from protocols.errors import ConfigError
 from runtime import Runtime, open_runtime
 
+from .._session_errors import NoOpenRunError
 from ._agent import check_cli_agent
 from ._common import (
     SESSION_PREFIX,

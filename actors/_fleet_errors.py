@@ -1,14 +1,16 @@
-"""Errors of fleets: a fleet file that does not check, a cron expression, an unknown agent.
+"""Errors of fleets: a fleet file that does not check, a cron expression, an unknown agent
+or node.
 
-``protocols.errors`` re-exports them. Each is a :class:`ConfigError`: the command line
-exits 2 for them, as for any bad configuration.
+Each is a :class:`~protocols.errors.ConfigError`: the command line exits 2 for them, as
+for any bad configuration. ``actors.fleet`` exports them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._errors_base import ConfigError
+from protocols.errors import ConfigError
+from protocols.lowlevel import fixup_module_metadata as _fixup
 
 __all__ = [
     "CronSyntaxError",
@@ -72,3 +74,8 @@ class FleetNodeNotFoundError(ConfigError, LookupError):
         self.known = tuple(known)
         listed = ", ".join(self.known) if self.known else "none: start one with `powertrio serve`"
         super().__init__(f"the fleet has no node {name!r} (nodes: {listed})")
+
+
+# Tracebacks and pickles name the public namespace, whether or not it was imported yet.
+_fixup("actors.fleet", globals())
+del _fixup

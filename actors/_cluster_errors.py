@@ -1,37 +1,19 @@
-"""Errors of a fleet of nodes sharing one log: fencing (``store.fenced``), remote calls.
+"""Errors of calls relayed to the node that owns a session or a board (``*.remote``).
 
-Kept apart from the single-process branches: they only arise when several runtimes
-share a PostgreSQL log (``open_runtime(node=...)``); ``protocols.errors`` re-exports them.
+They only arise when several nodes share a PostgreSQL log; ``actors.cluster`` exports them.
 """
 
 from __future__ import annotations
 
-from ._errors_agents import BoardError, SessionError
-from ._errors_log import StoreError
+from protocols.lowlevel import fixup_module_metadata as _fixup
 
-__all__ = ["FencedError", "RemoteBoardError", "RemoteSessionError"]
+from ._board_errors import BoardError
+from ._session_errors import SessionError
 
-
-class FencedError(StoreError):
-    """This node no longer holds the lease on the stream's shard; nothing was written.
-
-    Another node took the shard over (its lease expired: the process was paused, cut
-    off or too slow to renew it), or this node never held it. The session now belongs
-    to the shard's new owner: its actors here are stopped, and callers reach the session
-    through the owner's inbox.
-    """
-
-    code = "store.fenced"
-
-    def __init__(self, stream: str, shard: int, node: str, detail: str) -> None:
-        self.stream = stream
-        self.shard = shard
-        self.node = node
-        self.detail = detail
-        super().__init__(
-            f"node {node!r} may not write stream {stream!r}: {detail} (shard {shard}); "
-            "nothing was written, the shard's current owner serves it"
-        )
+__all__ = [
+    "RemoteBoardError",
+    "RemoteSessionError",
+]
 
 
 class RemoteSessionError(SessionError):
@@ -71,3 +53,8 @@ class RemoteBoardError(BoardError):
         super().__init__(
             f"board {board_id!r} failed on the node that owns it: [{remote_code}] {remote_message}"
         )
+
+
+# Tracebacks and pickles name the public namespace, whether or not it was imported yet.
+_fixup("actors.cluster", globals())
+del _fixup

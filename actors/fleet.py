@@ -1,0 +1,17 @@
+"""Fleets: their errors."""
+
+from __future__ import annotations
+
+from ._fleet_errors import (
+    CronSyntaxError,
+    FleetAgentNotFoundError,
+    FleetFileError,
+    FleetNodeNotFoundError,
+)
+
+__all__ = [
+    "CronSyntaxError",
+    "FleetAgentNotFoundError",
+    "FleetFileError",
+    "FleetNodeNotFoundError",
+]

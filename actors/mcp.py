@@ -1,0 +1,10 @@
+"""MCP tool servers: their errors."""
+
+from __future__ import annotations
+
+from ._mcp_errors import McpServerError, McpToolError
+
+__all__ = [
+    "McpServerError",
+    "McpToolError",
+]

@@ -1,0 +1,9 @@
+"""Watching and steering a session: the hook's veto."""
+
+from __future__ import annotations
+
+from ._session_errors import HookVetoError
+
+__all__ = [
+    "HookVetoError",
+]

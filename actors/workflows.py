@@ -1,0 +1,11 @@
+"""Durable workflows: their errors."""
+
+from __future__ import annotations
+
+from ._workflow_errors import WorkflowCancelledError, WorkflowError, WorkflowFailedError
+
+__all__ = [
+    "WorkflowCancelledError",
+    "WorkflowError",
+    "WorkflowFailedError",
+]
