@@ -10,7 +10,8 @@ from typing import Final, Literal, cast, final
 import attrs
 import orjson
 
-from protocols import JsonValue, event_type
+from protocols import JsonValue
+from protocols.codec import event_type
 
 from ._board_errors import (
     BoardBadKeyError,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from protocols import decode_record
+from protocols.codec import decode_record
 from protocols.errors import (
     ActorFailedError,
     ActorNotFoundError,

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, final
 import orjson
 import trio
 
-from protocols import CancelMode, default_registry
+from protocols import CancelMode
+from protocols.codec import default_registry
 from protocols.errors import (
     ActorFailedError,
     ActorNotFoundError,

@@ -13,7 +13,7 @@ from typing import Any, final
 
 import attrs
 
-from protocols import decode_record, encode
+from protocols.codec import decode_record, encode
 from protocols.errors import ConcurrencyConflictError
 from runtime import EventStore, NewEvent
 

@@ -23,7 +23,7 @@ from typing import Any, Literal, final
 
 import attrs
 
-from protocols import event_type
+from protocols.codec import event_type
 from runtime.lowlevel import TimerBook, is_timer_event
 
 __all__ = [

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from protocols import LLM, encode
+from protocols import LLM
+from protocols.codec import encode
 from protocols.errors import ActorStoppedError, ConfigError, PowertrioError
 from runtime import NewEvent, Postpone
 

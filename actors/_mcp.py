@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from protocols import JsonValue, validate_tool_name
+from protocols import JsonValue
 from protocols.errors import ConfigError, ToolDefinitionError
+from protocols.lowlevel import validate_tool_name
 
 from ._mcp_config import McpServer, McpTransport, mcp_http, mcp_stdio
 from ._mcp_errors import McpServerError

@@ -18,7 +18,8 @@ from typing import Protocol, TypeAlias, final
 import attrs
 import trio
 
-from protocols import LLMRequest, LLMResponse, StreamDelta, ToolCall, ToolOutcome, Usage
+from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome, Usage
+from protocols.streaming import StreamDelta
 
 from ._session_events import RunResult
 

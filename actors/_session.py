@@ -10,16 +10,9 @@ from typing import final
 import orjson
 import trio
 
-from protocols import (
-    Cancel,
-    FollowUp,
-    LLMRequest,
-    LLMResponse,
-    ToolCall,
-    ToolOutcome,
-    denied_outcome,
-)
+from protocols import Cancel, FollowUp, LLMRequest, LLMResponse, ToolCall, ToolOutcome
 from protocols.errors import ActorExistsError, ActorNotFoundError
+from protocols.lowlevel import denied_outcome
 from runtime import Decision, EventSourcedActor, Reply, StepFailed
 
 from . import _session_decider as decider

@@ -28,11 +28,10 @@ from protocols import (
     ToolDefinition,
     ToolOutcome,
     Usage,
-    aborted_outcome,
-    interrupted_outcome,
-    validate_json,
 )
 from protocols.errors import PowertrioError
+from protocols.jsonschema import validate_json
+from protocols.lowlevel import aborted_outcome, interrupted_outcome
 from runtime import Decision, StepFailed, TimerFired
 from runtime.lowlevel import timer_decision
 

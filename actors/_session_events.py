@@ -23,9 +23,9 @@ from protocols import (
     ToolResultMessage,
     Usage,
     UserMessage,
-    denied_outcome,
-    event_type,
 )
+from protocols.codec import event_type
+from protocols.lowlevel import denied_outcome
 from runtime import TimerFired
 from runtime.lowlevel import TimerBook, is_timer_event
 

@@ -18,9 +18,9 @@ from protocols import (
     OutputType,
     ResponseFormat,
     ToolOutcome,
-    check_schema,
 )
 from protocols.errors import ConfigError, ToolNotFoundError
+from protocols.jsonschema import check_schema
 from runtime import PriorityMessage, Request
 
 from ._agents import (

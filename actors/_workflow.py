@@ -27,7 +27,8 @@ import attrs
 import orjson
 import trio
 
-from protocols import JsonValue, make_converter
+from protocols import JsonValue
+from protocols.codec import make_converter
 from protocols.errors import (
     ActorExistsError,
     ConfigError,

@@ -1,4 +1,4 @@
-"""Fleets: their errors."""
+"""Fleets: declared agents, nodes that host them, their status; for now, their errors."""
 
 from __future__ import annotations
 

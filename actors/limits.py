@@ -1,4 +1,4 @@
-"""The fleet limiter: its errors."""
+"""The fleet limiter toward model providers; for now, the errors of its refusals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MCP tool servers: their errors."""
+"""MCP tool servers (stdio or HTTP) as tool sources; for now, their errors."""
 
 from __future__ import annotations
 

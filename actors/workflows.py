@@ -1,4 +1,4 @@
-"""Durable workflows: their errors."""
+"""Durable workflows: functions whose steps are recorded; for now, their errors."""
 
 from __future__ import annotations
 

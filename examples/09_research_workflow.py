@@ -17,7 +17,8 @@ import trio.testing
 
 from actors import AgentSpec, WorkflowContext, start_workflow, workflow
 from actors.events import StepCompleted
-from protocols import LLMRequest, LLMResponse, decode_record
+from protocols import LLMRequest, LLMResponse
+from protocols.codec import decode_record
 from runtime import open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore
 

@@ -24,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors import Limit, LimiterPolicy, spawn_limiter, spawn_session
 from actors.events import BackoffRecorded, GrantIssued
 from actors.telemetry import FleetMetrics, Telemetry, telemetry_tracer_provider, trace_id_of
-from protocols import LLMRequest, LLMResponse, Usage, decode_record
+from protocols import LLMRequest, LLMResponse, Usage
+from protocols.codec import decode_record
 from protocols.errors import LLMRateLimitedError
 from runtime import Clock, open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore

@@ -10,7 +10,8 @@ from test_fleet import FLEET, HOUR, START
 from actors import AgentDecl, FleetNode, apply_fleet, parse_fleet_file
 from actors.cli._fleet_demo import fleet_demo_llm
 from actors.events import FleetAgentDeclared
-from protocols import LLM, encode
+from protocols import LLM
+from protocols.codec import encode
 from runtime import Clock, NewEvent, open_runtime, open_sqlite_store
 
 __all__ = ["FLEET", "HOUR", "START", "run_fleet"]

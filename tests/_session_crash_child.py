@@ -38,16 +38,8 @@ from actors import (
 )
 from actors.events import AssistantRecorded, RunStarted
 from actors.lowlevel import is_provider_valid
-from protocols import (
-    LLMRequest,
-    LLMResponse,
-    Message,
-    SystemMessage,
-    ToolCall,
-    Usage,
-    UserMessage,
-    decode_record,
-)
+from protocols import LLMRequest, LLMResponse, Message, SystemMessage, ToolCall, Usage, UserMessage
+from protocols.codec import decode_record
 from runtime import (
     AppendResult,
     DueTimer,

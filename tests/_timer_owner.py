@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from protocols import EventRegistry
+from protocols.codec import EventRegistry
 from runtime import Decision, EventSourcedActor, RecordedEvent, Request, TimerFired
 from runtime.lowlevel import TimerBook, is_timer_event, register_timer_events, timer_decision
 

@@ -29,8 +29,8 @@ from protocols import (
     ToolCall,
     Usage,
     UserMessage,
-    decode_record,
 )
+from protocols.codec import decode_record
 from protocols.errors import AgentSpecError, ConfigError, ToolNotFoundError
 from runtime import Backoff, NewEvent, Request, Supervision, open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM

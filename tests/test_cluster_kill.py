@@ -24,7 +24,7 @@ from actors._session_events import evolve as session_evolve  # the fold, as the 
 from actors.bench._child import NodeProcess as Child
 from actors.lowlevel import is_provider_valid
 from actors.testing import assert_runs_end_once, assert_timers_fire_once
-from protocols import decode_record
+from protocols.codec import decode_record
 from runtime import RecordedEvent, open_postgres_store
 from runtime.testing import PostgresServer
 

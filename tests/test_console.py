@@ -588,7 +588,7 @@ async def test_the_fleet_shows_each_agent_s_next_wake_up_from_its_timer_events(
 ) -> None:
     import time
 
-    from protocols import default_registry
+    from protocols.codec import default_registry
     from runtime import NewEvent, TimerCancelled, TimerScheduled
 
     now = time.time()

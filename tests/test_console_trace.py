@@ -28,7 +28,8 @@ from actors.events import (
     ToolFinished,
     ToolStarted,
 )
-from protocols import AssistantMessage, ToolCall, ToolOutcome, Usage, encode
+from protocols import AssistantMessage, ToolCall, ToolOutcome, Usage
+from protocols.codec import encode
 from runtime import TimerScheduled
 
 RUN = "run-1"

@@ -52,8 +52,8 @@ from protocols import (
     ToolResultMessage,
     Usage,
     UserMessage,
-    decode_record,
 )
+from protocols.codec import decode_record
 from protocols.errors import AgentSpecError, ConfigError, LLMServerError, ReplayDivergenceError
 from runtime import EventStore, check_store, open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM, InMemoryEventStore

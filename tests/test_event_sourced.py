@@ -15,7 +15,7 @@ from _gated_store import GatedStore, writer_paused
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocols import EventRegistry
+from protocols.codec import EventRegistry
 from protocols.errors import (
     ActorCrashedError,
     ActorStoppedError,

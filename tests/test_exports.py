@@ -21,9 +21,12 @@ import pytest
 
 PUBLIC_MODULES = (
     "protocols",
-    "protocols.transports",
+    "protocols.codec",
     "protocols.errors",
+    "protocols.jsonschema",
     "protocols.lowlevel",
+    "protocols.streaming",
+    "protocols.transports",
     "runtime",
     "runtime.lowlevel",
     "runtime.testing",
@@ -269,6 +272,44 @@ def test_importing_a_package_does_not_load_the_test_kits_or_the_cli(module_name:
     )
     loaded = "[]"
     assert loaded == result.stdout.strip()
+
+
+EVERYDAY_LIMIT = 40
+"""At most this many names at the top of a package: the everyday ones (as ``trio`` keeps
+``trio.lowlevel`` and ``trio.testing`` apart); operations live in named namespaces."""
+
+TIERED = ("protocols",)
+"""The top-level packages whose surface is split into tiers."""
+
+
+@pytest.mark.parametrize("package", TIERED)
+def test_a_top_level_package_exports_the_everyday_names_only(package: str) -> None:
+    """``import actors`` (or ``runtime``, ``protocols``) shows at most forty names."""
+    module = importlib.import_module(package)
+    names = [
+        name
+        for name in public_names(package)
+        if not isinstance(getattr(module, name), types.ModuleType)
+    ]
+    assert len(names) <= EVERYDAY_LIMIT, names
+
+
+@pytest.mark.parametrize("module_name", PUBLIC_MODULES)
+def test_every_exported_name_resolves(module_name: str) -> None:
+    """Each name a namespace declares (``__all__``, or ``dir()`` of a lazy package) is
+    really there: a stale entry left behind by a move fails here, not in a user's import."""
+    module = importlib.import_module(module_name)
+    declared = list(getattr(module, "__all__", public_names(module_name)))
+    missing = [name for name in declared if not hasattr(module, name)]
+    expected: list[str] = []
+    assert expected == missing
+
+
+@pytest.mark.parametrize("module_name", PUBLIC_MODULES)
+def test_every_namespace_says_what_lives_there(module_name: str) -> None:
+    """Each public module opens with a docstring: the rule for what belongs in it."""
+    doc = importlib.import_module(module_name).__doc__ or ""
+    assert len(doc.strip()) > 40, module_name
 
 
 PINNED = Path(__file__).parent / "data" / "public_api.txt"

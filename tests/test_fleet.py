@@ -40,7 +40,8 @@ from actors.events import (
     FleetRunStarted,
 )
 from actors.fleet import FleetAgentNotFoundError, FleetFileError, FleetNodeNotFoundError
-from protocols import LLM, decode, decode_record, encode
+from protocols import LLM
+from protocols.codec import decode, decode_record, encode
 from runtime import (
     Clock,
     EventStore,

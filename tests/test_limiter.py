@@ -29,7 +29,8 @@ from actors._limiter_core import (
 )
 from actors.events import BackoffRecorded, GrantsExpired
 from actors.limits import LimitTooLargeError
-from protocols import LLMResponse, Usage, decode_record
+from protocols import LLMResponse, Usage
+from protocols.codec import decode_record
 from protocols.errors import LLMRateLimitedError
 from runtime import Clock, open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM

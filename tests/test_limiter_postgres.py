@@ -12,7 +12,7 @@ from test_limiter import _check_log
 
 from actors import Limit, LimiterPolicy, spawn_limiter
 from actors.events import GrantIssued
-from protocols import decode_record
+from protocols.codec import decode_record
 from runtime import open_postgres_store, open_runtime
 from runtime.testing import PostgresServer
 

@@ -42,7 +42,8 @@ from actors._mcp_link import render_result
 from actors.events import ToolFinished
 from actors.lowlevel import run_tool_calls
 from actors.mcp import McpServerError, McpToolError
-from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome, decode_record
+from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome
+from protocols.codec import decode_record
 from protocols.errors import AgentSpecError, ConfigError, ToolDefinitionError
 from runtime import Backoff, open_runtime, open_sqlite_store
 from runtime.testing import (

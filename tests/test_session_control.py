@@ -30,7 +30,8 @@ from actors.events import (
     RunFinished,
     RunStarted,
 )
-from protocols import LLMRequest, LLMResponse, ToolCall, Usage, decode_record
+from protocols import LLMRequest, LLMResponse, ToolCall, Usage
+from protocols.codec import decode_record
 from runtime import (
     Backoff,
     Supervision,

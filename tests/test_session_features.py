@@ -28,18 +28,16 @@ from actors.observe import HookVetoError
 from protocols import (
     LLMRequest,
     LLMResponse,
-    LLMStream,
     ResponseFormat,
-    StreamDelta,
     SystemMessage,
-    TextDelta,
     ToolCall,
     ToolOutcome,
     ToolResultMessage,
     Usage,
-    decode_record,
 )
+from protocols.codec import decode_record
 from protocols.errors import ConfigError, LLMServerError, ToolDefinitionError
+from protocols.streaming import LLMStream, StreamDelta, TextDelta
 from runtime import open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 

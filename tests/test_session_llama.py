@@ -25,16 +25,9 @@ from actors.events import (
     RunStarted,
     SessionCreated,
 )
-from protocols import (
-    AssistantMessage,
-    LLMRequest,
-    LLMResponse,
-    LLMStream,
-    SystemMessage,
-    TextDelta,
-    UserMessage,
-    decode_record,
-)
+from protocols import AssistantMessage, LLMRequest, LLMResponse, SystemMessage, UserMessage
+from protocols.codec import decode_record
+from protocols.streaming import LLMStream, TextDelta
 from protocols.transports import (
     AnthropicTransport,
     OpenAITransport,

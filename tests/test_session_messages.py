@@ -31,15 +31,13 @@ from protocols import (
     AssistantMessage,
     LLMRequest,
     LLMResponse,
-    LLMStream,
-    StreamDelta,
-    TextDelta,
     ToolCall,
     ToolResultMessage,
     Usage,
     UserMessage,
-    decode_record,
 )
+from protocols.codec import decode_record
+from protocols.streaming import LLMStream, StreamDelta, TextDelta
 from runtime import Backoff, NewEvent, Supervision, open_runtime, open_sqlite_store
 from runtime.testing import InMemoryEventStore, ScriptedLLM
 

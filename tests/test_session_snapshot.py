@@ -39,8 +39,8 @@ from protocols import (
     ToolCall,
     ToolOutcome,
     Usage,
-    default_registry,
 )
+from protocols.codec import default_registry
 from protocols.errors import EventDecodeError
 from runtime import Snapshot, TimerFired, TimerScheduled, open_runtime
 from runtime.lowlevel import decode_snapshot, encode_snapshot

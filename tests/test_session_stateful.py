@@ -37,15 +37,8 @@ from actors.events import (
     RunStarted,
 )
 from actors.lowlevel import is_provider_valid
-from protocols import (
-    CancelMode,
-    LLMRequest,
-    LLMResponse,
-    ToolCall,
-    Usage,
-    UserMessage,
-    decode_record,
-)
+from protocols import CancelMode, LLMRequest, LLMResponse, ToolCall, Usage, UserMessage
+from protocols.codec import decode_record
 from protocols.errors import ActorCrashedError, TimerNotFoundError, TimerOwnerUnavailableError
 from runtime import (
     AppendResult,

@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from protocols import EventRegistry
+from protocols.codec import EventRegistry
 from protocols.errors import (
     BadInputFileError,
     ConcurrencyConflictError,

@@ -75,9 +75,8 @@ from protocols import (
     ToolCall,
     Usage,
     UserMessage,
-    compile_schema,
-    encode,
 )
+from protocols.codec import encode
 from protocols.errors import (
     LLMError,
     PowertrioError,
@@ -85,6 +84,7 @@ from protocols.errors import (
     ScriptExhaustedError,
     StoreError,
 )
+from protocols.jsonschema import compile_schema
 from runtime import (
     Backoff,
     EventStore,

@@ -32,13 +32,8 @@ from actors import (
 from actors._session_events import typed_result
 from actors._tool_runner import _render
 from actors.events import RunFinished, RunStarted
-from protocols import (
-    LLMRequest,
-    LLMResponse,
-    OutputType,
-    ToolCall,
-    decode_record,
-)
+from protocols import LLMRequest, LLMResponse, OutputType, ToolCall
+from protocols.codec import decode_record
 from protocols.errors import AgentSpecError, UnsupportedTypeError
 from runtime import open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM, ScriptedLLM

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from actors import AgentSpec, WorkflowContext, run_workflow, start_workflow, workflow
 from actors.events import StepCompleted, WorkflowFinished, WorkflowStarted
 from actors.workflows import WorkflowCancelledError, WorkflowFailedError
-from protocols import LLMRequest, LLMResponse, decode_record, default_registry
+from protocols import LLMRequest, LLMResponse
+from protocols.codec import decode_record, default_registry
 from protocols.errors import ReplayDivergenceError
 from runtime import open_runtime
 from runtime.testing import FaultyEventStore, FunctionLLM, InMemoryEventStore

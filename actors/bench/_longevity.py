@@ -95,14 +95,8 @@ import trio
 
 from actors import AgentSpec, spawn_session, tool
 from actors.events import SessionCreated
-from protocols import (
-    LLMRequest,
-    LLMResponse,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    default_registry,
-)
+from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
+from protocols.codec import default_registry
 from runtime import (
     NewEvent,
     SqliteEventStore,

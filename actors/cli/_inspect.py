@@ -14,7 +14,7 @@ import attrs
 import orjson
 import trio
 
-from protocols import decode_record
+from protocols.codec import decode_record
 from protocols.errors import CodecError
 from runtime import PendingTimer, RecordedEvent, open_runtime
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal, final
 import attrs
 import trio
 
-from protocols import decode_record
+from protocols.codec import decode_record
 from protocols.errors import ConfigError
 from runtime import Runtime, open_runtime
 

@@ -15,7 +15,7 @@ from typing import final
 import attrs
 
 from actors.cli._common import fmt_age, fmt_iso
-from protocols import decode_record
+from protocols.codec import decode_record
 from runtime import EventStore
 
 __all__ = ["LogFleetSource", "RecentRun"]

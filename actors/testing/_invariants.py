@@ -11,7 +11,8 @@ import attrs
 import actors
 import actors.events
 import actors.lowlevel
-from protocols import LLMRequest, Usage, decode_record
+from protocols import LLMRequest, Usage
+from protocols.codec import decode_record
 from runtime import RecordedEvent, TimerFired, TimerScheduled
 
 from .._session_events import evolve as session_evolve
