@@ -47,7 +47,8 @@ from ._board_requests import request_of
 from ._cluster_errors import RemoteBoardError
 
 if TYPE_CHECKING:
-    from runtime import ClusterNode, Request, Runtime
+    from runtime import Request, Runtime
+    from runtime.cluster import ClusterNode
 
     from ._board_watches import Watch
 

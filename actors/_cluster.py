@@ -38,7 +38,8 @@ from ._session_handle import Session
 from ._session_spawn import spawn_agent
 
 if TYPE_CHECKING:
-    from runtime import ClusterNode, Runtime
+    from runtime import Runtime
+    from runtime.cluster import ClusterNode
 
 __all__ = ["ClusterSession", "NodeHost", "host_node"]
 

@@ -30,7 +30,8 @@ import trio
 from protocols import LLM
 from protocols.codec import encode
 from protocols.errors import ActorStoppedError, ConfigError, PowertrioError
-from runtime import NewEvent, Postpone
+from runtime import NewEvent
+from runtime.timers import Postpone
 
 from ._cluster_errors import RemoteSessionError
 from ._fleet_agent import AgentConfig, FleetAgentActor

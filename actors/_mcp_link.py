@@ -18,7 +18,8 @@ import orjson
 import trio
 
 from protocols import JsonObject, JsonValue
-from runtime import Actor, RestartIntensity
+from runtime import Actor
+from runtime.supervision import RestartIntensity
 
 from ._mcp_config import McpServer
 from ._mcp_errors import McpServerError, McpToolError

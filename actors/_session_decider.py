@@ -32,8 +32,9 @@ from protocols import (
 from protocols.errors import PowertrioError
 from protocols.jsonschema import validate_json
 from protocols.lowlevel import aborted_outcome, interrupted_outcome
-from runtime import Decision, StepFailed, TimerFired
+from runtime import Decision, StepFailed
 from runtime.lowlevel import timer_decision
+from runtime.timers import TimerFired
 
 from ._budget import cost_of
 from ._context import ContextCompacted

@@ -26,8 +26,8 @@ from protocols import (
 )
 from protocols.codec import event_type
 from protocols.lowlevel import denied_outcome
-from runtime import TimerFired
 from runtime.lowlevel import TimerBook, is_timer_event
+from runtime.timers import TimerFired
 
 from ._agents import Lifecycle
 from ._budget import Budget

@@ -34,8 +34,9 @@ from protocols.errors import (
     ConfigError,
     ReplayDivergenceError,
 )
-from runtime import Decision, EventSourcedActor, Reply, TimerFired, TimerScheduled
+from runtime import Decision, EventSourcedActor, Reply
 from runtime.lowlevel import timer_decision
+from runtime.timers import TimerFired, TimerScheduled
 
 from ._agents import AgentSpec, resolve_format
 from ._session_events import RunResult, typed_result

@@ -42,7 +42,6 @@ from protocols import LLMRequest, LLMResponse, Message, SystemMessage, ToolCall,
 from protocols.codec import decode_record
 from runtime import (
     AppendResult,
-    DueTimer,
     EventStore,
     NewEvent,
     SqliteEventStore,
@@ -50,6 +49,7 @@ from runtime import (
     open_sqlite_store,
 )
 from runtime.testing import FunctionLLM
+from runtime.timers import DueTimer
 
 ONE_SHOTS = 8
 """One-shot timers of the ``timers`` scenario (``t0`` ...), due 0.03 s apart."""

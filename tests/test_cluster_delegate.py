@@ -15,7 +15,9 @@ import trio
 
 from actors import AgentSpec, NodeHost, ToolContext, host_node, tool
 from protocols import LLMRequest, LLMResponse, ToolCall, UserMessage
-from runtime import Node, Runtime, open_postgres_store, open_runtime
+from runtime import Runtime, open_runtime
+from runtime.cluster import Node
+from runtime.postgres import open_postgres_store
 from runtime.testing import FunctionLLM, PostgresServer
 
 _hosts: dict[int, NodeHost] = {}

@@ -25,7 +25,8 @@ from actors.bench._child import NodeProcess as Child
 from actors.lowlevel import is_provider_valid
 from actors.testing import assert_runs_end_once, assert_timers_fire_once
 from protocols.codec import decode_record
-from runtime import RecordedEvent, open_postgres_store
+from runtime import RecordedEvent
+from runtime.postgres import open_postgres_store
 from runtime.testing import PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent

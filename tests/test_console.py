@@ -589,7 +589,8 @@ async def test_the_fleet_shows_each_agent_s_next_wake_up_from_its_timer_events(
     import time
 
     from protocols.codec import default_registry
-    from runtime import NewEvent, TimerCancelled, TimerScheduled
+    from runtime import NewEvent
+    from runtime.timers import TimerCancelled, TimerScheduled
 
     now = time.time()
     events = [
@@ -781,7 +782,7 @@ async def test_the_console_reads_a_postgresql_log_too(postgres_server: object) -
     import httpx
     from _console import record_into
 
-    from runtime import open_postgres_store
+    from runtime.postgres import open_postgres_store
 
     schema = _postgres.fresh_schema()
     try:

@@ -30,7 +30,7 @@ from actors.events import (
 )
 from protocols import AssistantMessage, ToolCall, ToolOutcome, Usage
 from protocols.codec import encode
-from runtime import TimerScheduled
+from runtime.timers import TimerScheduled
 
 RUN = "run-1"
 

@@ -55,7 +55,8 @@ from protocols import (
 )
 from protocols.codec import decode_record
 from protocols.errors import AgentSpecError, ConfigError, LLMServerError, ReplayDivergenceError
-from runtime import EventStore, check_store, open_runtime, open_sqlite_store
+from runtime import EventStore, open_runtime, open_sqlite_store
+from runtime.maintenance import check_store
 from runtime.testing import FunctionLLM, InMemoryEventStore
 
 SYSTEM = "You keep a ledger. Be brief."

@@ -23,18 +23,16 @@ from protocols.errors import (
     ConfigError,
 )
 from runtime import (
-    ActorCrashed,
     ActorRef,
-    Backoff,
     Decision,
     EventSourcedActor,
     NewEvent,
     Request,
     StepFailed,
-    Supervision,
     open_runtime,
     open_sqlite_store,
 )
+from runtime.supervision import ActorCrashed, Backoff, Supervision
 from runtime.testing import InMemoryEventStore
 
 registry = EventRegistry()

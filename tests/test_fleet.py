@@ -42,15 +42,9 @@ from actors.events import (
 from actors.fleet import FleetAgentNotFoundError, FleetFileError, FleetNodeNotFoundError
 from protocols import LLM
 from protocols.codec import decode, decode_record, encode
-from runtime import (
-    Clock,
-    EventStore,
-    NewEvent,
-    Runtime,
-    TimerFired,
-    import_jsonl,
-    open_runtime,
-)
+from runtime import Clock, EventStore, NewEvent, Runtime, open_runtime
+from runtime.maintenance import import_jsonl
+from runtime.timers import TimerFired
 
 START = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 HOUR = 3600.0

@@ -30,8 +30,9 @@ from _cli import run_cli
 from _wait import wait_until
 
 from actors.testing import assert_runs_end_once, assert_timers_fire_once
-from runtime import RecordedEvent, open_postgres_store
+from runtime import RecordedEvent
 from runtime._cluster._node import placement_key, shard_of
+from runtime.postgres import open_postgres_store
 from runtime.testing import PostgresServer
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -277,7 +278,8 @@ async def test_a_fleet_node_must_place_its_agents_streams(postgres_server: Postg
     """A node whose ``placed`` leaves out ``fleet/agent`` would run agents unfenced."""
     from actors import FLEET_PLACED, FleetNode, host_node
     from protocols.errors import ConfigError
-    from runtime import Node, open_runtime
+    from runtime import open_runtime
+    from runtime.cluster import Node
 
     schema = _postgres.fresh_schema()
     try:

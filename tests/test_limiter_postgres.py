@@ -13,7 +13,8 @@ from test_limiter import _check_log
 from actors import Limit, LimiterPolicy, spawn_limiter
 from actors.events import GrantIssued
 from protocols.codec import decode_record
-from runtime import open_postgres_store, open_runtime
+from runtime import open_runtime
+from runtime.postgres import open_postgres_store
 from runtime.testing import PostgresServer
 
 

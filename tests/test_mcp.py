@@ -45,7 +45,8 @@ from actors.mcp import McpServerError, McpToolError
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome
 from protocols.codec import decode_record
 from protocols.errors import AgentSpecError, ConfigError, ToolDefinitionError
-from runtime import Backoff, open_runtime, open_sqlite_store
+from runtime import open_runtime, open_sqlite_store
+from runtime.supervision import Backoff
 from runtime.testing import (
     FunctionLLM,
     InMemoryEventStore,

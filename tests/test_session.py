@@ -27,16 +27,9 @@ from protocols import (
 )
 from protocols.codec import decode_record
 from protocols.errors import LLMServerError, ToolNotFoundError
-from runtime import (
-    AppendResult,
-    Backoff,
-    EventStore,
-    NewEvent,
-    RecordedEvent,
-    Supervision,
-    open_runtime,
-)
+from runtime import AppendResult, EventStore, NewEvent, RecordedEvent, open_runtime
 from runtime.lowlevel import CONTINUES
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 
 FAST_RESTART = Supervision(max_restarts=100, within=1, backoff=Backoff(initial=0))

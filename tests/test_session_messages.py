@@ -38,7 +38,8 @@ from protocols import (
 )
 from protocols.codec import decode_record
 from protocols.streaming import LLMStream, StreamDelta, TextDelta
-from runtime import Backoff, NewEvent, Supervision, open_runtime, open_sqlite_store
+from runtime import NewEvent, open_runtime, open_sqlite_store
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import InMemoryEventStore, ScriptedLLM
 
 FAST_RESTART = Supervision(max_restarts=100, within=1, backoff=Backoff(initial=0))

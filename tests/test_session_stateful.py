@@ -40,19 +40,10 @@ from actors.lowlevel import is_provider_valid
 from protocols import CancelMode, LLMRequest, LLMResponse, ToolCall, Usage, UserMessage
 from protocols.codec import decode_record
 from protocols.errors import ActorCrashedError, TimerNotFoundError, TimerOwnerUnavailableError
-from runtime import (
-    AppendResult,
-    Backoff,
-    Clock,
-    NewEvent,
-    RecordedEvent,
-    Supervision,
-    TimerFired,
-    TimerScheduled,
-    TimerService,
-    open_runtime,
-)
+from runtime import AppendResult, Clock, NewEvent, RecordedEvent, open_runtime
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import FunctionLLM, InMemoryEventStore
+from runtime.timers import TimerFired, TimerScheduled, TimerService
 
 T = TypeVar("T")
 

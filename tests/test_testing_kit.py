@@ -85,15 +85,8 @@ from protocols.errors import (
     StoreError,
 )
 from protocols.jsonschema import compile_schema
-from runtime import (
-    Backoff,
-    EventStore,
-    NewEvent,
-    TimerFired,
-    TimerScheduled,
-    open_runtime,
-    open_sqlite_store,
-)
+from runtime import EventStore, NewEvent, open_runtime, open_sqlite_store
+from runtime.supervision import Backoff
 from runtime.testing import (
     FaultyEventStore,
     FunctionLLM,
@@ -101,6 +94,7 @@ from runtime.testing import (
     ScriptedLLM,
     check_event_store,
 )
+from runtime.timers import TimerFired, TimerScheduled
 
 # -- the agent under test ----------------------------------------------------------------
 

@@ -197,7 +197,8 @@ async def _serve_on_postgres(
     """One node of a fleet sharing the PostgreSQL log: no driver lock (the leases say who
     runs what); leaving (after the drain) hands every shard back at once."""
     from actors import FLEET_PLACED, FleetNode, host_node
-    from runtime import Node, open_runtime
+    from runtime import open_runtime
+    from runtime.cluster import Node
 
     async with (
         open_log(ctx, create=True) as store,
@@ -344,8 +345,8 @@ async def _live_nodes(ctx: CliContext, store: LogStore, status: FleetStatus) -> 
     not lapsed; on SQLite the one node holding the log's driver lock (the kernel drops it
     when its process dies, however it dies), known by the pid it recorded."""
     if ctx.dsn is not None:
-        from runtime import PostgresEventStore
         from runtime.lowlevel import live_nodes
+        from runtime.postgres import PostgresEventStore
 
         assert isinstance(store, PostgresEventStore)
         return set(await live_nodes(store))

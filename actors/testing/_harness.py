@@ -26,16 +26,15 @@ from protocols.errors import (
     TimerOwnerUnavailableError,
 )
 from runtime import (
-    Backoff,
     Clock,
     EventStore,
     NewEvent,
     RecordedEvent,
     Runtime,
-    Supervision,
     open_runtime,
     open_sqlite_store,
 )
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import FaultyEventStore, InjectedFault, InMemoryEventStore, ScriptItem
 
 from ._deterministic_llm import CALLER, DeterministicLLM, LLMCall

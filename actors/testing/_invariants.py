@@ -13,7 +13,8 @@ import actors.events
 import actors.lowlevel
 from protocols import LLMRequest, Usage
 from protocols.codec import decode_record
-from runtime import RecordedEvent, TimerFired, TimerScheduled
+from runtime import RecordedEvent
+from runtime.timers import TimerFired, TimerScheduled
 
 from .._session_events import evolve as session_evolve
 from .._session_events import timer_follow_up
