@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._board_errors import (
+from ._board._errors import (
     BoardBadKeyError,
     BoardBadValueError,
     BoardConflictError,

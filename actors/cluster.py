@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ._cluster_errors import RemoteBoardError, RemoteSessionError
+from ._board._errors import RemoteBoardError
+from ._fleet._errors import RemoteSessionError
 
 __all__ = [
     "RemoteBoardError",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._fleet_errors import (
+from ._fleet._errors import (
     CronSyntaxError,
     FleetAgentNotFoundError,
     FleetFileError,

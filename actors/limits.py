@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._limiter_errors import LimitError, LimitTooLargeError
+from ._limiter._errors import LimitError, LimitTooLargeError
 
 __all__ = [
     "LimitError",

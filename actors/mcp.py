@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._mcp_errors import McpServerError, McpToolError
+from ._mcp._errors import McpServerError, McpToolError
 
 __all__ = [
     "McpServerError",

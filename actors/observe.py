@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._session_errors import HookVetoError
+from ._session._errors import HookVetoError
 
 __all__ = [
     "HookVetoError",

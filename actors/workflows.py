@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._workflow_errors import WorkflowCancelledError, WorkflowError, WorkflowFailedError
+from ._workflow._errors import WorkflowCancelledError, WorkflowError, WorkflowFailedError
 
 __all__ = [
     "WorkflowCancelledError",

@@ -22,7 +22,7 @@ import attrs
 
 from protocols.errors import StreamNotFoundError
 
-from .._session_errors import ForeignAgentError
+from .._session._errors import ForeignAgentError
 from ._common import SESSION_PREFIX, shorten
 from ._demo import SYSTEM_PROMPT
 from ._inspect import decode_or_none, read_stream

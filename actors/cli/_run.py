@@ -27,7 +27,7 @@ from protocols.codec import decode_record
 from protocols.errors import ConfigError
 from runtime import Runtime, open_runtime
 
-from .._session_errors import NoOpenRunError
+from .._session._errors import NoOpenRunError
 from ._agent import check_cli_agent
 from ._common import (
     SESSION_PREFIX,

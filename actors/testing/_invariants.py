@@ -16,8 +16,8 @@ from protocols.codec import decode_record
 from runtime import RecordedEvent
 from runtime.timers import TimerFired, TimerScheduled
 
-from .._session_events import evolve as session_evolve
-from .._session_events import timer_follow_up
+from .._session._events import evolve as session_evolve
+from .._session._events import timer_follow_up
 from ._deterministic_llm import LLMCall
 from ._harness import Trace
 
