@@ -15,7 +15,7 @@ import sys
 import _cluster_agents
 import trio
 
-from actors import NodeHost, host_node
+from actors.cluster import NodeHost, host_node
 from runtime import open_runtime
 from runtime.cluster import Node
 from runtime.postgres import open_postgres_store

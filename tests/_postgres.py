@@ -12,7 +12,8 @@ import pytest
 import trio
 from _wait import wait_until_async
 
-from actors import AgentSpec, NodeHost, host_node
+from actors import AgentSpec
+from actors.cluster import NodeHost, host_node
 from runtime import EventStore, open_runtime
 from runtime.cluster import Node
 from runtime.postgres import open_postgres_store

@@ -17,10 +17,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from actors import (
     Board,
-    BoardChanged,
-    BoardState,
-    BoardStatistics,
-    Entry,
     Session,
     SessionState,
     ToolRegistry,
@@ -32,11 +28,15 @@ from actors._board._events import Limits, decide_delete, decide_put, evolve
 from actors.board import (
     BoardBadKeyError,
     BoardBadValueError,
+    BoardChanged,
     BoardConflictError,
     BoardEntryTooLargeError,
     BoardError,
     BoardFullError,
+    BoardState,
+    BoardStatistics,
     BoardWatchOverflowError,
+    Entry,
 )
 from actors.events import EntryDeleted, EntryPut
 from actors.lowlevel import run_tool_calls

@@ -11,10 +11,10 @@ import orjson
 import pytest
 import trio
 
-from actors import Board, NodeHost, open_board
+from actors import Board, open_board
 from actors._board import _remote as _board_remote
 from actors.board import BoardConflictError
-from actors.cluster import RemoteBoardError
+from actors.cluster import NodeHost, RemoteBoardError
 from protocols.errors import ActorNotFoundError, ConfigError, FencedError
 from runtime import ActorRef
 from runtime.testing import PostgresServer

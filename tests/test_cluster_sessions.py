@@ -11,8 +11,7 @@ import psycopg
 import pytest
 import trio
 
-from actors import NodeHost, host_node
-from actors.cluster import RemoteSessionError
+from actors.cluster import NodeHost, RemoteSessionError, host_node
 from protocols.errors import ConfigError
 from runtime import open_runtime
 from runtime.testing import PostgresServer

@@ -25,14 +25,13 @@ from actors import (
     open_board,
     recall_tool,
     replay_session,
-    search_history,
     spawn_agent,
     spawn_session,
     tool,
 )
 from actors._session._context import SUMMARY_INSTRUCTIONS, plan_cut, tools_tokens
 from actors.events import ContextCompacted, ToolFinished
-from actors.lowlevel import ValidTranscript, is_provider_valid
+from actors.lowlevel import ValidTranscript, is_provider_valid, search_history
 from actors.testing import (
     Operation,
     RuntimeHarness,

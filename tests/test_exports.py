@@ -283,7 +283,7 @@ EVERYDAY_LIMIT = 40
 """At most this many names at the top of a package: the everyday ones (as ``trio`` keeps
 ``trio.lowlevel`` and ``trio.testing`` apart); operations live in named namespaces."""
 
-TIERED = ("protocols", "runtime")
+TIERED = ("protocols", "runtime", "actors")
 """The top-level packages whose surface is split into tiers."""
 
 

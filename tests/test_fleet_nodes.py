@@ -49,7 +49,7 @@ _databases = itertools.count()
 
 def _agent_shard(name: str) -> int:
     """The shard a fleet node places agent ``name`` on (its stream's placement key)."""
-    from actors import FLEET_PLACED
+    from actors.fleet import FLEET_PLACED
 
     key = placement_key(f"fleet/agent/{name}", FLEET_PLACED)
     assert key is not None
@@ -276,7 +276,8 @@ def test_two_nodes_split_a_fleet_and_one_takes_over_when_the_other_is_killed(
 
 async def test_a_fleet_node_must_place_its_agents_streams(postgres_server: PostgresServer) -> None:
     """A node whose ``placed`` leaves out ``fleet/agent`` would run agents unfenced."""
-    from actors import FLEET_PLACED, FleetNode, host_node
+    from actors.cluster import host_node
+    from actors.fleet import FLEET_PLACED, FleetNode
     from protocols.errors import ConfigError
     from runtime import open_runtime
     from runtime.cluster import Node

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import psycopg
 
-from actors import search_history, spawn_session
+from actors import spawn_session
+from actors.lowlevel import search_history
 from protocols import LLMResponse
 from runtime import open_runtime
 from runtime.maintenance import check_store

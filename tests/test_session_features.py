@@ -11,7 +11,7 @@ import trio.testing
 from _gated_store import GatedStore
 
 import actors._session._transcript
-from actors import Budget, HookContext, LLMCallNext, Price, ToolCallNext, spawn_session, tool
+from actors import Budget, Price, spawn_session, tool
 from actors.events import (
     DeltaReceived,
     LLMCallFinished,
@@ -24,7 +24,7 @@ from actors.events import (
     UsageUpdated,
 )
 from actors.lowlevel import is_provider_valid
-from actors.observe import HookVetoError
+from actors.observe import HookContext, HookVetoError, LLMCallNext, ToolCallNext
 from protocols import (
     LLMRequest,
     LLMResponse,

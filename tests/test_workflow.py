@@ -12,9 +12,16 @@ from _depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import AgentSpec, WorkflowContext, run_workflow, start_workflow, workflow
+from actors import AgentSpec
 from actors.events import StepCompleted, WorkflowFinished, WorkflowStarted
-from actors.workflows import WorkflowCancelledError, WorkflowFailedError
+from actors.workflows import (
+    WorkflowCancelledError,
+    WorkflowContext,
+    WorkflowFailedError,
+    run_workflow,
+    start_workflow,
+    workflow,
+)
 from protocols import LLMRequest, LLMResponse
 from protocols.codec import decode_record, default_registry
 from protocols.errors import ReplayDivergenceError
