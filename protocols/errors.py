@@ -240,7 +240,8 @@ __all__ = [
 
 
 def all_error_classes() -> tuple[type[PowertrioError], ...]:
-    """Every error class in the tree, root first (used to check codes are unique)."""
+    """Every error class in the tree that is loaded, root first (used to check codes are
+    unique): the agents' errors count once their ``actors`` namespace has been imported."""
     found: list[type[PowertrioError]] = []
     pending: list[type[PowertrioError]] = [PowertrioError]
     while pending:
