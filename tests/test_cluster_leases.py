@@ -15,8 +15,10 @@ import trio
 from _wait import wait_until_async
 
 from protocols.errors import ConfigError, FencedError
-from runtime import NewEvent, Node, Runtime, open_postgres_store, open_runtime
+from runtime import NewEvent, Runtime, open_runtime
 from runtime._cluster._node import placement_key, shard_of
+from runtime.cluster import Node
+from runtime.postgres import open_postgres_store
 from runtime.testing import PostgresServer
 
 T = TypeVar("T")
@@ -336,7 +338,7 @@ async def test_an_actor_fenced_off_a_lost_shard_stops_without_a_crash_loop(
     from actors import spawn_session
     from protocols import LLMResponse
     from protocols.errors import ActorStoppedError
-    from runtime import ActorRestarting
+    from runtime.supervision import ActorRestarting
     from runtime.testing import FunctionLLM
 
     ttl = 0.6
@@ -388,7 +390,7 @@ async def test_an_actor_fenced_off_a_shard_its_node_knows_lost_is_handed_over(
     from actors import spawn_session
     from protocols import LLMResponse
     from protocols.errors import ActorFailedError
-    from runtime import ActorRestarting
+    from runtime.supervision import ActorRestarting
     from runtime.testing import FunctionLLM
 
     async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=0.6)) as runtime:

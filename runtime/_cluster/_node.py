@@ -10,7 +10,7 @@ nothing once another has taken over: its append fails with ``store.fenced``.
 
 The node renews its leases in the background every ``ttl / 3`` seconds and takes
 expired shards up to its fair share (all shards over the live nodes); a node holding
-more than its share hands the surplus back once the host (``actors.host_node``) has
+more than its share hands the surplus back once the host (``actors.cluster.host_node``) has
 stopped their actors. docs/cluster.md tells why it is built this way.
 """
 
