@@ -27,6 +27,8 @@ _NAME = re.compile(r"(?<![\w./\-])((?:protocols|runtime|actors)(?:\.[A-Za-z_]\w*
 """A dotted name of one of the packages (``runtime.testing.check_event_store``)."""
 _LINK = re.compile(r"\]\(([\w.\-/]+\.(?:md|png))(?:#[\w\-]*)?\)")
 """A link to another page or picture of the docs, relative to the page."""
+_TEST = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
+"""A test by its pytest id (``tests/test_cli.py::test_check_passes_on_a_good_log``)."""
 _PLACEHOLDER = re.compile(r"[<>*]|\.\.\.")
 
 
@@ -71,6 +73,24 @@ def test_every_dotted_name_the_docs_cite_imports() -> None:
     names = sorted(set(_cited(_NAME)))
     assert len(names) > 50
     missing = [f"{page}: {name}" for page, name in names if not _resolves(name.rstrip("."))]
+    assert missing == []
+
+
+def test_every_test_the_docs_cite_is_defined() -> None:
+    """A recipe's "copy this test" names a test function its file defines."""
+    tests = [
+        (page.relative_to(ROOT).as_posix(), found.group(1), found.group(2))
+        for page in PAGES
+        for found in _TEST.finditer(page.read_text(encoding="utf-8"))
+    ]
+    assert tests
+    missing = [
+        f"{page}: {path}::{name}"
+        for page, path, name in tests
+        if not re.search(
+            rf"^(?:async )?def {name}\(", (ROOT / path).read_text(encoding="utf-8"), re.M
+        )
+    ]
     assert missing == []
 
 
