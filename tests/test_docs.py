@@ -143,3 +143,27 @@ def test_a_folder_of_the_drawing_says_what_it_holds(folder: str) -> None:
     assert lines, f"{folder} has no line of its own in the drawing"
     words = " ".join(lines).replace(folder, " ")
     assert len(re.findall(r"[a-z]{3,}", words)) >= 3, lines
+
+
+def _api_rows() -> list[tuple[str, str]]:
+    """``(namespace, name)`` for each name ``docs/api.md``'s tables put in a namespace: a
+    row of a namespace and what lives there, or of where a name moved (the last two cells)."""
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    placed: list[tuple[str, str]] = []
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) not in (2, 3) or not re.fullmatch(r"`[\w.]+`", cells[-2]):
+            continue
+        if any(cell.strip("`").split(".")[0] not in PACKAGES for cell in cells[:-1]):
+            continue  # the table of error codes (tests/test_errors.py checks it)
+        namespace = cells[-2].strip("`")
+        placed += [(namespace, name) for name in re.findall(r"`([A-Za-z_]\w*)`", cells[-1])]
+    return placed
+
+
+def test_every_name_docs_api_places_in_a_namespace_is_there() -> None:
+    """``actors.fleet``'s row naming ``FleetNode`` means ``actors.fleet.FleetNode`` imports."""
+    rows = _api_rows()
+    assert len(rows) > 150
+    missing = [f"{ns}.{name}" for ns, name in rows if not _resolves(f"{ns}.{name}")]
+    assert missing == []
