@@ -52,6 +52,7 @@ if _TYPE_CHECKING:
     from ._store_ops import import_jsonl as import_jsonl
     from ._store_ops import in_tree as in_tree
     from ._supervision import ActorCrashed as ActorCrashed
+    from ._supervision import ActorPassivated as ActorPassivated
     from ._supervision import ActorRestarting as ActorRestarting
     from ._supervision import ActorStarted as ActorStarted
     from ._supervision import ActorStopped as ActorStopped
@@ -115,6 +116,7 @@ else:
             ),
             "._supervision": (
                 "ActorCrashed",
+                "ActorPassivated",
                 "ActorRestarting",
                 "ActorStarted",
                 "ActorStopped",

@@ -412,6 +412,7 @@ class _Children:
     def _rest(self, cell: _Cell) -> None:
         """A passivated child waits for its next message (or has one already)."""
         cell.passivating = False
+        cell.runtime._publish_passivated(cell)
         if cell.mailbox.empty():
             cell.mailbox.shrink()
             cell.mailbox.call_on_first_put(self._launch_lazily, cell)

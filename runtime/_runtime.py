@@ -31,6 +31,7 @@ from ._persist_listener import CommitObserver, PersistListener
 from ._ref import ActorRef
 from ._supervision import (
     ActorCrashed,
+    ActorPassivated,
     ActorStarted,
     ActorStopped,
     ChildSpec,
@@ -263,6 +264,17 @@ class Runtime:
         if self._subscribers:
             self._publish(
                 ActorStarted(
+                    actor_id=cell.id,
+                    path=cell.path,
+                    incarnation=cell.incarnation,
+                    at=self.clock.now(),
+                )
+            )
+
+    def _publish_passivated(self, cell: _Cell) -> None:
+        if self._subscribers:
+            self._publish(
+                ActorPassivated(
                     actor_id=cell.id,
                     path=cell.path,
                     incarnation=cell.incarnation,
