@@ -237,7 +237,7 @@ class Runtime:
 
     @contextmanager
     def subscribe(self, buffer: int = 1024) -> Iterator[trio.MemoryReceiveChannel[LifecycleEvent]]:
-        """Receive every lifecycle event (start, crash, restart, stop, escalation).
+        """Receive every lifecycle event (start, crash, restart, passivation, stop, escalation).
 
         A subscriber never slows supervision down: when its buffer is full, further events
         are dropped for it and counted in :meth:`statistics`.
