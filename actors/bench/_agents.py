@@ -348,7 +348,7 @@ async def idle_session_figures(count: str, path: str) -> list[float]:
     ``count`` sessions that each made one send and went idle past the idle time, then the
     third wave's (after two waves, the heap has the room a wave of warm sessions needs:
     the RSS it grew by is what idle sessions keep); live bytes per idle session
-    (tracemalloc); the p50 and p99 of a re-activation (a look at a passivated session's
+    (tracemalloc, over a fourth wave); the p50 and p99 of a re-activation (a look at a passivated session's
     state: its actor starts and folds its log) in ms."""
     n = int(count)
     echo = _echo_tool()
@@ -360,11 +360,12 @@ async def idle_session_figures(count: str, path: str) -> list[float]:
         first = rss_bytes()
         kept.append(await _idle_wave(runtime, llm, echo, n))
         second = rss_bytes()
-        tracemalloc.start()
+        kept.append(await _idle_wave(runtime, llm, echo, n))
+        third = rss_bytes()
+        tracemalloc.start()  # a fourth wave: its own bookkeeping would count in the RSS
         kept.append(await _idle_wave(runtime, llm, echo, n))
         traced, _ = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        third = rss_bytes()
         latencies = []
         for session in kept[0]:
             began = time.perf_counter()
@@ -540,7 +541,8 @@ def run(args: argparse.Namespace) -> Figures:
         early = statistics.mean(growth.latencies[1:11])  # the first send is cold
         late = statistics.mean(growth.latencies[-10:])
         figures["send_cost_ratio_late_vs_early"] = round(late / early, 3)
-        figures.update(_memory(folder, quick=quick, registered=args.registered))
+        registered = getattr(args, "registered", None)  # `powertrio bench` passes none
+        figures.update(_memory(folder, quick=quick, registered=registered))
         figures.update(_idle_memory(folder, quick=quick))
     return figures
 
