@@ -348,8 +348,8 @@ async def idle_session_figures(count: str, path: str) -> list[float]:
     ``count`` sessions that each made one send and went idle past the idle time, then the
     third wave's (after two waves, the heap has the room a wave of warm sessions needs:
     the RSS it grew by is what idle sessions keep); live bytes per idle session
-    (tracemalloc, over a fourth wave); the p50 and p99 of a re-activation (a look at a passivated session's
-    state: its actor starts and folds its log) in ms."""
+    (tracemalloc, over a fourth wave); the p50 and p99 of a re-activation (a look at a
+    passivated session's state: its actor starts and folds its log) in ms."""
     n = int(count)
     echo = _echo_tool()
     llm = FunctionLLM(_answer)
@@ -483,16 +483,12 @@ def _memory(folder: Path, *, quick: bool, registered: int | None = None) -> Figu
     figures["registered_sessions_measured"] = n_registered
     figures["registered_session_bytes"] = round(per_registered)
     figures["active_session_bytes"] = round(per_active)
-    if n_registered == 1_000_000:  # the process that held them, as measured
-        figures["rss_bytes_1m_registered_1k_active"] = round(whole)
-    else:  # linear from the two per-session figures measured above
-        figures["rss_bytes_1m_registered_1k_active"] = round(
-            whole + per_registered * (1_000_000 - n_registered)
-        )
+    # As measured when the process held the million, else linear from the two
+    # per-session figures measured above (and said so).
+    million = whole + per_registered * (1_000_000 - n_registered)
+    figures["rss_bytes_1m_registered_1k_active"] = round(million)
     figures["rss_1m_registered_extrapolated"] = n_registered != 1_000_000
-    figures["gib_1m_registered_1k_active"] = round(
-        figures["rss_bytes_1m_registered_1k_active"] / 2**30, 3
-    )
+    figures["gib_1m_registered_1k_active"] = round(million / 2**30, 3)
     figures["rss_bytes_1m_idle_actors_baseline"] = round(bare * 1_000_000)
     return figures
 
