@@ -130,6 +130,7 @@ class _Cell:
         "known_version",
         "mailbox",
         "name",
+        "no_snapshot",
         "parent",
         "passivating",
         "path",
@@ -166,6 +167,9 @@ class _Cell:
         self.stopping = False
         self.stop_requested = False
         self.passivating = False
+        self.no_snapshot = False
+        """Set by an event-sourced incarnation that passivated knowing its stream had no
+        snapshot: the next one skips looking for one (a hint; a snapshot is a cache)."""
         self.restart_count = 0
         self.restart_token: object | None = None
         self.started_at = 0.0
@@ -412,6 +416,7 @@ class _Children:
     def _rest(self, cell: _Cell) -> None:
         """A passivated child waits for its next message (or has one already)."""
         cell.passivating = False
+        cell.started_at = 0.0  # set again at its next start; a resting cell holds no float
         cell.runtime._publish_passivated(cell)
         if cell.mailbox.empty():
             cell.mailbox.shrink()

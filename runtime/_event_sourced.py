@@ -313,6 +313,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 await self._save_snapshot(self.state)
             except StoreError as exc:  # a cache: the next start folds the log instead
                 logger.warning("%s: no snapshot on passivation: %s", self._stream, exc)
+        if self._cell.passivating:
+            self._cell.no_snapshot = self.snapshot_version == 0
         owner = self.context.ref
         for listener in self.context.runtime.persist_listeners:
             listener.on_owner_gone(self._stream, owner)
@@ -342,7 +344,12 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self.version = version
             self._check_not_rewound(version)
             return
-        snapshot = await self.store.load_snapshot(self._stream)
+        cell = self._cell
+        # Started again after a passivation that knew of no snapshot: one read fewer (the
+        # usual idle session is short). A snapshot is a cache, so a wrong hint only
+        # costs a longer fold.
+        skip, cell.no_snapshot = cell.no_snapshot, False
+        snapshot = None if skip else await self.store.load_snapshot(self._stream)
         if snapshot is not None and not self._snapshot_is_current(
             snapshot.type, snapshot.schema_version
         ):

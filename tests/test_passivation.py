@@ -202,3 +202,44 @@ async def test_a_bad_passivate_after_is_a_config_error(value: object) -> None:
             spec = AgentSpec(name="a", llm=llm)
             await spawn_agent(runtime, spec, passivate_after=value)  # type: ignore[arg-type]
         assert str(raised.value) == expected
+
+
+class _CountingSnapshots:
+    """An in-memory store counting the snapshot loads made through it."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryEventStore()
+        self.loads = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def load_snapshot(self, stream: str) -> object:
+        self.loads += 1
+        return await self.inner.load_snapshot(stream)
+
+
+async def test_a_passivating_session_snapshots_a_long_tail_and_skips_a_snapshot_it_has_not(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Passivating with 16 events or more since its last snapshot, a session saves one at
+    its version, so its next start folds from there; a short session saves none, and its
+    next start does not look for one."""
+    store = _CountingSnapshots()
+    async with open_runtime(store=store, seed=1) as runtime:  # type: ignore[arg-type]
+        short = await spawn_session(runtime, llm=_counting_llm())
+        await short.send("one")  # 4 events
+        long = await spawn_session(runtime, llm=_counting_llm())
+        for turn in range(6):  # 1 + 3 a send: 19 events
+            await long.send(f"turn {turn}")
+        await trio.sleep(PASSIVATE_AFTER + 1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await store.inner.load_snapshot(f"session/{short.id}") is None
+        snapshot = await store.inner.load_snapshot(f"session/{long.id}")
+        assert snapshot is not None
+        assert snapshot.version == await store.inner.stream_version(f"session/{long.id}") == 19
+        loads = store.loads
+        assert (await short.state()).results  # started again: no snapshot looked for
+        assert store.loads == loads
+        assert len((await long.state()).results) == 6  # from the snapshot
+        assert store.loads == loads + 1
