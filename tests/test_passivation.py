@@ -11,7 +11,7 @@ import trio.testing
 from _gated_store import GatedStore
 
 from actors import AgentSpec, spawn_agent, spawn_session
-from actors._session_steps import PASSIVATE_AFTER
+from actors._session._steps import PASSIVATE_AFTER
 from protocols import LLMRequest, LLMResponse, Usage, UserMessage
 from protocols.errors import ConfigError
 from runtime import ActorPassivated, ActorStarted, LifecycleEvent, open_runtime
