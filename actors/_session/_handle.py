@@ -47,7 +47,7 @@ from ._steps import (
 if TYPE_CHECKING:
     from runtime import ActorRef, Runtime
 
-    from ._tools import ToolRegistry
+    from .._tools._tool import ToolRegistry
 
 T = TypeVar("T")
 
