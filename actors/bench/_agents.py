@@ -24,6 +24,16 @@ Every figure is printed beside a baseline measured in the same run:
   (``registered_sessions_measured``) and adds ``registered_session_bytes`` for each
   missing one (``rss_1m_registered_extrapolated``); ``active_session_bytes`` is the RSS
   each of the thousand added by running.
+* ``kb_per_idle_session``: RSS per session that made one send and went idle past the
+  idle time (``IDLE_TIME``; passivated), over the third and fourth of five waves of 1,000
+  in a fresh process (by then the heap has the room a wave of warm sessions needs and
+  SQLite's page caches are full; ``sqlite_heap_mib`` says how much they hold); beside it
+  ``kb_per_idle_session_first_wave`` (from the fresh process on, so with that room and
+  those caches), ``live_kb_per_idle_session`` (tracemalloc) and
+  ``kb_per_warm_session_baseline`` (one send, never passivated).
+* ``reactivation_ms_p50`` (and p99): a look at a passivated session's state, which starts
+  its actor from its log; ``reactivation_long_ms_p50`` for one long session, from its
+  snapshot and tail.
 * ``send_cost_ratio_late_vs_early``: the mean of the last 10 sends of one long session
   over its sends 2 to 11 (the first, cold send is skipped).
 """
@@ -31,6 +41,8 @@ Every figure is printed beside a baseline measured in the same run:
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gc
 import statistics
 import tempfile
@@ -344,25 +356,25 @@ async def _idle_wave(
 
 
 async def idle_session_figures(count: str, path: str) -> list[float]:
-    """RSS per idle (passivated) session, in this fresh process: the first wave of
-    ``count`` sessions that each made one send and went idle past the idle time, then the
-    third wave's (after two waves, the heap has the room a wave of warm sessions needs:
-    the RSS it grew by is what idle sessions keep); live bytes per idle session
-    (tracemalloc, over a fourth wave); the p50 and p99 of a re-activation (a look at a
-    passivated session's state: its actor starts and folds its log) in ms."""
+    """RSS per idle (passivated) session, in this fresh process: over the first wave of
+    ``count`` sessions that each made one send and went idle past the idle time, then
+    over the third and fourth waves (by then the heap has the room a wave of warm sessions
+    needs, and SQLite's page caches are full: the RSS they grew by is what idle sessions
+    keep); live bytes per idle session (tracemalloc, over a fifth wave: its bookkeeping
+    would count in the RSS); SQLite's own heap at the end, in bytes; the p50 and p99 of
+    a re-activation (a look at a passivated session's state: its actor starts and folds
+    its log) in ms."""
     n = int(count)
     echo = _echo_tool()
     llm = FunctionLLM(_answer)
     async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
         await _idle_wave(runtime, llm, echo, 10)  # warm the imports and the store
-        start = rss_bytes()
-        kept = [await _idle_wave(runtime, llm, echo, n)]
-        first = rss_bytes()
-        kept.append(await _idle_wave(runtime, llm, echo, n))
-        second = rss_bytes()
-        kept.append(await _idle_wave(runtime, llm, echo, n))
-        third = rss_bytes()
-        tracemalloc.start()  # a fourth wave: its own bookkeeping would count in the RSS
+        rss = [rss_bytes()]
+        kept = []
+        for _ in range(4):
+            kept.append(await _idle_wave(runtime, llm, echo, n))
+            rss.append(rss_bytes())
+        tracemalloc.start()
         kept.append(await _idle_wave(runtime, llm, echo, n))
         traced, _ = tracemalloc.get_traced_memory()
         tracemalloc.stop()
@@ -373,12 +385,25 @@ async def idle_session_figures(count: str, path: str) -> list[float]:
             latencies.append(time.perf_counter() - began)
         latencies.sort()
     return [
-        (first - start) / n,
-        (third - second) / n,
+        (rss[1] - rss[0]) / n,
+        (rss[4] - rss[2]) / (2 * n),
         traced / n,
         latencies[len(latencies) // 2] * 1e3,
         latencies[int(len(latencies) * 0.99)] * 1e3,
+        float(sqlite_heap_bytes()),
     ]
+
+
+def sqlite_heap_bytes() -> int:
+    """What SQLite's own allocator holds in this process (its page caches, statements):
+    RSS that is neither Python's nor any one session's (0 where the library is not
+    found)."""
+    name = ctypes.util.find_library("sqlite3")
+    if name is None:
+        return 0
+    used = ctypes.CDLL(name).sqlite3_memory_used
+    used.restype = ctypes.c_int64
+    return int(used())
 
 
 async def warm_session_bytes(count: str, path: str) -> float:
@@ -435,7 +460,7 @@ async def reactivation_ms(sends: str, times: str, path: str) -> list[float]:
 
 def _idle_memory(folder: Path, *, quick: bool) -> Figures:
     """Idle sessions' memory and re-activation, each in a fresh process."""
-    first, marginal, live, p50, p99 = in_fresh_process(
+    first, marginal, live, p50, p99, sqlite_heap = in_fresh_process(
         "actors.bench._agents:idle_session_figures", str(WAVE), str(folder / "waves.sqlite")
     )
     warm: float = in_fresh_process(
@@ -450,9 +475,11 @@ def _idle_memory(folder: Path, *, quick: bool) -> Figures:
     return {
         "idle_time_s": IDLE_TIME,
         "kb_per_idle_session": round(marginal / 1024, 2),
+        "idle_sessions_measured": 5 * WAVE,
         "kb_per_idle_session_first_wave": round(first / 1024, 2),
         "kb_per_warm_session_baseline": round(warm / 1024, 2),
         "live_kb_per_idle_session": round(live / 1024, 2),
+        "sqlite_heap_mib": round(sqlite_heap / 2**20, 2),
         "reactivation_ms_p50": round(p50, 3),
         "reactivation_ms_p99": round(p99, 3),
         "reactivation_long_ms_p50": round(long_p50, 3),

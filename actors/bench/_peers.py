@@ -21,8 +21,8 @@ Every ratio is powertrio's figure over power-loop's: above 1 is better for rates
 * ``kb_per_idle_session``: RSS per session after 1,000 sessions each made one send (all at
   once) and went idle (ours: past its idle time, ``actors.bench._agents.IDLE_TIME``, so
   passivated; power-loop keeps no actor per session), in a fresh process from before the
-  first; ours also ``kb_per_idle_session_after_two_waves`` (the same once two such waves
-  passivated: what an idle session keeps once the heap has room for a wave of warm ones)
+  first; ours also ``kb_per_idle_session_after_two_waves`` (over the third and fourth
+  such waves: what an idle session keeps once the heap has room for a wave of warm ones)
   and ``reactivation_ms_p50`` (a look at a passivated session's state).
 
 power-loop is a bench-only dependency: without it the suite raises
@@ -207,7 +207,7 @@ def measure(side: str, config: str, count: str, path: str) -> dict[str, float]:
             return {"kb": asyncio.run(_peer_idle(n, path)) / 1024}
         return asyncio.run(_peer_sends(1, n, path))
     if config == "idle":
-        first, marginal, _live, p50, _p99 = trio.run(idle_session_figures, count, path)
+        first, marginal, _live, p50, _p99, _sqlite = trio.run(idle_session_figures, count, path)
         return {"kb": first / 1024, "kb_after_two_waves": marginal / 1024, "reactivation": p50}
     if config == "new_sessions":
         return {"rate": trio.run(_create_sessions, n, Path(path))}
