@@ -384,13 +384,14 @@ async def idle_session_figures(count: str, path: str) -> list[float]:
             await session.state()
             latencies.append(time.perf_counter() - began)
         latencies.sort()
+        sqlite_heap = sqlite_heap_bytes()  # while its connections are open
     return [
         (rss[1] - rss[0]) / n,
         (rss[4] - rss[2]) / (2 * n),
         traced / n,
         latencies[len(latencies) // 2] * 1e3,
         latencies[int(len(latencies) * 0.99)] * 1e3,
-        float(sqlite_heap_bytes()),
+        float(sqlite_heap),
     ]
 
 
