@@ -14,7 +14,8 @@ from actors import AgentSpec, spawn_agent, spawn_session
 from actors._session._steps import PASSIVATE_AFTER
 from protocols import LLMRequest, LLMResponse, Usage, UserMessage
 from protocols.errors import ConfigError
-from runtime import ActorPassivated, ActorStarted, LifecycleEvent, open_runtime
+from runtime import open_runtime
+from runtime.supervision import ActorPassivated, ActorStarted, LifecycleEvent
 from runtime.testing import FunctionLLM, InMemoryEventStore
 
 

@@ -59,7 +59,6 @@ from actors import Session, Tool, spawn_session, tool
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
 from runtime import (
     Actor,
-    ActorPassivated,
     AppendResult,
     EventStore,
     NewEvent,
@@ -70,6 +69,7 @@ from runtime import (
     open_sqlite_store,
 )
 from runtime.bench import Figures, in_fresh_process, rss_bytes
+from runtime.supervision import ActorPassivated
 from runtime.testing import FunctionLLM
 
 
