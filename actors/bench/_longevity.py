@@ -60,14 +60,15 @@
   one level, not of the age. So a run on day 365 costs what it cost on day 10, and some
   5 % more than on a fresh log's first day: the means 52,296 bytes on day 1, 55,801 on
   day 10, 56,390 on day 90, 55,153 on day 365 (1.055 of day 1's, 1.056 at the cadence,
-  0.988 of day 10's; a day holds one or two of the cycle's cascades, which moves a day's
-  figure by some 3 %); the medians 51,846 and 51,860; a run that snapshots 68,388 on day
-  365 against 54,492 (was 74,580 against it). Larger pages hold more pointers per interior
-  page but cost more per page written: with 2 KiB pages a run moves 1.75 times as many
-  bytes on every day (91,332 on day 1, 92,290 on day 365) and the cycle, four times as
-  long, lands on some days and not others (day 365: 1.010 of day 1's, day 90: 1.051);
-  4 KiB pages triple them (157,448 on day 1) and cut the agents bench's sends per second
-  of 256 sessions to some 40 % (a group commit writes every page it dirties whole).
+  0.988 of day 10's; a day's 23 runs hold a cycle's cascade or part of one, which moves a
+  day's figure by some 3 %: 1.078 on day 90); the medians 51,846 and 51,860; a run that
+  snapshots 68,388 on day 365 against 54,492 (was 74,580 against it). Larger pages hold
+  more pointers per interior page but cost more per page written: with 2 KiB pages a run
+  moves 1.75 times as many bytes on every day (91,332 on day 1, 92,290 on day 365) and the
+  cycle, four times as long, lands on some days and not others (day 365: 1.010 of day 1's,
+  day 90: 1.051); 4 KiB pages triple them (157,448 on day 1), and 256 sessions sent less
+  in the agents bench's workload (201 and 222 sends/s against 277 and 546 with 1 KiB, two
+  turns on a loaded machine: a group commit writes every page it dirties whole).
 * ``split_day{N}_db_bytes_{kind}``: where a run's writes went on day N: the log's pages
   it changed, by table (``events``, ``indexes``, ``snapshots``, ``blobs``: the chunks
   stored apart, ``chunk_refs``: which snapshot references which, ``checkpoints``: the
