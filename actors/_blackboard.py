@@ -20,7 +20,7 @@ from protocols.errors import (
     ConfigError,
     MailboxFullError,
 )
-from runtime import ActorRef, Decision, EventSourcedActor, Request, Runtime
+from runtime import ActorRef, ClusterNode, Decision, EventSourcedActor, Request, Runtime
 
 from . import _board_remote as remote
 from ._board_events import (
@@ -216,7 +216,7 @@ class _BoardActor(EventSourcedActor[BoardState]):
                 ref = self._runtime.lookup(watch.watcher)
                 ref.tell_nowait(attrs.evolve(change, value=detached(change.value)))
             except (ActorNotFoundError, ActorStoppedError):
-                node = self._runtime.node
+                node = ClusterNode.of(self._runtime)
                 if node is not None and not node.owns(watch.watcher):
                     remote.notify_session(node, watch.watcher, change)
                 continue  # not running now: the watch waits in the log for its session
@@ -318,7 +318,7 @@ class Board:
     async def _ask(self, message: Request[T], body: dict[str, Any]) -> T:
         """Ask the board: its actor here, or, on a node of a fleet, its owner wherever it
         runs (the owner serialises every write, so compare-and-set holds fleet-wide)."""
-        node = self._runtime.node
+        node = ClusterNode.of(self._runtime)
         if node is None:
             return await self._local_ask(message)
         reply = await remote.relay(node, self._runtime, self._id, {**body, **self._asked}, message)
@@ -535,7 +535,7 @@ class Board:
             raise ValueError(msg)
         send, receive = trio.open_memory_channel[BoardChanged](buffer)
         watch = Watch(self._runtime.ids.new("watch"), chosen, start, send)
-        node = self._runtime.node
+        node = ClusterNode.of(self._runtime)
         if node is not None:
             # On a fleet the watch follows the board's log, wherever the board runs.
             after = await self._runtime.store.stream_version(f"board/{self._id}")
@@ -718,7 +718,7 @@ async def open_board(
     entry_bytes = _check_limit("max_entry_bytes", max_entry_bytes)
     actor_id = f"board:{board_id}"
     asked = {"max_entries": entries, "max_entry_bytes": entry_bytes}
-    node = runtime.node
+    node = ClusterNode.of(runtime)
     if node is not None and not node.owns_target(f"board/{board_id}"):
         # Another node runs it: the handle relays each call to the owner.
         limits = Limits(

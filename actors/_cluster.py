@@ -29,6 +29,7 @@ from protocols.errors import (
     RemoteSessionError,
     RuntimeClosedError,
 )
+from runtime import ClusterNode
 
 from . import _board_remote
 from ._agents import AgentSpec
@@ -37,7 +38,8 @@ from ._session_handle import Session
 from ._session_spawn import spawn_agent
 
 if TYPE_CHECKING:
-    from runtime import ClusterNode, Runtime
+    from runtime import Runtime
+    from runtime.lowlevel import ShardChange
 
 __all__ = ["ClusterSession", "NodeHost", "host_node"]
 
@@ -314,24 +316,13 @@ class NodeHost:
             except PowertrioError as exc:  # that session alone; a call retries it
                 logger.warning("node %s cannot resume %s: %s", self.node.name, session_id, exc)
 
-    async def _follow_shards(self) -> None:
-        node = self.node
-        held: dict[int, int] = {}
-        while True:
-            changed = node.change_event
-            now = node.held
-            surplus = node.surplus
-            gone = {s for s, e in held.items() if now.get(s) != e}
-            came = {s for s, e in now.items() if held.get(s) != e}
-            held = now
-            if gone or surplus:
-                await self._stop_shards(gone | set(surplus))
-            if surplus:
-                await node.release(surplus)
-            if came:
-                await self._resume_shards(came)
-            if node.held == held and not node.surplus:
-                await changed.wait()
+    async def shards_changed(self, change: ShardChange) -> None:
+        """Stop the sessions of the shards that went (the node then hands the surplus
+        back), spawn those of the shards that came (a ``ShardListener``)."""
+        if change.gone:
+            await self._stop_shards(set(change.gone))
+        if change.came:
+            await self._resume_shards(set(change.came))
 
     async def _serve_inbox(self, nursery: trio.Nursery) -> None:
         while True:
@@ -370,17 +361,16 @@ async def host_node(runtime: Runtime, catalog: Mapping[str, AgentSpec]) -> Async
     Raises:
         ConfigError: the runtime was not opened with ``node=``.
     """
-    node = runtime.node
+    node = ClusterNode.of(runtime)
     if node is None:
         msg = "host_node needs a runtime opened with node=Node(...) on a PostgreSQL store"
         raise ConfigError(msg)
     host = NodeHost(runtime, node, catalog)
-    node.hosted = True
+    node.add_shard_listener(host)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(host._follow_shards)
         nursery.start_soon(host._serve_inbox, nursery)
         try:
             yield host
         finally:
-            node.hosted = False
+            node.remove_shard_listener(host)
             nursery.cancel_scope.cancel()

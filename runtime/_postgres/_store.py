@@ -29,7 +29,6 @@ import trio
 
 from protocols.errors import FencedError, StoreClosedError, StoreError
 
-from .._cluster._sql import Fence
 from .._store._contract import (
     AppendResult,
     CommitSignal,
@@ -45,6 +44,7 @@ from .._store._contract import (
 )
 from .._store._writer_queue import PendingAppend
 from .._virtual_time import VirtualRun, run_in_thread, virtual_run
+from ._fence import Fence
 from ._retry import DEFAULT_RETRY_DEADLINE, Retrying
 from ._schema import (
     DELETE_EVENTS,
@@ -165,7 +165,7 @@ class PostgresEventStore(TextIndexMethods):
     _read_retrying: Retrying
     _closing: bool = False
     _text_ready: bool = False
-    # The node's leases when the store serves a node (see ``_node``); None: no fencing.
+    # The leases appends are checked against (``install_fence``); None: no fencing.
     _fence: Fence | None = None
 
     def __repr__(self) -> str:
@@ -588,7 +588,7 @@ class PostgresEventStore(TextIndexMethods):
         channel = psql.SQL("LISTEN {}").format(psql.Identifier(log_channel(self._schema)))
         while not stop.is_set():
             try:
-                conn = self._connect()
+                conn = self.connect()
             except StoreError:
                 stop.wait(WATCH_POLL_SECONDS)
                 continue
@@ -604,18 +604,33 @@ class PostgresEventStore(TextIndexMethods):
             finally:
                 conn.close()
 
-    # --- a node's fence -----------------------------------------------------------------
+    # --- beside the log: a fence, and SQL of others on its connections ----------------
 
-    async def _attach_fence(self, fence: Fence, node: str, idle: float) -> None:
-        """Check every append of a placed stream against ``fence`` (a node's leases)."""
+    async def install_fence(self, fence: Fence, *, idle: float) -> None:
+        """Check every append against ``fence`` from now on (a node's leases).
+
+        ``idle``: seconds a transaction may sit idle before the server ends it. A writer
+        paused inside its transaction (``SIGSTOP``) holds the rows its fence read locked,
+        so a takeover waits at most that long.
+
+        Raises:
+            StoreUnavailableError: the server cannot be reached.
+        """
         writer = self._writer
-        writer.fence_node = node
+        writer.fence = fence
         writer.fence_idle = idle
         await self._run_write(writer.limit_idle, retry=True)
         self._fence = fence
 
-    def _connect(self) -> psycopg.Connection:
-        """A new autocommit connection of the log's schema (the node's ``LISTEN``).
+    @property
+    def fenced_appends(self) -> int:
+        """Appends the installed fence refused in their commit's own check."""
+        return self._writer.counters.fenced
+
+    def connect(self) -> psycopg.Connection:
+        """A new autocommit connection to the log's schema, for SQL beside the log (a
+        node's leases and ``LISTEN``); the caller closes it. Run its statements inside
+        :meth:`errors`.
 
         Raises:
             StoreUnavailableError: the server cannot be reached.
@@ -624,8 +639,20 @@ class PostgresEventStore(TextIndexMethods):
             self._dsn, self._schema, server=self._server, connect_timeout=self._connect_timeout
         )
 
-    async def _call(self, fn: Callable[[psycopg.Connection], T]) -> T:
-        """Run ``fn`` on a pooled autocommit connection in a worker thread (the node's SQL)."""
+    def errors(self) -> contextlib.AbstractContextManager[None]:
+        """Turn psycopg's errors inside the block into the store's typed errors (an
+        outage into ``StoreUnavailableError``), naming this server."""
+        return map_errors(self._server)
+
+    async def call(self, fn: Callable[[psycopg.Connection], T]) -> T:
+        """Run ``fn`` on a pooled autocommit connection in a worker thread: SQL beside
+        the log (a node's placements and inbox), with the store's typed errors.
+
+        Raises:
+            StoreClosedError: the store is closed.
+            StoreUnavailableError: the server cannot be reached.
+            StoreError: the server refused.
+        """
         return await self._run_read(fn)
 
     # --- lifecycle -------------------------------------------------------------------
