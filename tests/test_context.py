@@ -30,7 +30,7 @@ from actors import (
     spawn_session,
     tool,
 )
-from actors._context import SUMMARY_INSTRUCTIONS, plan_cut, tools_tokens
+from actors._session._context import SUMMARY_INSTRUCTIONS, plan_cut, tools_tokens
 from actors.events import ContextCompacted, ToolFinished
 from actors.lowlevel import ValidTranscript, is_provider_valid
 from actors.testing import (

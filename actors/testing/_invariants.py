@@ -14,8 +14,8 @@ import actors.lowlevel
 from protocols import LLMRequest, Usage, decode_record
 from runtime import RecordedEvent, TimerFired, TimerScheduled
 
-from .._session_events import evolve as session_evolve
-from .._session_events import timer_follow_up
+from .._session._events import evolve as session_evolve
+from .._session._events import timer_follow_up
 from ._deterministic_llm import LLMCall
 from ._harness import Trace
 

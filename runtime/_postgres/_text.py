@@ -1,6 +1,6 @@
 """A full-text index of passages by stream and version, kept in the PostgreSQL log's schema.
 
-The ``recall`` tool (``actors._recall``) indexes what a session said and heard; with the
+The ``recall`` tool (``actors._session._recall``) indexes what a session said and heard; with the
 SQLite store that index is an FTS5 table in the log's file, and here it is a table with
 a ``tsvector`` column and a GIN index in the log's schema: it survives restarts and is
 shared by every process on the database. Like FTS5's default tokenizer it does not stem
