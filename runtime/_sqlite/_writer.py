@@ -210,6 +210,7 @@ class SqliteWriter(GroupCommitWriter):
         events: tuple[NewEvent, ...],
         expected_version: int,
         flight: Flight | None = None,
+        fence: tuple[int, int] | None = None,
         *,
         after: PendingAppend | None = None,
         wake: Callable[[], object] | None = None,
@@ -218,8 +219,9 @@ class SqliteWriter(GroupCommitWriter):
 
         The caller parks on the result with ``wait_task_rescheduled(pending.abort)``, or
         passes ``wake`` to be called instead. ``flight`` (under virtual time) lands once
-        the caller's wake-up is posted.
+        the caller's wake-up is posted. SQLite has no fence: ``fence`` is always ``None``.
         """
+        assert fence is None
         pending = PendingAppend(
             stream,
             events,
@@ -233,12 +235,17 @@ class SqliteWriter(GroupCommitWriter):
         return pending if self._enqueue(self._queue, pending) else None
 
     def enqueue_job(
-        self, fn: Callable[[sqlite3.Connection], object], flight: Flight | None = None
+        self,
+        fn: Callable[[sqlite3.Connection], object],
+        flight: Flight | None = None,
+        *,
+        retry: bool = False,
     ) -> WriteJob | None:
         """Queue a maintenance write to run between commits; ``None`` if the thread has stopped.
 
         The caller parks on the result with ``wait_task_rescheduled(job.abort)``.
         ``flight`` (under virtual time) lands once the caller's wake-up is posted.
+        ``retry`` is for engines with outages to ride out; a file has none.
         """
         job = WriteJob(fn, self._jobs, self._mutex, flight)
         return job if self._enqueue(self._jobs, job) else None
