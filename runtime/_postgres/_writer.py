@@ -26,7 +26,7 @@ from protocols.errors import (
     StoreUnavailableError,
 )
 
-from .._store._contract import CommitSignal, NewEvent
+from .._store._contract import CommitSignal
 from .._store._writer_queue import (
     GroupCommitWriter,
     PendingAppend,
@@ -184,36 +184,6 @@ class PostgresWriter(GroupCommitWriter):
     def start(self) -> None:
         """Start the writer thread (once, from Trio)."""
         self.thread = self._start_thread(self._main, f"powertrio-pg-writer {self._server}")
-
-    def enqueue_append(
-        self,
-        stream: str,
-        events: tuple[NewEvent, ...],
-        expected_version: int,
-        flight: Flight | None = None,
-        fence: tuple[int, int] | None = None,
-        *,
-        after: PendingAppend | None = None,
-        wake: Callable[[], object] | None = None,
-    ) -> PendingAppend | None:
-        """Queue an append for the next group; ``None`` if the thread has stopped.
-
-        ``flight`` (under virtual time) lands once the caller's wake-up is posted;
-        ``fence`` is the ``(shard, epoch)`` the commit must find this node still holding;
-        ``after`` and ``wake``: see ``PostgresEventStore.begin_append``.
-        """
-        pending = PendingAppend(
-            stream,
-            events,
-            expected_version,
-            self._queue,
-            self._mutex,
-            flight=flight,
-            fence=fence,
-            after=after,
-            wake=wake,
-        )
-        return pending if self._enqueue(self._queue, pending) else None
 
     def enqueue_job(
         self,

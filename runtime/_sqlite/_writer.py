@@ -204,36 +204,6 @@ class SqliteWriter(GroupCommitWriter):
         """Start the writer thread (once, from Trio)."""
         self.thread = self._start_thread(self._main, f"powertrio-writer {self._path}")
 
-    def enqueue_append(
-        self,
-        stream: str,
-        events: tuple[NewEvent, ...],
-        expected_version: int,
-        flight: Flight | None = None,
-        fence: tuple[int, int] | None = None,
-        *,
-        after: PendingAppend | None = None,
-        wake: Callable[[], object] | None = None,
-    ) -> PendingAppend | None:
-        """Queue an append for the next group; ``None`` if the thread has stopped.
-
-        The caller parks on the result with ``wait_task_rescheduled(pending.abort)``, or
-        passes ``wake`` to be called instead. ``flight`` (under virtual time) lands once
-        the caller's wake-up is posted. SQLite has no fence: ``fence`` is always ``None``.
-        """
-        assert fence is None
-        pending = PendingAppend(
-            stream,
-            events,
-            expected_version,
-            self._queue,
-            self._mutex,
-            flight=flight,
-            after=after,
-            wake=wake,
-        )
-        return pending if self._enqueue(self._queue, pending) else None
-
     def enqueue_job(
         self,
         fn: Callable[[sqlite3.Connection], object],
