@@ -106,7 +106,7 @@ class Runtime:
     """The durable timers service: schedule, cancel and list timers of event-sourced actors."""
     node: Membership | None
     """This runtime's place in a fleet (``open_runtime(node=...)``); ``None``: alone.
-    ``runtime.ClusterNode.of(runtime)`` gives a fleet node's whole interface."""
+    ``runtime.cluster.ClusterNode.of(runtime)`` gives a fleet node's whole interface."""
     trio_token: trio.lowlevel.TrioToken
     """Token of the Trio run this runtime lives in (for ``tell_from_thread``)."""
     _by_id: dict[str, _Cell]
@@ -406,7 +406,7 @@ async def open_runtime(
         node (Join | None): join a fleet of runtimes sharing ``store`` (``Node(...)`` on a
             PostgreSQL store): the node takes leases on shards of the sessions' streams, and its
             appends to streams of shards it does not hold fail with ``store.fenced``.
-            ``actors.host_node`` runs the sessions of its shards. ``None``: this runtime
+            ``actors.cluster.host_node`` runs the sessions of its shards. ``None``: this runtime
             owns its log alone, with no leases (the SQLite and in-memory default).
         gc_threshold (tuple[int, int, int] | None): the cyclic collector's thresholds
             while the runtime is open, if the process still has CPython's defaults

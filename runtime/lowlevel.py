@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
-from ._cluster._node import ShardChange, ShardListener, live_nodes
+from ._cluster._node import live_nodes
 from ._event_sourced import CONTINUES, Outcome
 from ._gc_tuning import RUNTIME_GC_THRESHOLD
 from ._persist_listener import CommitObserver, PersistListener
@@ -35,8 +35,6 @@ __all__ = [
     "Outcome",
     "PersistListener",
     "RUNTIME_GC_THRESHOLD",
-    "ShardChange",
-    "ShardListener",
     "TIMER_EVENT_NAMES",
     "TimerBook",
     "TimerOutcome",

@@ -13,10 +13,11 @@ import inspect
 
 import pytest
 
-from runtime import PostgresEventStore, SqliteEventStore
+from runtime import SqliteEventStore
 from runtime._postgres._dialect import PostgresDialect
 from runtime._sqlite._dialect import SqliteDialect
 from runtime._store._sql import SqlDialect, SqlEventStore
+from runtime.postgres import PostgresEventStore
 
 WRITTEN_ONCE = (
     "append",

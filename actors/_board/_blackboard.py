@@ -15,14 +15,14 @@ from protocols.errors import (
     ActorExistsError,
     ActorNotFoundError,
     ActorStoppedError,
-    BoardError,
-    BoardWatchOverflowError,
     ConfigError,
     MailboxFullError,
 )
-from runtime import ActorRef, ClusterNode, Decision, EventSourcedActor, Request, Runtime
+from runtime import ActorRef, Decision, EventSourcedActor, Request, Runtime
+from runtime.cluster import ClusterNode
 
 from . import _remote as remote
+from ._errors import BoardError, BoardWatchOverflowError
 from ._events import (
     BOARD_ID_PATTERN,
     DEFAULT_MAX_ENTRIES,

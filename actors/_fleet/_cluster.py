@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, final
 import orjson
 import trio
 
-from protocols import CancelMode, default_registry
+from protocols import CancelMode
+from protocols.codec import default_registry
 from protocols.errors import (
     ActorFailedError,
     ActorNotFoundError,
@@ -26,20 +27,20 @@ from protocols.errors import (
     ConfigError,
     FencedError,
     PowertrioError,
-    RemoteSessionError,
     RuntimeClosedError,
 )
-from runtime import ClusterNode
+from runtime.cluster import ClusterNode
 
 from .._board import _remote as _board_remote
 from .._session._agents import AgentSpec
 from .._session._events import RunResult
 from .._session._handle import Session
 from .._session._spawn import spawn_agent
+from ._errors import RemoteSessionError
 
 if TYPE_CHECKING:
     from runtime import Runtime
-    from runtime.lowlevel import ShardChange
+    from runtime.cluster import ShardChange
 
 __all__ = ["ClusterSession", "NodeHost", "host_node"]
 

@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from actors._limiter._core import BackoffRecorded, GrantIssued
 from actors._session._events import AssistantRecorded, RunFinished, RunStarted, ToolFinished
-from runtime import ClusterNode
+from runtime.cluster import ClusterNode
 
 if TYPE_CHECKING:
     from runtime import Runtime
