@@ -10,7 +10,7 @@ lazily from a session's stream at its first search and extended from the stream'
 at each later one (one read of the new events). With the SQLite store it lives in the
 log's own file, so it survives restarts and is shared by every process using the file.
 With the PostgreSQL store it lives in the log's schema (a ``tsvector`` column with a GIN
-index, ``runtime._postgres_text``), equally durable and shared; with the in-memory
+index, ``runtime._postgres._text``), equally durable and shared; with the in-memory
 store, in the process's memory. Dropping the two tables loses nothing but time.
 """
 

@@ -1,10 +1,10 @@
 """The embedded event store: one SQLite file in WAL mode, one writer thread with group commit.
 
 This is the Trio side: ``SqliteEventStore`` implements ``EventStore`` by queueing appends
-and maintenance writes to the writer thread (``_sqlite_writer``) and running reads on
+and maintenance writes to the writer thread (``_sqlite._writer``) and running reads on
 pooled read-only connections in worker threads; ``open_sqlite_store`` ties the thread,
 the checkpointing task and the file to one ``async with`` block. The file format and its
-SQL live in ``_sqlite_schema``.
+SQL live in ``_sqlite._schema``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import trio
 from protocols.errors import StoreClosedError
 from protocols.lowlevel import unwrap_single_error
 
-from ._event_store import (
+from .._store._contract import (
     AppendResult,
     CommitSignal,
     EventStoreStatistics,
@@ -39,8 +39,11 @@ from ._event_store import (
     check_stream_name,
     effective_limit,
 )
-from ._sqlite_audit import audit_database
-from ._sqlite_schema import (
+from .._store._ops import CheckProblem, CheckReport
+from .._store._writer_queue import PendingAppend
+from .._virtual_time import VirtualRun, run_in_thread, virtual_run
+from ._audit import audit_database
+from ._schema import (
     DELETE_INDEXED_EVENTS,
     DELETE_ORPHAN_BLOBS,
     DELETE_STREAM_ROWS,
@@ -63,11 +66,8 @@ from ._sqlite_schema import (
     replace_snapshot_chunks,
     row_to_event,
 )
-from ._sqlite_watch import watch_head
-from ._sqlite_writer import SqliteWriter
-from ._store_ops import CheckProblem, CheckReport
-from ._virtual_time import VirtualRun, run_in_thread, virtual_run
-from ._writer_queue import PendingAppend
+from ._watch import watch_head
+from ._writer import SqliteWriter
 
 __all__ = ["SqliteEventStore", "open_sqlite_store"]
 
@@ -440,7 +440,7 @@ class SqliteEventStore:
         """Follow the head across processes; see ``EventStore.changes``.
 
         A connection of its own asks the file's change counter (``PRAGMA data_version``)
-        every 0.1 s, and reads the head only when it moved (``_sqlite_watch``); this
+        every 0.1 s, and reads the head only when it moved (``_sqlite._watch``); this
         store's own commits wake it at once.
         """
         await trio.lowlevel.checkpoint()

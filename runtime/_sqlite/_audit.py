@@ -12,8 +12,8 @@ import sqlite3
 
 from protocols.errors import CorruptLogError
 
-from ._sqlite_schema import UPGRADE_CHECKSUMS_KEY, event_checksum
-from ._store_ops import CheckProblem, CheckReport
+from .._store._ops import CheckProblem, CheckReport
+from ._schema import UPGRADE_CHECKSUMS_KEY, event_checksum
 
 __all__ = ["audit_database"]
 

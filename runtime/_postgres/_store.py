@@ -4,13 +4,13 @@ Threads, not asyncio: psycopg's async connections run only on asyncio, and bridg
 into Trio (trio-asyncio) would put a second event loop and its failure modes under every
 append. psycopg's sync connections release the GIL while they wait on the socket, so
 this store runs them in threads, as the SQLite store does: appends and maintenance
-writes are queued to one writer thread with its own connection (``_postgres_writer``),
+writes are queued to one writer thread with its own connection (``_postgres._writer``),
 which commits everything queued so far in one transaction (group commit: one round of
 statements and one WAL flush for many appends), and reads run in worker threads on a
 small pool of autocommit connections, so they never wait behind a commit. A single
 writer connection beat a pool of writer connections here: with a pool each append pays
 its own transaction and flush, while one queue lets the batch grow with the load. The
-tables and SQL live in ``_postgres_schema``.
+tables and SQL live in ``_postgres._schema``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import trio
 
 from protocols.errors import FencedError, StoreClosedError, StoreError
 
-from ._event_store import (
+from .._cluster._sql import Fence
+from .._store._contract import (
     AppendResult,
     CommitSignal,
     EventStoreStatistics,
@@ -42,9 +43,10 @@ from ._event_store import (
     check_from,
     check_stream_name,
 )
-from ._postgres_cluster import Fence
-from ._postgres_retry import DEFAULT_RETRY_DEADLINE, Retrying
-from ._postgres_schema import (
+from .._store._writer_queue import PendingAppend
+from .._virtual_time import VirtualRun, run_in_thread, virtual_run
+from ._retry import DEFAULT_RETRY_DEADLINE, Retrying
+from ._schema import (
     DELETE_EVENTS,
     DELETE_ORPHAN_BLOBS,
     DELETE_SNAPSHOT_CHUNKS,
@@ -68,10 +70,8 @@ from ._postgres_schema import (
     replace_snapshot_chunks,
     row_to_event,
 )
-from ._postgres_text import TextIndexMethods, forget_streams
-from ._postgres_writer import PostgresWriter
-from ._virtual_time import VirtualRun, run_in_thread, virtual_run
-from ._writer_queue import PendingAppend
+from ._text import TextIndexMethods, forget_streams
+from ._writer import PostgresWriter
 
 if TYPE_CHECKING:
     import psycopg
@@ -706,7 +706,7 @@ async def open_postgres_store(
         retry_deadline (float): seconds the open store keeps retrying reads and writes
             through an outage (a restart, a failover) before ``StoreUnavailableError``;
             0 reports the first failure. Acknowledged appends are never lost nor written
-            twice (see ``runtime._postgres_retry``). Opening itself does not retry.
+            twice (see ``runtime._postgres._retry``). Opening itself does not retry.
 
     Yields:
         PostgresEventStore: the open store.

@@ -26,10 +26,18 @@ from protocols.errors import (
     StoreUnavailableError,
 )
 
-from ._event_store import CommitSignal, NewEvent
-from ._placement import fence_admits
-from ._postgres_cluster import CHECK_LEASES
-from ._postgres_retry import (
+from .._cluster._placement import fence_admits
+from .._cluster._sql import CHECK_LEASES
+from .._store._contract import CommitSignal, NewEvent
+from .._store._writer_queue import (
+    GroupCommitWriter,
+    PendingAppend,
+    WakeWhenIdle,
+    behind_failure,
+    take_back,
+)
+from .._virtual_time import Flight
+from ._retry import (
     DEFAULT_RETRY_DEADLINE,
     Backend,
     Retrying,
@@ -37,7 +45,7 @@ from ._postgres_retry import (
     identify,
     xact_committed,
 )
-from ._postgres_schema import (
+from ._schema import (
     INSERT_BLOBS,
     INSERT_EVENTS,
     STREAM_VERSIONS,
@@ -46,8 +54,6 @@ from ._postgres_schema import (
     log_channel,
     map_errors,
 )
-from ._virtual_time import Flight
-from ._writer_queue import GroupCommitWriter, PendingAppend, WakeWhenIdle, behind_failure, take_back
 
 if TYPE_CHECKING:
     import psycopg
@@ -168,7 +174,7 @@ class PostgresWriter(GroupCommitWriter):
     """Set (in the Trio thread) once the thread has answered everything and stopped."""
     counters: _Counters = attrs.field(factory=_Counters)
     retrying: Retrying = attrs.field(factory=lambda: Retrying(DEFAULT_RETRY_DEADLINE))
-    """How the writer rides out an outage (see ``_postgres_retry``)."""
+    """How the writer rides out an outage (see ``_postgres._retry``)."""
     _identity: Backend | None = None
     """The write connection's server process (to end it if the connection is lost)."""
     _orphan: Backend | None = None
@@ -375,7 +381,7 @@ class PostgresWriter(GroupCommitWriter):
     def _commit(self, batch: list[PendingAppend]) -> int:
         """Commit one group, all or nothing per append; returns the head it reached.
 
-        Through an outage the group is retried until the deadline (``_postgres_retry``).
+        Through an outage the group is retried until the deadline (``_postgres._retry``).
         """
         try:
             plan, head = self.retrying.call(

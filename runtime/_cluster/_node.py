@@ -5,7 +5,7 @@ Several runtimes (processes, machines) share one PostgreSQL log. Each stream tha
 its placement key, and each shard is leased to at most one live node at a time. A lease
 has an epoch that grows at every takeover; the store checks, in the transaction of every
 append, that this node still holds the shard at the epoch it believes it holds
-(``_postgres_writer``), so a node that was paused or cut off past its lease writes
+(``_postgres._writer``), so a node that was paused or cut off past its lease writes
 nothing once another has taken over: its append fails with ``store.fenced``.
 
 The node renews its leases in the background every ``ttl / 3`` seconds and takes
@@ -29,17 +29,17 @@ import trio
 
 from protocols.errors import ConfigError, FencedError, StoreError
 
-from . import _postgres_cluster as sql
+from .._postgres._schema import map_errors
+from .._virtual_time import run_in_thread
+from . import _sql as sql
 from ._placement import settle_round
-from ._postgres_cluster import check_shards
-from ._postgres_schema import map_errors
-from ._virtual_time import run_in_thread
+from ._sql import check_shards
 
 if TYPE_CHECKING:
     import psycopg
 
-    from ._postgres_store import PostgresEventStore
-    from ._ref import ActorRef
+    from .._postgres._store import PostgresEventStore
+    from .._ref import ActorRef
 
 __all__ = ["ClusterNode", "Node", "live_nodes", "placement_key", "shard_of"]
 
@@ -591,7 +591,7 @@ def check_node_store(store: object) -> PostgresEventStore:
     Raises:
         ConfigError: the store is not a PostgreSQL store.
     """
-    from ._postgres_store import PostgresEventStore  # noqa: PLC0415  # psycopg stays lazy
+    from .._postgres._store import PostgresEventStore  # noqa: PLC0415  # psycopg stays lazy
 
     if not isinstance(store, PostgresEventStore):
         msg = (

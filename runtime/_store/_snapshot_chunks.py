@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from protocols import EncodedEvent, EventRegistry
 
-    from ._event_store import Snapshot
+    from ._contract import Snapshot
 
 __all__ = [
     "chunk_address",

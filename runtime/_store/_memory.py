@@ -12,7 +12,7 @@ import trio
 
 from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreError
 
-from ._event_store import (
+from ._contract import (
     AppendResult,
     CommitSignal,
     EventStoreStatistics,

@@ -1,7 +1,7 @@
 """The durable timers service: re-arms timers from the log and delivers them when due.
 
 The owner's side (events, ``TimerBook``, ``timer_decision`` and an example of an actor that
-owns timers) is in ``runtime._timer_book``.
+owns timers) is in ``runtime._timers._book``.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from protocols.errors import (
     TimerOwnerUnavailableError,
 )
 
-from . import _timer_checkpoint as checkpoints
-from ._clock import Clock, IdSource
-from ._event_store import EventStore, RecordedEvent
-from ._ref import ActorRef
-from ._timer_book import (
+from .._clock import Clock, IdSource
+from .._ref import ActorRef
+from .._store._contract import EventStore, RecordedEvent
+from . import _checkpoint as checkpoints
+from ._book import (
     TIMER_EVENT_CLASSES,
     TIMER_EVENT_NAMES,
     CancelTimer,
@@ -230,7 +230,7 @@ class TimerService:
         self._sleep = None
         self._seq = 0
         self._counters = dict.fromkeys(("delivered", "vetoed", "postponed", "dropped"), 0)
-        # The checkpoint's own fold of the log (see runtime._timer_checkpoint), apart from
+        # The checkpoint's own fold of the log (see runtime._timers._checkpoint), apart from
         # the live index, which also hears appends it has not read back from the log yet.
         self._checkpoint_books = {}
         self._checkpoint_position = 0

@@ -21,17 +21,17 @@ import trio
 from protocols import default_registry
 from protocols.errors import CodecError, StoreError
 
+from .._postgres._schema import row_to_event
+from .._timers._book import TIMER_EVENT_CLASSES, TIMER_EVENT_NAMES
 from ._node import placement_key
-from ._postgres_schema import row_to_event
-from ._timer_book import TIMER_EVENT_CLASSES, TIMER_EVENT_NAMES
 
 if TYPE_CHECKING:
     import psycopg
 
+    from .._postgres._store import PostgresEventStore
+    from .._ref import ActorRef
+    from .._timers._service import TimerRunner
     from ._node import ClusterNode
-    from ._postgres_store import PostgresEventStore
-    from ._ref import ActorRef
-    from ._timers import TimerRunner
 
 __all__ = ["NodeTimers"]
 

@@ -2,7 +2,7 @@
 
 A timer lives in its owner's stream: the owner (an event-sourced actor) appends
 ``TimerScheduled``, ``TimerFired`` and ``TimerCancelled`` (one writer per stream); the
-runtime's timers service (``runtime._timers``) only reads them. The owner records each
+runtime's timers service (``runtime._timers._service``) only reads them. The owner records each
 firing with the timer id and due time, so a re-delivery (after a crash, or a restart of the
 owner) is dropped: effectively once.
 
@@ -48,7 +48,7 @@ import attrs
 from protocols import EventRegistry, default_registry
 from protocols.errors import TimerArgumentError
 
-from ._ref import PriorityMessage, Request
+from .._ref import PriorityMessage, Request
 
 # -- validation ------------------------------------------------------------------------
 

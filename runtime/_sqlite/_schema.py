@@ -25,7 +25,7 @@ from protocols.errors import (
     StoreSchemaVersionError,
 )
 
-from ._event_store import RecordedEvent, StreamInfo
+from .._store._contract import RecordedEvent, StreamInfo
 
 APPLICATION_ID = 0x50545249
 """``PRAGMA application_id`` of a powertrio event log ("PTRI"): how we recognise our files."""
@@ -46,7 +46,7 @@ when opened (see ``_upgrade_from_1`` and ``_upgrade_from_2``).
 # So the events are indexed in sweeps, each amortised over many commits, and a stream read
 # adds the short unindexed tail (positions above ``meta.indexed_upto``) with a range scan.
 # Both parts are read in one transaction, so a reader never sees an event twice or misses
-# one. When to sweep is the writer thread's decision (``_sqlite_writer``).
+# one. When to sweep is the writer thread's decision (``_sqlite._writer``).
 #
 # Small pages: whatever pages a commit does dirty are written whole to the WAL.
 _PAGE_SIZE = 1024

@@ -26,7 +26,7 @@ from protocols.errors import (
     StoreUnavailableError,
 )
 
-from ._event_store import RecordedEvent
+from .._store._contract import RecordedEvent
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -101,7 +101,7 @@ _DDL = (
     "CREATE INDEX IF NOT EXISTS snapshot_chunks_id ON snapshot_chunks (id)",
 )
 
-# Projections' checkpoints (the timers index, see runtime._timer_checkpoint): a cache of a
+# Projections' checkpoints (the timers index, see runtime._timers._checkpoint): a cache of a
 # fold up to a log position, one row per projection. Its own statement, apart from the
 # log's tables above: older code opening the schema ignores the table, and it can be
 # dropped at any time (the projection then folds the whole log).

@@ -13,9 +13,9 @@ from collections.abc import AsyncGenerator, Callable
 
 import trio
 
-from ._event_store import CommitSignal
-from ._sqlite_schema import connect, map_errors, read_head
-from ._virtual_time import run_in_thread
+from .._store._contract import CommitSignal
+from .._virtual_time import run_in_thread
+from ._schema import connect, map_errors, read_head
 
 __all__ = ["WATCH_POLL_SECONDS", "watch_head"]
 

@@ -24,9 +24,11 @@ import trio
 
 from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreError
 
-from ._event_store import CommitSignal, NewEvent
-from ._sqlite_queue import WriteJob
-from ._sqlite_schema import (
+from .._store._contract import CommitSignal, NewEvent
+from .._store._writer_queue import GroupCommitWriter, PendingAppend, WakeWhenIdle, behind_failure
+from .._virtual_time import Flight
+from ._queue import WriteJob
+from ._schema import (
     GROUP_STATEMENT,
     GUARD_MESSAGE,
     INSERT_BLOB,
@@ -39,15 +41,13 @@ from ._sqlite_schema import (
     read_head,
     sweep,
 )
-from ._virtual_time import Flight
 from ._wal_headroom import WalHeadroom
-from ._writer_queue import GroupCommitWriter, PendingAppend, WakeWhenIdle, behind_failure
 
 __all__ = ["SqliteWriter", "WriteJob"]
 
 logger = logging.getLogger("powertrio.store")
 
-# When to sweep the lagging per-stream index (see _sqlite_schema): the writer sweeps in a
+# When to sweep the lagging per-stream index (see _sqlite._schema): the writer sweeps in a
 # transaction of its own once ``index_lag`` events are unindexed and no append is waiting.
 # A writer that never runs out of appends sweeps inside a commit once _SWEEP_DEFERRAL
 # times as many are: a sweep blocks every append while it runs, and much of its cost

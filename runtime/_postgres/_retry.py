@@ -43,7 +43,7 @@ import trio
 
 from protocols.errors import StoreUnavailableError
 
-from ._postgres_schema import map_errors
+from ._schema import map_errors
 
 if TYPE_CHECKING:
     import psycopg

@@ -1,6 +1,6 @@
 """The tables and SQL a fleet of nodes shares in the log's schema: leases, placements, inboxes.
 
-Kept apart from ``_postgres_schema`` (the log itself): a store opened without a node
+Kept apart from ``_postgres._schema`` (the log itself): a store opened without a node
 never creates or reads these tables. Every function here runs in a worker thread on a
 connection of the store (autocommit; each takes its own transaction), and times come
 from the server's clock (``clock_timestamp()``), so nodes never compare their own clocks.

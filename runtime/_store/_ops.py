@@ -24,7 +24,7 @@ from protocols.errors import (
     StreamNotFoundError,
 )
 
-from ._event_store import EventStore, NewEvent, RecordedEvent, Snapshot, StreamInfo
+from ._contract import EventStore, NewEvent, RecordedEvent, Snapshot, StreamInfo
 from ._snapshot_chunks import decode_snapshot
 
 __all__ = [

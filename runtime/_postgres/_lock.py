@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from protocols.errors import StoreLockedError
 
-from ._postgres_schema import check_dsn, connect, describe, map_errors
+from ._schema import check_dsn, connect, describe, map_errors
 
 __all__ = ["postgres_lock", "postgres_lock_held"]
 

@@ -25,8 +25,8 @@ import orjson
 
 from protocols import default_registry
 
-from ._event_store import EventStore
-from ._timer_book import PendingTimer, TimerBook
+from .._store._contract import EventStore
+from ._book import PendingTimer, TimerBook
 
 logger = logging.getLogger("powertrio.timers")
 

@@ -1,5 +1,5 @@
 """What callers queue for the SQLite store's writer thread besides appends (which both
-writers share: ``_writer_queue.PendingAppend``): maintenance writes."""
+writers share: ``_store._writer_queue.PendingAppend``): maintenance writes."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import final
 
 import trio
 
-from ._sqlite_schema import map_errors
-from ._virtual_time import Flight
-from ._writer_queue import take_back
+from .._store._writer_queue import take_back
+from .._virtual_time import Flight
+from ._schema import map_errors
 
 __all__ = ["WriteJob"]
 

@@ -1,8 +1,8 @@
 """The lease and placement rules of a fleet, as pure synchronous functions.
 
-A node's lease round (``ClusterNode._tick`` with ``_postgres_cluster.lease_tick``) and
-the fence of its appends (``_postgres_writer``) decide with these functions; the
-simulation of a fleet (``runtime._fleet_sim``) calls the very same ones against an
+A node's lease round (``ClusterNode._tick`` with ``_cluster._sql.lease_tick``) and
+the fence of its appends (``_postgres._writer``) decide with these functions; the
+simulation of a fleet (``runtime._cluster._fleet_sim``) calls the very same ones against an
 in-memory model of the lease table. So what the simulation shows of placement (who
 takes what, who hands what back, what a node finds it lost) is what the real node
 does, and only the row semantics (expiry by the server's clock, row locks, ``SKIP

@@ -1,9 +1,9 @@
 """A deterministic simulation of a fleet's leases: many nodes, one modelled database.
 
-The nodes decide with the rules the real node runs (``runtime._placement``: the fair
+The nodes decide with the rules the real node runs (``runtime._cluster._placement``: the fair
 share, what to take, what is lost, what is surplus, what the fence admits); the
 database is an in-memory model of the lease table's semantics as the SQL of
-``_postgres_cluster`` uses them: times from the database's clock only, renewal by
+``_cluster._sql`` uses them: times from the database's clock only, renewal by
 ``(node, epoch)``, takeover of expired rows lowest first ``FOR UPDATE SKIP LOCKED``
 (which skips a row an append in flight holds ``FOR KEY SHARE``), release, heartbeats
 counting the live nodes, and the server ending a transaction left idle for a TTL.

@@ -19,8 +19,8 @@ import trio
 
 from protocols.lowlevel import slot_setter
 
-from ._event_store import AppendResult, CommitSignal, NewEvent
-from ._virtual_time import Flight
+from .._virtual_time import Flight
+from ._contract import AppendResult, CommitSignal, NewEvent
 
 
 class Queued(Protocol):
