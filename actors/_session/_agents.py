@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeAlias, TypedDict, TypeGuard, final
+from typing import Any, Literal, TypeAlias, TypedDict, TypeGuard, cast, final
 
 import attrs
 
@@ -238,8 +238,8 @@ def with_options(spec: AgentSpec | None, options: Mapping[str, Any], *, caller: 
             an unexpected keyword argument of ``caller``).
         AgentSpecError: the resulting spec is invalid (every problem listed).
     """
-    unknown = sorted(options.keys() - AGENT_OPTIONS)
-    if unknown:
+    if not AGENT_OPTIONS.issuperset(options):
+        unknown = sorted(options.keys() - AGENT_OPTIONS)
         msg = f"{caller}() got an unexpected keyword argument {unknown[0]!r}"
         raise TypeError(msg)
     if "response_format" in options:
@@ -249,14 +249,33 @@ def with_options(spec: AgentSpec | None, options: Mapping[str, Any], *, caller: 
         if response_format is not None:
             check_schema(response_format.schema)
     if spec is None:
-        if not options:
-            return _BARE
-        return AgentSpec(name=_BARE.name, **options)  # the spec checks every value
+        return _options_spec(options) if options else _BARE
     return attrs.evolve(spec, **options) if options else spec
 
 
 _BARE = AgentSpec(name="session")
 """The agent of a session given no option: every default."""
+
+_SPECS: dict[tuple[object, ...], tuple[tuple[object, ...], AgentSpec]] = {}
+
+
+def _options_spec(options: Mapping[str, Any]) -> AgentSpec:
+    """The spec ``options`` make, one per set of the same values (the same objects): a
+    program that spawns many sessions with the same keywords checks their spec once,
+    not at every spawn. An entry holds its values, so their ids are not reused while it
+    is cached."""
+    # The tools by their items: a spawn's tools come in a new sequence each time.
+    tools = options.get("tools", ())
+    held = (*[v for k, v in options.items() if k != "tools"], *tools)
+    key = (*options, *map(id, held))
+    cached = _SPECS.get(key)
+    if cached is not None:
+        return cached[1]
+    made = AgentSpec(name=_BARE.name, **options)  # the spec checks every value
+    if len(_SPECS) >= 256:
+        _SPECS.clear()
+    _SPECS[key] = (held, made)
+    return made
 
 
 SPAWN_AGENT = "spawn_agent"
@@ -328,14 +347,15 @@ def top_level_tools(spec: AgentSpec) -> tuple[Tool[..., object], ...]:
     Raises:
         ConfigError: ``spec.tools`` names a tool instead of giving it.
     """
-    named = [t for t in spec.tools or () if isinstance(t, str)]
+    tools = spec.tools or ()
+    named = [t for t in tools if isinstance(t, str)]
     if named:
         msg = (
             f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level agent "
             "has no parent to take them from: give Tool objects"
         )
         raise ConfigError(msg)
-    return spec.own_tools()
+    return cast("tuple[Tool[..., object], ...]", tools)  # the spec holds only Tools here
 
 
 def index_agents(agents: Iterable[AgentSpec]) -> Mapping[str, AgentSpec]:
