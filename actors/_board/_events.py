@@ -10,8 +10,11 @@ from typing import Final, Literal, cast, final
 import attrs
 import orjson
 
-from protocols import FollowUp, JsonValue, event_type
-from protocols.errors import (
+from protocols import FollowUp, JsonValue
+from protocols.codec import event_type
+
+from .._session._follow_ups import FollowUpSource
+from ._errors import (
     BoardBadKeyError,
     BoardBadValueError,
     BoardConflictError,
@@ -19,8 +22,6 @@ from protocols.errors import (
     BoardError,
     BoardFullError,
 )
-
-from .._session._follow_ups import FollowUpSource
 
 __all__ = [
     "BoardChanged",

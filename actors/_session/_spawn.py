@@ -16,7 +16,14 @@ from ._agents import AgentOptions, AgentSpec, with_options
 from ._budget import Price
 from ._handle import Session
 from ._observe import LLMHook, Observer, ToolHook
-from ._steps import SNAPSHOT_EVERY, BusyPolicy, SessionConfig, session_config
+from ._steps import (
+    PASSIVATE_AFTER,
+    SNAPSHOT_EVERY,
+    BusyPolicy,
+    SessionConfig,
+    check_passivate_after,
+    session_config,
+)
 
 if TYPE_CHECKING:
     from runtime import Runtime
@@ -38,7 +45,7 @@ async def spawn_session(
     session_id: str | None = None,
     name: str | None = None,
     agent_name: str | None = None,
-    passivate_after: float | None = None,
+    passivate_after: float | None = PASSIVATE_AFTER,
     **options: Unpack[AgentOptions],
 ) -> Session:
     """Start a session actor under the runtime's root supervisor (or resume it from the log).
@@ -85,9 +92,12 @@ async def spawn_session(
         agent_name (str | None): the agent this session runs, recorded in its first
             event; telemetry names its runs' spans after it (``invoke_agent NAME``).
             ``None``: the spec's name when a spec is given.
-        passivate_after (float | None): stop the session's actor after this many idle
-            seconds (no run, nothing queued, no timer pending), freeing its memory; its
-            next message starts it again from its log. ``None``: it stays.
+        passivate_after (float | None): passivate the session's actor after this many
+            idle seconds (no run, nothing queued, nobody waiting, no sub-agent alive),
+            freeing its memory: its next message, or its next due timer, starts it again
+            from its snapshot and log. Two minutes by default (``PASSIVATE_AFTER``, see
+            there why); ``None``: the actor stays while the runtime runs. Its sub-agents
+            inherit it.
 
     Returns:
         Session: the handle.
@@ -101,15 +111,13 @@ async def spawn_session(
             (``max_rounds`` or ``tool_concurrency`` below 1, ...).
         McpServerError: an MCP server in ``tools`` could not be reached.
         ConfigError: no model (neither ``spec.llm`` nor ``llm``), the spec names a tool
-            instead of giving it, or ``budget`` limits cost and ``prices`` is empty.
+            instead of giving it, ``budget`` limits cost and ``prices`` is empty, or
+            ``passivate_after`` is neither ``None`` nor a positive, finite number.
         TypeError: a keyword is neither an argument nor one of :class:`AgentOptions`.
-        ValueError: ``max_depth``, ``max_children`` or ``snapshot_every`` is below 1, or
-            ``passivate_after`` is not positive.
+        ValueError: ``max_depth``, ``max_children`` or ``snapshot_every`` is below 1.
         RuntimeClosedError: the runtime is closing (or its root supervisor gave up).
     """
-    if passivate_after is not None and not passivate_after > 0:
-        msg = f"passivate_after must be a positive number of seconds, got {passivate_after!r}"
-        raise ValueError(msg)
+    check_passivate_after(passivate_after)  # before MCP servers are reached
     if "tools" in options:
         options["tools"] = tuple(await expand_tool_sources(runtime, options["tools"]))
     agent = with_options(spec, options, caller="spawn_session")
@@ -130,8 +138,9 @@ async def spawn_session(
         max_children=max_children,
         snapshot_every=snapshot_every,
         agent=agent_name if agent_name is not None or spec is None else spec.name,
+        passivate_after=passivate_after,
     )
-    factory = _SessionFactory(config, session_id is None, passivate_after)
+    factory = _SessionFactory(config, session_id is None)
     # One session's bad log or crash loop stops that session alone, never its neighbours.
     # A new session's actor starts at its first message: until then it costs a name.
     ref = await runtime.spawn(
@@ -149,18 +158,17 @@ class _SessionFactory:
     """Makes the session's actor at each (re)start; kept by every registered session, so
     a slotted object rather than a closure and its cells."""
 
-    __slots__ = ("config", "new", "passivate_after")
+    __slots__ = ("config", "new")
 
-    def __init__(self, config: SessionConfig, new: bool, passivate_after: float | None) -> None:
+    def __init__(self, config: SessionConfig, new: bool) -> None:
         self.config = config
         # A session whose id was made here has no log to read: its first incarnation skips
         # the read (a restart reads, should the id have existed after all).
         self.new = new
-        self.passivate_after = passivate_after
 
     def __call__(self) -> SessionActor:
         fresh, self.new = self.new, False
-        return SessionActor(self.config, new=fresh, passivate_after=self.passivate_after)
+        return SessionActor(self.config, new=fresh)
 
 
 async def spawn_agent(
@@ -173,6 +181,7 @@ async def spawn_agent(
     max_children: int = 8,
     observers: Sequence[Observer] = (),
     prices: Mapping[str, Price] | None = None,
+    passivate_after: float | None = PASSIVATE_AFTER,
 ) -> Session:
     """Start a top-level agent from a spec (or resume it from the log, by ``session_id``):
     ``spawn_session(runtime, spec, ...)`` with the arguments an agent most often needs.
@@ -187,9 +196,12 @@ async def spawn_agent(
         max_children (int): sub-agents one run may start.
         observers: callbacks told every observation of the whole tree.
         prices (Mapping[str, Price] | None): for cost budgets.
+        passivate_after (float | None): idle seconds before the agent's actor (and each
+            of its sub-agents') is passivated; ``None``: never (see :func:`spawn_session`).
 
     Raises:
-        ConfigError: no model (neither ``spec.llm`` nor ``llm``), or a tool given by name.
+        ConfigError: no model (neither ``spec.llm`` nor ``llm``), a tool given by name, or
+            a bad ``passivate_after``.
     """
     return await spawn_session(
         runtime,
@@ -200,4 +212,5 @@ async def spawn_agent(
         observers=observers,
         prices=prices,
         session_id=session_id,
+        passivate_after=passivate_after,
     )

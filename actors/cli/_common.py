@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, TypeAlias, final
 import attrs
 import orjson
 
-from protocols import decode_record
+from protocols.codec import decode_record
 from protocols.errors import (
     BadConnectionStringError,
     CodecError,
@@ -31,7 +31,8 @@ from protocols.errors import (
     StreamNotFoundError,
     UnsupportedLogSchemeError,
 )
-from runtime import PostgresEventStore, SqliteEventStore, open_postgres_store, open_sqlite_store
+from runtime import SqliteEventStore, open_sqlite_store
+from runtime.postgres import PostgresEventStore, open_postgres_store
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -226,7 +227,9 @@ async def resolve_session(store: LogStore, given: str) -> str:
 
 
 def _lock_path(db: Path) -> Path:
-    return db.with_name(db.name + ".lock")
+    from actors._fleet._leases import driver_lock_path  # noqa: PLC0415
+
+    return driver_lock_path(db)
 
 
 def check_folder(db: Path) -> None:
@@ -311,31 +314,17 @@ def db_in_use(db: Path | CliContext) -> bool:
 
             return postgres_lock_held(db.dsn, _LOCK_NAME)
         db = db.db
-    try:
-        import fcntl  # noqa: PLC0415  # POSIX only
-    except ImportError:  # pragma: no cover
-        return False
-    path = _lock_path(db)
-    if not path.exists():
-        return False
-    with path.open("a+", encoding="utf-8") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
+    from actors._fleet._leases import driver_lock_held  # noqa: PLC0415
+
+    return driver_lock_held(db)
 
 
 def db_holder(db: Path) -> str | None:
     """Who holds the SQLite log's driver lock right now, as it wrote itself in the lock
     file (``pid N (`powertrio serve`)``), or ``None`` when no process holds it."""
-    if not db_in_use(db):
-        return None
-    try:
-        return _lock_path(db).read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
+    from actors._fleet._leases import driver_lock_holder  # noqa: PLC0415
+
+    return driver_lock_holder(db)
 
 
 # -- formatting --------------------------------------------------------------------------

@@ -34,7 +34,6 @@ from protocols.errors import ConfigError, InputFileNotFoundError
 
 from ._common import (
     CliContext,
-    db_holder,
     db_lock,
     fmt_age,
     fmt_iso,
@@ -45,10 +44,11 @@ from ._common import (
 from ._serve_ui import console_services
 
 if TYPE_CHECKING:
-    from actors import AgentDecl, FleetFile, FleetNode, FleetStatus, NodeService
     from runtime import Runtime
 
-    from ._common import LogStore
+    from .._fleet._events import FleetStatus
+    from .._fleet._file import AgentDecl, FleetFile
+    from .._fleet._node import FleetNode, NodeService
 
 __all__ = ["cmd_fleet", "cmd_serve"]
 
@@ -68,7 +68,7 @@ def read_fleet_file(path: str) -> FleetFile:
         InputFileNotFoundError: no such file.
         FleetFileError: the file has problems (each with its line).
     """
-    from actors import parse_fleet_file
+    from .._fleet._file import parse_fleet_file
 
     tools_from_here()
     file = Path(path)
@@ -106,7 +106,7 @@ def _llm_for(ctx: CliContext) -> Callable[[AgentDecl], LLM]:
 
 
 async def _signals(node: object, ctx: CliContext) -> None:
-    from actors import FleetNode
+    from .._fleet._node import FleetNode
 
     assert isinstance(node, FleetNode)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -122,8 +122,9 @@ async def _signals(node: object, ctx: CliContext) -> None:
 
 async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
     """``powertrio serve``: one node hosting the fleet until drained."""
-    from actors import FleetNode
     from runtime import open_runtime
+
+    from .._fleet._node import FleetNode
 
     tools_from_here()
     name = args.node or socket.gethostname()
@@ -196,8 +197,11 @@ async def _serve_on_postgres(
 ) -> FleetNode:
     """One node of a fleet sharing the PostgreSQL log: no driver lock (the leases say who
     runs what); leaving (after the drain) hands every shard back at once."""
-    from actors import FLEET_PLACED, FleetNode, host_node
-    from runtime import Node, open_runtime
+    from runtime import open_runtime
+    from runtime.cluster import Node
+
+    from .._fleet._cluster import host_node
+    from .._fleet._node import FLEET_PLACED, FleetNode
 
     async with (
         open_log(ctx, create=True) as store,
@@ -255,7 +259,7 @@ async def cmd_fleet(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 async def _apply(ctx: CliContext, args: argparse.Namespace) -> int:
-    from actors import apply_fleet
+    from .._fleet._control import apply_fleet
 
     fleet = read_fleet_file(args.file)
     async with open_log(ctx, create=True) as store:
@@ -298,12 +302,13 @@ async def _status(ctx: CliContext) -> int:
 
     from rich.table import Table
 
-    from actors import read_fleet_status
+    from .._fleet._control import read_fleet_status
+    from .._fleet._leases import with_leases
 
     async with open_log(ctx) as store:
         now = time.time()
         status = await read_fleet_status(store, now=now)
-        status = status.with_live_nodes(await _live_nodes(ctx, store, status))
+        status = await with_leases(store, status)
     if ctx.json:
         ctx.emit(status_json(status))
         return 0
@@ -339,24 +344,8 @@ async def _status(ctx: CliContext) -> int:
     return 0
 
 
-async def _live_nodes(ctx: CliContext, store: LogStore, status: FleetStatus) -> set[str]:
-    """The nodes whose lease holds now. On PostgreSQL, those whose heartbeat lease has
-    not lapsed; on SQLite the one node holding the log's driver lock (the kernel drops it
-    when its process dies, however it dies), known by the pid it recorded."""
-    if ctx.dsn is not None:
-        from runtime import PostgresEventStore
-        from runtime.lowlevel import live_nodes
-
-        assert isinstance(store, PostgresEventStore)
-        return set(await live_nodes(store))
-    holder = db_holder(ctx.db)
-    if holder is None:
-        return set()
-    return {n.name for n in status.nodes if holder.startswith(f"pid {n.pid} ")}
-
-
 async def _pause(ctx: CliContext, name: str, *, paused: bool) -> int:
-    from actors import set_paused
+    from .._fleet._control import set_paused
 
     async with open_log(ctx) as store:
         changed = await set_paused(store, name, paused=paused, reason="powertrio fleet pause")
@@ -369,7 +358,7 @@ async def _pause(ctx: CliContext, name: str, *, paused: bool) -> int:
 
 
 async def _drain(ctx: CliContext, node: str) -> int:
-    from actors import request_drain
+    from .._fleet._control import request_drain
 
     async with open_log(ctx) as store:
         await request_drain(store, node)

@@ -1,6 +1,6 @@
 """The fleet file's agents on the fleet page: a :class:`FleetSource` read from the log.
 
-The rows are :func:`~actors.fleet_status` (the fold of ``powertrio fleet status``) over
+The rows are :func:`~actors.fleet.fleet_status` (the fold of ``powertrio fleet status``) over
 the control stream and every ``fleet/`` stream; this module only adds what the status
 sums up: the errors by code and the session of each agent's latest run (for its link).
 """
@@ -14,8 +14,10 @@ from typing import final
 
 import attrs
 
+from actors._fleet._events import NodeStatus
+from actors._fleet._leases import with_leases
 from actors.cli._common import fmt_age, fmt_iso
-from protocols import decode_record
+from protocols.codec import decode_record
 from runtime import EventStore
 
 __all__ = ["LogFleetSource", "RecentRun"]
@@ -63,18 +65,22 @@ class LogFleetSource:
         """Each agent's latest runs, oldest first (as of the last :meth:`agents`)."""
         self.sessions: dict[str, set[str]] = {}
         """Each agent's sessions, one a run (as of the last :meth:`agents`)."""
+        self.nodes: tuple[NodeStatus, ...] = ()
+        """The fleet's nodes, a node whose lease lapsed with no recorded stop ``lost``, as
+        ``powertrio fleet status`` says (as of the last :meth:`agents`)."""
 
     @property
     def columns(self) -> Sequence[str]:
         return _COLUMNS
 
     async def agents(self) -> Mapping[str, Mapping[str, str]]:
-        from actors import fleet_status  # noqa: PLC0415
         from actors.events import (  # noqa: PLC0415
             FleetAgentUnavailable,
             FleetRunFinished,
             FleetRunStarted,
         )
+
+        from .._fleet._events import fleet_status  # noqa: PLC0415
 
         pairs: list[tuple[int, str, object]] = []
         at: dict[int, float] = {}
@@ -111,6 +117,9 @@ class LogFleetSource:
         self.recent = recent
         now = self.now()
         status = fleet_status(((stream, event) for _, stream, event in pairs), now=now)
+        status = await with_leases(self.store, status)
+        self.nodes = status.nodes
+        lost = {n.name for n in status.nodes if n.state == "lost"}
         rows: dict[str, Mapping[str, str]] = {}
         for agent in status.agents:
             last = ""
@@ -124,7 +133,9 @@ class LogFleetSource:
                 wake = "due" if due <= 0 else f"in {fmt_age(due)}"
             rows[agent.name] = {
                 "state": agent.state,
-                "node": agent.node or "",
+                "node": (agent.node + " (lost)" if agent.node in lost else agent.node)
+                if agent.node
+                else "",
                 "last run": last,
                 "next wake-up": wake,
                 "runs today": str(agent.runs_today),
