@@ -115,6 +115,7 @@ def test_help_loads_no_agent_no_runtime_and_no_optional_library() -> None:
     expected_ours = [
         "actors",
         "actors.cli",
+        "actors.cli._argtypes",
         "actors.cli._fleet_args",
         "actors.cli._logs",
         "actors.cli._main",

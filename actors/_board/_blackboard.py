@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Final, TypeVar, cast, final
 
 import attrs
+import orjson
 import trio
 
 from protocols import JsonValue
@@ -54,10 +56,11 @@ from ._requests import (
     _List,
     _Put,
     _RemoveSessionWatch,
+    request_of,
 )
 from ._watches import Watch, WatchTable, watch_filter
 
-__all__ = ["Board", "open_board"]
+__all__ = ["Board", "open_board", "perform"]
 
 T = TypeVar("T")
 
@@ -321,8 +324,24 @@ class Board:
         node = ClusterNode.of(self._runtime)
         if node is None:
             return await self._local_ask(message)
-        reply = await remote.relay(node, self._runtime, self._id, {**body, **self._asked}, message)
+        ask_here = partial(self._ask_here, message)
+        reply = await remote.relay(node, self._runtime, self._id, {**body, **self._asked}, ask_here)
         return cast("T", reply)
+
+    async def _ask_here(self, message: Request[T]) -> T:
+        """Ask the board actor of this node, which owns the board: started with the
+        limits this handle asked for if it does not run here yet."""
+        try:
+            ref = self._runtime.lookup(f"board:{self._id}")  # running: ask it at once
+        except ActorNotFoundError:
+            board = await open_board(
+                self._runtime,
+                self._id,
+                max_entries=self._asked["max_entries"],
+                max_entry_bytes=self._asked["max_entry_bytes"],
+            )
+            return await board._local_ask(message)
+        return cast("T", await ref.ask(message))
 
     def __repr__(self) -> str:
         return f"<Board {self._id!r}>"
@@ -754,3 +773,30 @@ async def open_board(
             )
             raise ConfigError(msg)
     return Board._create(board_id, ref, runtime, info, asked)
+
+
+async def perform(runtime: Runtime, stream: str, body: bytes) -> bytes:
+    """Carry out one relayed board call on this node's board actor; the answer to record.
+
+    The board is opened with the limits the caller's handle asked for (``None``: the
+    running board's), so a mismatch fails here as it would on one node.
+
+    Raises:
+        FencedError, ActorStoppedError: this node lost the board meanwhile (the caller's
+            message stays pending for the next owner).
+    """
+    board_id = stream.partition("/")[2]
+    data = orjson.loads(body)
+    try:
+        board = await open_board(
+            runtime,
+            board_id,
+            max_entries=data.get("max_entries"),
+            max_entry_bytes=data.get("max_entry_bytes"),
+        )
+        reply = await board._local_ask(request_of(data))
+    except Exception as exc:
+        if remote.fenced(exc):
+            raise
+        return remote.encode_reply(exc)
+    return remote.encode_reply(reply)

@@ -31,7 +31,7 @@ from protocols.errors import (
 )
 from runtime.cluster import ClusterNode
 
-from .._board import _remote as _board_remote
+from .._board._blackboard import perform as perform_board_call
 from .._session._agents import AgentSpec
 from .._session._events import RunResult
 from .._session._handle import Session
@@ -336,7 +336,7 @@ class NodeHost:
         try:
             try:
                 if session_id.startswith("board/"):  # a placed stream, not a session
-                    reply = await _board_remote.perform(self.runtime, session_id, body)
+                    reply = await perform_board_call(self.runtime, session_id, body)
                 else:
                     reply = _encode(await self.perform(session_id, orjson.loads(body)))
             except Exception as exc:
