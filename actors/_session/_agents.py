@@ -250,34 +250,12 @@ def with_options(spec: AgentSpec | None, options: Mapping[str, Any], *, caller: 
         if response_format is not None:
             check_schema(response_format.schema)
     if spec is None:
-        return _options_spec(options) if options else _BARE
+        return AgentSpec(name=_BARE.name, **options) if options else _BARE  # checks every value
     return attrs.evolve(spec, **options) if options else spec
 
 
 _BARE = AgentSpec(name="session")
 """The agent of a session given no option: every default."""
-
-_SPECS: dict[tuple[object, ...], tuple[tuple[object, ...], AgentSpec]] = {}
-
-
-def _options_spec(options: Mapping[str, Any]) -> AgentSpec:
-    """The spec ``options`` make, one per set of the same values (the same objects): a
-    program that spawns many sessions with the same keywords checks their spec once,
-    not at every spawn. An entry holds its values, so their ids are not reused while it
-    is cached."""
-    # The tools by their items: a spawn's tools come in a new sequence each time.
-    tools = options.get("tools", ())
-    held = (*[v for k, v in options.items() if k != "tools"], *tools)
-    key = (*options, *map(id, held))
-    cached = _SPECS.get(key)
-    if cached is not None:
-        return cached[1]
-    made = AgentSpec(name=_BARE.name, **options)  # the spec checks every value
-    if len(_SPECS) >= 256:
-        _SPECS.clear()
-    _SPECS[key] = (held, made)
-    return made
-
 
 SPAWN_AGENT = "spawn_agent"
 
