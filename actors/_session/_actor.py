@@ -16,7 +16,6 @@ from protocols.errors import ActorExistsError, ActorNotFoundError
 from protocols.lowlevel import denied_outcome
 from runtime import Decision, EventSourcedActor, Reply, StepFailed
 
-from .._board._events import BoardChanged
 from .._tools._runner import run_tool_calls
 from . import _decider as decider
 from ._agents import SPAWN_AGENT, AgentSpec
@@ -35,6 +34,7 @@ from ._events import (
     ToolStarted,
     evolve,
 )
+from ._follow_ups import FollowUpSource
 from ._handle import Session
 from ._observe import (
     DeltaReceived,
@@ -96,7 +96,7 @@ def _subclass_test(*classes: type) -> Callable[[type], bool]:
 
 # What ``receive`` looks at itself; the rest goes straight to the decider.
 _looked_at = _subclass_test(
-    Urgent, WaitRun, PythonSpawn, SendAndWait, GetState, BoardChanged, Deliver, FollowUp, Cancel
+    Urgent, WaitRun, PythonSpawn, SendAndWait, GetState, FollowUpSource, Deliver, FollowUp, Cancel
 )
 
 
@@ -511,8 +511,8 @@ class SessionActor(EventSourcedActor[SessionState]):
             # The log is the authority: a creation not appended yet is not reported.
             return SessionState()
         delivery = ""
-        if isinstance(message, BoardChanged):
-            message = _board_follow_up(message)
+        if isinstance(message, FollowUpSource):
+            message = message.as_follow_up()
         elif isinstance(message, Deliver):
             delivery = message.token
             message = message.follow_up
@@ -678,21 +678,6 @@ def _child_outcome(spawned: ChildSpawned, result: RunResult) -> ToolOutcome:
         status="error",
         content=content,
         error_code=f"session.child_{result.status}",
-    )
-
-
-def _board_follow_up(change: BoardChanged) -> FollowUp:
-    """A watched board changed: the session reads it like a follow-up of kind ``board``."""
-    if change.deleted:
-        what = f"{change.key!r} was deleted"
-    else:
-        what = f"{change.key!r} is now {orjson.dumps(change.value).decode()}"
-    return FollowUp(
-        id=f"board:{change.board_id}:{change.board_version}:{change.key}",
-        content=(
-            f"[board {change.board_id}] {what} (version {change.version}, by {change.author})"
-        ),
-        kind="board",
     )
 
 
