@@ -23,6 +23,7 @@ from protocols.errors import ActorExistsError, ActorNotFoundError, HookVetoError
 from runtime import Decision, EventSourcedActor, Reply, StepFailed
 
 from . import _session_decider as decider
+from . import _session_working as working
 from ._agents import SPAWN_AGENT, AgentSpec
 from ._board_events import BoardChanged
 from ._observe import (
@@ -191,6 +192,10 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     def evolve(self, state: SessionState, event: object) -> SessionState:
         return evolve(state, event)
+
+    def apply(self, state: SessionState, event: object) -> SessionState:
+        # The working state, folded in place (the decider's ``evolve`` is its spec).
+        return working.apply(state, event)
 
     def snapshot_due(self, events: Sequence[object]) -> bool:
         # At a run's end, so a reopened session folds what came after it; not after
@@ -504,9 +509,10 @@ class SessionActor(EventSourcedActor[SessionState]):
             if isinstance(accepted, Busy):
                 return accepted
             return await self.receive(WaitRun(message.send.run_id))
-        if isinstance(message, GetState) and self.version == 0:
-            # The log is the authority: a creation not appended yet is not reported.
-            return SessionState()
+        if isinstance(message, GetState):
+            # The log is the authority: a creation not appended yet is not reported. The
+            # working state changes with the next event: the caller gets its own copy.
+            return working.detached(self.state) if self.version else SessionState()
         delivery = ""
         if isinstance(message, BoardChanged):
             message = _board_follow_up(message)

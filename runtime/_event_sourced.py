@@ -33,6 +33,7 @@ from protocols.errors import (
     ConcurrencyConflictError,
     ConfigError,
     EventEncodeError,
+    StoreClosedError,
     StreamRewoundError,
     UnknownEventTypeError,
 )
@@ -172,6 +173,19 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         """Apply one event. Pure, total: it runs again at every recovery and replay."""
         raise NotImplementedError
 
+    def apply(self, state: StateT, event: object) -> StateT:
+        """Fold one event into the actor's **working state**; returns the working state.
+
+        :meth:`evolve` by default. An actor whose fold copies a large state per event may
+        keep one working state instead and change it in place here (returning ``state``
+        itself, or a new one): the runtime folds every event of the actor's own stream
+        through this method (recovery, decisions, their appends) and never keeps a state
+        it handed here. It must reach the state :meth:`evolve` reaches, and the actor must
+        copy whatever of it outlives a step (a reply that holds the state). Replay, fork
+        and tests fold with :meth:`evolve`, the specification.
+        """
+        return self.evolve(state, event)
+
     def handle(self, state: StateT, message: object) -> Decision:
         """Decide what a message means. Pure: no I/O, no clock, no randomness."""
         raise NotImplementedError
@@ -280,7 +294,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             if self.defer_creation and self.version == 0:
                 state = self.state
                 for event in decision.events:
-                    state = self.evolve(state, event)
+                    state = self.apply(state, event)
                 self.state = state
                 self._unwritten = list(decision.events)
             else:
@@ -348,12 +362,12 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 )
             else:
                 version = self.snapshot_version = snapshot.version
-        evolve = self.evolve
+        apply = self.apply
         decode = registry.decode_record
         while True:
             page = await self.store.read(self._stream, version + 1, limit=_PAGE)
             for record in page:
-                state = evolve(state, decode(record))
+                state = apply(state, decode(record))
             if page:
                 version = page[-1].version
             if len(page) < _PAGE:
@@ -436,9 +450,9 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         state = folded
         if state is None:
             state = self.state
-            evolve = self.evolve
+            apply = self.apply
             for event in events:
-                state = evolve(state, event)
+                state = apply(state, event)
         await self._commit(events, state)
 
     def _decide_ahead(
@@ -447,10 +461,13 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         """Fold ``events`` onto ``state``; while ``chain``, add the events of the decisions
         ``next_step`` returns on the folded state. Returns the events, the state they fold
         to, the step ``next_step`` asked for last (:data:`_UNASKED` if it was not asked)
-        and whether a decision stops the actor. Pure: nothing is appended."""
-        evolve = self.evolve
+        and whether a decision stops the actor. Nothing is appended; the events are
+        folded into the working state (:meth:`apply`) ahead of their append, which the
+        actor waits for before it handles anything else (if that append fails, the actor
+        crashes and its next incarnation folds the log)."""
+        apply = self.apply
         for event in events:
-            state = evolve(state, event)
+            state = apply(state, event)
         step: object | None = _UNASKED
         while chain and not stop:
             step = self.next_step(state)
@@ -458,7 +475,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 break
             for event in step.events:
                 events.append(event)
-                state = evolve(state, event)
+                state = apply(state, event)
             stop = step.stop
             step = _UNASKED
         return events, state, step, stop
@@ -597,8 +614,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         pending = store.begin_append(
             self._stream, new, version, after=link.pending, wake=follow.link.decided
         )
-        if pending is None:  # the store is closing: the result goes to the mailbox
-            return None
+        if pending is None:
+            # The store is closing (every later append fails as well): the working state
+            # already holds these events, so the actor must not go on from it.
+            raise StoreClosedError()
         follow.link.pending = pending
         self._step_token = None  # the step is over: its result is decided
         self._step_gate = None
