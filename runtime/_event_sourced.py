@@ -39,7 +39,7 @@ from protocols.errors import (
 )
 
 from ._actor import Actor
-from ._event_store import EventStore, NewEvent, PipelinedAppends, new_event_from_encoded
+from ._event_store import EventStore, NewEvent, PipelinedAppends, new_event
 from ._ref import PriorityMessage
 from ._snapshot_chunks import decode_snapshot, encode_snapshot
 from ._steps import Follow, Link, StepRunner, Waiter
@@ -273,6 +273,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         return self.context.runtime.store
 
     async def on_start(self) -> None:
+        # Looked up on every commit: kept here, not through two properties each time.
+        self._running_in = self.context.runtime
         self._stream = self.stream_name()
         self._step_token: object | None = None
         self._step_gate: trio.Event | None = None
@@ -491,7 +493,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         new = self._encode(events)
         began = self._commit_began()
         try:
-            result = await self.store.append(self._stream, new, self.version)
+            result = await self._running_in.store.append(self._stream, new, self.version)
         except ConcurrencyConflictError as conflict:
             self._rewound(conflict)
             raise
@@ -502,21 +504,27 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
 
     def _encode(self, events: Sequence[object]) -> tuple[NewEvent, ...]:
         """The events of one append: all but the last marked :data:`CONTINUES`."""
-        encode = self.registry.encode
+        encoder = self.registry.encoder
         last = len(events) - 1
-        return tuple(
-            new_event_from_encoded(encode(event), CONTINUES if i < last else None)
-            for i, event in enumerate(events)
-        )
+        new: list[NewEvent] = []
+        for i, event in enumerate(events):
+            # Encoded once, by its class's encoder, into the store's record: no other
+            # object stands between the event and the row.
+            coder = encoder(type(event))
+            data = coder.dump(event)
+            new.append(
+                new_event(coder.name, coder.schema_version, data, CONTINUES if i < last else None)
+            )
+        return tuple(new)
 
     def _commit_began(self) -> float | None:
         """When an append begins, if a commit observer is there to be told how long it
         took; ``None``: with no observer, an append is not timed at all."""
-        return trio.current_time() if self.context.runtime.commit_observers else None
+        return trio.current_time() if self._running_in.commit_observers else None
 
     def _observe_commit(self, count: int, began: float) -> None:
         took = trio.current_time() - began
-        for observe in self.context.runtime.commit_observers:
+        for observe in self._running_in.commit_observers:
             observe(self._stream, count, took)
 
     async def _committed(self, events: Sequence[object], state: StateT, version: int) -> None:
@@ -526,7 +534,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self.state = state
         previous, self.version = self.version, version
         self._cell.known_version = version
-        for listener in self.context.runtime.persist_listeners:
+        for listener in self._running_in.persist_listeners:
             listener.on_persisted(self._stream, events)
         every = self.snapshot_every
         if every is not None and (
