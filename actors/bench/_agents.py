@@ -26,6 +26,14 @@ Every figure is printed beside a baseline measured in the same run:
   each of the thousand added by running.
 * ``send_cost_ratio_late_vs_early``: the mean of the last 10 sends of one long session
   over its sends 2 to 11 (the first, cold send is skipped).
+* ``state_copies_per_send``: the copies of a session's working state made per send (one
+  session, sequential): a state is copied only where it must outlive a step (a caller
+  asked for it), so a send with nobody asking makes none.
+* ``objects_allocated_per_send``: the memory blocks a send leaves allocated
+  (``sys.getallocatedblocks`` after a collection, one session, sequential): what each send
+  adds to a session's memory (its events' share of the transcript and results). The
+  objects a send makes and frees again are counted by the ``instructions`` suite
+  (``allocations_per_send_main``).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -43,6 +52,7 @@ from typing import Any
 import trio
 
 from actors import Session, Tool, spawn_session, tool
+from actors._session_working import copies
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
 from runtime import (
     Actor,
@@ -144,6 +154,9 @@ class _Sends:
         self.appends = 0
         self.counted = 0
         self.events: list[RecordedEvent] = []
+        self.state_copies = 0
+        self.blocks = 0
+        """Memory blocks left allocated by the sends (``sys.getallocatedblocks``)."""
 
 
 async def _sessions(n: int, sends: int, path: Path, *, count: bool = False) -> _Sends:
@@ -179,6 +192,9 @@ async def _drive(  # noqa: PLR0917  # the workload's parts, private
 
         before = sqlite.statistics()
         counted = counting.appends if counting is not None else 0
+        copied = copies()
+        gc.collect()
+        blocks = sys.getallocatedblocks()
         cpu = time.process_time()
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
@@ -186,6 +202,9 @@ async def _drive(  # noqa: PLR0917  # the workload's parts, private
                 nursery.start_soon(drive, session)
         elapsed = time.perf_counter() - start
         measured.cpu_seconds = time.process_time() - cpu
+        measured.state_copies = copies() - copied
+        gc.collect()
+        measured.blocks = sys.getallocatedblocks() - blocks - len(measured.latencies)
         after = sqlite.statistics()
         measured.commits = after.commits - before.commits
         measured.appends = after.appends - before.appends
@@ -368,6 +387,8 @@ def run(args: argparse.Namespace) -> Figures:
                 figures["dependent_commits_per_send"] = round(measured.commits / sends, 2)
                 floor = _min_dependent_commits(measured.events)
                 figures["min_dependent_commits_per_send"] = round(floor / sends, 2)
+                figures["state_copies_per_send"] = round(measured.state_copies / sends, 2)
+                figures["objects_allocated_per_send"] = round(measured.blocks / sends, 1)
             if n == 256:
                 figures["cpu_ms_per_send"] = round(measured.cpu_seconds / (n * sends) * 1e3, 3)
         latencies.sort()

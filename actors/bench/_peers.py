@@ -18,6 +18,8 @@ Every ratio is powertrio's figure over power-loop's: above 1 is better for rates
 * ``sends_per_s_1``: one session, sends one after another.
 * ``new_sessions_per_s``: sessions created one after another (10,000; 1,000 quick).
 * ``seconds_500_sends``: 500 sends on one session, in total (100 with ``--quick``).
+* ``state_copies_per_send`` and ``objects_allocated_per_send`` (ours only: the peer keeps
+  no working state): as the ``agents`` suite measures them, on the sequential session.
 
 power-loop is a bench-only dependency: without it the suite raises
 :class:`~protocols.errors.ConfigError` saying how to install it, and measures nothing.
@@ -185,7 +187,10 @@ def measure(side: str, config: str, count: str, path: str) -> dict[str, float]:
     sessions, sends = (n, 1) if config == "at_once" else (1, n)
     measured = trio.run(_sessions, sessions, sends, Path(path))
     total = sessions * sends
-    return _sends_figures(total, total / measured.rate, measured.cpu_seconds)
+    figures = _sends_figures(total, total / measured.rate, measured.cpu_seconds)
+    figures["state_copies_per_send"] = measured.state_copies / total
+    figures["objects_allocated_per_send"] = measured.blocks / total
+    return figures
 
 
 def _fresh(side: str, config: str, count: int, path: Path) -> dict[str, float]:
@@ -249,6 +254,8 @@ def run(args: argparse.Namespace) -> Figures:
         figures[name] = round(ours, digits)
         figures["peer_" + name] = round(peer, digits)
         figures[ratio] = _ratio(ours, peer)
+    for key in ("state_copies_per_send", "objects_allocated_per_send"):
+        figures[key] = round(median("ours", "sequential", key), 2)
     figures["sequential_sends_measured"] = counts["sequential"]
     figures["new_sessions_measured"] = counts["new_sessions"]
     return figures
