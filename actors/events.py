@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
-from ._board_events import EntryDeleted, EntryPut, WatchAdded, WatchRemoved
-from ._context import ContextCompacted
-from ._fleet_events import (
+from ._board._events import EntryDeleted, EntryPut, WatchAdded, WatchRemoved
+from ._fleet._events import (
     FleetAgentChanged,
     FleetAgentDeclared,
     FleetAgentHosted,
@@ -27,20 +26,9 @@ from ._fleet_events import (
     FleetRunSkipped,
     FleetRunStarted,
 )
-from ._limiter_core import BackoffRecorded, GrantIssued, GrantSettled, GrantsExpired
-from ._observe import (
-    DeltaReceived,
-    LLMCallFinished,
-    Observation,
-    RoundBegan,
-    RunBegan,
-    RunEnded,
-    ToolCallBegan,
-    ToolCallFinished,
-    UsageUpdated,
-)
-from ._request_header import RequestHeader
-from ._session_events import (
+from ._limiter._core import BackoffRecorded, GrantIssued, GrantSettled, GrantsExpired
+from ._session._context import ContextCompacted
+from ._session._events import (
     ActiveRun,
     AssistantRecorded,
     CancelRequested,
@@ -58,7 +46,19 @@ from ._session_events import (
     ToolFinished,
     ToolStarted,
 )
-from ._workflow_events import (
+from ._session._observe import (
+    DeltaReceived,
+    LLMCallFinished,
+    Observation,
+    RoundBegan,
+    RunBegan,
+    RunEnded,
+    ToolCallBegan,
+    ToolCallFinished,
+    UsageUpdated,
+)
+from ._session._request_header import RequestHeader
+from ._workflow._events import (
     SignalReceived,
     StepCompleted,
     StepKind,

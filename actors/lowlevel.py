@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
-from ._tool_runner import CallWrapper, ToolRunner, open_tool_runner, run_tool_calls
-from ._transcript import ValidTranscript, is_provider_valid, provider_valid
+from ._session._transcript import ValidTranscript, is_provider_valid, provider_valid
+from ._tools._runner import CallWrapper, ToolRunner, open_tool_runner, run_tool_calls
 
 __all__ = [
     "CallWrapper",

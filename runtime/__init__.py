@@ -14,23 +14,15 @@ if _TYPE_CHECKING:
     from ._actor import Supervisor as Supervisor
     from ._clock import Clock as Clock
     from ._clock import IdSource as IdSource
+    from ._cluster._node import ClusterNode as ClusterNode
+    from ._cluster._node import Node as Node
     from ._event_sourced import Decision as Decision
     from ._event_sourced import EventSourcedActor as EventSourcedActor
     from ._event_sourced import StepFailed as StepFailed
-    from ._event_store import AppendResult as AppendResult
-    from ._event_store import EventStore as EventStore
-    from ._event_store import EventStoreStatistics as EventStoreStatistics
-    from ._event_store import NewEvent as NewEvent
-    from ._event_store import RecordedEvent as RecordedEvent
-    from ._event_store import Snapshot as Snapshot
-    from ._event_store import StreamInfo as StreamInfo
-    from ._event_store import Subscription as Subscription
     from ._mailbox import MailboxStatistics as MailboxStatistics
     from ._mailbox import OverflowPolicy as OverflowPolicy
-    from ._node import ClusterNode as ClusterNode
-    from ._node import Node as Node
-    from ._postgres_store import PostgresEventStore as PostgresEventStore
-    from ._postgres_store import open_postgres_store as open_postgres_store
+    from ._postgres._store import PostgresEventStore as PostgresEventStore
+    from ._postgres._store import open_postgres_store as open_postgres_store
     from ._ref import ActorRef as ActorRef
     from ._ref import PriorityMessage as PriorityMessage
     from ._ref import Reply as Reply
@@ -41,16 +33,24 @@ if _TYPE_CHECKING:
     from ._runtime import Runtime as Runtime
     from ._runtime import RuntimeStatistics as RuntimeStatistics
     from ._runtime import open_runtime as open_runtime
-    from ._sqlite_store import SqliteEventStore as SqliteEventStore
-    from ._sqlite_store import open_sqlite_store as open_sqlite_store
-    from ._store_ops import CheckProblem as CheckProblem
-    from ._store_ops import CheckReport as CheckReport
-    from ._store_ops import TransferResult as TransferResult
-    from ._store_ops import apply_retention as apply_retention
-    from ._store_ops import check_store as check_store
-    from ._store_ops import export_jsonl as export_jsonl
-    from ._store_ops import import_jsonl as import_jsonl
-    from ._store_ops import in_tree as in_tree
+    from ._sqlite._store import SqliteEventStore as SqliteEventStore
+    from ._sqlite._store import open_sqlite_store as open_sqlite_store
+    from ._store._contract import AppendResult as AppendResult
+    from ._store._contract import EventStore as EventStore
+    from ._store._contract import EventStoreStatistics as EventStoreStatistics
+    from ._store._contract import NewEvent as NewEvent
+    from ._store._contract import RecordedEvent as RecordedEvent
+    from ._store._contract import Snapshot as Snapshot
+    from ._store._contract import StreamInfo as StreamInfo
+    from ._store._contract import Subscription as Subscription
+    from ._store._ops import CheckProblem as CheckProblem
+    from ._store._ops import CheckReport as CheckReport
+    from ._store._ops import TransferResult as TransferResult
+    from ._store._ops import apply_retention as apply_retention
+    from ._store._ops import check_store as check_store
+    from ._store._ops import export_jsonl as export_jsonl
+    from ._store._ops import import_jsonl as import_jsonl
+    from ._store._ops import in_tree as in_tree
     from ._supervision import ActorCrashed as ActorCrashed
     from ._supervision import ActorRestarting as ActorRestarting
     from ._supervision import ActorStarted as ActorStarted
@@ -65,20 +65,20 @@ if _TYPE_CHECKING:
     from ._supervision import Strategy as Strategy
     from ._supervision import Supervision as Supervision
     from ._supervision import SupervisorEscalated as SupervisorEscalated
-    from ._timer_book import CancelTimer as CancelTimer
-    from ._timer_book import ListTimers as ListTimers
-    from ._timer_book import PendingTimer as PendingTimer
-    from ._timer_book import ScheduleTimer as ScheduleTimer
-    from ._timer_book import TimerCancelled as TimerCancelled
-    from ._timer_book import TimerFired as TimerFired
-    from ._timer_book import TimerScheduled as TimerScheduled
-    from ._timers import DueTimer as DueTimer
-    from ._timers import Postpone as Postpone
-    from ._timers import TimerHook as TimerHook
-    from ._timers import TimerService as TimerService
-    from ._timers import TimerServiceStatistics as TimerServiceStatistics
-    from ._timers import TimerVerdict as TimerVerdict
-    from ._timers import Veto as Veto
+    from ._timers._book import CancelTimer as CancelTimer
+    from ._timers._book import ListTimers as ListTimers
+    from ._timers._book import PendingTimer as PendingTimer
+    from ._timers._book import ScheduleTimer as ScheduleTimer
+    from ._timers._book import TimerCancelled as TimerCancelled
+    from ._timers._book import TimerFired as TimerFired
+    from ._timers._book import TimerScheduled as TimerScheduled
+    from ._timers._service import DueTimer as DueTimer
+    from ._timers._service import Postpone as Postpone
+    from ._timers._service import TimerHook as TimerHook
+    from ._timers._service import TimerService as TimerService
+    from ._timers._service import TimerServiceStatistics as TimerServiceStatistics
+    from ._timers._service import TimerVerdict as TimerVerdict
+    from ._timers._service import Veto as Veto
 else:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
@@ -86,7 +86,7 @@ else:
             "._actor": ("Actor", "ActorContext", "Supervisor"),
             "._clock": ("Clock", "IdSource"),
             "._event_sourced": ("Decision", "EventSourcedActor", "StepFailed"),
-            "._event_store": (
+            "._store._contract": (
                 "AppendResult",
                 "EventStore",
                 "EventStoreStatistics",
@@ -97,13 +97,13 @@ else:
                 "Subscription",
             ),
             "._mailbox": ("MailboxStatistics", "OverflowPolicy"),
-            "._node": ("ClusterNode", "Node"),
-            "._postgres_store": ("PostgresEventStore", "open_postgres_store"),
+            "._cluster._node": ("ClusterNode", "Node"),
+            "._postgres._store": ("PostgresEventStore", "open_postgres_store"),
             "._ref": ("ActorRef", "PriorityMessage", "Reply", "Request"),
             "._replay": ("Replayable", "ReplayResult", "replay"),
             "._runtime": ("Runtime", "RuntimeStatistics", "open_runtime"),
-            "._sqlite_store": ("SqliteEventStore", "open_sqlite_store"),
-            "._store_ops": (
+            "._sqlite._store": ("SqliteEventStore", "open_sqlite_store"),
+            "._store._ops": (
                 "CheckProblem",
                 "CheckReport",
                 "TransferResult",
@@ -129,7 +129,7 @@ else:
                 "Supervision",
                 "SupervisorEscalated",
             ),
-            "._timer_book": (
+            "._timers._book": (
                 "CancelTimer",
                 "ListTimers",
                 "PendingTimer",
@@ -138,7 +138,7 @@ else:
                 "TimerFired",
                 "TimerScheduled",
             ),
-            "._timers": (
+            "._timers._service": (
                 "DueTimer",
                 "Postpone",
                 "TimerHook",

@@ -39,10 +39,10 @@ from protocols.errors import (
 )
 
 from ._actor import Actor
-from ._event_store import EventStore, NewEvent, PipelinedAppends, new_event
 from ._ref import PriorityMessage
-from ._snapshot_chunks import decode_snapshot, encode_snapshot
 from ._steps import Follow, Link, StepRunner, Waiter
+from ._store._contract import EventStore, NewEvent, PipelinedAppends, new_event
+from ._store._snapshot_chunks import decode_snapshot, encode_snapshot
 
 StateT = TypeVar("StateT")
 

@@ -20,7 +20,7 @@ from protocols import EventRegistry, default_registry
 from protocols.errors import ConfigError, ReplayDivergenceError, StreamNotFoundError
 
 from ._event_sourced import Decision
-from ._event_store import EventStore
+from ._store._contract import EventStore
 
 StateT = TypeVar("StateT")
 

@@ -21,14 +21,14 @@ from protocols.lowlevel import unwrap_single_error
 from ._actor import Actor, ActorContext
 from ._cell import _Cell
 from ._clock import Clock, IdSource
-from ._event_store import EventStore
+from ._cluster._node import ClusterNode, Node, check_node_store
+from ._cluster._node_timers import NodeTimers
 from ._gc_tuning import RUNTIME_GC_THRESHOLD, runtime_gc_threshold
 from ._mailbox import DEFAULT_CAPACITY, MailboxStatistics, OverflowPolicy
-from ._memory_store import InMemoryEventStore
-from ._node import ClusterNode, Node, check_node_store
-from ._node_timers import NodeTimers
 from ._persist_listener import CommitObserver, PersistListener
 from ._ref import ActorRef
+from ._store._contract import EventStore
+from ._store._memory import InMemoryEventStore
 from ._supervision import (
     ActorCrashed,
     ActorStarted,
@@ -40,7 +40,7 @@ from ._supervision import (
     StopReason,
     Supervision,
 )
-from ._timers import TimerRunner, TimerService
+from ._timers._service import TimerRunner, TimerService
 
 logger = logging.getLogger("powertrio.runtime")
 

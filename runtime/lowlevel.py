@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
+from ._cluster._node import live_nodes
 from ._event_sourced import CONTINUES, Outcome
 from ._gc_tuning import RUNTIME_GC_THRESHOLD
-from ._node import live_nodes
 from ._persist_listener import CommitObserver, PersistListener
-from ._postgres_lock import postgres_lock, postgres_lock_held
-from ._snapshot_chunks import (
+from ._postgres._lock import postgres_lock, postgres_lock_held
+from ._store._snapshot_chunks import (
     chunk_address,
     decode_snapshot,
     encode_snapshot,
     snapshot_chunk,
     stash_chunk,
 )
-from ._timer_book import (
+from ._timers._book import (
     TIMER_EVENT_NAMES,
     TimerBook,
     TimerOutcome,

@@ -37,7 +37,7 @@ from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 
 
 def _state_request() -> Request[SessionState]:
-    from actors._session_steps import GetState
+    from actors._session._steps import GetState
 
     return GetState()
 

@@ -28,7 +28,7 @@ from actors import (
     open_board,
     spawn_session,
 )
-from actors._board_events import Limits, decide_delete, decide_put, evolve
+from actors._board._events import Limits, decide_delete, decide_put, evolve
 from actors.events import EntryDeleted, EntryPut
 from actors.lowlevel import run_tool_calls
 from protocols import (

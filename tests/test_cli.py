@@ -40,7 +40,7 @@ from actors import (
 )
 from protocols import LLMRequest, LLMResponse, Usage
 from runtime import NewEvent, open_runtime, open_sqlite_store
-from runtime._sqlite_schema import event_checksum
+from runtime._sqlite._schema import event_checksum
 from runtime.testing import FunctionLLM
 
 TASK = "plan a picnic"
@@ -831,7 +831,7 @@ def test_a_read_only_log_is_its_own_error_with_a_hint(
             f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
         )
 
-    monkeypatch.setattr("runtime._sqlite_schema.connect", read_only)
+    monkeypatch.setattr("runtime._sqlite._schema.connect", read_only)
     done = cli(workdir, "run", "--demo", TASK)
     assert done.returncode == 1, done.stderr
     said = " ".join(done.stderr.split())

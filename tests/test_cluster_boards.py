@@ -11,7 +11,8 @@ import orjson
 import pytest
 import trio
 
-from actors import Board, NodeHost, _board_remote, open_board
+from actors import Board, NodeHost, open_board
+from actors._board import _remote as _board_remote
 from protocols.errors import (
     ActorNotFoundError,
     BoardConflictError,

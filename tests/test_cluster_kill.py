@@ -20,7 +20,7 @@ import trio
 from _wait import wait_until
 
 import actors
-from actors._session_events import evolve as session_evolve  # the fold, as the owner folds
+from actors._session._events import evolve as session_evolve  # the fold, as the owner folds
 from actors.bench._child import NodeProcess as Child
 from actors.lowlevel import is_provider_valid
 from actors.testing import assert_runs_end_once, assert_timers_fire_once

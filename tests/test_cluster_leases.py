@@ -15,7 +15,7 @@ import trio
 
 from protocols.errors import ConfigError, FencedError
 from runtime import NewEvent, Node, Runtime, open_postgres_store, open_runtime
-from runtime._node import placement_key, shard_of
+from runtime._cluster._node import placement_key, shard_of
 from runtime.testing import PostgresServer
 
 T = TypeVar("T")
@@ -131,7 +131,7 @@ async def test_appends_waiting_for_a_paused_writers_lock_keep_the_lease(
     """Another process holds the position lock for twice the TTL (a node paused inside
     its insert): this node's appends wait for it, and its lease rounds go on meanwhile,
     so no lease lapses and nothing is fenced."""
-    from runtime._postgres_schema import lock_key
+    from runtime._postgres._schema import lock_key
 
     ttl = 0.6
     async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=ttl)) as runtime:
@@ -206,7 +206,7 @@ async def test_every_node_must_use_the_same_shard_count(
 async def test_old_answers_are_pruned_pending_messages_kept(
     postgres_server: PostgresServer, schema: str
 ) -> None:
-    from runtime import _postgres_cluster as sql
+    from runtime._cluster import _sql as sql
 
     async with _node(postgres_server, schema, Node(name="a", shards=2)):
         pass

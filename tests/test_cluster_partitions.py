@@ -25,7 +25,7 @@ from actors.bench._child import NodeProcess as Child
 from actors.testing import assert_runs_end_once
 from protocols import decode_record
 from runtime import RecordedEvent, open_postgres_store
-from runtime._node import placement_key, shard_of
+from runtime._cluster._node import placement_key, shard_of
 from runtime.testing import PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent

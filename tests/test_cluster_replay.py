@@ -21,7 +21,7 @@ from _tcp_proxy import TcpProxy
 from _wait import wait_until
 
 from actors.bench._child import NodeProcess as Child
-from runtime._fleet_sim import Fault, SimConfig, simulate
+from runtime._cluster._fleet_sim import Fault, SimConfig, simulate
 from runtime.testing import PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -346,8 +346,8 @@ def test_a_specialised_encoder_writes_the_bytes_of_the_plain_converter(
 
 def test_every_session_event_encodes_as_the_plain_converter_does() -> None:
     """The session's own events, with their optional fields set and unset."""
-    import actors._session  # noqa: F401  # registers the session's events
-    from actors._session_events import (
+    import actors._session._actor  # noqa: F401  # registers the session's events
+    from actors._session._events import (
         AssistantRecorded,
         RunFinished,
         RunStarted,

@@ -290,7 +290,7 @@ async def test_replay_finds_no_divergence_in_an_untouched_log(db: Path) -> None:
 async def test_replay_of_a_tampered_log_shows_the_divergence(db: Path) -> None:
     import sqlite3
 
-    from runtime._sqlite_schema import event_checksum
+    from runtime._sqlite._schema import event_checksum
 
     with sqlite3.connect(db) as conn:
         [(data,)] = conn.execute(
@@ -320,7 +320,7 @@ async def test_replay_from_here_takes_the_log_up_to_a_version_as_recorded(db: Pa
     before is taken as recorded and nothing after it differs."""
     import sqlite3
 
-    from runtime._sqlite_schema import event_checksum
+    from runtime._sqlite._schema import event_checksum
 
     with sqlite3.connect(db) as conn:
         [(data,)] = conn.execute(

@@ -56,7 +56,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def tamper_system_prompt(db: Path) -> None:
     """Change the demo session's recorded system prompt, as a changed agent would."""
-    from runtime._sqlite_schema import event_checksum
+    from runtime._sqlite._schema import event_checksum
 
     with sqlite3.connect(db) as conn:
         [(data,)] = conn.execute(

@@ -10,7 +10,7 @@ from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors._cron import CronSchedule
+from actors._fleet._cron import CronSchedule
 from protocols.errors import CronSyntaxError
 
 

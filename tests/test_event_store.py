@@ -25,7 +25,7 @@ from protocols.errors import (
     StoreSchemaVersionError,
 )
 from runtime import EventStore, NewEvent, SqliteEventStore, open_sqlite_store
-from runtime._sqlite_schema import APPLICATION_ID, SCHEMA_VERSION
+from runtime._sqlite._schema import APPLICATION_ID, SCHEMA_VERSION
 from runtime.testing import EVENT_STORE_CHECKS, InMemoryEventStore, check_event_store
 
 BackendFactory = Callable[[Path], Callable[[], AbstractAsyncContextManager[EventStore]]]
@@ -383,7 +383,7 @@ async def test_a_read_only_log_says_so_with_its_own_code(
     path = tmp_path / "log.sqlite"
     async with open_sqlite_store(path) as store:
         await store.append("s", [_event(1)], 0)
-    monkeypatch.setattr("runtime._sqlite_schema.connect", _read_only_connect)
+    monkeypatch.setattr("runtime._sqlite._schema.connect", _read_only_connect)
     with pytest.raises(StoreReadOnlyError) as info:
         async with open_sqlite_store(path) as store:
             await store.append("s", [_event(2)], 1)

@@ -20,14 +20,14 @@ from protocols.errors import ConcurrencyConflictError, CorruptLogError, StoreErr
 from runtime import (
     EventStoreStatistics,
     NewEvent,
-    _sqlite_schema,
-    _sqlite_store,
-    _sqlite_writer,
     check_store,
     open_sqlite_store,
 )
-from runtime._sqlite_schema import GUARD_MESSAGE, SCHEMA_VERSION, event_checksum
-from runtime._wal_headroom import WalHeadroom
+from runtime._sqlite import _schema as _sqlite_schema
+from runtime._sqlite import _store as _sqlite_store
+from runtime._sqlite import _writer as _sqlite_writer
+from runtime._sqlite._schema import GUARD_MESSAGE, SCHEMA_VERSION, event_checksum
+from runtime._sqlite._wal_headroom import WalHeadroom
 
 pytestmark = pytest.mark.trio
 

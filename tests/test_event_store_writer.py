@@ -22,13 +22,13 @@ from runtime import (
     AppendResult,
     NewEvent,
     SqliteEventStore,
-    _writer_queue,
     open_sqlite_store,
 )
-from runtime._event_store import new_event_from_encoded
-from runtime._sqlite_schema import event_checksum
-from runtime._sqlite_writer import _SPLIT_QUEUE, SqliteWriter
-from runtime._writer_queue import PendingAppend
+from runtime._sqlite._schema import event_checksum
+from runtime._sqlite._writer import _SPLIT_QUEUE, SqliteWriter
+from runtime._store import _writer_queue
+from runtime._store._contract import new_event_from_encoded
+from runtime._store._writer_queue import PendingAppend
 
 Outcome = AppendResult | ConcurrencyConflictError
 

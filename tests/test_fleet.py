@@ -25,8 +25,8 @@ from actors import (
     read_fleet_status,
     set_paused,
 )
-from actors._fleet_control import read_control, request_drain
-from actors._fleet_upgrade import upgrade_check
+from actors._fleet._control import read_control, request_drain
+from actors._fleet._upgrade import upgrade_check
 from actors.cli._fleet_demo import fleet_demo_llm
 from actors.events import (
     FleetAgentChanged,

@@ -31,7 +31,7 @@ from _wait import wait_until
 
 from actors.testing import assert_runs_end_once, assert_timers_fire_once
 from runtime import RecordedEvent, open_postgres_store
-from runtime._node import placement_key, shard_of
+from runtime._cluster._node import placement_key, shard_of
 from runtime.testing import PostgresServer
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")

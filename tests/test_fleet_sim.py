@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime import _fleet_sim
-from runtime._fleet_sim import FAULT_KINDS, Fault, SimConfig, SimViolation, simulate
-from runtime._placement import Round, fair_share, pick_free, settle_round, to_take
+from runtime._cluster import _fleet_sim
+from runtime._cluster._fleet_sim import FAULT_KINDS, Fault, SimConfig, SimViolation, simulate
+from runtime._cluster._placement import Round, fair_share, pick_free, settle_round, to_take
 
 TTL = 3.0
 

@@ -25,7 +25,7 @@ from runtime import (
     open_runtime,
     open_sqlite_store,
 )
-from runtime._sqlite_schema import event_checksum
+from runtime._sqlite._schema import event_checksum
 from runtime.testing import InMemoryEventStore, ScriptedLLM
 
 

@@ -13,8 +13,9 @@ from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import Limit, LimiterPolicy, _limiter_core, spawn_limiter, spawn_session
-from actors._limiter_core import (
+from actors import Limit, LimiterPolicy, spawn_limiter, spawn_session
+from actors._limiter import _core as _limiter_core
+from actors._limiter._core import (
     WINDOW,
     Ask,
     FairQueue,
@@ -159,7 +160,7 @@ def check_operations(policy, ops):
                 provider="p", model=name, tenant=tenant, tree=tree, tokens=tokens, token=model.asked
             )
             model.asked += 1
-            from actors._limiter_core import too_large
+            from actors._limiter._core import too_large
 
             if too_large(policy, ask) is None:
                 model.queue.push(ask)
@@ -225,7 +226,7 @@ def test_every_waiting_call_is_granted_in_time(policy, asks):
         model.queue.push(
             Ask(provider="p", model="m", tenant="t", tree=tree, tokens=tokens, token=i)
         )
-    from actors._limiter_core import too_large
+    from actors._limiter._core import too_large
 
     model.queue.drop(lambda a: too_large(policy, a) is None)
     expected = len(model.queue)
@@ -657,7 +658,7 @@ async def test_a_settle_after_the_limiter_stopped_is_logged_not_raised(caplog):
 def test_the_hook_s_running_estimate_equals_counting_the_whole_request(steps):
     """The hook counts only what a request adds to the session's previous one; whatever
     the conversation does (grow, be compacted, change its tools), it gets the full count."""
-    from actors._limiter import _Estimator, estimate_request
+    from actors._limiter._actor import _Estimator, estimate_request
     from protocols import AssistantMessage, LLMRequest, SystemMessage, ToolDefinition, UserMessage
 
     estimator = _Estimator()

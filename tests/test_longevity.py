@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-import actors._persistent as persistent
+import actors._session._persistent as persistent
 from actors.bench._longevity import (
     PageSplit,
     _in_turns,

@@ -38,7 +38,7 @@ from actors import (
     replay_session,
     spawn_session,
 )
-from actors._mcp_link import render_result
+from actors._mcp._link import render_result
 from actors.events import ToolFinished
 from actors.lowlevel import run_tool_calls
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome, decode_record

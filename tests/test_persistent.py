@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors._persistent import AppendVector, GrowMap
-from actors._transcript import ValidTranscript
+from actors._session._persistent import AppendVector, GrowMap
+from actors._session._transcript import ValidTranscript
 from protocols import (
     AssistantMessage,
     LLMRequest,

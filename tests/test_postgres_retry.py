@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocols.errors import StoreUnavailableError
-from runtime._postgres_retry import Retrying
+from runtime._postgres._retry import Retrying
 
 
 class _Time:

@@ -23,7 +23,7 @@ from protocols.errors import (
     StoreUnavailableError,
 )
 from runtime import NewEvent, PostgresEventStore, open_postgres_store
-from runtime._postgres_schema import INSERT_EVENTS, lock_key
+from runtime._postgres._schema import INSERT_EVENTS, lock_key
 from runtime.testing import PostgresServer
 
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors._persistent import GrowMap
-from actors._replace import replacer
-from actors._session_events import ActiveRun, RunStarted, SessionState
+from actors._session._events import ActiveRun, RunStarted, SessionState
+from actors._session._persistent import GrowMap
+from actors._session._replace import replacer
 from protocols import ToolCall, Usage
 
 _STARTED = RunStarted(run_id="r1", input="hi", max_rounds=3)

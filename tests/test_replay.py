@@ -17,7 +17,7 @@ from actors import (
     spawn_session,
     tool,
 )
-from actors._trace_ids import tool_span_id, trace_id_of
+from actors._session._trace_ids import tool_span_id, trace_id_of
 from actors.events import ChildSpawned
 from protocols import (
     AssistantMessage,

@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors import AgentSpec, RunResult, Session, spawn_agent, spawn_session, tool
-from actors._session import SessionActor
-from actors._session_steps import session_config
+from actors._session._actor import SessionActor
+from actors._session._steps import session_config
 from actors.events import (
     CancelRequested,
     ChildFinished,

@@ -28,7 +28,7 @@ import pytest
 import trio
 
 from actors import SessionState
-from actors._session_events import evolve, timer_follow_up
+from actors._session._events import evolve, timer_follow_up
 from actors.events import (
     AssistantRecorded,
     ChildFinished,

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 import attrs
 
 from actors import SessionState, tool
-from actors import _session_decider as decider
-from actors._session_events import evolve
-from actors._session_steps import (
+from actors._session import _decider as decider
+from actors._session._events import evolve
+from actors._session._steps import (
     Busy,
     CallLLM,
     LLMAnswered,

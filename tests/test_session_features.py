@@ -10,7 +10,7 @@ import trio
 import trio.testing
 from _gated_store import GatedStore
 
-import actors._transcript
+import actors._session._transcript
 from actors import Budget, HookContext, LLMCallNext, Price, ToolCallNext, spawn_session, tool
 from actors.events import (
     DeltaReceived,
@@ -590,14 +590,14 @@ async def test_observe_yields_a_channel_and_streams_only_while_open() -> None:
 async def test_a_send_hashes_only_its_own_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     """History growth: building a request never re-hashes or re-pairs the history."""
     hashed: list[int] = []
-    chain = actors._transcript.chain_messages
+    chain = actors._session._transcript.chain_messages
 
     def counting(digest: str, messages: object) -> str:
         batch = tuple(messages)  # type: ignore[call-overload]
         hashed.append(len(batch))
         return chain(digest, batch)
 
-    monkeypatch.setattr(actors._transcript, "chain_messages", counting)
+    monkeypatch.setattr(actors._session._transcript, "chain_messages", counting)
 
     def respond(request: LLMRequest) -> LLMResponse:
         if request.messages[-1].role == "tool":

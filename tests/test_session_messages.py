@@ -559,9 +559,9 @@ async def test_a_send_is_one_ask_and_a_follow_up_reaches_the_decider_in_one_enve
 ) -> None:
     """``Session.send`` asks the actor once (its reply is the run's result), and a
     follow-up arrives as the ``Stamped`` message the decider reads, not wrapped again."""
-    from actors import _session_decider as decider
-    from actors._session import SessionActor
-    from actors._session_steps import Send, Stamped
+    from actors._session import _decider as decider
+    from actors._session._actor import SessionActor
+    from actors._session._steps import Send, Stamped
     from protocols import FollowUp
 
     received: list[object] = []

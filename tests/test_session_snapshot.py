@@ -13,9 +13,9 @@ from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import actors._persistent as persistent
+import actors._session._persistent as persistent
 from actors import spawn_session
-from actors._session_events import (
+from actors._session._events import (
     AssistantRecorded,
     ChildFinished,
     ChildSpawned,
@@ -29,7 +29,7 @@ from actors._session_events import (
     ToolStarted,
     evolve,
 )
-from actors._session_snapshot import SESSION_STATE_VERSION
+from actors._session._snapshot import SESSION_STATE_VERSION
 from actors.events import ContextCompacted
 from protocols import (
     AssistantMessage,

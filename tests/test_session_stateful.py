@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actors import BusyPolicy, Session, SessionState, spawn_session, tool
-from actors._session_events import evolve, timer_follow_up
+from actors._session._events import evolve, timer_follow_up
 from actors.events import (
     AssistantRecorded,
     FollowUpReceived,

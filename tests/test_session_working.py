@@ -1,7 +1,7 @@
 """The session's working state, folded in place, is the pure fold after every event.
 
 ``evolve`` is the specification; the running session folds into one working state
-instead (``actors._session_working.apply``). Generated histories, from the session's own
+instead (``actors._session._working.apply``). Generated histories, from the session's own
 strategy and from whole kit runs (crashes, failed commits, restarts, timers, follow-ups,
 cancels, compactions, sub-agents), are folded both ways and compared after every event,
 from the start, from a snapshot and on a fork; copies taken on the way must not change.
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from test_session_snapshot import _roundtrip, session_events
 from trio.testing import MockClock
 
-import actors._persistent as persistent
+import actors._session._persistent as persistent
 from actors import (
     AgentSpec,
     Budget,
@@ -30,8 +30,8 @@ from actors import (
     spawn_session,
     tool,
 )
-from actors._session_events import SessionState, evolve
-from actors._session_working import apply, copies, detached
+from actors._session._events import SessionState, evolve
+from actors._session._working import apply, copies, detached
 from actors.testing import RuntimeHarness, conversations, operations, property_settings
 from protocols import LLMRequest, LLMResponse, decode_record
 from runtime import open_runtime

@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-import actors._persistent as persistent
+import actors._session._persistent as persistent
 from actors import spawn_session
-from actors._session_events import SessionState, evolve
+from actors._session._events import SessionState, evolve
 from protocols import LLMRequest, LLMResponse, default_registry
 from runtime import EventStore, NewEvent, open_runtime, open_sqlite_store
 from runtime.lowlevel import chunk_address, snapshot_chunk, stash_chunk

@@ -84,7 +84,7 @@ def test_the_agent_api_loads_no_provider_console_or_test_library() -> None:
     """A program that runs agents loads the session and the runtime, not httpx, rich, the
     console, PostgreSQL's driver, telemetry or pytest."""
     loaded = loaded_after("from actors import AgentSpec, spawn_agent, tool")
-    assert "actors._session" in loaded
+    assert "actors._session._actor" in loaded
     assert "runtime._runtime" in loaded
     only_the_schema_validator = ["jsonschema_rs"]
     assert only_the_schema_validator == _heavy(loaded)
@@ -111,7 +111,7 @@ def test_the_demo_run_loads_no_provider_transport_and_no_test_library(tmp_path: 
     """``powertrio run --demo`` runs an offline scripted model: httpx (and the CLI it
     imports), the transports and pytest stay unloaded."""
     loaded = loaded_after(powertrio("run", "--demo", "Compare two ideas."), cwd=tmp_path)
-    assert "actors._session" in loaded
+    assert "actors._session._actor" in loaded
     # An MCP server's environment is kept as a transports' Secret: that module alone.
     transports = [m for m in loaded if m.startswith("protocols.transports")]
     only_the_secret = ["protocols.transports", "protocols.transports._secret"]
@@ -129,8 +129,8 @@ def test_a_class_reached_through_another_name_reports_the_package() -> None:
             sys.executable,
             "-c",
             "from actors import spawn_session\n"
-            "from actors._session_handle import Session\n"
-            "from actors._session_events import SessionState\n"
+            "from actors._session._handle import Session\n"
+            "from actors._session._events import SessionState\n"
             "print(Session.__module__, SessionState.__module__)",
         ],
         capture_output=True,
@@ -151,7 +151,7 @@ def test_a_lazy_package_lists_its_names_and_refuses_unknown_ones() -> None:
             sys.executable,
             "-c",
             "import sys, actors\n"
-            "print('spawn_agent' in dir(actors), 'actors._session_spawn' in sys.modules)\n"
+            "print('spawn_agent' in dir(actors), 'actors._session._spawn' in sys.modules)\n"
             "try:\n"
             "    actors.no_such_name\n"
             "except AttributeError as exc:\n"

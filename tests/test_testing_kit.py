@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from actors import AgentSpec, Budget, ask_human, replay_session, spawn_session, tool
 from actors.events import (
     AssistantRecorded,
+    ContextCompacted,
     FollowUpReceived,
     FollowUpsInjected,
     RunStarted,
@@ -43,6 +44,7 @@ from actors.testing import (
     CrashSession,
     DeterministicLLM,
     FailNextCommit,
+    LLMCall,
     RestartRuntime,
     RuntimeHarness,
     Send,
@@ -708,6 +710,70 @@ def test_no_repeated_requests_fails_when_a_recorded_answer_is_asked_again() -> N
         f"model call #{len(trace.calls)} asked for a request whose answer was already recorded "
         f"at session/s1 version {recorded.version} (position {recorded.position}, the log was "
         f"at {head}): the answer must come from the log"
+    )
+
+
+SUMMARY_OF_A = LLMRequest(messages=[SystemMessage("Summarise."), UserMessage("user: a")])
+
+
+async def compactions_asking_alike(second_since: int) -> tuple[list[LLMCall], InMemoryEventStore]:
+    """Two compactions whose summariser was asked the same request (the turn ``user: a``
+    after no summary, then after an empty one), the second recorded at ``second_since``."""
+    store = InMemoryEventStore()
+    fingerprint = SUMMARY_OF_A.fingerprint()
+
+    def compacted(since: int, upto: int) -> ContextCompacted:
+        return ContextCompacted(
+            run_id="r1",
+            upto=upto,
+            since=since,
+            method="summary",
+            summary="",
+            tokens_before=400,
+            request_fingerprint=fingerprint,
+        )
+
+    def call(index: int, position: int) -> LLMCall:
+        return LLMCall(
+            index=index,
+            request=SUMMARY_OF_A,
+            fingerprint=fingerprint,
+            answer=LLMResponse(content=""),
+            repeated=index > 0,
+            log_position=position,
+        )
+
+    await append(
+        store,
+        "session/c",
+        SessionCreated(session_id="c", system_prompt="", max_rounds=3),
+        RunStarted(run_id="r1", input="a", max_rounds=3),
+    )
+    calls = [call(0, await store.head_position())]
+    await append(store, "session/c", compacted(0, 1))
+    calls.append(call(1, await store.head_position()))
+    await append(store, "session/c", compacted(second_since, 2))
+    return calls, store
+
+
+async def test_no_repeated_requests_passes_a_summary_asked_alike_for_a_later_cut() -> None:
+    """The summariser's request names the turns, not where they sit: the same request for
+    the next turn, after an empty summary, is a new compaction, not its answer asked again."""
+    calls, store = await compactions_asking_alike(second_since=1)
+    assert_no_repeated_requests(calls, await store.read_all())
+
+
+async def test_no_repeated_requests_fails_when_a_summary_is_asked_again_for_its_cut() -> None:
+    """A summary asked again for the cut whose answer the log holds (a session that lost
+    track of its compaction) is named, as a model call asked again is."""
+    calls, store = await compactions_asking_alike(second_since=0)
+    records = await store.read_all()
+    with pytest.raises(AssertionError) as info:
+        assert_no_repeated_requests(calls, records)
+    assert str(info.value) == (
+        "model call #1 asked for a request whose answer was already recorded at session/c "
+        f"version 3 (position 3, the log was at {calls[1].log_position}): the answer must "
+        "come from the log"
     )
 
 

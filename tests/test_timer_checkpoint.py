@@ -13,7 +13,7 @@ import trio
 import trio.testing
 from _timer_owner import STREAM, Owner
 
-import runtime._timer_checkpoint as checkpoints
+import runtime._timers._checkpoint as checkpoints
 from runtime import (
     Clock,
     EventStore,
@@ -23,7 +23,7 @@ from runtime import (
     open_runtime,
     open_sqlite_store,
 )
-from runtime._postgres_schema import INSERT_EVENTS, lock_key
+from runtime._postgres._schema import INSERT_EVENTS, lock_key
 from runtime.testing import InMemoryEventStore, PostgresServer
 
 T0 = 1_700_000_000.0

@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 from actors import Tool, ToolContext, ToolRegistry, tool
-from actors._tool_schema import parse_docstring
+from actors._tools._schema import parse_docstring
 from protocols import (
     JsonValue,
     ToolOutcome,

@@ -28,8 +28,8 @@ from actors import (
     tool,
     workflow,
 )
-from actors._session_events import typed_result
-from actors._tool_runner import _render
+from actors._session._events import typed_result
+from actors._tools._runner import _render
 from actors.events import RunFinished, RunStarted
 from protocols import (
     LLMRequest,

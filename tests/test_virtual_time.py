@@ -26,8 +26,8 @@ import trio.lowlevel
 import trio.testing
 from test_testing_kit import FOUND_CONVERSATION, FOUND_OPERATIONS, SQLITE_HARNESS
 
-import runtime._sqlite_store as sqlite_store
-import runtime._sqlite_writer as sqlite_writer
+import runtime._sqlite._store as sqlite_store
+import runtime._sqlite._writer as sqlite_writer
 from actors import AgentSpec, tool
 from actors.testing import (
     AdvanceClock,

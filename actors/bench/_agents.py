@@ -52,7 +52,7 @@ from typing import Any
 import trio
 
 from actors import Session, Tool, spawn_session, tool
-from actors._session_working import copies
+from actors._session._working import copies
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
 from runtime import (
     Actor,

@@ -24,7 +24,7 @@ import orjson
 import trio
 
 from actors import ContextPolicy, estimate_tokens, search_history, spawn_session, tool
-from actors._context import SUMMARY_INSTRUCTIONS, tools_tokens
+from actors._session._context import SUMMARY_INSTRUCTIONS, tools_tokens
 from protocols import LLMRequest, LLMResponse, SystemMessage, ToolCall, Usage, UserMessage
 from runtime import open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM

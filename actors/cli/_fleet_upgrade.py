@@ -20,7 +20,7 @@ __all__ = ["cmd_upgrade_check"]
 async def cmd_upgrade_check(ctx: CliContext, args: argparse.Namespace, fleet: FleetFile) -> int:
     """Replay a sample of each agent's recent runs against ``fleet``; exit 1 if any run
     would go otherwise (the report says where), 0 if none would."""
-    from actors._fleet_upgrade import upgrade_check
+    from actors._fleet._upgrade import upgrade_check
 
     async with open_log(ctx) as store:
         report = await upgrade_check(store, fleet, sample=args.sample)

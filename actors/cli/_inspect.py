@@ -538,7 +538,7 @@ async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
         else:
             print_workflow(ctx, shown)
         return 0
-    from actors._session_events import SessionState, evolve, timer_follow_up
+    from actors._session._events import SessionState, evolve, timer_follow_up
     from runtime import TimerFired
 
     state = SessionState()

@@ -44,7 +44,7 @@ def _session_fold() -> tuple[
     """``initial`` and ``evolve`` that fold session streams (other streams are only decoded)."""
     from actors import SessionState
 
-    from .._session_events import evolve as session_evolve
+    from .._session._events import evolve as session_evolve
 
     def initial(stream: str) -> SessionState | None:
         return SessionState() if stream.startswith("session/") else None

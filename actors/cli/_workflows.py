@@ -112,7 +112,7 @@ async def resolve_log_target(
 def fold_workflow(records: list[RecordedEvent]) -> tuple[WorkflowState, str | None]:
     """The state of a workflow from its records, and the code of the first one the codec
     cannot read (``None`` when all decode)."""
-    from actors._workflow_events import WorkflowState, evolve_workflow
+    from actors._workflow._events import WorkflowState, evolve_workflow
     from protocols import decode_record
     from protocols.errors import CodecError
 
@@ -336,7 +336,7 @@ async def cmd_signal(ctx: CliContext, args: argparse.Namespace) -> int:
     """
     import orjson
 
-    from actors._workflow_events import SignalReceived
+    from actors._workflow._events import SignalReceived
     from protocols import default_registry
     from runtime import NewEvent
 

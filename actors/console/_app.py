@@ -38,7 +38,7 @@ from protocols import SystemMessage
 from protocols.errors import ConfigError, PowertrioError, StoreError, StreamNotFoundError
 from runtime import EventStore
 
-from .._budget import Price
+from .._session._budget import Price
 from ._chart import stacked_bars
 from ._data import (
     LOG_PAGE_SIZE,

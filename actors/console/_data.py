@@ -27,7 +27,7 @@ from protocols.errors import CodecError
 from runtime import EventStore, RecordedEvent
 from runtime.lowlevel import TimerBook
 
-from .._budget import Price, price_for
+from .._session._budget import Price, price_for
 
 __all__ = [
     "FleetFold",
@@ -376,7 +376,7 @@ async def run_span(store: EventStore, session_id: str, run_id: str) -> RunSpan |
 
 async def state_at(store: EventStore, session_id: str, version: int) -> object:
     """The session's state (``SessionState``) folded up to ``version``: time travel."""
-    from actors._session_events import SessionState, evolve  # noqa: PLC0415
+    from actors._session._events import SessionState, evolve  # noqa: PLC0415
 
     state = SessionState()
     stream = SESSION_PREFIX + session_id

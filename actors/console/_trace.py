@@ -20,8 +20,8 @@ import attrs
 from protocols import Usage
 from runtime import TimerCancelled, TimerFired, TimerScheduled
 
-from .._budget import Price, price_for
-from .._session_events import (
+from .._session._budget import Price, price_for
+from .._session._events import (
     AssistantRecorded,
     ChildFinished,
     ChildSpawned,

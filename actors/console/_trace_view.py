@@ -19,8 +19,8 @@ from actors.cli._common import SESSION_PREFIX
 from actors.cli._inspect import decode_or_none
 from runtime import EventStore, RecordedEvent
 
-from .._budget import Price
-from .._session_events import ChildSpawned, RunFinished, RunStarted
+from .._session._budget import Price
+from .._session._events import ChildSpawned, RunFinished, RunStarted
 from ._trace import Bar, Trace, TraceEvent, trace_bars
 
 __all__ = ["TraceLayout", "event_fields", "layout", "load_trace", "svg_rows"]

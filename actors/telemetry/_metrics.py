@@ -28,8 +28,8 @@ from prometheus_client.openmetrics.exposition import (
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.registry import Collector
 
-from actors._limiter_core import BackoffRecorded, GrantIssued
-from actors._session_events import AssistantRecorded, RunFinished, RunStarted, ToolFinished
+from actors._limiter._core import BackoffRecorded, GrantIssued
+from actors._session._events import AssistantRecorded, RunFinished, RunStarted, ToolFinished
 
 if TYPE_CHECKING:
     from runtime import Runtime

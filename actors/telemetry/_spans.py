@@ -20,7 +20,7 @@ from typing import final
 
 import attrs
 
-from actors._session_events import (
+from actors._session._events import (
     AssistantRecorded,
     ChildSpawned,
     RunFinished,
@@ -29,7 +29,7 @@ from actors._session_events import (
     ToolFinished,
     ToolStarted,
 )
-from actors._trace_ids import (
+from actors._session._trace_ids import (
     llm_span_id,
     parse_traceparent,
     run_span_id,

@@ -14,8 +14,8 @@ import actors.lowlevel
 from protocols import LLMRequest, Usage, decode_record
 from runtime import RecordedEvent, TimerFired, TimerScheduled
 
-from .._session_events import evolve as session_evolve
-from .._session_events import timer_follow_up
+from .._session._events import evolve as session_evolve
+from .._session._events import timer_follow_up
 from ._deterministic_llm import LLMCall
 from ._harness import Trace
 
@@ -175,8 +175,18 @@ def assert_no_repeated_requests(calls: Iterable[LLMCall], records: Iterable[Reco
     A request asked twice is fine while its answer is not recorded (a crash between the
     call and the append loses the answer), and so is the same request from another
     session (two sub-agents given the same task). An event records an answer when it has
-    a ``request_fingerprint`` attribute (the session's ``AssistantRecorded``); a call
-    whose ``caller`` is unknown is checked against every session's answers.
+    a ``request_fingerprint`` attribute (the session's ``AssistantRecorded`` and
+    ``ContextCompacted``); a call whose ``caller`` is unknown is checked against every
+    session's answers.
+
+    A model call's request names its moment: it carries the conversation (after a
+    compaction, a summary that says where it cuts, then the turns since), which only grows,
+    so the same request again is the same moment. A summary's request does not: it carries
+    only the previous summary and the turns it folds in, so a later compaction may ask it
+    again for other turns (identical turns after an empty summary). A compaction's moment
+    is the cut it starts from (``since``), recorded with its answer: a summary asked again
+    is a repeat when the log records the call's answer at the cut of the earlier one (a
+    session that lost track of its compaction starts from the old cut again).
 
     Args:
         calls (Iterable[LLMCall]): the model calls, with the log position when each was
@@ -187,21 +197,27 @@ def assert_no_repeated_requests(calls: Iterable[LLMCall], records: Iterable[Reco
         AssertionError: names the call, and where its answer was already recorded.
     """
     __tracebackhide__ = True
-    recorded: dict[tuple[str, str], RecordedEvent] = {}  # by (stream, fingerprint)
+    # By fingerprint: each answer to that request, in log order, with its event.
+    recorded: dict[str, list[tuple[RecordedEvent, object]]] = {}
     for record in records:
-        fingerprint = getattr(decode_record(record), "request_fingerprint", None)
-        if isinstance(fingerprint, str):
-            recorded.setdefault((record.stream, fingerprint), record)
+        event = decode_record(record)
+        fingerprint = getattr(event, "request_fingerprint", None)
+        if isinstance(fingerprint, str) and fingerprint:
+            recorded.setdefault(fingerprint, []).append((record, event))
     for call in calls:
         if call.log_position is None:
             continue
+        answers = [
+            (record, event)
+            for record, event in recorded.get(call.fingerprint, ())
+            if call.caller is None or record.stream == f"session/{call.caller}"
+        ]
         first = next(
             (
                 record
-                for (stream, fingerprint), record in recorded.items()
-                if fingerprint == call.fingerprint
-                and (call.caller is None or stream == f"session/{call.caller}")
-                and record.position <= call.log_position
+                for record, event in answers
+                if record.position <= call.log_position
+                and _same_moment(call, record, event, answers)
             ),
             None,
         )
@@ -213,6 +229,35 @@ def assert_no_repeated_requests(calls: Iterable[LLMCall], records: Iterable[Reco
             f"the log was at {call.log_position}): the answer must come from the log"
         )
         raise AssertionError(msg)
+
+
+def _same_moment(
+    call: LLMCall,
+    record: RecordedEvent,
+    event: object,
+    answers: Iterable[tuple[RecordedEvent, object]],
+) -> bool:
+    """Whether ``call``, made after ``event`` recorded an answer to its request, asks for
+    that answer again (rather than asking the same request at a later moment).
+
+    Only a summary's request can come back at another moment: the call's own answer (the
+    next one to its request in the same stream) says which cut it was for. One recorded at
+    the cut of ``event`` asks for it again; one recorded at another cut is a new
+    compaction. One never recorded (its run cancelled, the process gone before the append)
+    says nothing of its cut: it passes.
+    """
+    if not isinstance(event, actors.events.ContextCompacted):
+        return True
+    assert call.log_position is not None
+    own = next(
+        (
+            later
+            for later_record, later in answers
+            if later_record.stream == record.stream and later_record.position > call.log_position
+        ),
+        None,
+    )
+    return isinstance(own, actors.events.ContextCompacted) and own.since == event.since
 
 
 def _cost(by_model: Mapping[str, Usage], prices: Mapping[str, Price]) -> float:

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .._event_store import NewEvent
-from .._postgres_cluster import lease_tick, prepare_cluster_schema
-from .._postgres_server import PostgresServer, postgres_missing, running_postgres
-from .._postgres_store import open_postgres_store
+from .._cluster._sql import lease_tick, prepare_cluster_schema
+from .._postgres._server import PostgresServer, postgres_missing, running_postgres
+from .._postgres._store import open_postgres_store
+from .._store._contract import NewEvent
 from ._cluster import append_from_writers
 from ._log import _payload, _registry
 

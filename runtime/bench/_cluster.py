@@ -12,9 +12,9 @@ import time
 
 import trio
 
-from .._event_store import EventStore, NewEvent
-from .._postgres_server import PostgresServer, postgres_missing, running_postgres
-from .._postgres_store import open_postgres_store
+from .._postgres._server import PostgresServer, postgres_missing, running_postgres
+from .._postgres._store import open_postgres_store
+from .._store._contract import EventStore, NewEvent
 from ._log import _payload, _registry
 
 __all__ = ["run"]

@@ -1,6 +1,6 @@
 """``python -m actors.bench fleet_sim`` (a kernel suite): hundreds of simulated nodes, faults.
 
-Runs ``runtime._fleet_sim``: the node's own lease and placement rules, a seeded
+Runs ``runtime._cluster._fleet_sim``: the node's own lease and placement rules, a seeded
 scheduler, a virtual clock, an in-memory model of the lease table's semantics, and
 single failures one after another (a node crashing and restarting, pausing, cut off
 from the database, losing its replies, running a skewed clock; the database slow or
@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 from typing import TypeVar
 
-from .._fleet_sim import SimConfig, SimViolation, simulate, single_failures
+from .._cluster._fleet_sim import SimConfig, SimViolation, simulate, single_failures
 from ._main import Figures
 
 __all__ = ["add_arguments", "run"]

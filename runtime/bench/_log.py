@@ -16,8 +16,8 @@ import trio
 
 from protocols import EventRegistry
 
-from .._event_store import NewEvent, RecordedEvent
-from .._sqlite_store import SqliteEventStore, open_sqlite_store
+from .._sqlite._store import SqliteEventStore, open_sqlite_store
+from .._store._contract import NewEvent, RecordedEvent
 
 __all__ = ["run"]
 

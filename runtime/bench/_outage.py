@@ -5,7 +5,7 @@ shutdown: connections dropped, commits kept) and starts it again. Figures: how l
 appenders stalled beside how long the server was away (the baseline: no client can do
 better than waiting for the server), and from re-reading every stream, how many
 acknowledged appends are missing (``lost``) or stored twice (``duplicates``), both 0 when
-the retry and the settling of commits in doubt work (``runtime._postgres_retry``).
+the retry and the settling of commits in doubt work (``runtime._postgres._retry``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import trio
 
 from protocols.errors import StoreError
 
-from .._event_store import NewEvent
-from .._postgres_server import PostgresServer, postgres_missing, running_postgres
-from .._postgres_store import PostgresEventStore, open_postgres_store
+from .._postgres._server import PostgresServer, postgres_missing, running_postgres
+from .._postgres._store import PostgresEventStore, open_postgres_store
+from .._store._contract import NewEvent
 
 __all__ = ["run"]
 

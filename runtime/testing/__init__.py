@@ -14,10 +14,10 @@ from protocols.lowlevel import lazy_exports as _lazy_exports
 # Names load on first use, so importing the package costs none of their modules;
 # type checkers read the imports below.
 if _TYPE_CHECKING:
-    from .._memory_store import InMemoryEventStore as InMemoryEventStore
-    from .._postgres_server import PostgresServer as PostgresServer
-    from .._postgres_server import postgres_missing as postgres_missing
-    from .._postgres_server import running_postgres as running_postgres
+    from .._postgres._server import PostgresServer as PostgresServer
+    from .._postgres._server import postgres_missing as postgres_missing
+    from .._postgres._server import running_postgres as running_postgres
+    from .._store._memory import InMemoryEventStore as InMemoryEventStore
     from ._faults import FaultyEventStore as FaultyEventStore
     from ._faults import InjectedFault as InjectedFault
     from ._llm import FunctionLLM as FunctionLLM
@@ -30,8 +30,8 @@ else:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
-            ".._memory_store": ("InMemoryEventStore",),
-            ".._postgres_server": ("PostgresServer", "postgres_missing", "running_postgres"),
+            ".._store._memory": ("InMemoryEventStore",),
+            ".._postgres._server": ("PostgresServer", "postgres_missing", "running_postgres"),
             "._faults": ("FaultyEventStore", "InjectedFault"),
             "._llm": ("FunctionLLM", "ScriptedLLM", "ScriptItem"),
             "._store_conformance": ("EVENT_STORE_CHECKS", "StoreFactory", "check_event_store"),

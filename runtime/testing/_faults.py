@@ -9,7 +9,7 @@ import attrs
 
 from protocols.errors import StoreError
 
-from .._event_store import (
+from .._store._contract import (
     AppendResult,
     EventStore,
     EventStoreStatistics,
@@ -20,7 +20,7 @@ from .._event_store import (
     Subscription,
     check_append_args,
 )
-from .._memory_store import InMemoryEventStore
+from .._store._memory import InMemoryEventStore
 
 __all__ = ["FaultyEventStore", "InjectedFault"]
 

@@ -13,7 +13,7 @@ import trio.testing
 
 from protocols.errors import ConcurrencyConflictError, StoreClosedError
 
-from .._event_store import EventStore, NewEvent, RecordedEvent
+from .._store._contract import EventStore, NewEvent, RecordedEvent
 
 __all__ = ["EVENT_STORE_CHECKS", "StoreFactory", "check_event_store"]
 

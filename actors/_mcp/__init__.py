@@ -1,0 +1,1 @@
+"""MCP tool sources: the tools of a Model Context Protocol server as ordinary tools."""

@@ -1,0 +1,252 @@
+"""Agent specs: what a sub-agent (or a top-level agent) is made of, checked strictly."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeAlias, final
+
+import attrs
+
+from protocols import LLM, OutputType, ResponseFormat, schema_problems
+from protocols.errors import AgentSpecError, ConfigError, UnsupportedTypeError
+
+from .._tools._tool import Tool, ToolRegistry, tool
+from ._budget import Budget
+from ._context import ContextPolicy
+
+Lifecycle: TypeAlias = Literal["ephemeral", "linked", "detached"]
+"""What happens to a child's stream and actor when it is done.
+
+``ephemeral``: its stream is deleted once it completes (kept when it fails, for the
+post-mortem). ``linked`` (default): its stream is kept, and it is a child of its parent's
+actor, so stopping the parent stops it. ``detached``: it runs under the runtime's root,
+independent of its parent's life.
+"""
+
+FormatArg: TypeAlias = ResponseFormat | type[Any] | None
+"""What ``response_format=`` takes: a JSON Schema (:class:`~protocols.ResponseFormat`), an
+attrs class or a pydantic model (the answer comes back as an instance), or ``None``."""
+
+
+def resolve_format(value: FormatArg) -> tuple[ResponseFormat | None, OutputType[Any] | None]:
+    """The response format to record and ask for, and the class to structure the answer
+    into (``None`` for a plain JSON Schema).
+
+    Raises:
+        UnsupportedTypeError: ``value`` is a class with no JSON Schema form.
+    """
+    if value is None or isinstance(value, ResponseFormat):
+        return value, None
+    typed = _output_type(value)
+    return typed.format, typed
+
+
+def _output_type(cls: type[Any]) -> OutputType[Any]:
+    """One schema per class per process (a class lives as long as its schema)."""
+    typed = _OUTPUT_TYPES.get(cls)
+    if typed is None:
+        typed = _OUTPUT_TYPES[cls] = OutputType.of(cls)
+    return typed
+
+
+_OUTPUT_TYPES: dict[type[Any], OutputType[Any]] = {}
+
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+_LIFECYCLES = ("ephemeral", "linked", "detached")
+
+
+def _tool_tuple(
+    tools: Iterable[str | Tool[..., object]] | None,
+) -> tuple[str | Tool[..., object], ...] | None:
+    return None if tools is None else tuple(tools)
+
+
+def _spec_tuple(specs: Iterable[AgentSpec]) -> tuple[AgentSpec, ...]:
+    return tuple(specs)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class AgentSpec:
+    """An agent: its prompt, tools, model and limits. Checked on creation.
+
+    Used for top-level agents (:func:`spawn_agent`) and for the sub-agents a session may
+    spawn, from Python (``Session.spawn``) or from the model (the ``spawn_agent`` tool,
+    which offers the specs in ``agents`` of the spawning session).
+    """
+
+    name: str
+    """Identifies the spec (the model picks sub-agents by it): a letter, then letters,
+    digits, ``_`` or ``-``; 64 characters at most."""
+    description: str = ""
+    """What the agent is good at, shown to a model choosing whom to spawn."""
+    system_prompt: str = ""
+    tools: tuple[str | Tool[..., object], ...] | None = attrs.field(
+        default=None, converter=_tool_tuple
+    )
+    """Tool names taken from the parent's tools for the run (a child never gets more than
+    its parent by name), or ``Tool`` objects granted explicitly from Python. ``None``:
+    the parent's tools for the run."""
+    llm: LLM | None = None
+    """The model; ``None``: the parent's."""
+    model: str | None = None
+    """The model name to ask for; ``None``: the parent's."""
+    max_rounds: int = 10
+    budget: Budget | None = None
+    """This agent's limits; a child also never gets more than what remains of its
+    parent's run budget."""
+    response_format: ResponseFormat | type[Any] | None = None
+    """The output schema of the agent's answer: a JSON Schema, or an attrs class or a
+    pydantic model whose schema is generated (its results then hold an instance in
+    ``RunResult.output``)."""
+    lifecycle: Lifecycle = "linked"
+    agents: tuple[AgentSpec, ...] = attrs.field(default=(), converter=_spec_tuple)
+    """The sub-agents this agent may spawn."""
+    context: ContextPolicy | None = None
+    """How much of its conversation the model sees and how the rest is compacted
+    (``None``: the parent's policy for a sub-agent, else all of it)."""
+
+    def __attrs_post_init__(self) -> None:
+        problems = spec_problems(self)
+        if problems:
+            raise AgentSpecError(str(self.name), problems)
+
+    def own_tools(self) -> tuple[Tool[..., object], ...]:
+        """The ``Tool`` objects granted explicitly."""
+        return tuple(t for t in self.tools or () if isinstance(t, Tool))
+
+    def tool_names(self) -> tuple[str, ...]:
+        """Every tool's name, in order."""
+        return tuple(t if isinstance(t, str) else t.name for t in self.tools or ())
+
+
+def spec_problems(spec: AgentSpec) -> tuple[str, ...]:
+    """Every problem with ``spec``, each a line a person can act on (empty when valid)."""
+    problems: list[str] = []
+    if not isinstance(spec.name, str) or _NAME.fullmatch(spec.name) is None:
+        problems.append(
+            f"name {spec.name!r} must start with a letter and use only letters, digits, "
+            "'_' and '-' (64 characters at most)"
+        )
+    if not isinstance(spec.max_rounds, int) or spec.max_rounds < 1:
+        problems.append(f"max_rounds must be an int >= 1, got {spec.max_rounds!r}")
+    if spec.lifecycle not in _LIFECYCLES:
+        problems.append(
+            f"lifecycle must be one of {', '.join(_LIFECYCLES)}, got {spec.lifecycle!r}"
+        )
+    if spec.tools is not None:
+        seen: set[str] = set()
+        items: tuple[object, ...] = spec.tools
+        for item in items:
+            if not isinstance(item, (str, Tool)):
+                problems.append(f"tools holds {item!r}: give a tool name or a Tool (@tool)")
+                continue
+            tool_name = item if isinstance(item, str) else item.name
+            if tool_name in seen:
+                problems.append(f"tool {tool_name!r} is listed twice")
+            seen.add(tool_name)
+    try:
+        response_format, _ = resolve_format(spec.response_format)
+    except UnsupportedTypeError as exc:
+        problems.append(str(exc))
+    else:
+        if response_format is not None:
+            problems.extend(
+                f"response_format: {p}" for p in schema_problems(response_format.schema)
+            )
+    context: object = spec.context
+    if context is not None and not isinstance(context, ContextPolicy):
+        problems.append(f"context must be a ContextPolicy or None, got {context!r}")
+    budget: object = spec.budget
+    if budget is not None and not isinstance(budget, Budget):
+        problems.append(f"budget must be a Budget, got {budget!r}")
+    names = [a.name for a in spec.agents]
+    for duplicate in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"two sub-agents are named {duplicate!r}")
+    return tuple(problems)
+
+
+SPAWN_AGENT = "spawn_agent"
+
+
+def spawn_agent_tool(agents: Iterable[AgentSpec]) -> Tool[..., object]:
+    """The ``spawn_agent`` tool offering ``agents`` to the model.
+
+    The session runs its calls itself (as child sessions); the function is never called.
+    It is idempotent by call id, hence the ``retry`` crash policy: after a crash the same
+    child is reattached, never spawned twice.
+    """
+    agents = tuple(agents)
+    listing = "\n".join(
+        f"- {a.name}: {a.description or a.system_prompt[:120] or 'a general helper'}"
+        for a in agents
+    )
+
+    def spawn(agent: str, task: str) -> str:
+        msg = "spawn_agent is run by the session actor, which never calls this function"
+        raise RuntimeError(msg)
+
+    return tool(
+        name=SPAWN_AGENT,
+        description=(
+            "Start a sub-agent on a task and wait for its answer. Several calls in one "
+            "turn run in parallel. Available agents:\n" + listing
+        ),
+        crash_policy="retry",
+        parameters={
+            "type": "object",
+            "properties": {
+                "agent": {"type": "string", "enum": [a.name for a in agents]},
+                "task": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "everything the sub-agent needs to know, self-contained",
+                },
+            },
+            "required": ["agent", "task"],
+            "additionalProperties": False,
+        },
+    )(spawn)
+
+
+def child_tools(
+    spec: AgentSpec, parent_tools: ToolRegistry
+) -> tuple[ToolRegistry, tuple[str, ...]]:
+    """The child's registry and the names it asked for that its parent does not have."""
+    if spec.tools is None:
+        names = tuple(n for n in parent_tools.names() if n != SPAWN_AGENT)
+        return parent_tools.subset(names), ()
+    missing = tuple(
+        item for item in spec.tools if isinstance(item, str) and item not in parent_tools
+    )
+    registry = ToolRegistry()
+    for item in spec.tools:
+        if isinstance(item, Tool):
+            registry.add(item)
+        elif item in parent_tools and item != SPAWN_AGENT:
+            registry.add(parent_tools.get(item))
+    return registry, missing
+
+
+def top_level_tools(spec: AgentSpec) -> tuple[Tool[..., object], ...]:
+    """The tools of ``spec`` run as a top-level agent, which has no parent to take tools
+    from by name.
+
+    Raises:
+        ConfigError: ``spec.tools`` names a tool instead of giving it.
+    """
+    named = [t for t in spec.tools or () if isinstance(t, str)]
+    if named:
+        msg = (
+            f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level agent "
+            "has no parent to take them from: give Tool objects"
+        )
+        raise ConfigError(msg)
+    return spec.own_tools()
+
+
+def index_agents(agents: Iterable[AgentSpec]) -> Mapping[str, AgentSpec]:
+    """Specs by name."""
+    return {a.name: a for a in agents}

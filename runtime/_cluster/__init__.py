@@ -1,0 +1,1 @@
+"""A fleet of nodes on PostgreSQL: leases, placement, the fence, inboxes, the simulation."""

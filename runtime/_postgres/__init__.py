@@ -1,0 +1,1 @@
+"""The PostgreSQL event store: schema, writer, retries over outages, lock, a test server."""

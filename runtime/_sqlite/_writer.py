@@ -1,0 +1,694 @@
+"""The SQLite store's writer thread: group commit of queued appends, and maintenance writes.
+
+One thread owns the write connection and commits everything queued so far in one
+transaction and one sync, so concurrent appenders share the cost of durability. Its
+state machine (take work, plan, commit, hand callers back, sweep the index when idle,
+stop) runs outside Trio and touches Trio only through the run's token; keeping it apart
+from the Trio-side facade keeps that boundary, and the mutex guarding it, in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Literal, final
+
+import attrs
+import orjson
+import trio
+
+from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreError
+
+from .._store._contract import CommitSignal, NewEvent
+from .._store._writer_queue import GroupCommitWriter, PendingAppend, WakeWhenIdle, behind_failure
+from .._virtual_time import Flight
+from ._queue import WriteJob
+from ._schema import (
+    GROUP_STATEMENT,
+    GUARD_MESSAGE,
+    INSERT_BLOB,
+    INSERT_GROUP,
+    READ_HEAD_VERSION,
+    event_checksum,
+    indexed_upto,
+    insert_events,
+    map_errors,
+    read_head,
+    sweep,
+)
+from ._wal_headroom import WalHeadroom
+
+__all__ = ["SqliteWriter", "WriteJob"]
+
+logger = logging.getLogger("powertrio.store")
+
+# When to sweep the lagging per-stream index (see _sqlite._schema): the writer sweeps in a
+# transaction of its own once ``index_lag`` events are unindexed and no append is waiting.
+# A writer that never runs out of appends sweeps inside a commit once _SWEEP_DEFERRAL
+# times as many are: a sweep blocks every append while it runs, and much of its cost
+# (about one dirty leaf page per stream) does not grow with its size, so under load a
+# longer tail for reads buys append throughput.
+_SWEEP_DEFERRAL = 4
+
+# A queue at least this long, met when nothing else is in flight, is split in two groups.
+_SPLIT_QUEUE = 64
+
+# The WAL bound (see SqliteWriter._bound_wal): how long a blocking checkpoint waits for
+# readers to leave the WAL, and how many commits to wait after readers kept it busy.
+_CHECKPOINT_WAIT_MS = 200
+_CHECKPOINT_BACKOFF = 16
+
+
+@attrs.define(eq=False)
+class _Plan:
+    """The rows of one group commit, built by ``_plan`` in the writer thread."""
+
+    head: int
+    now: float
+    event_count: int = 0
+    # For insert_events: the events table's nine columns per event, in position order.
+    event_params: list[object] = attrs.field(factory=list)
+    blob_rows: list[tuple[bytes, bytes]] = attrs.field(factory=list)
+    # For INSERT_GROUP: one tuple per event and the payload bytes they point into.
+    group_rows: list[tuple[object, ...]] = attrs.field(factory=list)
+    payloads: list[bytes] = attrs.field(factory=lambda: [b"."])
+    # Each written stream's new version, for the writer's cache.
+    streams: dict[str, int] = attrs.field(factory=dict)
+    accepted: int = 0
+    conflicts: list[tuple[PendingAppend, int]] = attrs.field(factory=list)
+    # Some stream's version was the caller's word, for the guard to check (group only).
+    guessed: bool = False
+
+
+@attrs.define(eq=False)
+class _Counters:
+    """The writer's running totals (written by its thread, read by ``statistics()``)."""
+
+    appends: int = 0
+    events_appended: int = 0
+    conflicts: int = 0
+    failed_appends: int = 0
+    commits: int = 0
+    checkpoint_failures: int = 0
+    sweep_failures: int = 0
+    wal_checkpoints: int = 0
+    checkpoints_blocked: int = 0
+    guard_trips: int = 0
+
+
+def _add_row(
+    plan: _Plan, event: NewEvent, *, position: int, stream: str, version: int, threshold: int
+) -> None:
+    """Add an event's row for ``insert_events`` (and its blob)."""
+    stamp = plan.now if event.recorded_at is None else event.recorded_at
+    data: bytes | None = event.data
+    blob_id: bytes | None = None
+    if len(event.data) > threshold:
+        blob_id = hashlib.sha256(event.data).digest()
+        plan.blob_rows.append((blob_id, event.data))
+        data = None
+    plan.event_params += (
+        position,
+        stream,
+        version,
+        event.type,
+        event.schema_version,
+        data,
+        blob_id,
+        event.metadata,
+        stamp,
+        event_checksum(
+            stream, version, event.type, event.schema_version, event.data, event.metadata
+        ),
+    )
+
+
+def _plain(name: str) -> bool:
+    """Whether ``name`` is printable ASCII, which JSON carries to SQLite unchanged."""
+    return name.isascii() and name.isprintable()
+
+
+def _as_store_error(path: str, exc: BaseException) -> BaseException:
+    """What a failed group's callers see: our error as is, anything else as a StoreError."""
+    if isinstance(exc, StoreError):
+        return exc
+    error = StoreError(f"event log {path!r}: the commit failed ({exc!r}); nothing was written")
+    error.__cause__ = exc
+    return error
+
+
+@final
+@attrs.define(eq=False, repr=False)
+class SqliteWriter(GroupCommitWriter):
+    """The writer thread of one ``SqliteEventStore`` and the state it shares with Trio.
+
+    The store queues appends and maintenance writes here from the Trio thread; the
+    writer thread takes them, commits, and resumes the waiting tasks through the run's
+    token. Everything both threads touch is guarded by one mutex; the version cache is
+    the writer thread's alone.
+    """
+
+    _path: str
+    _conn: sqlite3.Connection
+    _token: trio.lowlevel.TrioToken
+    _signal: CommitSignal
+    _clock: Callable[[], float]
+    _blob_threshold: int
+    _max_batch: int
+    _index_lag: int
+    # The WAL's bound: the writer truncates it between groups before it passes (0: never).
+    _wal_limit: int = 0
+    # Shared with the Trio thread, guarded by _mutex: queued appends and maintenance
+    # writes, whether the thread sleeps on _work, whether it should stop once drained,
+    # and how many appends it has taken but not handed back.
+    _mutex: threading.Lock = attrs.field(factory=threading.Lock)
+    _work: threading.Condition = attrs.field(
+        default=attrs.Factory(lambda self: threading.Condition(self._mutex), takes_self=True)
+    )
+    _queue: list[PendingAppend] = attrs.field(factory=list)
+    _jobs: list[WriteJob] = attrs.field(factory=list)
+    _idle: bool = False
+    _stopping: bool = False
+    _in_flight: int = 0
+    # The Trio thread's alone: wakes the thread for appends once Trio is idle.
+    _nudge: WakeWhenIdle = attrs.field(
+        default=attrs.Factory(lambda self: WakeWhenIdle(self._wake_thread), takes_self=True)
+    )
+    thread: threading.Thread | None = None
+    # Commit common groups with INSERT_GROUP (tests turn it off to cover the other way).
+    group_statement: bool = GROUP_STATEMENT
+    drained: trio.Event = attrs.field(factory=trio.Event)
+    """Set (in the Trio thread) once the thread has answered everything and stopped."""
+    counters: _Counters = attrs.field(factory=_Counters)
+    # The writer thread's cache of stream versions (see _plan); only that thread uses it.
+    _versions: dict[str, int] = attrs.field(factory=dict)
+    _db_head: int = 0
+    _data_version: int = -1
+    _cache_valid: bool = False
+    _indexed_upto: int = 0
+    _wal_room: WalHeadroom = attrs.field(
+        default=attrs.Factory(lambda self: WalHeadroom(self._wal_limit), takes_self=True)
+    )
+    checkpoint_lock: threading.Lock = attrs.field(factory=threading.Lock)
+    """Held by whoever checkpoints (the background task, or this thread at the bound):
+    two checkpoints at once would make one of them fail busy."""
+
+    # --- the Trio side ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the writer thread (once, from Trio)."""
+        self.thread = self._start_thread(self._main, f"powertrio-writer {self._path}")
+
+    def enqueue_append(
+        self,
+        stream: str,
+        events: tuple[NewEvent, ...],
+        expected_version: int,
+        flight: Flight | None = None,
+        *,
+        after: PendingAppend | None = None,
+        wake: Callable[[], object] | None = None,
+    ) -> PendingAppend | None:
+        """Queue an append for the next group; ``None`` if the thread has stopped.
+
+        The caller parks on the result with ``wait_task_rescheduled(pending.abort)``, or
+        passes ``wake`` to be called instead. ``flight`` (under virtual time) lands once
+        the caller's wake-up is posted.
+        """
+        pending = PendingAppend(
+            stream,
+            events,
+            expected_version,
+            self._queue,
+            self._mutex,
+            flight=flight,
+            after=after,
+            wake=wake,
+        )
+        return pending if self._enqueue(self._queue, pending) else None
+
+    def enqueue_job(
+        self, fn: Callable[[sqlite3.Connection], object], flight: Flight | None = None
+    ) -> WriteJob | None:
+        """Queue a maintenance write to run between commits; ``None`` if the thread has stopped.
+
+        The caller parks on the result with ``wait_task_rescheduled(job.abort)``.
+        ``flight`` (under virtual time) lands once the caller's wake-up is posted.
+        """
+        job = WriteJob(fn, self._jobs, self._mutex, flight)
+        return job if self._enqueue(self._jobs, job) else None
+
+    def join(self) -> None:
+        """Wait for the thread to end; after ``drained``, this returns at once."""
+        self._stop_nudging()
+        if self.thread is not None:
+            self.thread.join()
+
+    def close(self) -> None:
+        """Close the write connection (after ``join``)."""
+        self._conn.close()
+
+    def invalidate_cache(self) -> None:
+        """Forget the cached versions and head (in the thread, from a maintenance write).
+
+        This connection's own commits do not move ``data_version``, so a maintenance
+        write that changes what the cache holds must say so.
+        """
+        self._cache_valid = False
+
+    # --- the writer thread -----------------------------------------------------------
+
+    def _main(self) -> None:
+        """The writer thread: commit queued appends in groups, run maintenance writes.
+
+        One long-lived thread owns the write connection, so taking the next group needs
+        no round trip through Trio. A group's callers are handed back (resumed in Trio)
+        when the next group is about to commit, or when the thread runs out of work: the
+        thread does its Python work for the next group while Trio has nothing to run,
+        then SQLite writes and syncs it (without the GIL) while Trio runs the callers just
+        resumed. Handing them back earlier would make both threads want the GIL at once,
+        and the thread would wait for Trio to go idle before it could finish the commit.
+        """
+        decided: list[PendingAppend] = []  # committed or failed, not handed back yet
+        try:
+            while (work := self._take_work(holding=bool(decided))) is not None:
+                if not isinstance(work, list) or not work:
+                    # Out of work, or a maintenance write (which may be long): hand back.
+                    self._hand_back(decided)
+                    decided = []
+                    if isinstance(work, WriteJob):
+                        work.run(self._conn, self._path)
+                        self._resume_job(work)
+                    elif work == "sweep":
+                        self._sweep_when_idle()
+                    continue
+                previous, decided = decided, work
+                try:
+                    self._commit_sync(work, functools.partial(self._hand_back, previous))
+                except BaseException as exc:  # the group fails; the next commit may succeed
+                    self._fail(work, exc)
+                wal = self._wal_room
+                if wal.limit and wal.due(self._path + "-wal", self.counters.commits):
+                    self._hand_back(decided)  # nobody waits for their answer behind it
+                    decided = []
+                    self._bound_wal()
+        finally:
+            self._stop(decided)
+
+    def _take_work(
+        self, *, holding: bool
+    ) -> list[PendingAppend] | WriteJob | Literal["sweep"] | None:
+        """The next group of appends or maintenance write, waiting for one if needed.
+
+        Returns ``[]`` instead of waiting while ``holding`` callers to hand back,
+        ``"sweep"`` when there is nothing else to do but the index is behind, and
+        ``None`` once the store is closing and everything queued (and the index) is done.
+        """
+        with self._mutex:
+            while True:
+                if self._queue:
+                    take = self._max_batch
+                    if not holding and len(self._queue) >= _SPLIT_QUEUE:
+                        # A long queue and no other group in flight: commit half alone,
+                        # so its callers run in Trio while the other half syncs. Two
+                        # groups then alternate, one on disk while the other is in Trio.
+                        take = min(take, len(self._queue) // 2)
+                    batch = self._queue[:take]
+                    del self._queue[:take]
+                    self._in_flight += len(batch)
+                    return batch
+                if self._jobs:
+                    return self._jobs.pop(0)
+                if holding:
+                    return []
+                # Idle, or closing: a good moment to catch the index up (a file left with
+                # a long tail would slow the next opener's first reads).
+                if self._cache_valid and self._db_head - self._indexed_upto > self._index_lag:
+                    return "sweep"
+                if self._stopping:
+                    return None
+                self._idle = True
+                self._work.wait()
+                self._idle = False
+
+    def _stop(self, decided: list[PendingAppend]) -> None:
+        """The writer thread's last act: refuse new work, answer everyone, report drained.
+
+        After a normal close nothing is left queued; after an unexpected error in the
+        thread, whatever is left fails rather than waiting forever.
+        """
+        with self._mutex:
+            self._stopping = True
+            left = self._queue[:]
+            jobs = self._jobs[:]
+            self._queue.clear()
+            self._jobs.clear()
+            self._in_flight += len(left)
+        for pending in left:
+            pending.outcome = StoreClosedError("the event store's writer stopped")
+            self.counters.failed_appends += 1
+        self._hand_back(decided + left)
+        for job in jobs:
+            job.error = StoreClosedError("the event store's writer stopped")
+            self._resume_job(job)
+        self._call_soon(self.drained.set)
+
+    def _hand_back(self, decided: list[PendingAppend]) -> None:
+        if decided:
+            self._post_decided(decided, self._db_head)
+
+    def _fail(self, batch: list[PendingAppend], exc: BaseException) -> None:
+        for pending in batch:
+            if pending.outcome is None:
+                pending.outcome = _as_store_error(self._path, exc)
+                self.counters.failed_appends += 1
+
+    def _commit_sync(self, batch: list[PendingAppend], ready: Callable[[], None]) -> None:
+        """Commit one group of appends, all or nothing for each append (writer thread).
+
+        Calls ``ready`` once, when the Python work is done and the sync begins (or on
+        failure): see ``_main``.
+        """
+        called = False
+
+        def ready_once() -> None:
+            nonlocal called
+            if not called:
+                called = True
+                ready()
+
+        conn = self._conn
+        try:
+            with map_errors(self._path):
+                try:
+                    if not (
+                        self.group_statement
+                        and self._cache_valid
+                        and self._commit_group(conn, batch, ready_once)
+                    ):
+                        self._commit_transaction(conn, batch, ready_once)
+                except sqlite3.IntegrityError as exc:
+                    if GUARD_MESSAGE not in str(exc):
+                        raise
+                    self._retry_after_guard(conn, batch, ready_once)
+        finally:
+            ready_once()
+
+    def _retry_after_guard(
+        self, conn: sqlite3.Connection, batch: list[PendingAppend], ready: Callable[[], None]
+    ) -> None:
+        """SQLite's one-writer guard refused a version the plan took for free: nothing was
+        written, and the cache was stale (a writer that bypassed this one, or a bug).
+
+        Re-plan from the database in a transaction: an append whose stream has moved on
+        fails as a conflict naming the stream and its version, the others commit.
+        """
+        self.counters.guard_trips += 1
+        logger.warning(
+            "event log %r: the one-writer guard refused a group commit (stale version "
+            "cache); re-planning it from the database",
+            self._path,
+        )
+        self._cache_valid = False
+        self._commit_transaction(conn, [p for p in batch if p.outcome is None], ready)
+
+    def _commit_group(
+        self, conn: sqlite3.Connection, batch: list[PendingAppend], ready: Callable[[], None]
+    ) -> bool:
+        """Commit with the one statement ``INSERT_GROUP``; False if it wrote nothing.
+
+        Outside a transaction the plan rests on the cache and reads of the moment; the
+        statement's ``data_version`` condition makes sure nothing changed before it took
+        the write lock, and its guard that every version the plan took on the caller's
+        word is right. Either way it writes nothing otherwise, and the transaction
+        re-plans.
+        """
+        plan = self._plan(conn, batch, group=True)
+        if plan is None:
+            return False
+        if not plan.event_count:
+            if plan.conflicts and self._cache_moved(conn):
+                return False  # conflicts seen on a stale cache: the transaction decides
+        else:
+            try:
+                params = (
+                    orjson.dumps(plan.group_rows),
+                    b"".join(plan.payloads),
+                    plan.head - plan.event_count + 1,
+                    plan.now,
+                    self._data_version,
+                )
+                ready()
+                written = conn.execute(INSERT_GROUP, params).rowcount
+            except sqlite3.Error:
+                if plan.guessed:
+                    # A guessed version was wrong (the guard), or the write failed: its
+                    # conflicts may rest on the guess, so the transaction decides all.
+                    return False
+                self._decide_conflicts(plan)  # conflicts stay conflicts when the rest fails
+                raise
+            except BaseException:
+                self._decide_conflicts(plan)
+                raise
+            if written != plan.event_count:
+                return False
+        self._decide_conflicts(plan)
+        self._settle(plan, self._indexed_upto)
+        return True
+
+    def _commit_transaction(
+        self, conn: sqlite3.Connection, batch: list[PendingAppend], ready: Callable[[], None]
+    ) -> None:
+        """Commit in an explicit transaction: blobs, imported times, names the group
+        statement does not carry, a sweep, or a retry after the group statement."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            plan = self._plan(conn, batch, group=False)
+            assert plan is not None
+            self._decide_conflicts(plan)
+            if plan.blob_rows:
+                conn.executemany(INSERT_BLOB, plan.blob_rows)
+            if plan.event_count:
+                insert_events(conn, plan.event_params, plan.event_count)
+            ready()
+            indexed = self._indexed_upto
+            if plan.head - indexed > self._index_lag * _SWEEP_DEFERRAL:
+                indexed = sweep(conn, indexed, plan.head)
+            conn.execute("COMMIT")
+        except BaseException:
+            self._cache_valid = False
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        self._settle(plan, indexed)
+
+    def _decide_conflicts(self, plan: _Plan) -> None:
+        for pending, current in plan.conflicts:
+            pending.outcome = ConcurrencyConflictError(
+                pending.stream, pending.expected_version, current
+            )
+        self.counters.conflicts += len(plan.conflicts)
+
+    def _settle(self, plan: _Plan, indexed: int) -> None:
+        """Record a committed plan in the cache and the counters."""
+        self._versions.update(plan.streams)
+        self._db_head = plan.head
+        self._indexed_upto = indexed
+        counters = self.counters
+        counters.commits += 1
+        counters.appends += plan.accepted
+        counters.events_appended += plan.event_count
+
+    def _sweep_when_idle(self) -> None:
+        """Index the unindexed tail in a transaction of its own (writer thread, idle).
+
+        A failure leaves the tail as it is (reads still see it) and drops the cache, so
+        that no idle sweep is tried again before a commit has re-read it.
+        """
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._check_cache(conn)
+                indexed = self._indexed_upto
+                if self._db_head - indexed > self._index_lag:
+                    indexed = sweep(conn, indexed, self._db_head)
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error:
+            # Not fatal (reads scan the unindexed tail), but never silent.
+            self._cache_valid = False
+            self.counters.sweep_failures += 1
+            logger.exception("event log %r: the index sweep failed", self._path)
+            return
+        self._indexed_upto = indexed
+
+    def _bound_wal(self) -> None:
+        """Checkpoint and truncate the WAL, between two groups (writer thread).
+
+        The background PASSIVE checkpoints copy most pages back meanwhile, but under
+        sustained writes they never catch up with the end of the WAL, which then grows
+        without bound. So once the next group could take it past ``wal_limit``
+        (``WalHeadroom``) the writer, which then holds no transaction, runs a TRUNCATE
+        checkpoint: it waits (briefly) for readers to leave the WAL, copies the rest and
+        empties the file. Readers that stay keep it busy: the writer tries again some
+        commits later, and counts and logs it.
+        """
+        conn = self._conn
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {_CHECKPOINT_WAIT_MS}")
+            try:
+                with self.checkpoint_lock:
+                    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            finally:
+                conn.execute("PRAGMA busy_timeout = 10000")
+        except sqlite3.Error:
+            self.counters.checkpoint_failures += 1
+            self._wal_room.after = self.counters.commits + _CHECKPOINT_BACKOFF
+            logger.exception("event log %r: the WAL checkpoint failed", self._path)
+            return
+        if busy:
+            self.counters.checkpoints_blocked += 1
+            self._wal_room.after = self.counters.commits + _CHECKPOINT_BACKOFF
+            logger.warning(
+                "event log %r: the WAL is past %d bytes but could not be truncated "
+                "(readers or another checkpoint kept it busy); trying again later",
+                self._path,
+                self._wal_limit,
+            )
+        else:
+            self.counters.wal_checkpoints += 1
+            self._wal_room.truncated()
+
+    def _cache_moved(self, conn: sqlite3.Connection) -> bool:
+        """Whether another connection committed since the cache was filled."""
+        return bool(conn.execute("PRAGMA data_version").fetchone()[0] != self._data_version)
+
+    def _check_cache(self, conn: sqlite3.Connection) -> None:
+        """Drop and re-read the cache if another connection committed since it was filled."""
+        data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if not self._cache_valid or data_version != self._data_version:
+            self._versions.clear()
+            self._db_head = read_head(conn)
+            self._indexed_upto = indexed_upto(conn)
+            self._data_version = data_version
+            self._cache_valid = True
+
+    def _plan(  # noqa: PLR0915  # one flat loop over every append: the hot path
+        self, conn: sqlite3.Connection, batch: list[PendingAppend], *, group: bool
+    ) -> _Plan | None:
+        """Check expected versions and build the rows of one group commit.
+
+        Stream versions and the head come from a cache this connection keeps, valid as
+        long as no other connection has committed (``PRAGMA data_version`` has not moved).
+        The transaction checks that first, dropping and re-reading a stale cache, and
+        nobody can commit between that check and its commit. The group statement checks
+        it itself as it takes the write lock, and writes nothing on a stale cache: the
+        transaction then re-plans the group. A stream missing from the cache is read once
+        and cached (a committed fact; a rollback or a change drops the whole cache); for
+        the group statement, it takes the caller's expected version instead, which the
+        statement's guard checks. What this batch writes goes to ``plan.streams`` and
+        joins the cache after the commit.
+
+        With ``group``, builds the rows of ``INSERT_GROUP``, or returns None if the
+        batch needs the explicit transaction.
+        """
+        now = self._clock()
+        if not group:  # the group statement checks for itself (see above)
+            # Not asking before a group saves the writer thread one trip out of and back
+            # into the GIL per commit, a wait for the Trio thread each time.
+            self._check_cache(conn)
+        cache = self._versions
+        upto = self._indexed_upto
+        threshold = self._blob_threshold
+        plan = _Plan(head=self._db_head, now=now)
+        written = plan.streams
+        rows = plan.group_rows
+        payloads = plan.payloads
+        offset = 2  # substr() counts from 1, after the leading byte
+        checksum = event_checksum
+        position = plan.head
+        accepted = 0
+        for pending in batch:
+            stream = pending.stream
+            if group and not _plain(stream):
+                return None
+            refused = behind_failure(pending)
+            current = written.get(stream)
+            if current is None:
+                current = cache.get(stream)
+            if current is None:
+                if group and pending.events and not refused:
+                    # A stream the cache has not seen (a new session's first append):
+                    # take the caller's version. The guard checks it as the first row
+                    # goes in; if it is wrong, the statement writes nothing and the
+                    # transaction re-plans from the log. Reading it here would cost the
+                    # writer thread a trip out of and back into the GIL.
+                    current = pending.expected_version
+                    plan.guessed = True
+                else:
+                    # The guard's own table, so the plan agrees with what SQLite accepts.
+                    row = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
+                    current = 0 if row is None else cache.setdefault(stream, row[0])
+            if refused or current != pending.expected_version:
+                pending.version = 0
+                plan.conflicts.append((pending, current))
+                continue
+            pending.first_position = position + 1
+            version = current
+            for event in pending.events:
+                position += 1
+                version += 1
+                if not group:
+                    _add_row(
+                        plan,
+                        event,
+                        position=position,
+                        stream=stream,
+                        version=version,
+                        threshold=threshold,
+                    )
+                    continue
+                data = event.data
+                meta = event.metadata
+                if event.recorded_at is not None or len(data) > threshold or not _plain(event.type):
+                    return None
+                end = offset + len(data)
+                rows.append(
+                    (
+                        stream,
+                        version,
+                        event.type,
+                        event.schema_version,
+                        offset,
+                        len(data),
+                        None if meta is None else end,
+                        0 if meta is None else len(meta),
+                        checksum(stream, version, event.type, event.schema_version, data, meta),
+                    )
+                )
+                payloads.append(data)
+                offset = end
+                if meta is not None:
+                    payloads.append(meta)
+                    offset += len(meta)
+            if version != current:
+                written[stream] = version
+            # Tentative until the commit succeeds; a failure replaces outcome None.
+            pending.version = version
+            pending.last_position = position
+            accepted += 1
+        plan.accepted = accepted
+        plan.event_count = position - plan.head
+        if group and position - upto > self._index_lag * _SWEEP_DEFERRAL:
+            return None  # the sweep goes in the commit: the explicit transaction
+        plan.head = position
+        return plan
