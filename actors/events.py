@@ -1,7 +1,7 @@
 """What sessions, boards and workflows record in the log, and what observers see live.
 
 Log readers (``powertrio log``, a fold of your own, a test that checks a stream) decode
-records into the first kind with ``protocols.decode_record``; ``Session.observe()`` and
+records into the first kind with ``protocols.codec.decode_record``; ``Session.observe()`` and
 observers receive the second kind, which is never recorded.
 """
 

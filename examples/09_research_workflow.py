@@ -15,9 +15,11 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from actors import AgentSpec, WorkflowContext, start_workflow, workflow
+from actors import AgentSpec
 from actors.events import StepCompleted
-from protocols import LLMRequest, LLMResponse, decode_record
+from actors.workflows import WorkflowContext, start_workflow, workflow
+from protocols import LLMRequest, LLMResponse
+from protocols.codec import decode_record
 from runtime import open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import trio
 
-from actors import mcp_stdio, mcp_tools, replay_session, spawn_session
+from actors import replay_session, spawn_session
+from actors.mcp import mcp_stdio, mcp_tools
 from protocols import LLMRequest, LLMResponse, ToolCall
 from runtime import open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore

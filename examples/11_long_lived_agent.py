@@ -32,14 +32,8 @@ from actors import (
     spawn_agent,
 )
 from actors.events import ContextCompacted
-from protocols import (
-    LLMRequest,
-    LLMResponse,
-    SystemMessage,
-    ToolCall,
-    ToolResultMessage,
-    decode_record,
-)
+from protocols import LLMRequest, LLMResponse, SystemMessage, ToolCall, ToolResultMessage
+from protocols.codec import decode_record
 from runtime import open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM
 

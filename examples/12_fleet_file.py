@@ -21,9 +21,9 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from actors import AgentDecl, FleetNode, apply_fleet, parse_fleet_file, read_fleet_status
 from actors._fleet._upgrade import upgrade_check
 from actors.cli._fleet_demo import fleet_demo_llm
+from actors.fleet import AgentDecl, FleetNode, apply_fleet, parse_fleet_file, read_fleet_status
 from protocols import LLM
 from runtime import Clock, open_runtime, open_sqlite_store
 

@@ -21,10 +21,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors import Limit, LimiterPolicy, spawn_limiter, spawn_session
+from actors import spawn_session
 from actors.events import BackoffRecorded, GrantIssued
+from actors.limits import Limit, LimiterPolicy, spawn_limiter
 from actors.telemetry import FleetMetrics, Telemetry, telemetry_tracer_provider, trace_id_of
-from protocols import LLMRequest, LLMResponse, Usage, decode_record
+from protocols import LLMRequest, LLMResponse, Usage
+from protocols.codec import decode_record
 from protocols.errors import LLMRateLimitedError
 from runtime import Clock, open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore

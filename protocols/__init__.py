@@ -1,4 +1,14 @@
-"""The vocabulary of powertrio: every format that crosses a boundary."""
+"""The vocabulary of powertrio: every format that crosses a boundary.
+
+The package holds what a program that runs agents names every day: the LLM's messages,
+requests and responses, the ``LLM`` protocol, tool specs and outcomes, mailbox messages
+(follow-ups, cancels, human replies), JSON types and the error root. The rest lives in
+named namespaces: ``protocols.errors`` (the error tree with stable codes),
+``protocols.codec`` (events to bytes and back), ``protocols.streaming`` (a response as it
+streams), ``protocols.transports`` (the httpx transports to providers),
+``protocols.jsonschema`` (JSON Schema checks) and ``protocols.lowlevel`` (pieces for
+those who extend the packages).
+"""
 
 from __future__ import annotations
 
@@ -19,23 +29,6 @@ del _logging
 # Names load on first use, so importing the package costs none of their modules;
 # type checkers read the imports below.
 if _TYPE_CHECKING:
-    from ._codec import EncodedEvent as EncodedEvent
-    from ._codec import EventRegistry as EventRegistry
-    from ._codec import RecordLike as RecordLike
-    from ._codec import Upcaster as Upcaster
-    from ._codec import configure_converter as configure_converter
-    from ._codec import decode as decode
-    from ._codec import decode_record as decode_record
-    from ._codec import default_registry as default_registry
-    from ._codec import encode as encode
-    from ._codec import event_type as event_type
-    from ._codec import make_converter as make_converter
-    from ._jsonschema import CompiledSchema as CompiledSchema
-    from ._jsonschema import check_schema as check_schema
-    from ._jsonschema import compile_schema as compile_schema
-    from ._jsonschema import schema_problems as schema_problems
-    from ._jsonschema import validate_json as validate_json
-    from ._llm import EMPTY_CHAIN as EMPTY_CHAIN
     from ._llm import AssistantMessage as AssistantMessage
     from ._llm import ContentPart as ContentPart
     from ._llm import FinishReason as FinishReason
@@ -53,17 +46,7 @@ if _TYPE_CHECKING:
     from ._llm import ToolResultMessage as ToolResultMessage
     from ._llm import Usage as Usage
     from ._llm import UserMessage as UserMessage
-    from ._llm import chain_messages as chain_messages
     from ._llm_stream import LLM as LLM
-    from ._llm_stream import FinishDelta as FinishDelta
-    from ._llm_stream import LLMStream as LLMStream
-    from ._llm_stream import StreamAssembler as StreamAssembler
-    from ._llm_stream import StreamDelta as StreamDelta
-    from ._llm_stream import TextDelta as TextDelta
-    from ._llm_stream import ThinkingDelta as ThinkingDelta
-    from ._llm_stream import ToolCallDelta as ToolCallDelta
-    from ._llm_stream import UsageDelta as UsageDelta
-    from ._llm_stream import response_deltas as response_deltas
     from ._messages import Cancel as Cancel
     from ._messages import CancelMode as CancelMode
     from ._messages import FollowUp as FollowUp
@@ -72,12 +55,6 @@ if _TYPE_CHECKING:
     from ._tools import ToolOutcome as ToolOutcome
     from ._tools import ToolSpec as ToolSpec
     from ._tools import ToolStatus as ToolStatus
-    from ._tools import aborted_outcome as aborted_outcome
-    from ._tools import denied_outcome as denied_outcome
-    from ._tools import idempotency_key as idempotency_key
-    from ._tools import interrupted_outcome as interrupted_outcome
-    from ._tools import parse_tool_arguments as parse_tool_arguments
-    from ._tools import validate_tool_name as validate_tool_name
     from ._type_schema import OutputType as OutputType
     from ._type_schema import json_schema_of as json_schema_of
     from ._types import JsonObject as JsonObject
@@ -86,28 +63,7 @@ else:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
-            "._codec": (
-                "EncodedEvent",
-                "EventRegistry",
-                "RecordLike",
-                "Upcaster",
-                "configure_converter",
-                "decode",
-                "decode_record",
-                "default_registry",
-                "encode",
-                "event_type",
-                "make_converter",
-            ),
-            "._jsonschema": (
-                "CompiledSchema",
-                "check_schema",
-                "compile_schema",
-                "schema_problems",
-                "validate_json",
-            ),
             "._llm": (
-                "EMPTY_CHAIN",
                 "AssistantMessage",
                 "ContentPart",
                 "FinishReason",
@@ -125,34 +81,27 @@ else:
                 "ToolResultMessage",
                 "Usage",
                 "UserMessage",
-                "chain_messages",
             ),
-            "._llm_stream": (
-                "LLM",
-                "FinishDelta",
-                "LLMStream",
-                "StreamAssembler",
-                "StreamDelta",
-                "TextDelta",
-                "ThinkingDelta",
-                "ToolCallDelta",
-                "UsageDelta",
-                "response_deltas",
+            "._llm_stream": ("LLM",),
+            "._messages": (
+                "Cancel",
+                "CancelMode",
+                "FollowUp",
+                "HumanReply",
             ),
-            "._messages": ("Cancel", "CancelMode", "FollowUp", "HumanReply"),
             "._tools": (
                 "CrashPolicy",
                 "ToolOutcome",
                 "ToolSpec",
                 "ToolStatus",
-                "aborted_outcome",
-                "denied_outcome",
-                "idempotency_key",
-                "interrupted_outcome",
-                "parse_tool_arguments",
-                "validate_tool_name",
             ),
-            "._type_schema": ("OutputType", "json_schema_of"),
-            "._types": ("JsonObject", "JsonValue"),
+            "._type_schema": (
+                "OutputType",
+                "json_schema_of",
+            ),
+            "._types": (
+                "JsonObject",
+                "JsonValue",
+            ),
         },
     )

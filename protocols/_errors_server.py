@@ -1,8 +1,10 @@
-"""Errors about an event store reached over the network: its server is gone or too slow.
+"""Errors about an event store reached over the network: its server is gone or too slow,
+or this node's lease on a shard is gone (``store.fenced``).
 
 Kept apart from the log's story (``_errors_log``) and from local files (``_errors_files``):
 these say the database server could not be reached, dropped the connection or did not
 answer in time, which the user fixes by bringing the server back, never with a restore.
+A fenced append is the store's refusal too: the runtime raises it, so it stays here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ._errors_log import StoreError
 
 __all__ = [
     "BadConnectionStringError",
+    "FencedError",
     "StoreRefusedError",
     "StoreUnavailableError",
     "UnsupportedLogSchemeError",
@@ -110,4 +113,26 @@ class UnsupportedLogSchemeError(ConfigError):
         super().__init__(
             f"the event log cannot be a {scheme}:// database: give a SQLite file's path, "
             f"or a PostgreSQL URI ({listed})"
+        )
+
+
+class FencedError(StoreError):
+    """This node no longer holds the lease on the stream's shard; nothing was written.
+
+    Another node took the shard over (its lease expired: the process was paused, cut
+    off or too slow to renew it), or this node never held it. The session now belongs
+    to the shard's new owner: its actors here are stopped, and callers reach the session
+    through the owner's inbox.
+    """
+
+    code = "store.fenced"
+
+    def __init__(self, stream: str, shard: int, node: str, detail: str) -> None:
+        self.stream = stream
+        self.shard = shard
+        self.node = node
+        self.detail = detail
+        super().__init__(
+            f"node {node!r} may not write stream {stream!r}: {detail} (shard {shard}); "
+            "nothing was written, the shard's current owner serves it"
         )

@@ -18,6 +18,26 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
+class _PackageNames(dict[str, object]):
+    """A top-level package's public names, looked up (and so loaded) one at a time.
+
+    A namespace such as ``runtime.supervision`` re-exports a class whose hints name a class
+    of the package's top (``ChildSpec`` names ``Actor``, imported for hints only): the
+    hint resolves there, without the namespace holding that name. Given as the locals of
+    the hints' evaluation, which reads a mapping through ``__getitem__``.
+    """
+
+    def __init__(self, package: str) -> None:
+        super().__init__()
+        self._package = package
+
+    def __missing__(self, name: str) -> object:
+        try:
+            return getattr(sys.modules[self._package], name)
+        except (AttributeError, KeyError):
+            raise KeyError(name) from None
+
+
 def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> None:
     """Make re-exported names report the public module, so reprs and docs say ``runtime.Runtime``.
 
@@ -41,7 +61,9 @@ def fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> Non
             # missing from the defining module but often re-exported by the package.
             defining = vars(sys.modules[current]) if current in sys.modules else {}
             try:
-                attrs.resolve_types(obj, globalns={**namespace, **defining})
+                attrs.resolve_types(
+                    obj, globalns={**namespace, **defining}, localns=_PackageNames(package)
+                )
             except NameError:
                 continue
         try:

@@ -1,23 +1,27 @@
-"""Every error powertrio raises, each with a stable machine-readable code.
+"""The errors every layer shares, each with a stable machine-readable code.
 
 Callers branch on the class or on ``code``, never on the message text. A code is never
 reused for a different meaning. Structured fields carry the details (actor id, stream,
 version, ...); the message is for people and says what to do next.
 
-The tree (code in brackets)::
+This module holds the root, configuration, the actor kernel, stores and the codec, LLM
+providers and tools, timers, replay and files: what ``protocols`` and ``runtime`` raise,
+and the agents with them. An error only the agents raise lives with its feature and hangs
+under the same root: sessions' in ``actors``, the blackboard's in ``actors.board``,
+fleets' in ``actors.fleet``, the limiter's in ``actors.limits``, MCP servers' in
+``actors.mcp``, workflows' in ``actors.workflows``, relayed calls' in ``actors.cluster``,
+the console's in ``actors.console``. ``docs/api.md`` lists every code and where its class
+lives.
+
+The tree here (code in brackets)::
 
     PowertrioError                                [powertrio]
     ├── ConfigError (ValueError)                  [config.invalid]
     │   ├── MissingSettingError                   [config.missing]
     │   ├── MissingExtraError                     [config.missing_extra]
     │   ├── AgentSpecError                        [config.agent_spec]
-    │   ├── ConsoleTokenRequiredError             [config.console_token]
     │   ├── BadConnectionStringError              [config.connection_string]
-    │   ├── UnsupportedLogSchemeError             [config.db_scheme]
-    │   ├── FleetFileError                        [config.fleet_file]
-    │   ├── CronSyntaxError                       [config.cron]
-    │   ├── FleetAgentNotFoundError (LookupError) [config.fleet_agent]
-    │   └── FleetNodeNotFoundError (LookupError)  [config.fleet_node]
+    │   └── UnsupportedLogSchemeError             [config.db_scheme]
     ├── ActorError                                [actor]
     │   ├── ActorStoppedError                     [actor.stopped]
     │   │   └── ActorFailedError                  [actor.failed]
@@ -66,37 +70,13 @@ The tree (code in brackets)::
     │   ├── ToolDefinitionError (TypeError)       [tool.bad_definition]
     │   │   ├── SchemaRemoteRefError              [tool.schema_remote_ref]
     │   │   └── UnsupportedTypeError              [tool.unsupported_type]
-    │   ├── ToolInterruptedError                  [tool.interrupted]
-    │   ├── McpServerError                        [tool.mcp_server]
-    │   └── McpToolError                          [tool.mcp_error]
-    ├── BoardError                                [board]
-    │   ├── BoardConflictError                    [board.conflict]
-    │   ├── BoardEntryTooLargeError (ValueError)  [board.entry_too_large]
-    │   ├── BoardFullError                        [board.full]
-    │   ├── BoardBadKeyError (ValueError)         [board.bad_key]
-    │   ├── BoardBadValueError (TypeError)        [board.bad_value]
-    │   ├── BoardWatchOverflowError               [board.watch_overflow]
-    │   └── RemoteBoardError                      [board.remote]
-    ├── SessionError                              [session]
-    │   ├── SessionBusyError                      [session.busy]
-    │   ├── NoOpenRunError                        [session.no_open_run]
-    │   ├── OutputInvalidError                    [session.output_invalid]
-    │   ├── OutputTypeError                       [session.output_type]
-    │   ├── HumanRequestNotFoundError (LookupError) [session.unknown_request]
-    │   ├── HookVetoError                         [session.hook_vetoed]
-    │   ├── ForeignAgentError                     [session.foreign_agent]
-    │   └── RemoteSessionError                    [session.remote]
-    ├── LimitError                                [limit]
-    │   └── LimitTooLargeError (ValueError)       [limit.too_large]
+    │   └── ToolInterruptedError                  [tool.interrupted]
     ├── TimerError                                [timer]
     │   ├── TimerNotFoundError (LookupError)      [timer.not_found]
     │   ├── TimerArgumentError (ValueError)       [timer.invalid_args]
     │   └── TimerOwnerUnavailableError            [timer.owner_unavailable]
     ├── ReplayError                               [replay]
     │   └── ReplayDivergenceError                 [replay.divergence]
-    ├── WorkflowError                             [workflow]
-    │   ├── WorkflowFailedError                   [workflow.failed]
-    │   └── WorkflowCancelledError                [workflow.cancelled]
     └── FileAccessError                           [io]
         ├── InputFileNotFoundError (LookupError)  [io.not_found]
         ├── OutputFileError                       [io.write_failed]
@@ -108,25 +88,6 @@ like (``ValueError``, ``LookupError``, ...), as attrs does.
 
 from __future__ import annotations
 
-from ._errors_agents import (
-    BoardBadKeyError,
-    BoardBadValueError,
-    BoardConflictError,
-    BoardEntryTooLargeError,
-    BoardError,
-    BoardFullError,
-    BoardWatchOverflowError,
-    ForeignAgentError,
-    HookVetoError,
-    HumanRequestNotFoundError,
-    LimitError,
-    LimitTooLargeError,
-    NoOpenRunError,
-    OutputInvalidError,
-    OutputTypeError,
-    SessionBusyError,
-    SessionError,
-)
 from ._errors_base import (
     AgentSpecError,
     ConfigError,
@@ -134,15 +95,6 @@ from ._errors_base import (
     MissingSettingError,
     PowertrioError,
 )
-from ._errors_cluster import FencedError, RemoteBoardError, RemoteSessionError
-from ._errors_compose import (
-    McpServerError,
-    McpToolError,
-    WorkflowCancelledError,
-    WorkflowError,
-    WorkflowFailedError,
-)
-from ._errors_console import ConsoleTokenRequiredError
 from ._errors_files import (
     BadInputFileError,
     FileAccessError,
@@ -151,12 +103,6 @@ from ._errors_files import (
     StoreLockedError,
     StoreNotFoundError,
     StoreReadOnlyError,
-)
-from ._errors_fleet import (
-    CronSyntaxError,
-    FleetAgentNotFoundError,
-    FleetFileError,
-    FleetNodeNotFoundError,
 )
 from ._errors_kernel import (
     ActorCrashedError,
@@ -215,6 +161,7 @@ from ._errors_log import (
 )
 from ._errors_server import (
     BadConnectionStringError,
+    FencedError,
     StoreRefusedError,
     StoreUnavailableError,
     UnsupportedLogSchemeError,
@@ -232,31 +179,16 @@ __all__ = [
     "AskTimeoutError",
     "BadConnectionStringError",
     "BadInputFileError",
-    "BoardBadKeyError",
-    "BoardBadValueError",
-    "BoardConflictError",
-    "BoardEntryTooLargeError",
-    "BoardError",
-    "BoardFullError",
-    "BoardWatchOverflowError",
     "CodecError",
     "ConcurrencyConflictError",
     "ConfigError",
-    "ConsoleTokenRequiredError",
     "CorruptLogError",
-    "CronSyntaxError",
     "EventDecodeError",
     "EventEncodeError",
     "FencedError",
     "FileAccessError",
-    "FleetAgentNotFoundError",
-    "FleetFileError",
-    "FleetNodeNotFoundError",
-    "ForeignAgentError",
     "ForeignDatabaseError",
     "FutureEventVersionError",
-    "HookVetoError",
-    "HumanRequestNotFoundError",
     "ImportConflictError",
     "InputFileNotFoundError",
     "IntensityExceededError",
@@ -269,27 +201,16 @@ __all__ = [
     "LLMRateLimitedError",
     "LLMServerError",
     "LLMTimeoutError",
-    "LimitError",
-    "LimitTooLargeError",
     "MailboxFullError",
-    "McpServerError",
-    "McpToolError",
     "MissingExtraError",
     "MissingSettingError",
-    "NoOpenRunError",
     "OutputFileError",
-    "OutputInvalidError",
-    "OutputTypeError",
     "PowertrioError",
-    "RemoteBoardError",
-    "RemoteSessionError",
     "ReplayDivergenceError",
     "ReplayError",
     "RuntimeClosedError",
     "SchemaRemoteRefError",
     "ScriptExhaustedError",
-    "SessionBusyError",
-    "SessionError",
     "StoreClosedError",
     "StoreError",
     "StoreLockedError",
@@ -314,15 +235,13 @@ __all__ = [
     "UnknownEventTypeError",
     "UnsupportedLogSchemeError",
     "UnsupportedTypeError",
-    "WorkflowCancelledError",
-    "WorkflowError",
-    "WorkflowFailedError",
     "all_error_classes",
 ]
 
 
 def all_error_classes() -> tuple[type[PowertrioError], ...]:
-    """Every error class in the tree, root first (used to check codes are unique)."""
+    """Every error class in the tree that is loaded, root first (used to check codes are
+    unique): the agents' errors count once their ``actors`` namespace has been imported."""
     found: list[type[PowertrioError]] = []
     pending: list[type[PowertrioError]] = [PowertrioError]
     while pending:

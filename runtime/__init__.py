@@ -1,4 +1,12 @@
-"""The agent-agnostic machinery: actors, mailboxes, supervisors, the event store."""
+"""The agent-agnostic machinery: actors, refs and mailboxes, the runtime, event-sourced
+actors and their replay, the event store and its embedded SQLite engine.
+
+The rest lives in named namespaces: ``runtime.supervision`` (restart strategies and
+lifecycle events), ``runtime.timers`` (durable timers), ``runtime.postgres`` (the
+PostgreSQL store), ``runtime.cluster`` (nodes, leases and fencing),
+``runtime.maintenance`` (check, export, import, retention of a log),
+``runtime.lowlevel`` (extension points) and ``runtime.testing`` (test doubles).
+"""
 
 from __future__ import annotations
 
@@ -14,15 +22,11 @@ if _TYPE_CHECKING:
     from ._actor import Supervisor as Supervisor
     from ._clock import Clock as Clock
     from ._clock import IdSource as IdSource
-    from ._cluster._node import ClusterNode as ClusterNode
-    from ._cluster._node import Node as Node
     from ._event_sourced import Decision as Decision
     from ._event_sourced import EventSourcedActor as EventSourcedActor
     from ._event_sourced import StepFailed as StepFailed
     from ._mailbox import MailboxStatistics as MailboxStatistics
     from ._mailbox import OverflowPolicy as OverflowPolicy
-    from ._postgres._store import PostgresEventStore as PostgresEventStore
-    from ._postgres._store import open_postgres_store as open_postgres_store
     from ._ref import ActorRef as ActorRef
     from ._ref import PriorityMessage as PriorityMessage
     from ._ref import Reply as Reply
@@ -43,49 +47,48 @@ if _TYPE_CHECKING:
     from ._store._contract import Snapshot as Snapshot
     from ._store._contract import StreamInfo as StreamInfo
     from ._store._contract import Subscription as Subscription
-    from ._store._ops import CheckProblem as CheckProblem
-    from ._store._ops import CheckReport as CheckReport
-    from ._store._ops import TransferResult as TransferResult
-    from ._store._ops import apply_retention as apply_retention
-    from ._store._ops import check_store as check_store
-    from ._store._ops import export_jsonl as export_jsonl
-    from ._store._ops import import_jsonl as import_jsonl
-    from ._store._ops import in_tree as in_tree
-    from ._supervision import ActorCrashed as ActorCrashed
-    from ._supervision import ActorRestarting as ActorRestarting
-    from ._supervision import ActorStarted as ActorStarted
-    from ._supervision import ActorStopped as ActorStopped
-    from ._supervision import Backoff as Backoff
-    from ._supervision import ChildSpec as ChildSpec
-    from ._supervision import GiveUpPolicy as GiveUpPolicy
-    from ._supervision import LifecycleEvent as LifecycleEvent
-    from ._supervision import RestartIntensity as RestartIntensity
-    from ._supervision import RestartType as RestartType
-    from ._supervision import StopReason as StopReason
-    from ._supervision import Strategy as Strategy
-    from ._supervision import Supervision as Supervision
-    from ._supervision import SupervisorEscalated as SupervisorEscalated
-    from ._timers._book import CancelTimer as CancelTimer
-    from ._timers._book import ListTimers as ListTimers
-    from ._timers._book import PendingTimer as PendingTimer
-    from ._timers._book import ScheduleTimer as ScheduleTimer
-    from ._timers._book import TimerCancelled as TimerCancelled
-    from ._timers._book import TimerFired as TimerFired
-    from ._timers._book import TimerScheduled as TimerScheduled
-    from ._timers._service import DueTimer as DueTimer
-    from ._timers._service import Postpone as Postpone
-    from ._timers._service import TimerHook as TimerHook
-    from ._timers._service import TimerService as TimerService
-    from ._timers._service import TimerServiceStatistics as TimerServiceStatistics
-    from ._timers._service import TimerVerdict as TimerVerdict
-    from ._timers._service import Veto as Veto
 else:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
-            "._actor": ("Actor", "ActorContext", "Supervisor"),
-            "._clock": ("Clock", "IdSource"),
-            "._event_sourced": ("Decision", "EventSourcedActor", "StepFailed"),
+            "._actor": (
+                "Actor",
+                "ActorContext",
+                "Supervisor",
+            ),
+            "._clock": (
+                "Clock",
+                "IdSource",
+            ),
+            "._event_sourced": (
+                "Decision",
+                "EventSourcedActor",
+                "StepFailed",
+            ),
+            "._mailbox": (
+                "MailboxStatistics",
+                "OverflowPolicy",
+            ),
+            "._ref": (
+                "ActorRef",
+                "PriorityMessage",
+                "Reply",
+                "Request",
+            ),
+            "._replay": (
+                "ReplayResult",
+                "Replayable",
+                "replay",
+            ),
+            "._runtime": (
+                "Runtime",
+                "RuntimeStatistics",
+                "open_runtime",
+            ),
+            "._sqlite._store": (
+                "SqliteEventStore",
+                "open_sqlite_store",
+            ),
             "._store._contract": (
                 "AppendResult",
                 "EventStore",
@@ -95,57 +98,6 @@ else:
                 "Snapshot",
                 "StreamInfo",
                 "Subscription",
-            ),
-            "._mailbox": ("MailboxStatistics", "OverflowPolicy"),
-            "._cluster._node": ("ClusterNode", "Node"),
-            "._postgres._store": ("PostgresEventStore", "open_postgres_store"),
-            "._ref": ("ActorRef", "PriorityMessage", "Reply", "Request"),
-            "._replay": ("Replayable", "ReplayResult", "replay"),
-            "._runtime": ("Runtime", "RuntimeStatistics", "open_runtime"),
-            "._sqlite._store": ("SqliteEventStore", "open_sqlite_store"),
-            "._store._ops": (
-                "CheckProblem",
-                "CheckReport",
-                "TransferResult",
-                "apply_retention",
-                "check_store",
-                "export_jsonl",
-                "import_jsonl",
-                "in_tree",
-            ),
-            "._supervision": (
-                "ActorCrashed",
-                "ActorRestarting",
-                "ActorStarted",
-                "ActorStopped",
-                "Backoff",
-                "ChildSpec",
-                "GiveUpPolicy",
-                "LifecycleEvent",
-                "RestartIntensity",
-                "RestartType",
-                "StopReason",
-                "Strategy",
-                "Supervision",
-                "SupervisorEscalated",
-            ),
-            "._timers._book": (
-                "CancelTimer",
-                "ListTimers",
-                "PendingTimer",
-                "ScheduleTimer",
-                "TimerCancelled",
-                "TimerFired",
-                "TimerScheduled",
-            ),
-            "._timers._service": (
-                "DueTimer",
-                "Postpone",
-                "TimerHook",
-                "TimerService",
-                "TimerServiceStatistics",
-                "TimerVerdict",
-                "Veto",
             ),
         },
     )

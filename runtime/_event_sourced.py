@@ -27,7 +27,7 @@ from typing import Generic, Protocol, TypeVar, cast, final
 import attrs
 import trio
 
-from protocols import EventRegistry, default_registry
+from protocols.codec import EventRegistry, default_registry
 from protocols.errors import (
     CodecError,
     ConcurrencyConflictError,

@@ -16,7 +16,7 @@ from typing import Generic, Protocol, TypeVar, final
 
 import attrs
 
-from protocols import EventRegistry, default_registry
+from protocols.codec import EventRegistry, default_registry
 from protocols.errors import ConfigError, ReplayDivergenceError, StreamNotFoundError
 
 from ._event_sourced import Decision

@@ -406,7 +406,7 @@ async def open_runtime(
         node (Node | None): join a fleet of runtimes sharing ``store`` (a PostgreSQL
             store): the node takes leases on shards of the sessions' streams, and its
             appends to streams of shards it does not hold fail with ``store.fenced``.
-            ``actors.host_node`` runs the sessions of its shards. ``None``: this runtime
+            ``actors.cluster.host_node`` runs the sessions of its shards. ``None``: this runtime
             owns its log alone, with no leases (the SQLite and in-memory default).
         gc_threshold (tuple[int, int, int] | None): the cyclic collector's thresholds
             while the runtime is open, if the process still has CPython's defaults

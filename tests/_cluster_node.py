@@ -15,8 +15,10 @@ import sys
 import _cluster_agents
 import trio
 
-from actors import NodeHost, host_node
-from runtime import Node, open_postgres_store, open_runtime
+from actors.cluster import NodeHost, host_node
+from runtime import open_runtime
+from runtime.cluster import Node
+from runtime.postgres import open_postgres_store
 
 TTL = 1.5
 

@@ -7,10 +7,11 @@ from pathlib import Path
 import trio
 from test_fleet import FLEET, HOUR, START
 
-from actors import AgentDecl, FleetNode, apply_fleet, parse_fleet_file
 from actors.cli._fleet_demo import fleet_demo_llm
 from actors.events import FleetAgentDeclared
-from protocols import LLM, encode
+from actors.fleet import AgentDecl, FleetNode, apply_fleet, parse_fleet_file
+from protocols import LLM
+from protocols.codec import encode
 from runtime import Clock, NewEvent, open_runtime, open_sqlite_store
 
 __all__ = ["FLEET", "HOUR", "START", "run_fleet"]

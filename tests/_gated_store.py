@@ -11,7 +11,8 @@ from contextlib import asynccontextmanager
 import trio
 
 from protocols.errors import StoreError
-from runtime import AppendResult, EventStore, NewEvent, PostgresEventStore, SqliteEventStore
+from runtime import AppendResult, EventStore, NewEvent, SqliteEventStore
+from runtime.postgres import PostgresEventStore
 from runtime.testing import InMemoryEventStore
 
 

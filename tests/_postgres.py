@@ -12,8 +12,11 @@ import pytest
 import trio
 from _wait import wait_until_async
 
-from actors import AgentSpec, NodeHost, host_node
-from runtime import EventStore, Node, open_postgres_store, open_runtime
+from actors import AgentSpec
+from actors.cluster import NodeHost, host_node
+from runtime import EventStore, open_runtime
+from runtime.cluster import Node
+from runtime.postgres import open_postgres_store
 from runtime.testing import PostgresServer, postgres_missing, running_postgres
 
 _schemas = itertools.count()

@@ -27,23 +27,21 @@ from collections.abc import Sequence
 import orjson
 import trio
 
-from actors import AgentSpec, RunResult, ask_human, spawn_agent, spawn_session, tool
+from actors import (
+    AgentSpec,
+    HumanRequestNotFoundError,
+    RunResult,
+    ask_human,
+    spawn_agent,
+    spawn_session,
+    tool,
+)
 from actors.events import AssistantRecorded, RunStarted
 from actors.lowlevel import is_provider_valid
-from protocols import (
-    LLMRequest,
-    LLMResponse,
-    Message,
-    SystemMessage,
-    ToolCall,
-    Usage,
-    UserMessage,
-    decode_record,
-)
-from protocols.errors import HumanRequestNotFoundError
+from protocols import LLMRequest, LLMResponse, Message, SystemMessage, ToolCall, Usage, UserMessage
+from protocols.codec import decode_record
 from runtime import (
     AppendResult,
-    DueTimer,
     EventStore,
     NewEvent,
     SqliteEventStore,
@@ -51,6 +49,7 @@ from runtime import (
     open_sqlite_store,
 )
 from runtime.testing import FunctionLLM
+from runtime.timers import DueTimer
 
 ONE_SHOTS = 8
 """One-shot timers of the ``timers`` scenario (``t0`` ...), due 0.03 s apart."""

@@ -6,9 +6,10 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from protocols import EventRegistry
-from runtime import Decision, EventSourcedActor, RecordedEvent, Request, TimerFired
+from protocols.codec import EventRegistry
+from runtime import Decision, EventSourcedActor, RecordedEvent, Request
 from runtime.lowlevel import TimerBook, is_timer_event, register_timer_events, timer_decision
+from runtime.timers import TimerFired
 
 registry = EventRegistry()
 register_timer_events(registry)

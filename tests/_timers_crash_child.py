@@ -19,7 +19,8 @@ import sys
 import trio
 from _timer_owner import GetState, Owner
 
-from runtime import DueTimer, TimerFired, open_runtime, open_sqlite_store
+from runtime import open_runtime, open_sqlite_store
+from runtime.timers import DueTimer, TimerFired
 
 EVERY = 0.01
 """Period of the recurring timer, in seconds."""

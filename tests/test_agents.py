@@ -29,10 +29,11 @@ from protocols import (
     ToolCall,
     Usage,
     UserMessage,
-    decode_record,
 )
+from protocols.codec import decode_record
 from protocols.errors import AgentSpecError, ConfigError, ToolNotFoundError
-from runtime import Backoff, NewEvent, Request, Supervision, open_runtime
+from runtime import NewEvent, Request, open_runtime
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 
 

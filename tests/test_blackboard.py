@@ -17,10 +17,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from actors import (
     Board,
-    BoardChanged,
-    BoardState,
-    BoardStatistics,
-    Entry,
     Session,
     SessionState,
     ToolRegistry,
@@ -29,29 +25,24 @@ from actors import (
     spawn_session,
 )
 from actors._board._events import Limits, decide_delete, decide_put, evolve
-from actors.events import EntryDeleted, EntryPut
-from actors.lowlevel import run_tool_calls
-from protocols import (
-    JsonValue,
-    LLMResponse,
-    ToolCall,
-    ToolOutcome,
-    ToolResultMessage,
-    decode_record,
-    encode,
-)
-from protocols.errors import (
-    ActorCrashedError,
+from actors.board import (
     BoardBadKeyError,
     BoardBadValueError,
+    BoardChanged,
     BoardConflictError,
     BoardEntryTooLargeError,
     BoardError,
     BoardFullError,
+    BoardState,
+    BoardStatistics,
     BoardWatchOverflowError,
-    ConfigError,
-    ToolDefinitionError,
+    Entry,
 )
+from actors.events import EntryDeleted, EntryPut
+from actors.lowlevel import run_tool_calls
+from protocols import JsonValue, LLMResponse, ToolCall, ToolOutcome, ToolResultMessage
+from protocols.codec import decode_record, encode
+from protocols.errors import ActorCrashedError, ConfigError, ToolDefinitionError
 from runtime import Actor, ActorRef, EventStore, open_runtime, open_sqlite_store
 from runtime.testing import InMemoryEventStore, ScriptedLLM
 
@@ -897,7 +888,7 @@ async def test_a_reopened_runtime_folds_the_board_from_its_sqlite_log(tmp_path: 
 
 def test_board_events_round_trip_through_the_codec() -> None:
     """Events are stored with their names and come back equal."""
-    from protocols import decode
+    from protocols.codec import decode
 
     for event in (
         EntryPut(key="k", value={"a": [1, 2.5, None]}, version=3, author="session:s"),

@@ -30,14 +30,8 @@ import trio.testing
 from _cli import command, environment, run_cli
 from _wait import wait_until
 
-from actors import (
-    AgentSpec,
-    WorkflowContext,
-    run_workflow,
-    spawn_session,
-    start_workflow,
-    workflow,
-)
+from actors import AgentSpec, spawn_session
+from actors.workflows import WorkflowContext, run_workflow, start_workflow, workflow
 from protocols import LLMRequest, LLMResponse, Usage
 from runtime import NewEvent, open_runtime, open_sqlite_store
 from runtime._sqlite._schema import event_checksum

@@ -21,7 +21,8 @@ from actors.cli._progress import StreamProgress
 from actors.cli._run import RunView
 from actors.cli._tree import AgentTree
 from actors.events import DeltaReceived, LLMCallFinished, Observation, RoundBegan, RunEnded
-from protocols import TextDelta, Usage, UsageDelta
+from protocols import Usage
+from protocols.streaming import TextDelta, UsageDelta
 
 
 class _Clock:

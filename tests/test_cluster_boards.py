@@ -11,15 +11,11 @@ import orjson
 import pytest
 import trio
 
-from actors import Board, NodeHost, open_board
+from actors import Board, open_board
 from actors._board import _remote as _board_remote
-from protocols.errors import (
-    ActorNotFoundError,
-    BoardConflictError,
-    ConfigError,
-    FencedError,
-    RemoteBoardError,
-)
+from actors.board import BoardConflictError
+from actors.cluster import NodeHost, RemoteBoardError
+from protocols.errors import ActorNotFoundError, ConfigError, FencedError
 from runtime import ActorRef
 from runtime.testing import PostgresServer
 

@@ -13,9 +13,12 @@ from contextlib import asynccontextmanager
 import _cluster_agents
 import trio
 
-from actors import AgentSpec, NodeHost, ToolContext, host_node, tool
+from actors import AgentSpec, ToolContext, tool
+from actors.cluster import NodeHost, host_node
 from protocols import LLMRequest, LLMResponse, ToolCall, UserMessage
-from runtime import Node, Runtime, open_postgres_store, open_runtime
+from runtime import Runtime, open_runtime
+from runtime.cluster import Node
+from runtime.postgres import open_postgres_store
 from runtime.testing import FunctionLLM, PostgresServer
 
 _hosts: dict[int, NodeHost] = {}

@@ -24,8 +24,9 @@ from actors._session._events import evolve as session_evolve  # the fold, as the
 from actors.bench._child import NodeProcess as Child
 from actors.lowlevel import is_provider_valid
 from actors.testing import assert_runs_end_once, assert_timers_fire_once
-from protocols import decode_record
-from runtime import RecordedEvent, open_postgres_store
+from protocols.codec import decode_record
+from runtime import RecordedEvent
+from runtime.postgres import open_postgres_store
 from runtime.testing import PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent

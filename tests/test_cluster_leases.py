@@ -12,10 +12,13 @@ import _postgres
 import psycopg
 import pytest
 import trio
+from _wait import wait_until_async
 
 from protocols.errors import ConfigError, FencedError
-from runtime import NewEvent, Node, Runtime, open_postgres_store, open_runtime
+from runtime import NewEvent, Runtime, open_runtime
 from runtime._cluster._node import placement_key, shard_of
+from runtime.cluster import Node
+from runtime.postgres import open_postgres_store
 from runtime.testing import PostgresServer
 
 T = TypeVar("T")
@@ -193,6 +196,83 @@ async def test_a_stale_epoch_is_fenced_in_the_commit(
         await runtime.store.append(_stream_in(1, 2), [_event()], 0)
 
 
+def _lease_row(server: PostgresServer, schema: str, shard: int) -> tuple[str | None, int]:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+        row = conn.execute(
+            "SELECT node, epoch FROM shard_leases WHERE shard = %s", (shard,)
+        ).fetchone()
+    assert row is not None
+    return row[0], int(row[1])
+
+
+def _waiting_for_lock(server: PostgresServer, key: int) -> bool:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND classid = %s::bigint::oid AND objid = %s::bigint::oid",
+            ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+        ).fetchone()
+    return row is not None and int(row[0]) > 0
+
+
+async def test_a_shard_is_handed_back_only_after_the_appends_that_checked_its_lease_commit(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """An append checked its lease and waits for the position lock (another process holds
+    it, like a node paused inside its insert) when its node hands the shard back: the
+    lease row keeps naming the node until that append has committed, and is handed back
+    right after. Else the append would commit after its node released the lease."""
+    from runtime._postgres._schema import lock_key
+
+    key = lock_key(schema)
+    async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=0.6)) as runtime:
+        node = runtime.node
+        assert node is not None
+        epoch = node.held[1]
+        stream = _stream_in(1, 2)
+        locked, unlock = threading.Event(), threading.Event()
+
+        def pause_holding_the_lock() -> None:
+            with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+                locked.set()
+                unlock.wait(30)
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+        versions: list[int] = []
+
+        async def append() -> None:
+            versions.append((await runtime.store.append(stream, [_event()], 0)).version)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, pause_holding_the_lock)
+            await trio.to_thread.run_sync(locked.wait, 30)
+            nursery.start_soon(append)
+            await wait_until_async(
+                lambda: trio.to_thread.run_sync(_waiting_for_lock, postgres_server, key),
+                "the append, its lease checked, waiting for the position lock",
+                timeout=10,
+            )
+            await node.release({1: epoch})
+            while_in_flight = await trio.to_thread.run_sync(_lease_row, postgres_server, schema, 1)
+            unlock.set()
+        assert versions == [1]  # the append was made under the lease: it commits
+        assert while_in_flight == ("a", epoch), (
+            f"shard 1 was handed back ({while_in_flight}) while an append that checked "
+            "its lease was in flight: that append committed after its node released it"
+        )
+        # Once the append committed, a later round hands the shard back.
+        await wait_until_async(
+            lambda: trio.to_thread.run_sync(
+                lambda: _lease_row(postgres_server, schema, 1) != ("a", epoch)
+            ),
+            "shard 1 handed back after the append committed",
+            timeout=10,
+        )
+        assert 1 not in node.held or node.held[1] > epoch
+
+
 async def test_every_node_must_use_the_same_shard_count(
     postgres_server: PostgresServer, schema: str
 ) -> None:
@@ -258,7 +338,7 @@ async def test_an_actor_fenced_off_a_lost_shard_stops_without_a_crash_loop(
     from actors import spawn_session
     from protocols import LLMResponse
     from protocols.errors import ActorStoppedError
-    from runtime import ActorRestarting
+    from runtime.supervision import ActorRestarting
     from runtime.testing import FunctionLLM
 
     ttl = 0.6
@@ -310,7 +390,7 @@ async def test_an_actor_fenced_off_a_shard_its_node_knows_lost_is_handed_over(
     from actors import spawn_session
     from protocols import LLMResponse
     from protocols.errors import ActorFailedError
-    from runtime import ActorRestarting
+    from runtime.supervision import ActorRestarting
     from runtime.testing import FunctionLLM
 
     async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=0.6)) as runtime:

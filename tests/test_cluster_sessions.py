@@ -11,8 +11,8 @@ import psycopg
 import pytest
 import trio
 
-from actors import NodeHost, host_node
-from protocols.errors import ConfigError, RemoteSessionError
+from actors.cluster import NodeHost, RemoteSessionError, host_node
+from protocols.errors import ConfigError
 from runtime import open_runtime
 from runtime.testing import PostgresServer
 

@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import protocols
-from protocols import EncodedEvent, EventRegistry, JsonObject, JsonValue
+import protocols.codec
+from protocols import JsonObject, JsonValue
+from protocols.codec import EncodedEvent, EventRegistry
 from protocols.errors import (
     EventDecodeError,
     EventEncodeError,
@@ -254,7 +256,7 @@ def test_registration_misuse() -> None:
         EventRegistry().register(Usage, name="")
 
 
-@protocols.event_type("test_codec.pinged", version=2, upcasters={1: lambda raw: {"count": 1}})
+@protocols.codec.event_type("test_codec.pinged", version=2, upcasters={1: lambda raw: {"count": 1}})
 @attrs.frozen
 class Pinged:
     """Registered in the module-level default registry at import, as actor modules do."""
@@ -264,10 +266,10 @@ class Pinged:
 
 def test_default_registry_and_module_functions() -> None:
     """The decorator registers into the default registry used by encode/decode/decode_record."""
-    encoded = protocols.encode(Pinged(3))
+    encoded = protocols.codec.encode(Pinged(3))
     assert encoded == EncodedEvent(type="test_codec.pinged", schema_version=2, data=b'{"count":3}')
-    assert protocols.decode("test_codec.pinged", 1, b"{}") == Pinged(1)
-    assert protocols.default_registry.class_of("test_codec.pinged") is Pinged
+    assert protocols.codec.decode("test_codec.pinged", 1, b"{}") == Pinged(1)
+    assert protocols.codec.default_registry.class_of("test_codec.pinged") is Pinged
     new = NewEvent.from_encoded(encoded, metadata=b'{"by":"test"}')
     assert (new.type, new.schema_version, new.data, new.metadata) == (
         "test_codec.pinged",
@@ -286,15 +288,15 @@ def test_default_registry_and_module_functions() -> None:
         recorded_at=0.0,
     )
     with pytest.raises(FutureEventVersionError) as info:
-        protocols.decode_record(record)
+        protocols.codec.decode_record(record)
     assert (info.value.stream, info.value.version) == ("p/1", 5)
     current = attrs.evolve(record, schema_version=2, data=b'{"count":4}')
-    assert protocols.decode_record(current) == Pinged(4)
+    assert protocols.codec.decode_record(current) == Pinged(4)
 
 
 def test_make_converter_passes_json_through() -> None:
     """make_converter() gives a converter that leaves JsonValue alone both ways."""
-    converter = protocols.make_converter()
+    converter = protocols.codec.make_converter()
     value = {"a": [1, {"b": None}]}
     hook = converter.get_structure_hook(JsonValue)
     assert hook(value, JsonValue) is value
@@ -388,4 +390,4 @@ def test_every_session_event_encodes_as_the_plain_converter_does() -> None:
         ),
     ]
     for event in events:
-        assert protocols.default_registry.encode(event).data == _plain_bytes(event)
+        assert protocols.codec.default_registry.encode(event).data == _plain_bytes(event)

@@ -21,9 +21,8 @@ from starlette.routing import Mount
 from actors import Price
 from actors.cli import main
 from actors.cli._inspect import build_tree, summaries
-from actors.console import check_bind, console_app
+from actors.console import ConsoleTokenRequiredError, check_bind, console_app
 from actors.console._static import STATIC_VERSION
-from protocols.errors import ConsoleTokenRequiredError
 from runtime import open_sqlite_store
 
 
@@ -589,8 +588,9 @@ async def test_the_fleet_shows_each_agent_s_next_wake_up_from_its_timer_events(
 ) -> None:
     import time
 
-    from protocols import default_registry
-    from runtime import NewEvent, TimerCancelled, TimerScheduled
+    from protocols.codec import default_registry
+    from runtime import NewEvent
+    from runtime.timers import TimerCancelled, TimerScheduled
 
     now = time.time()
     events = [
@@ -782,7 +782,7 @@ async def test_the_console_reads_a_postgresql_log_too(postgres_server: object) -
     import httpx
     from _console import record_into
 
-    from runtime import open_postgres_store
+    from runtime.postgres import open_postgres_store
 
     schema = _postgres.fresh_schema()
     try:

@@ -371,7 +371,8 @@ async def test_a_commit_of_another_postgresql_connection_shows_within_a_second(
     from actors import spawn_session
     from actors.console import console_app, serve_console
     from protocols import LLMResponse
-    from runtime import open_postgres_store, open_runtime
+    from runtime import open_runtime
+    from runtime.postgres import open_postgres_store
     from runtime.testing import ScriptedLLM
 
     schema = _postgres.fresh_schema()

@@ -23,8 +23,8 @@ pytest.importorskip("hypercorn", reason="the console extra is not installed")
 from _console import serve
 from _console_fleet import FLEET, HOUR, START, run_fleet
 
-from actors import read_fleet_status
 from actors.console import LogFleetSource
+from actors.fleet import read_fleet_status
 from runtime import open_sqlite_store
 
 

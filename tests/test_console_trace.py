@@ -28,8 +28,9 @@ from actors.events import (
     ToolFinished,
     ToolStarted,
 )
-from protocols import AssistantMessage, ToolCall, ToolOutcome, Usage, encode
-from runtime import TimerScheduled
+from protocols import AssistantMessage, ToolCall, ToolOutcome, Usage
+from protocols.codec import encode
+from runtime.timers import TimerScheduled
 
 RUN = "run-1"
 

@@ -25,14 +25,13 @@ from actors import (
     open_board,
     recall_tool,
     replay_session,
-    search_history,
     spawn_agent,
     spawn_session,
     tool,
 )
 from actors._session._context import SUMMARY_INSTRUCTIONS, plan_cut, tools_tokens
 from actors.events import ContextCompacted, ToolFinished
-from actors.lowlevel import ValidTranscript, is_provider_valid
+from actors.lowlevel import ValidTranscript, is_provider_valid, search_history
 from actors.testing import (
     Operation,
     RuntimeHarness,
@@ -52,10 +51,11 @@ from protocols import (
     ToolResultMessage,
     Usage,
     UserMessage,
-    decode_record,
 )
+from protocols.codec import decode_record
 from protocols.errors import AgentSpecError, ConfigError, LLMServerError, ReplayDivergenceError
-from runtime import EventStore, check_store, open_runtime, open_sqlite_store
+from runtime import EventStore, open_runtime, open_sqlite_store
+from runtime.maintenance import check_store
 from runtime.testing import FunctionLLM, InMemoryEventStore
 
 SYSTEM = "You keep a ledger. Be brief."

@@ -10,23 +10,12 @@ import pytest
 import trio
 import trio.testing
 
-from actors import ToolRegistry, spawn_session, tool
+from actors import SessionBusyError, ToolRegistry, spawn_session, tool
 from actors.lowlevel import open_tool_runner
-from protocols.errors import (
-    IntensityExceededError,
-    RuntimeClosedError,
-    SessionBusyError,
-    ToolNotFoundError,
-)
+from protocols.errors import IntensityExceededError, RuntimeClosedError, ToolNotFoundError
 from protocols.lowlevel import unwrap_single_error
-from runtime import (
-    Actor,
-    Backoff,
-    Supervision,
-    SupervisorEscalated,
-    open_runtime,
-    open_sqlite_store,
-)
+from runtime import Actor, open_runtime, open_sqlite_store
+from runtime.supervision import Backoff, Supervision, SupervisorEscalated
 from runtime.testing import ScriptedLLM
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors._fleet._cron import CronSchedule
-from protocols.errors import CronSyntaxError
+from actors.fleet import CronSyntaxError
 
 
 def _epoch(text: str) -> float:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import builtins
+import importlib
 import re
+from pathlib import Path
 
 import attrs
 import pytest
@@ -87,9 +89,64 @@ def documented_tree() -> list[TreeEntry]:
     return entries
 
 
+PINNED_CODES = Path(__file__).parent / "data" / "error_codes.txt"
+"""Every error code with the class that carries it, one ``code Name`` a line."""
+
+PINNED_API = Path(__file__).parent / "data" / "public_api.txt"
+
+
+def public_error_classes() -> dict[str, type[PowertrioError]]:
+    """Every error class a public namespace exports, by qualified public name.
+
+    Read from the public modules the pinned API lists, so an error that lives with its
+    feature (``actors.board.BoardConflictError``) counts even before anything raised it.
+    """
+    found: dict[str, type[PowertrioError]] = {}
+    for line in PINNED_API.read_text(encoding="utf-8").splitlines():
+        module_name, name = line.split()
+        obj = getattr(importlib.import_module(module_name), name)
+        if isinstance(obj, type) and issubclass(obj, PowertrioError):
+            found[f"{module_name}.{name}"] = obj
+    return found
+
+
+def test_codes_are_the_pinned_ones() -> None:
+    """A code is a contract with callers: none changes, disappears or appears unnoticed.
+
+    ``tests/data/error_codes.txt`` is the record; wherever a class lives, its code stays.
+    """
+    pinned = PINNED_CODES.read_text(encoding="utf-8").splitlines()
+    actual = sorted({f"{cls.code} {cls.__name__}" for cls in public_error_classes().values()})
+    assert pinned == actual
+
+
+def test_every_error_has_one_public_home() -> None:
+    """Each error class is exported by exactly one public namespace, the one it reports.
+
+    The root alone is also at the top of ``protocols``, for ``except PowertrioError``.
+    """
+    homes: dict[type[PowertrioError], list[str]] = {}
+    for qualified, cls in public_error_classes().items():
+        if qualified != "protocols.PowertrioError":
+            homes.setdefault(cls, []).append(qualified)
+    wrong = [
+        f"{cls.__name__}: {names}"
+        for cls, names in homes.items()
+        if names != [f"{cls.__module__}.{cls.__name__}"]
+    ]
+    expected: list[str] = []
+    assert expected == wrong
+
+
 def library_error_classes() -> list[type[PowertrioError]]:
-    """The error classes powertrio defines (tests may subclass the root for their own use)."""
-    return [cls for cls in errors.all_error_classes() if cls.__module__ == "protocols.errors"]
+    """The error classes powertrio defines, wherever they live (tests may subclass the root
+    for their own use)."""
+    return sorted(set(public_error_classes().values()), key=lambda cls: cls.code)
+
+
+def shared_error_classes() -> list[type[PowertrioError]]:
+    """The classes ``protocols.errors`` holds: the vocabulary every layer shares."""
+    return [cls for cls in library_error_classes() if cls.__module__ == "protocols.errors"]
 
 
 def _branch(cls: type[PowertrioError]) -> type[PowertrioError]:
@@ -106,7 +163,7 @@ def _branch(cls: type[PowertrioError]) -> type[PowertrioError]:
 
 def test_codes_are_unique() -> None:
     """No two error classes share a code: callers branch on it."""
-    codes = [cls.code for cls in errors.all_error_classes()]
+    codes = [cls.code for cls in {*errors.all_error_classes(), *public_error_classes().values()}]
     duplicates = sorted({code for code in codes if codes.count(code) > 1})
     expected: list[str] = []
     assert expected == duplicates
@@ -132,16 +189,15 @@ def test_branches_are_the_documented_sub_roots() -> None:
     """The direct children of the root are exactly the branches with a code prefix."""
     expected = sorted(BRANCH_PREFIX)
     actual = sorted(
-        cls.__name__
-        for cls in PowertrioError.__subclasses__()
-        if cls.__module__ == "protocols.errors"
+        cls.__name__ for cls in library_error_classes() if cls.__bases__[0] is PowertrioError
     )
     assert expected == actual
 
 
 def test_docstring_tree_lists_exactly_the_classes_and_codes() -> None:
-    """The tree in the module docstring names every class with its code, and nothing else."""
-    expected = sorted((cls.__name__, cls.code) for cls in library_error_classes())
+    """The tree in the module docstring names every class it holds with its code, and nothing
+    else."""
+    expected = sorted((cls.__name__, cls.code) for cls in shared_error_classes())
     actual = sorted((entry.name, entry.code) for entry in documented_tree())
     assert expected == actual
 
@@ -166,13 +222,51 @@ def test_docstring_tree_draws_the_real_parents_and_builtin_bases() -> None:
 
 
 def test_every_error_class_is_in_all() -> None:
-    """``protocols.errors.__all__`` exports each error class under its own name."""
-    classes = library_error_classes()
+    """``protocols.errors.__all__`` exports each error class it holds under its own name."""
+    classes = shared_error_classes()
     missing = [cls.__name__ for cls in classes if cls.__name__ not in errors.__all__]
     expected: list[str] = []
     assert expected == missing
-    for cls in library_error_classes():
+    for cls in shared_error_classes():
         assert getattr(errors, cls.__name__) is cls
+
+
+ONLY_THE_AGENTS_RAISE = frozenset(
+    {"SessionError", "BoardError", "LimitError", "WorkflowError", "ConsoleTokenRequiredError"}
+    | {"FleetFileError", "CronSyntaxError", "FleetAgentNotFoundError", "FleetNodeNotFoundError"}
+    | {"McpServerError", "McpToolError", "RemoteSessionError", "RemoteBoardError"}
+)
+"""Errors (and branches) of features only ``actors`` has: none is ``protocols`` vocabulary."""
+
+
+def test_the_vocabulary_holds_no_error_only_the_agents_raise() -> None:
+    """Sessions', boards', fleets', the limiter's, MCP's, workflows' and the console's errors
+    live with their features in ``actors``; ``protocols.errors`` keeps what layers share."""
+    misplaced = sorted(
+        cls.__name__
+        for cls in shared_error_classes()
+        if any(base.__name__ in ONLY_THE_AGENTS_RAISE for base in cls.__mro__)
+    )
+    expected: list[str] = []
+    assert expected == misplaced
+
+
+DOCS_TABLE_ROW = re.compile(r"^\| `(?P<code>[\w.]+)` \| `(?P<name>[\w.]+)` \|")
+
+
+def test_docs_list_every_code_and_where_its_class_lives() -> None:
+    """``docs/api.md`` has one row per error: its code and its public name, nothing stale."""
+    text = (Path(__file__).parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    section = text.split("## Errors and their codes", 1)[1].split("\n## ", 1)[0]
+    documented = sorted(
+        (match["code"], match["name"])
+        for line in section.splitlines()
+        if (match := DOCS_TABLE_ROW.match(line)) is not None
+    )
+    expected = sorted(
+        (cls.code, f"{cls.__module__}.{cls.__name__}") for cls in library_error_classes()
+    )
+    assert expected == documented
 
 
 @pytest.mark.parametrize(

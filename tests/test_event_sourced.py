@@ -15,7 +15,7 @@ from _gated_store import GatedStore, writer_paused
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocols import EventRegistry
+from protocols.codec import EventRegistry
 from protocols.errors import (
     ActorCrashedError,
     ActorStoppedError,
@@ -23,18 +23,16 @@ from protocols.errors import (
     ConfigError,
 )
 from runtime import (
-    ActorCrashed,
     ActorRef,
-    Backoff,
     Decision,
     EventSourcedActor,
     NewEvent,
     Request,
     StepFailed,
-    Supervision,
     open_runtime,
     open_sqlite_store,
 )
+from runtime.supervision import ActorCrashed, Backoff, Supervision
 from runtime.testing import InMemoryEventStore
 
 registry = EventRegistry()

@@ -581,7 +581,7 @@ async def test_changes_sees_another_connection_s_commit_within_a_second(
     (another connection, as another process would be) well within a second."""
     import time
 
-    from runtime import open_postgres_store
+    from runtime.postgres import open_postgres_store
 
     schema = _postgres.fresh_schema()
 

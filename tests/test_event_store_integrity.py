@@ -17,17 +17,13 @@ import pytest
 import trio
 
 from protocols.errors import ConcurrencyConflictError, CorruptLogError, StoreError
-from runtime import (
-    EventStoreStatistics,
-    NewEvent,
-    check_store,
-    open_sqlite_store,
-)
+from runtime import EventStoreStatistics, NewEvent, open_sqlite_store
 from runtime._sqlite import _schema as _sqlite_schema
 from runtime._sqlite import _store as _sqlite_store
 from runtime._sqlite import _writer as _sqlite_writer
 from runtime._sqlite._schema import GUARD_MESSAGE, SCHEMA_VERSION, event_checksum
 from runtime._sqlite._wal_headroom import WalHeadroom
+from runtime.maintenance import check_store
 
 pytestmark = pytest.mark.trio
 

@@ -16,7 +16,7 @@ from _gated_store import hold_in_thread, writer_paused
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocols import EncodedEvent
+from protocols.codec import EncodedEvent
 from protocols.errors import ConcurrencyConflictError, StoreClosedError
 from runtime import (
     AppendResult,

@@ -21,19 +21,34 @@ import pytest
 
 PUBLIC_MODULES = (
     "protocols",
-    "protocols.transports",
+    "protocols.codec",
     "protocols.errors",
+    "protocols.jsonschema",
     "protocols.lowlevel",
+    "protocols.streaming",
+    "protocols.transports",
     "runtime",
+    "runtime.cluster",
     "runtime.lowlevel",
+    "runtime.maintenance",
+    "runtime.postgres",
+    "runtime.supervision",
     "runtime.testing",
+    "runtime.timers",
     "actors",
+    "actors.board",
+    "actors.cluster",
     "actors.events",
+    "actors.fleet",
+    "actors.limits",
     "actors.lowlevel",
+    "actors.mcp",
+    "actors.observe",
     "actors.testing",
     "actors.telemetry",
     "actors.cli",
     "actors.console",
+    "actors.workflows",
 )
 """Every module users import from; everything else is a private ``_module``."""
 
@@ -190,8 +205,8 @@ def test_exports_report_a_public_module(module_name: str) -> None:
     """Re-exported classes and functions name a public module in ``__module__``.
 
     The packages call ``fixup_module_metadata`` so reprs, tracebacks and pickles say
-    ``runtime.ChildSpec``, not ``runtime._supervision.ChildSpec``. The module named must be
-    public and really export the object under its ``__name__``.
+    ``runtime.Runtime``, not ``runtime._runtime.Runtime``. The module named must be public
+    and really export the object under its ``__name__``.
     """
     wrong: list[str] = []
     for name, obj in public_objects(module_name):
@@ -210,7 +225,7 @@ def test_private_definitions_report_the_package_that_exports_them() -> None:
 
     expected = ("runtime", "protocols", "protocols.errors")
     actual = (
-        runtime.ChildSpec.__module__,
+        runtime.Runtime.__module__,
         protocols.ToolSpec.__module__,
         protocols.PowertrioError.__module__,
     )
@@ -262,6 +277,44 @@ def test_importing_a_package_does_not_load_the_test_kits_or_the_cli(module_name:
     )
     loaded = "[]"
     assert loaded == result.stdout.strip()
+
+
+EVERYDAY_LIMIT = 40
+"""At most this many names at the top of a package: the everyday ones (as ``trio`` keeps
+``trio.lowlevel`` and ``trio.testing`` apart); operations live in named namespaces."""
+
+TIERED = ("protocols", "runtime", "actors")
+"""The top-level packages whose surface is split into tiers."""
+
+
+@pytest.mark.parametrize("package", TIERED)
+def test_a_top_level_package_exports_the_everyday_names_only(package: str) -> None:
+    """``import actors`` (or ``runtime``, ``protocols``) shows at most forty names."""
+    module = importlib.import_module(package)
+    names = [
+        name
+        for name in public_names(package)
+        if not isinstance(getattr(module, name), types.ModuleType)
+    ]
+    assert len(names) <= EVERYDAY_LIMIT, names
+
+
+@pytest.mark.parametrize("module_name", PUBLIC_MODULES)
+def test_every_exported_name_resolves(module_name: str) -> None:
+    """Each name a namespace declares (``__all__``, or ``dir()`` of a lazy package) is
+    really there: a stale entry left behind by a move fails here, not in a user's import."""
+    module = importlib.import_module(module_name)
+    declared = list(getattr(module, "__all__", public_names(module_name)))
+    missing = [name for name in declared if not hasattr(module, name)]
+    expected: list[str] = []
+    assert expected == missing
+
+
+@pytest.mark.parametrize("module_name", PUBLIC_MODULES)
+def test_every_namespace_says_what_lives_there(module_name: str) -> None:
+    """Each public module opens with a docstring: the rule for what belongs in it."""
+    doc = importlib.import_module(module_name).__doc__ or ""
+    assert len(doc.strip()) > 40, module_name
 
 
 PINNED = Path(__file__).parent / "data" / "public_api.txt"

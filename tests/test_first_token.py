@@ -9,8 +9,10 @@ import trio
 
 from actors import replay_session, spawn_session
 from actors.events import AssistantRecorded, Observation
-from protocols import LLMRequest, LLMResponse, LLMStream, StreamDelta, TextDelta, decode_record
-from protocols import decode as decode_event
+from protocols import LLMRequest, LLMResponse
+from protocols.codec import decode as decode_event
+from protocols.codec import decode_record
+from protocols.streaming import LLMStream, StreamDelta, TextDelta
 from runtime import open_runtime
 from runtime.testing import InMemoryEventStore, ScriptedLLM
 

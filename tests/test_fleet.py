@@ -15,16 +15,6 @@ from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import (
-    AgentDecl,
-    FleetFile,
-    FleetNode,
-    apply_fleet,
-    fleet_status,
-    parse_fleet_file,
-    read_fleet_status,
-    set_paused,
-)
 from actors._fleet._control import read_control, request_drain
 from actors._fleet._upgrade import upgrade_check
 from actors.cli._fleet_demo import fleet_demo_llm
@@ -39,17 +29,24 @@ from actors.events import (
     FleetRunSkipped,
     FleetRunStarted,
 )
-from protocols import LLM, decode, decode_record, encode
-from protocols.errors import FleetAgentNotFoundError, FleetFileError, FleetNodeNotFoundError
-from runtime import (
-    Clock,
-    EventStore,
-    NewEvent,
-    Runtime,
-    TimerFired,
-    import_jsonl,
-    open_runtime,
+from actors.fleet import (
+    AgentDecl,
+    FleetAgentNotFoundError,
+    FleetFile,
+    FleetFileError,
+    FleetNode,
+    FleetNodeNotFoundError,
+    apply_fleet,
+    fleet_status,
+    parse_fleet_file,
+    read_fleet_status,
+    set_paused,
 )
+from protocols import LLM
+from protocols.codec import decode, decode_record, encode
+from runtime import Clock, EventStore, NewEvent, Runtime, open_runtime
+from runtime.maintenance import import_jsonl
+from runtime.timers import TimerFired
 
 START = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 HOUR = 3600.0

@@ -30,8 +30,9 @@ from _cli import run_cli
 from _wait import wait_until
 
 from actors.testing import assert_runs_end_once, assert_timers_fire_once
-from runtime import RecordedEvent, open_postgres_store
+from runtime import RecordedEvent
 from runtime._cluster._node import placement_key, shard_of
+from runtime.postgres import open_postgres_store
 from runtime.testing import PostgresServer
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -48,7 +49,7 @@ _databases = itertools.count()
 
 def _agent_shard(name: str) -> int:
     """The shard a fleet node places agent ``name`` on (its stream's placement key)."""
-    from actors import FLEET_PLACED
+    from actors.fleet import FLEET_PLACED
 
     key = placement_key(f"fleet/agent/{name}", FLEET_PLACED)
     assert key is not None
@@ -275,9 +276,11 @@ def test_two_nodes_split_a_fleet_and_one_takes_over_when_the_other_is_killed(
 
 async def test_a_fleet_node_must_place_its_agents_streams(postgres_server: PostgresServer) -> None:
     """A node whose ``placed`` leaves out ``fleet/agent`` would run agents unfenced."""
-    from actors import FLEET_PLACED, FleetNode, host_node
+    from actors.cluster import host_node
+    from actors.fleet import FLEET_PLACED, FleetNode
     from protocols.errors import ConfigError
-    from runtime import Node, open_runtime
+    from runtime import open_runtime
+    from runtime.cluster import Node
 
     schema = _postgres.fresh_schema()
     try:

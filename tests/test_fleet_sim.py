@@ -49,6 +49,52 @@ def test_a_takeover_skips_a_row_an_append_in_flight_holds() -> None:
     assert not db.begin_append("a", 0, 1, 10.6)
 
 
+def test_a_hand_back_skips_a_row_an_append_in_flight_holds() -> None:
+    db = _fleet_sim._Database(shards=2, ttl=TTL)
+    held, _, _ = db.lease_tick("a", {}, True, 0.0)
+    assert db.begin_append("a", 0, 1, 0.5)
+    # a hands both back: the row its append holds stays a's until the append commits.
+    assert db.release("a", held) == ([1], {0: 1})
+    assert (db.owner, db.epoch) == (["a", None], [1, 1])
+    db.end_append(0)
+    assert db.release("a", {0: 1}) == ([0], {})
+    # A stale hand-back (another node took the shard since) changes nothing.
+    assert db.lease_tick("b", {}, True, 1.0)[0] == {0: 2}
+    assert db.release("a", {0: 1}) == ([], {})
+
+
+def _busy() -> SimConfig:
+    """Three nodes start at once and balance (each hands shards back) under many appends
+    of slow database calls: some hand-back meets an append in flight."""
+    return SimConfig(
+        nodes=3, shards=16, sessions=200, seed=0, duration=10.0, latency=0.02, append_every=0.02
+    )
+
+
+def test_no_append_commits_after_its_node_handed_the_lease_back() -> None:
+    result = simulate(_busy())
+    assert result.late_fenced == 0
+    assert result.commits > 1000
+
+
+def test_a_hand_back_that_ignores_appends_in_flight_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def regardless(
+        db: _fleet_sim._Database, node: str, shards: dict[int, int]
+    ) -> tuple[list[int], dict[int, int]]:
+        db.key_share, held = {}, db.key_share
+        try:
+            return release(db, node, shards)
+        finally:
+            db.key_share = held
+
+    release = _fleet_sim._Database.release
+    monkeypatch.setattr(_fleet_sim._Database, "release", regardless)
+    with pytest.raises(SimViolation, match=r"committed to shard \d+ at epoch \d+ after it handed"):
+        simulate(_busy())
+
+
 def _crash(nodes: int = 3, shards: int = 16) -> SimConfig:
     return SimConfig(
         nodes=nodes,

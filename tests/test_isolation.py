@@ -19,13 +19,9 @@ from protocols.errors import (
     CorruptLogError,
     StoreError,
 )
-from runtime import (
-    ActorStopped,
-    RecordedEvent,
-    open_runtime,
-    open_sqlite_store,
-)
+from runtime import RecordedEvent, open_runtime, open_sqlite_store
 from runtime._sqlite._schema import event_checksum
+from runtime.supervision import ActorStopped
 from runtime.testing import InMemoryEventStore, ScriptedLLM
 
 

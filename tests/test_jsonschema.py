@@ -14,15 +14,15 @@ from strategies import (
     wrong_values_for,
 )
 
-from protocols import (
+from protocols import JsonValue
+from protocols.errors import SchemaRemoteRefError, ToolDefinitionError
+from protocols.jsonschema import (
     CompiledSchema,
-    JsonValue,
     check_schema,
     compile_schema,
     schema_problems,
     validate_json,
 )
-from protocols.errors import SchemaRemoteRefError, ToolDefinitionError
 
 CITY: dict[str, JsonValue] = {
     "type": "object",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from protocols import compile_schema
 from protocols.errors import SchemaRemoteRefError
+from protocols.jsonschema import compile_schema
 
 SUITE = Path(__file__).parent / "data" / "json-schema-test-suite"
 

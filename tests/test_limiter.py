@@ -13,7 +13,7 @@ from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import Limit, LimiterPolicy, spawn_limiter, spawn_session
+from actors import spawn_session
 from actors._limiter import _core as _limiter_core
 from actors._limiter._core import (
     WINDOW,
@@ -29,8 +29,10 @@ from actors._limiter._core import (
     next_change,
 )
 from actors.events import BackoffRecorded, GrantsExpired
-from protocols import LLMResponse, Usage, decode_record
-from protocols.errors import LimitTooLargeError, LLMRateLimitedError
+from actors.limits import Limit, LimiterPolicy, LimitTooLargeError, spawn_limiter
+from protocols import LLMResponse, Usage
+from protocols.codec import decode_record
+from protocols.errors import LLMRateLimitedError
 from runtime import Clock, open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 
@@ -492,7 +494,7 @@ def test_the_attempt_observer_feeds_a_transport_s_429s():
         def rate_limited(self, provider, model, retry_after):
             told.append((provider, model, retry_after))
 
-    from actors import Limiter
+    from actors.limits import Limiter
 
     observe = Limiter.on_attempt(FakeLimiter(), "gpt-x")  # type: ignore[arg-type]
     base = dict(number=1, error_message="x", status=429, elapsed=0.0)

@@ -10,10 +10,11 @@ import pytest
 import trio
 from test_limiter import _check_log
 
-from actors import Limit, LimiterPolicy, spawn_limiter
 from actors.events import GrantIssued
-from protocols import decode_record
-from runtime import open_postgres_store, open_runtime
+from actors.limits import Limit, LimiterPolicy, spawn_limiter
+from protocols.codec import decode_record
+from runtime import open_runtime
+from runtime.postgres import open_postgres_store
 from runtime.testing import PostgresServer
 
 

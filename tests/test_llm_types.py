@@ -13,36 +13,43 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocols import (
-    EMPTY_CHAIN,
     AssistantMessage,
-    FinishDelta,
     ImagePart,
     LLMRequest,
     LLMResponse,
-    LLMStream,
     Message,
     ResponseFormat,
-    StreamAssembler,
-    StreamDelta,
     SystemMessage,
-    TextDelta,
     TextPart,
     ThinkingBlock,
-    ThinkingDelta,
     ToolCall,
-    ToolCallDelta,
     ToolChoice,
     ToolDefinition,
     ToolResultMessage,
     Usage,
-    UsageDelta,
     UserMessage,
+)
+from protocols.codec import make_converter
+from protocols.errors import LLMMalformedStreamError
+from protocols.lowlevel import (
+    EMPTY_CHAIN,
+    MessageView,
+    cache_by_identity,
+    canonical_tools,
     chain_messages,
-    make_converter,
+    slot_setter,
+)
+from protocols.streaming import (
+    FinishDelta,
+    LLMStream,
+    StreamAssembler,
+    StreamDelta,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    UsageDelta,
     response_deltas,
 )
-from protocols.errors import LLMMalformedStreamError
-from protocols.lowlevel import MessageView, cache_by_identity, canonical_tools, slot_setter
 
 REQUEST = LLMRequest(
     messages=[

@@ -28,28 +28,16 @@ from mcp.types import (
     TextResourceContents,
 )
 
-from actors import (
-    AgentSpec,
-    McpServer,
-    ToolRegistry,
-    mcp_http,
-    mcp_stdio,
-    mcp_tools,
-    replay_session,
-    spawn_session,
-)
+from actors import AgentSpec, ToolRegistry, replay_session, spawn_session
 from actors._mcp._link import render_result
 from actors.events import ToolFinished
 from actors.lowlevel import run_tool_calls
-from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome, decode_record
-from protocols.errors import (
-    AgentSpecError,
-    ConfigError,
-    McpServerError,
-    McpToolError,
-    ToolDefinitionError,
-)
-from runtime import Backoff, open_runtime, open_sqlite_store
+from actors.mcp import McpServer, McpServerError, McpToolError, mcp_http, mcp_stdio, mcp_tools
+from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome
+from protocols.codec import decode_record
+from protocols.errors import AgentSpecError, ConfigError, ToolDefinitionError
+from runtime import open_runtime, open_sqlite_store
+from runtime.supervision import Backoff
 from runtime.testing import (
     FunctionLLM,
     InMemoryEventStore,

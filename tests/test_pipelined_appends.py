@@ -16,7 +16,8 @@ import trio.testing
 from _gated_store import writer_paused
 
 from protocols.errors import ConcurrencyConflictError, StoreClosedError
-from runtime import AppendResult, NewEvent, PostgresEventStore, SqliteEventStore, open_sqlite_store
+from runtime import AppendResult, NewEvent, SqliteEventStore, open_sqlite_store
+from runtime.postgres import PostgresEventStore
 
 Store = SqliteEventStore | PostgresEventStore
 

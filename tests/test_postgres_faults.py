@@ -18,7 +18,8 @@ import pytest
 import trio
 
 from protocols.errors import StoreUnavailableError
-from runtime import NewEvent, PostgresEventStore, open_postgres_store
+from runtime import NewEvent
+from runtime.postgres import PostgresEventStore, open_postgres_store
 from runtime.testing import PostgresServer
 
 WRITERS = 32

@@ -15,7 +15,8 @@ from _gated_store import writer_paused
 from actors import Tool, spawn_session, tool
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage
 from protocols.errors import FencedError
-from runtime import NewEvent, PostgresEventStore, open_postgres_store, open_runtime
+from runtime import NewEvent, open_runtime
+from runtime.postgres import PostgresEventStore, open_postgres_store
 from runtime.testing import FunctionLLM, PostgresServer
 
 

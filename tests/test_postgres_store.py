@@ -22,8 +22,9 @@ from protocols.errors import (
     StoreSchemaVersionError,
     StoreUnavailableError,
 )
-from runtime import NewEvent, PostgresEventStore, open_postgres_store
+from runtime import NewEvent
 from runtime._postgres._schema import INSERT_EVENTS, lock_key
+from runtime.postgres import PostgresEventStore, open_postgres_store
 from runtime.testing import PostgresServer
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import psycopg
 
-from actors import search_history, spawn_session
+from actors import spawn_session
+from actors.lowlevel import search_history
 from protocols import LLMResponse
-from runtime import check_store, open_postgres_store, open_runtime
+from runtime import open_runtime
+from runtime.maintenance import check_store
+from runtime.postgres import open_postgres_store
 from runtime.testing import FunctionLLM, PostgresServer
 
 LLM = FunctionLLM(lambda request: LLMResponse(content="noted"))

@@ -19,15 +19,8 @@ from actors import (
 )
 from actors._session._trace_ids import tool_span_id, trace_id_of
 from actors.events import ChildSpawned
-from protocols import (
-    AssistantMessage,
-    LLMResponse,
-    SystemMessage,
-    ToolCall,
-    Usage,
-    UserMessage,
-    decode_record,
-)
+from protocols import AssistantMessage, LLMResponse, SystemMessage, ToolCall, Usage, UserMessage
+from protocols.codec import decode_record
 from protocols.errors import ConfigError, ReplayDivergenceError, StreamNotFoundError
 from protocols.transports import OpenAITransport, ProviderConfig, RetryPolicy
 from runtime import open_runtime, open_sqlite_store

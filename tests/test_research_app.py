@@ -23,7 +23,7 @@ from actors.testing import (
     operations,
     property_settings,
 )
-from protocols import decode_record
+from protocols.codec import decode_record
 from runtime import open_sqlite_store
 from runtime.testing import FunctionLLM
 

@@ -7,18 +7,9 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from protocols import (
-    LLM,
-    FinishDelta,
-    LLMRequest,
-    LLMResponse,
-    TextDelta,
-    ToolCall,
-    ToolCallDelta,
-    UsageDelta,
-    UserMessage,
-)
+from protocols import LLM, LLMRequest, LLMResponse, ToolCall, UserMessage
 from protocols.errors import LLMRateLimitedError, ScriptExhaustedError
+from protocols.streaming import FinishDelta, TextDelta, ToolCallDelta, UsageDelta
 from runtime.testing import FunctionLLM, ScriptedLLM
 
 

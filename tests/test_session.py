@@ -24,19 +24,12 @@ from protocols import (
     ToolResultMessage,
     Usage,
     UserMessage,
-    decode_record,
 )
+from protocols.codec import decode_record
 from protocols.errors import LLMServerError, ToolNotFoundError
-from runtime import (
-    AppendResult,
-    Backoff,
-    EventStore,
-    NewEvent,
-    RecordedEvent,
-    Supervision,
-    open_runtime,
-)
+from runtime import AppendResult, EventStore, NewEvent, RecordedEvent, open_runtime
 from runtime.lowlevel import CONTINUES
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 
 FAST_RESTART = Supervision(max_restarts=100, within=1, backoff=Backoff(initial=0))
@@ -504,7 +497,7 @@ async def test_a_send_reads_nothing_back_from_the_log() -> None:
 
 
 def test_session_events_round_trip_through_the_codec() -> None:
-    from protocols import encode
+    from protocols.codec import encode
 
     async def scenario() -> list[object]:
         store = InMemoryEventStore()
@@ -518,7 +511,7 @@ def test_session_events_round_trip_through_the_codec() -> None:
     assert len(events) == 7
     for event in events:
         encoded = encode(event)
-        from protocols import decode
+        from protocols.codec import decode
 
         assert decode(encoded.type, encoded.schema_version, encoded.data) == event
         assert attrs.has(type(event))

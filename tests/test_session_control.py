@@ -30,12 +30,10 @@ from actors.events import (
     RunFinished,
     RunStarted,
 )
-from protocols import LLMRequest, LLMResponse, ToolCall, Usage, decode_record
-from runtime import (
-    Backoff,
-    Supervision,
-    open_runtime,
-)
+from protocols import LLMRequest, LLMResponse, ToolCall, Usage
+from protocols.codec import decode_record
+from runtime import open_runtime
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import FunctionLLM, InMemoryEventStore
 
 FAST_RESTART = Supervision(max_restarts=100, within=1, backoff=Backoff(initial=0))

@@ -42,8 +42,10 @@ from actors.events import (
     SessionCreated,
 )
 from actors.lowlevel import is_provider_valid
-from protocols import AssistantMessage, ToolCall, ToolResultMessage, UserMessage, decode_record
-from runtime import TimerCancelled, TimerFired, TimerScheduled, open_sqlite_store
+from protocols import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from protocols.codec import decode_record
+from runtime import open_sqlite_store
+from runtime.timers import TimerCancelled, TimerFired, TimerScheduled
 
 CHILD = Path(__file__).with_name("_session_crash_child.py")
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,15 +18,14 @@ from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usag
 from protocols.errors import ActorFailedError, StoreError, StreamRewoundError
 from runtime import (
     AppendResult,
-    Backoff,
     EventStore,
     NewEvent,
     RecordedEvent,
     SqliteEventStore,
-    Supervision,
     open_runtime,
     open_sqlite_store,
 )
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import FunctionLLM, InMemoryEventStore
 
 FAST_RESTART = Supervision(max_restarts=100, within=1, backoff=Backoff(initial=0))

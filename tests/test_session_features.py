@@ -11,7 +11,7 @@ import trio.testing
 from _gated_store import GatedStore
 
 import actors._session._transcript
-from actors import Budget, HookContext, LLMCallNext, Price, ToolCallNext, spawn_session, tool
+from actors import Budget, Price, spawn_session, tool
 from actors.events import (
     DeltaReceived,
     LLMCallFinished,
@@ -24,21 +24,20 @@ from actors.events import (
     UsageUpdated,
 )
 from actors.lowlevel import is_provider_valid
+from actors.observe import HookContext, HookVetoError, LLMCallNext, ToolCallNext
 from protocols import (
     LLMRequest,
     LLMResponse,
-    LLMStream,
     ResponseFormat,
-    StreamDelta,
     SystemMessage,
-    TextDelta,
     ToolCall,
     ToolOutcome,
     ToolResultMessage,
     Usage,
-    decode_record,
 )
-from protocols.errors import ConfigError, HookVetoError, LLMServerError, ToolDefinitionError
+from protocols.codec import decode_record
+from protocols.errors import ConfigError, LLMServerError, ToolDefinitionError
+from protocols.streaming import LLMStream, StreamDelta, TextDelta
 from runtime import open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore, ScriptedLLM
 

@@ -16,7 +16,7 @@ import pytest
 import trio
 from _llama import LlamaServer
 
-from actors import HookContext, LLMCallNext, SessionState, spawn_session
+from actors import SessionState, spawn_session
 from actors.events import (
     AssistantRecorded,
     DeltaReceived,
@@ -25,16 +25,10 @@ from actors.events import (
     RunStarted,
     SessionCreated,
 )
-from protocols import (
-    AssistantMessage,
-    LLMRequest,
-    LLMResponse,
-    LLMStream,
-    SystemMessage,
-    TextDelta,
-    UserMessage,
-    decode_record,
-)
+from actors.observe import HookContext, LLMCallNext
+from protocols import AssistantMessage, LLMRequest, LLMResponse, SystemMessage, UserMessage
+from protocols.codec import decode_record
+from protocols.streaming import LLMStream, TextDelta
 from protocols.transports import (
     AnthropicTransport,
     OpenAITransport,

@@ -9,7 +9,16 @@ import pytest
 import trio
 import trio.testing
 
-from actors import BusyPolicy, Session, ToolContext, ask_human, spawn_session, tool
+from actors import (
+    BusyPolicy,
+    HumanRequestNotFoundError,
+    Session,
+    SessionBusyError,
+    ToolContext,
+    ask_human,
+    spawn_session,
+    tool,
+)
 from actors.events import (
     AssistantRecorded,
     CancelRequested,
@@ -22,17 +31,15 @@ from protocols import (
     AssistantMessage,
     LLMRequest,
     LLMResponse,
-    LLMStream,
-    StreamDelta,
-    TextDelta,
     ToolCall,
     ToolResultMessage,
     Usage,
     UserMessage,
-    decode_record,
 )
-from protocols.errors import HumanRequestNotFoundError, SessionBusyError
-from runtime import Backoff, NewEvent, Supervision, open_runtime, open_sqlite_store
+from protocols.codec import decode_record
+from protocols.streaming import LLMStream, StreamDelta, TextDelta
+from runtime import NewEvent, open_runtime, open_sqlite_store
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import InMemoryEventStore, ScriptedLLM
 
 FAST_RESTART = Supervision(max_restarts=100, within=1, backoff=Backoff(initial=0))

@@ -39,12 +39,13 @@ from protocols import (
     ToolCall,
     ToolOutcome,
     Usage,
-    default_registry,
 )
+from protocols.codec import default_registry
 from protocols.errors import EventDecodeError
-from runtime import Snapshot, TimerFired, TimerScheduled, open_runtime
+from runtime import Snapshot, open_runtime
 from runtime.lowlevel import decode_snapshot, encode_snapshot
 from runtime.testing import FunctionLLM, InMemoryEventStore
+from runtime.timers import TimerFired, TimerScheduled
 
 
 @st.composite

@@ -27,7 +27,7 @@ from _depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import BusyPolicy, Session, SessionState, spawn_session, tool
+from actors import BusyPolicy, Session, SessionBusyError, SessionState, spawn_session, tool
 from actors._session._events import evolve, timer_follow_up
 from actors.events import (
     AssistantRecorded,
@@ -37,34 +37,13 @@ from actors.events import (
     RunStarted,
 )
 from actors.lowlevel import is_provider_valid
-from protocols import (
-    CancelMode,
-    LLMRequest,
-    LLMResponse,
-    ToolCall,
-    Usage,
-    UserMessage,
-    decode_record,
-)
-from protocols.errors import (
-    ActorCrashedError,
-    SessionBusyError,
-    TimerNotFoundError,
-    TimerOwnerUnavailableError,
-)
-from runtime import (
-    AppendResult,
-    Backoff,
-    Clock,
-    NewEvent,
-    RecordedEvent,
-    Supervision,
-    TimerFired,
-    TimerScheduled,
-    TimerService,
-    open_runtime,
-)
+from protocols import CancelMode, LLMRequest, LLMResponse, ToolCall, Usage, UserMessage
+from protocols.codec import decode_record
+from protocols.errors import ActorCrashedError, TimerNotFoundError, TimerOwnerUnavailableError
+from runtime import AppendResult, Clock, NewEvent, RecordedEvent, open_runtime
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import FunctionLLM, InMemoryEventStore
+from runtime.timers import TimerFired, TimerScheduled, TimerService
 
 T = TypeVar("T")
 

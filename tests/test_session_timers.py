@@ -11,8 +11,9 @@ import trio.testing
 from actors import spawn_session, wakeup_tools
 from actors.events import Observation, RunEnded
 from protocols import LLMRequest, LLMResponse, ToolCall, Usage, UserMessage
-from runtime import Clock, TimerFired, open_runtime, open_sqlite_store
+from runtime import Clock, open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM, ScriptedLLM
+from runtime.timers import TimerFired
 
 DAY = 86_400.0
 

@@ -33,7 +33,8 @@ from actors import (
 from actors._session._events import SessionState, evolve
 from actors._session._working import apply, copies, detached
 from actors.testing import RuntimeHarness, conversations, operations, property_settings
-from protocols import LLMRequest, LLMResponse, decode_record
+from protocols import LLMRequest, LLMResponse
+from protocols.codec import decode_record
 from runtime import open_runtime
 from runtime.testing import FunctionLLM, InMemoryEventStore
 

@@ -14,7 +14,8 @@ import pytest
 import actors._session._persistent as persistent
 from actors import spawn_session
 from actors._session._events import SessionState, evolve
-from protocols import LLMRequest, LLMResponse, default_registry
+from protocols import LLMRequest, LLMResponse
+from protocols.codec import default_registry
 from runtime import EventStore, NewEvent, open_runtime, open_sqlite_store
 from runtime.lowlevel import chunk_address, snapshot_chunk, stash_chunk
 from runtime.testing import FunctionLLM, InMemoryEventStore

@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from protocols import EventRegistry
+from protocols.codec import EventRegistry
 from protocols.errors import (
     BadInputFileError,
     ConcurrencyConflictError,
@@ -18,16 +18,14 @@ from protocols.errors import (
     InputFileNotFoundError,
     StreamNotFoundError,
 )
-from runtime import (
-    EventStore,
-    NewEvent,
+from runtime import EventStore, NewEvent, open_sqlite_store
+from runtime.maintenance import (
     TransferResult,
     apply_retention,
     check_store,
     export_jsonl,
     import_jsonl,
     in_tree,
-    open_sqlite_store,
 )
 from runtime.testing import InMemoryEventStore
 

@@ -18,10 +18,9 @@ from protocols.errors import (
     EventDecodeError,
     IntensityExceededError,
 )
-from runtime import (
-    Actor,
+from runtime import Actor, ActorRef, Supervisor, open_runtime
+from runtime.supervision import (
     ActorCrashed,
-    ActorRef,
     ActorRestarting,
     ActorStopped,
     Backoff,
@@ -29,9 +28,7 @@ from runtime import (
     LifecycleEvent,
     RestartIntensity,
     Supervision,
-    Supervisor,
     SupervisorEscalated,
-    open_runtime,
 )
 
 NO_DELAY = Backoff(initial=0, jitter=0)

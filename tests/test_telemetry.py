@@ -482,7 +482,7 @@ def test_the_accept_header_is_read_with_its_qualities():
 
 
 async def test_the_limiter_s_grants_and_backoffs_are_counted():
-    from actors import LimiterPolicy, spawn_limiter
+    from actors.limits import LimiterPolicy, spawn_limiter
 
     metrics = FleetMetrics()
     async with open_runtime() as runtime:

@@ -77,9 +77,8 @@ from protocols import (
     ToolCall,
     Usage,
     UserMessage,
-    compile_schema,
-    encode,
 )
+from protocols.codec import encode
 from protocols.errors import (
     LLMError,
     PowertrioError,
@@ -87,15 +86,9 @@ from protocols.errors import (
     ScriptExhaustedError,
     StoreError,
 )
-from runtime import (
-    Backoff,
-    EventStore,
-    NewEvent,
-    TimerFired,
-    TimerScheduled,
-    open_runtime,
-    open_sqlite_store,
-)
+from protocols.jsonschema import compile_schema
+from runtime import EventStore, NewEvent, open_runtime, open_sqlite_store
+from runtime.supervision import Backoff
 from runtime.testing import (
     FaultyEventStore,
     FunctionLLM,
@@ -103,6 +96,7 @@ from runtime.testing import (
     ScriptedLLM,
     check_event_store,
 )
+from runtime.timers import TimerFired, TimerScheduled
 
 # -- the agent under test ----------------------------------------------------------------
 

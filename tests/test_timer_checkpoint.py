@@ -14,17 +14,11 @@ import trio.testing
 from _timer_owner import STREAM, Owner
 
 import runtime._timers._checkpoint as checkpoints
-from runtime import (
-    Clock,
-    EventStore,
-    NewEvent,
-    PendingTimer,
-    open_postgres_store,
-    open_runtime,
-    open_sqlite_store,
-)
+from runtime import Clock, EventStore, NewEvent, open_runtime, open_sqlite_store
 from runtime._postgres._schema import INSERT_EVENTS, lock_key
+from runtime.postgres import open_postgres_store
 from runtime.testing import InMemoryEventStore, PostgresServer
+from runtime.timers import PendingTimer
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0

@@ -23,18 +23,17 @@ from protocols.errors import (
     TimerNotFoundError,
     TimerOwnerUnavailableError,
 )
-from runtime import (
-    Actor,
-    Backoff,
+from runtime import Actor, Clock, EventStore, open_runtime, open_sqlite_store
+from runtime.lowlevel import TimerBook, timer_decision
+from runtime.supervision import Backoff, Supervision
+from runtime.testing import InMemoryEventStore
+from runtime.timers import (
     CancelTimer,
-    Clock,
     DueTimer,
-    EventStore,
     ListTimers,
     PendingTimer,
     Postpone,
     ScheduleTimer,
-    Supervision,
     TimerCancelled,
     TimerFired,
     TimerScheduled,
@@ -42,11 +41,7 @@ from runtime import (
     TimerServiceStatistics,
     TimerVerdict,
     Veto,
-    open_runtime,
-    open_sqlite_store,
 )
-from runtime.lowlevel import TimerBook, timer_decision
-from runtime.testing import InMemoryEventStore
 
 T0 = 1_700_000_000.0
 """Wall time at the clock's origin: whole seconds keep every due time exact."""

@@ -16,7 +16,8 @@ import pytest
 import trio
 from _timer_owner import STREAM, fold, registry
 
-from runtime import TimerFired, TimerScheduled, open_sqlite_store
+from runtime import open_sqlite_store
+from runtime.timers import TimerFired, TimerScheduled
 
 CHILD = Path(__file__).with_name("_timers_crash_child.py")
 ROOT = Path(__file__).resolve().parent.parent

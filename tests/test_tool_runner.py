@@ -19,9 +19,11 @@ from strategies import tool_calls
 
 from actors import ToolContext, ToolRegistry, tool
 from actors.lowlevel import open_tool_runner, run_tool_calls
-from protocols import ToolOutcome, idempotency_key, parse_tool_arguments, validate_json
+from protocols import ToolOutcome
 from protocols._llm import ToolCall
 from protocols.errors import ToolArgumentsError, ToolError, ToolInterruptedError
+from protocols.jsonschema import validate_json
+from protocols.lowlevel import idempotency_key, parse_tool_arguments
 
 
 @attrs.frozen

@@ -12,18 +12,16 @@ import pytest
 
 from actors import Tool, ToolContext, ToolRegistry, tool
 from actors._tools._schema import parse_docstring
-from protocols import (
-    JsonValue,
-    ToolOutcome,
-    ToolSpec,
+from protocols import JsonValue, ToolOutcome, ToolSpec
+from protocols._llm import ToolDefinition
+from protocols.errors import ToolDefinitionError, ToolNotFoundError, UnsupportedTypeError
+from protocols.lowlevel import (
     aborted_outcome,
     denied_outcome,
     idempotency_key,
     interrupted_outcome,
     validate_tool_name,
 )
-from protocols._llm import ToolDefinition
-from protocols.errors import ToolDefinitionError, ToolNotFoundError, UnsupportedTypeError
 
 
 class Unit(enum.Enum):

@@ -7,16 +7,9 @@ import pytest
 import trio
 from _llama import LlamaServer
 
-from protocols import (
-    FinishDelta,
-    LLMRequest,
-    LLMResponse,
-    SystemMessage,
-    TextDelta,
-    UsageDelta,
-    UserMessage,
-)
+from protocols import LLMRequest, LLMResponse, SystemMessage, UserMessage
 from protocols.errors import LLMContextOverflowError
+from protocols.streaming import FinishDelta, TextDelta, UsageDelta
 from protocols.transports import (
     AnthropicTransport,
     OpenAITransport,

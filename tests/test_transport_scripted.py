@@ -16,11 +16,9 @@ from protocols import (
     Message,
     ResponseFormat,
     SystemMessage,
-    TextDelta,
     TextPart,
     ThinkingBlock,
     ToolCall,
-    ToolCallDelta,
     ToolChoice,
     ToolDefinition,
     ToolResultMessage,
@@ -38,6 +36,7 @@ from protocols.errors import (
     LLMTimeoutError,
 )
 from protocols.lowlevel import MessageView
+from protocols.streaming import TextDelta, ToolCallDelta
 from protocols.transports import (
     AnthropicTransport,
     Attempt,

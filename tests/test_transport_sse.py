@@ -14,7 +14,8 @@ from _scripted_http import ScriptedHTTPServer, sse, sse_reply
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocols import LLMRequest, TextDelta, UserMessage
+from protocols import LLMRequest, UserMessage
+from protocols.streaming import TextDelta
 from protocols.transports import (
     AnthropicTransport,
     OpenAITransport,

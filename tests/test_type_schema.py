@@ -14,8 +14,10 @@ import pydantic
 import pytest
 from hypothesis import given
 
-from protocols import OutputType, compile_schema, json_schema_of, make_converter
+from protocols import OutputType, json_schema_of
+from protocols.codec import make_converter
 from protocols.errors import ToolDefinitionError, UnsupportedTypeError
+from protocols.jsonschema import compile_schema
 
 # -- attrs ------------------------------------------------------------------------------
 

@@ -18,27 +18,14 @@ import attrs
 import pydantic
 import pytest
 
-from actors import (
-    AgentSpec,
-    WorkflowContext,
-    replay_session,
-    spawn_agent,
-    spawn_session,
-    start_workflow,
-    tool,
-    workflow,
-)
+from actors import AgentSpec, OutputTypeError, replay_session, spawn_agent, spawn_session, tool
 from actors._session._events import typed_result
 from actors._tools._runner import _render
 from actors.events import RunFinished, RunStarted
-from protocols import (
-    LLMRequest,
-    LLMResponse,
-    OutputType,
-    ToolCall,
-    decode_record,
-)
-from protocols.errors import AgentSpecError, OutputTypeError, UnsupportedTypeError
+from actors.workflows import WorkflowContext, start_workflow, workflow
+from protocols import LLMRequest, LLMResponse, OutputType, ToolCall
+from protocols.codec import decode_record
+from protocols.errors import AgentSpecError, UnsupportedTypeError
 from runtime import open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM, ScriptedLLM
 

@@ -12,10 +12,19 @@ from _depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import AgentSpec, WorkflowContext, run_workflow, start_workflow, workflow
+from actors import AgentSpec
 from actors.events import StepCompleted, WorkflowFinished, WorkflowStarted
-from protocols import LLMRequest, LLMResponse, decode_record, default_registry
-from protocols.errors import ReplayDivergenceError, WorkflowCancelledError, WorkflowFailedError
+from actors.workflows import (
+    WorkflowCancelledError,
+    WorkflowContext,
+    WorkflowFailedError,
+    run_workflow,
+    start_workflow,
+    workflow,
+)
+from protocols import LLMRequest, LLMResponse
+from protocols.codec import decode_record, default_registry
+from protocols.errors import ReplayDivergenceError
 from runtime import open_runtime
 from runtime.testing import FaultyEventStore, FunctionLLM, InMemoryEventStore
 

@@ -15,14 +15,13 @@ from protocols.errors import (
     ActorExistsError,
     ActorNotFoundError,
     ActorStoppedError,
-    BoardError,
-    BoardWatchOverflowError,
     ConfigError,
     MailboxFullError,
 )
 from runtime import ActorRef, Decision, EventSourcedActor, Request, Runtime
 
 from . import _remote as remote
+from ._errors import BoardError, BoardWatchOverflowError
 from ._events import (
     BOARD_ID_PATTERN,
     DEFAULT_MAX_ENTRIES,

@@ -10,8 +10,10 @@ from typing import Final, Literal, cast, final
 import attrs
 import orjson
 
-from protocols import JsonValue, event_type
-from protocols.errors import (
+from protocols import JsonValue
+from protocols.codec import event_type
+
+from ._errors import (
     BoardBadKeyError,
     BoardBadValueError,
     BoardConflictError,

@@ -23,29 +23,32 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from protocols import decode_record
+from protocols.codec import decode_record
 from protocols.errors import (
     ActorFailedError,
     ActorNotFoundError,
     ActorStoppedError,
+    FencedError,
+    PowertrioError,
+    RuntimeClosedError,
+    StoreUnavailableError,
+)
+
+from ._errors import (
     BoardBadKeyError,
     BoardBadValueError,
     BoardConflictError,
     BoardEntryTooLargeError,
     BoardError,
     BoardFullError,
-    FencedError,
-    PowertrioError,
     RemoteBoardError,
-    RuntimeClosedError,
-    StoreUnavailableError,
 )
-
 from ._events import BoardChanged, BoardState, Entry, EntryDeleted, EntryPut, evolve
 from ._requests import request_of
 
 if TYPE_CHECKING:
-    from runtime import ClusterNode, Request, Runtime
+    from runtime import Request, Runtime
+    from runtime.cluster import ClusterNode
 
     from ._watches import Watch
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import attrs
 
-from protocols.errors import BoardError
 from runtime import Request
 
+from ._errors import BoardError
 from ._events import BoardState, Entry, Limits
 from ._watches import Watch, WatchTable
 

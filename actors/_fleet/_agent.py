@@ -22,15 +22,9 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
-from runtime import (
-    Decision,
-    EventSourcedActor,
-    StepFailed,
-    TimerCancelled,
-    TimerFired,
-    TimerScheduled,
-)
+from runtime import Decision, EventSourcedActor, StepFailed
 from runtime.lowlevel import TimerBook, is_timer_event, timer_decision
+from runtime.timers import TimerCancelled, TimerFired, TimerScheduled
 
 from ._cron import CronSchedule
 from ._events import (

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, final
 import orjson
 import trio
 
-from protocols import CancelMode, default_registry
+from protocols import CancelMode
+from protocols.codec import default_registry
 from protocols.errors import (
     ActorFailedError,
     ActorNotFoundError,
@@ -26,7 +27,6 @@ from protocols.errors import (
     ConfigError,
     FencedError,
     PowertrioError,
-    RemoteSessionError,
     RuntimeClosedError,
 )
 
@@ -35,9 +35,11 @@ from .._session._agents import AgentSpec
 from .._session._events import RunResult
 from .._session._handle import Session
 from .._session._spawn import spawn_agent
+from ._errors import RemoteSessionError
 
 if TYPE_CHECKING:
-    from runtime import ClusterNode, Runtime
+    from runtime import Runtime
+    from runtime.cluster import ClusterNode
 
 __all__ = ["ClusterSession", "NodeHost", "host_node"]
 

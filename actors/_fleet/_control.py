@@ -13,14 +13,11 @@ from typing import Any, final
 
 import attrs
 
-from protocols import decode_record, encode
-from protocols.errors import (
-    ConcurrencyConflictError,
-    FleetAgentNotFoundError,
-    FleetNodeNotFoundError,
-)
+from protocols.codec import decode_record, encode
+from protocols.errors import ConcurrencyConflictError
 from runtime import EventStore, NewEvent
 
+from ._errors import FleetAgentNotFoundError, FleetNodeNotFoundError
 from ._events import (
     CONTROL_STREAM,
     NODE_PREFIX,

@@ -19,7 +19,7 @@ from typing import final
 
 import attrs
 
-from protocols.errors import CronSyntaxError
+from ._errors import CronSyntaxError
 
 __all__ = ["CronSchedule"]
 

@@ -23,7 +23,7 @@ from typing import Any, Literal, final
 
 import attrs
 
-from protocols import event_type
+from protocols.codec import event_type
 from runtime.lowlevel import TimerBook, is_timer_event
 
 __all__ = [
@@ -66,7 +66,7 @@ class FleetAgentDeclared:
 
     name: str
     decl: dict[str, Any]
-    """The :class:`~actors.AgentDecl` as JSON."""
+    """The :class:`~actors.fleet.AgentDecl` as JSON."""
     spec_hash: str
 
 
@@ -212,7 +212,7 @@ class FleetRunStarted:
 
     @property
     def code_version(self) -> str:
-        """The package version and the spec hash (:func:`~actors.code_version`)."""
+        """The package version and the spec hash (:func:`~actors.fleet.code_version`)."""
         return f"powertrio {self.package_version} spec {self.spec_hash}"
 
 

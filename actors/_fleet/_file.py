@@ -15,7 +15,7 @@
     cron = "0 7 * * 1-5"                 # UTC; or: every = "15m" (s, m, h, d, or seconds)
 
 A file is checked whole: every problem is reported at once with its line
-(:class:`~protocols.errors.FleetFileError`). ``tomllib`` gives no positions for values,
+(:class:`~actors.fleet.FleetFileError`). ``tomllib`` gives no positions for values,
 so :class:`_Lines` finds the line of each table and key by reading the text itself (the
 fleet file's shapes: tables, arrays of tables, ``key = value`` and dotted keys).
 """
@@ -34,12 +34,13 @@ from typing import Any, Literal, final
 import attrs
 import orjson
 
-from protocols.errors import ConfigError, CronSyntaxError, FleetFileError
+from protocols.errors import ConfigError
 
 from .._session._agents import AgentSpec
 from .._session._budget import Budget
 from .._tools._tool import Tool, tool
 from ._cron import CronSchedule
+from ._errors import CronSyntaxError, FleetFileError
 
 __all__ = [
     "PROVIDERS",

@@ -27,18 +27,16 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from protocols import LLM, encode
-from protocols.errors import (
-    ActorStoppedError,
-    ConfigError,
-    PowertrioError,
-    RemoteSessionError,
-)
-from runtime import NewEvent, Postpone
+from protocols import LLM
+from protocols.codec import encode
+from protocols.errors import ActorStoppedError, ConfigError, PowertrioError
+from runtime import NewEvent
+from runtime.timers import Postpone
 
 from .._session._spawn import spawn_agent
 from ._agent import AgentConfig, FleetAgentActor
 from ._control import ControlState, read_control
+from ._errors import RemoteSessionError
 from ._events import (
     AGENT_PREFIX,
     NODE_PREFIX,

@@ -13,7 +13,7 @@ from typing import Literal, final
 
 import attrs
 
-from protocols import decode_record
+from protocols.codec import decode_record
 from protocols.errors import ConfigError, ReplayDivergenceError
 from runtime import EventStore
 

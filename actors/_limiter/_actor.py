@@ -17,12 +17,7 @@ import attrs
 import trio
 
 from protocols import LLMRequest, LLMResponse
-from protocols.errors import (
-    ActorStoppedError,
-    ConcurrencyConflictError,
-    LimitTooLargeError,
-    LLMRateLimitedError,
-)
+from protocols.errors import ActorStoppedError, ConcurrencyConflictError, LLMRateLimitedError
 from protocols.transports import Attempt
 from runtime import ActorRef, Decision, EventSourcedActor, PriorityMessage, Reply, Runtime
 
@@ -44,6 +39,7 @@ from ._core import (
     next_change,
     too_large,
 )
+from ._errors import LimitTooLargeError
 
 logger = logging.getLogger("powertrio.limiter")
 

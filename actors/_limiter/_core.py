@@ -26,7 +26,7 @@ from typing import Generic, TypeVar, final
 
 import attrs
 
-from protocols import event_type
+from protocols.codec import event_type
 
 WINDOW = 60.0
 """Seconds of the sliding window that per-minute limits count over."""

@@ -10,7 +10,7 @@ import attrs
 from protocols import CrashPolicy
 from protocols.errors import ConfigError
 from protocols.transports import Secret, redact
-from runtime import Backoff
+from runtime.supervision import Backoff
 
 __all__ = ["McpServer", "McpTransport", "mcp_http", "mcp_stdio"]
 

@@ -18,10 +18,11 @@ import orjson
 import trio
 
 from protocols import JsonObject, JsonValue
-from protocols.errors import McpServerError, McpToolError
-from runtime import Actor, RestartIntensity
+from runtime import Actor
+from runtime.supervision import RestartIntensity
 
 from ._config import McpServer
+from ._errors import McpServerError, McpToolError
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectSendStream

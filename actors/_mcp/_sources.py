@@ -11,7 +11,7 @@ The connection actor keeps the server up. It watches a stdio server's output: wh
 process exits, even while no call is in flight, the actor starts it again after a backoff,
 so the model's next call finds it running (a call arriving meanwhile waits for it). When
 a call finds the connection broken (a server that died during the call, an HTTP server
-that went away) the call ends with a :class:`~protocols.errors.McpServerError` the model
+that went away) the call ends with a :class:`~actors.mcp.McpServerError` the model
 reads as the tool's error, and the actor reconnects. More than ``max_restarts`` restarts
 within ``restart_window`` seconds and it stops restarting on its own: the next call then
 tries once more. The ``mcp`` package (the ``mcp`` extra) is imported only when a
@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from protocols import JsonValue, validate_tool_name
-from protocols.errors import ConfigError, McpServerError, ToolDefinitionError
+from protocols import JsonValue
+from protocols.errors import ConfigError, ToolDefinitionError
+from protocols.lowlevel import validate_tool_name
 
 from .._tools._tool import Tool, ToolRegistry, tool
 from ._config import McpServer, McpTransport, mcp_http, mcp_stdio
+from ._errors import McpServerError
 from ._link import GetLink, Link, McpConnection, describe_error, list_tools, open_session
 
 if TYPE_CHECKING:

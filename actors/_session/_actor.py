@@ -10,16 +10,9 @@ from typing import final
 import orjson
 import trio
 
-from protocols import (
-    Cancel,
-    FollowUp,
-    LLMRequest,
-    LLMResponse,
-    ToolCall,
-    ToolOutcome,
-    denied_outcome,
-)
-from protocols.errors import ActorExistsError, ActorNotFoundError, HookVetoError
+from protocols import Cancel, FollowUp, LLMRequest, LLMResponse, ToolCall, ToolOutcome
+from protocols.errors import ActorExistsError, ActorNotFoundError
+from protocols.lowlevel import denied_outcome
 from runtime import Decision, EventSourcedActor, Reply, StepFailed
 
 from .._board._events import BoardChanged
@@ -27,6 +20,7 @@ from .._tools._runner import run_tool_calls
 from . import _decider as decider
 from . import _working as working
 from ._agents import SPAWN_AGENT, AgentSpec
+from ._errors import HookVetoError
 from ._events import (
     AssistantRecorded,
     CancelRequested,

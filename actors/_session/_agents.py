@@ -8,8 +8,9 @@ from typing import Any, Literal, TypeAlias, final
 
 import attrs
 
-from protocols import LLM, OutputType, ResponseFormat, schema_problems
+from protocols import LLM, OutputType, ResponseFormat
 from protocols.errors import AgentSpecError, ConfigError, UnsupportedTypeError
+from protocols.jsonschema import schema_problems
 
 from .._tools._tool import Tool, ToolRegistry, tool
 from ._budget import Budget

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import orjson
 
-from protocols import ToolCall, ToolOutcome, idempotency_key
+from protocols import ToolCall, ToolOutcome
 from protocols.errors import ToolError, ToolNotFoundError
+from protocols.lowlevel import idempotency_key
 
 from ._agents import SPAWN_AGENT, child_tools
 from ._budget import Budget, cost_of

@@ -36,8 +36,8 @@ from protocols import (
     ToolResultMessage,
     Usage,
     UserMessage,
-    event_type,
 )
+from protocols.codec import event_type
 from protocols.errors import ConfigError
 
 __all__ = [

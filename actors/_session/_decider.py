@@ -28,18 +28,19 @@ from protocols import (
     ToolDefinition,
     ToolOutcome,
     Usage,
-    aborted_outcome,
-    interrupted_outcome,
-    validate_json,
 )
-from protocols.errors import OutputInvalidError, PowertrioError
-from runtime import Decision, StepFailed, TimerFired
+from protocols.errors import PowertrioError
+from protocols.jsonschema import validate_json
+from protocols.lowlevel import aborted_outcome, interrupted_outcome
+from runtime import Decision, StepFailed
 from runtime.lowlevel import timer_decision
+from runtime.timers import TimerFired
 
 from ._budget import cost_of
 from ._calls import begin_calls
 from ._compaction import compaction_step, projection, summarised
 from ._context import ContextCompacted
+from ._errors import OutputInvalidError
 from ._events import (
     ActiveRun,
     AssistantRecorded,

@@ -23,16 +23,16 @@ from protocols import (
     ToolResultMessage,
     Usage,
     UserMessage,
-    denied_outcome,
-    event_type,
 )
-from protocols.errors import OutputTypeError
-from runtime import TimerFired
+from protocols.codec import event_type
+from protocols.lowlevel import denied_outcome
 from runtime.lowlevel import TimerBook, is_timer_event
+from runtime.timers import TimerFired
 
 from ._agents import Lifecycle
 from ._budget import Budget
 from ._context import ContextCompacted
+from ._errors import OutputTypeError
 from ._persistent import GrowMap, grow_map
 from ._replace import replacer
 from ._request_header import RequestHeader

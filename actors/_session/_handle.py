@@ -16,15 +16,11 @@ from protocols import (
     OutputType,
     ResponseFormat,
 )
-from protocols.errors import (
-    ActorCrashedError,
-    HumanRequestNotFoundError,
-    SessionBusyError,
-    ToolNotFoundError,
-)
+from protocols.errors import ActorCrashedError, ToolNotFoundError
 
 from ._agents import AgentSpec, FormatArg, resolve_format
 from ._budget import Budget, Price
+from ._errors import HumanRequestNotFoundError, SessionBusyError
 from ._events import ChildFinished, RunResult, SessionState, typed_result
 from ._observe import Observation, ObserverBus
 from ._steps import (

@@ -4,7 +4,7 @@ Observers only watch: what they are told happened is already in the log (stream 
 excepted: those are live and never persisted), and an observer that raises is contained
 and counted, never allowed to disturb the run. Hooks steer: a small middleware chain
 around each LLM call and each tool call that may inspect, modify, veto (raise
-:class:`~protocols.errors.HookVetoError`) or short-circuit (return without calling
+:class:`~actors.observe.HookVetoError`) or short-circuit (return without calling
 ``call_next``). A hook's own error surfaces: the run fails with it.
 """
 
@@ -18,7 +18,8 @@ from typing import Protocol, TypeAlias, final
 import attrs
 import trio
 
-from protocols import LLMRequest, LLMResponse, StreamDelta, ToolCall, ToolOutcome, Usage
+from protocols import LLMRequest, LLMResponse, ToolCall, ToolOutcome, Usage
+from protocols.streaming import StreamDelta
 
 from ._events import RunResult
 
@@ -145,7 +146,7 @@ class LLMHook(Protocol):
 
     Call ``await call_next(request)`` (perhaps with a changed request) and return its
     response (perhaps changed); or return a response without calling it; or raise
-    :class:`~protocols.errors.HookVetoError` to stop the run.
+    :class:`~actors.observe.HookVetoError` to stop the run.
     """
 
     async def __call__(
@@ -158,7 +159,7 @@ class ToolHook(Protocol):
 
     Call ``await call_next(call)`` (perhaps with changed arguments) and return its outcome;
     or return an outcome without running the tool; or raise
-    :class:`~protocols.errors.HookVetoError`, which the model reads as a denied result.
+    :class:`~actors.observe.HookVetoError`, which the model reads as a denied result.
     """
 
     async def __call__(

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeGuard, final
 import attrs
 import trio
 
-from protocols import JsonObject, JsonValue, default_registry
+from protocols import JsonObject, JsonValue
+from protocols.codec import default_registry
 from runtime import SqliteEventStore
 
 from .._tools._tool import Tool, ToolContext, tool

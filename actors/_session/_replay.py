@@ -7,8 +7,10 @@ from typing import final
 
 import attrs
 
-from protocols import LLMRequest, LLMResponse, LLMStream, decode_record, encode
+from protocols import LLMRequest, LLMResponse
+from protocols.codec import decode_record, encode
 from protocols.errors import ConfigError, StreamNotFoundError, ToolNotFoundError
+from protocols.streaming import LLMStream
 from runtime import EventStore, NewEvent, RecordedEvent, replay
 from runtime.lowlevel import CONTINUES
 

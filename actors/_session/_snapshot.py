@@ -34,7 +34,8 @@ from typing import Any, TypeVar, final
 
 import orjson
 
-from protocols import FollowUp, Message, Usage, default_registry
+from protocols import FollowUp, Message, Usage
+from protocols.codec import default_registry
 from protocols.errors import EventEncodeError
 from runtime.lowlevel import TimerBook, chunk_address, snapshot_chunk, stash_chunk
 

@@ -18,9 +18,9 @@ from protocols import (
     OutputType,
     ResponseFormat,
     ToolOutcome,
-    check_schema,
 )
 from protocols.errors import ConfigError, ToolNotFoundError
+from protocols.jsonschema import check_schema
 from runtime import PriorityMessage, Request
 
 from .._tools._tool import ToolRegistry, tool
@@ -47,7 +47,7 @@ from ._request_header import RequestHeader
 
 BusyPolicy = Literal["queue", "reject", "interrupt"]
 """What a ``send`` does while a run is active: ``queue`` it to run next, ``reject`` it
-(:class:`~protocols.errors.SessionBusyError`), or ``interrupt`` the run after its current
+(:class:`~actors.SessionBusyError`), or ``interrupt`` the run after its current
 turn and then run the new input."""
 
 SNAPSHOT_EVERY = 1000

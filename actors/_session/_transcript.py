@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar, final
 
-from protocols import EMPTY_CHAIN, AssistantMessage, Message, ToolResultMessage, chain_messages
-from protocols.lowlevel import MessageView
+from protocols import AssistantMessage, Message, ToolResultMessage
+from protocols.lowlevel import EMPTY_CHAIN, MessageView, chain_messages
 
 from ._persistent import AppendVector
 

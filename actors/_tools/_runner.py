@@ -14,15 +14,7 @@ import attrs
 import orjson
 import trio
 
-from protocols import (
-    ToolCall,
-    ToolOutcome,
-    ToolStatus,
-    denied_outcome,
-    idempotency_key,
-    interrupted_outcome,
-    parse_tool_arguments,
-)
+from protocols import ToolCall, ToolOutcome, ToolStatus
 from protocols.errors import (
     PowertrioError,
     ToolArgumentsError,
@@ -30,7 +22,13 @@ from protocols.errors import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
-from protocols.lowlevel import unwrap_single_error
+from protocols.lowlevel import (
+    denied_outcome,
+    idempotency_key,
+    interrupted_outcome,
+    parse_tool_arguments,
+    unwrap_single_error,
+)
 from runtime.lowlevel import run_sync_in_thread
 
 from ._tool import _CONVERTER, Tool, ToolContext, ToolRegistry

@@ -12,23 +12,16 @@ from typing import Generic, Literal, ParamSpec, TypeVar, final, overload
 import attrs
 from cattrs.strategies import configure_union_passthrough
 
-from protocols import (
-    CompiledSchema,
-    CrashPolicy,
-    JsonObject,
-    ToolDefinition,
-    ToolSpec,
-    compile_schema,
-    make_converter,
-    validate_tool_name,
-)
+from protocols import CrashPolicy, JsonObject, ToolDefinition, ToolSpec
+from protocols.codec import make_converter
 from protocols.errors import (
     ToolArgumentsError,
     ToolDefinitionError,
     ToolInterruptedError,
     ToolNotFoundError,
 )
-from protocols.lowlevel import configure_models, structure_problems
+from protocols.jsonschema import CompiledSchema, compile_schema
+from protocols.lowlevel import configure_models, structure_problems, validate_tool_name
 from runtime import Runtime  # at run time: the metadata fix-up resolves hints
 
 from ._schema import ToolParameter, is_context_annotation, parse_docstring, parse_function

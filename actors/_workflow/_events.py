@@ -7,7 +7,8 @@ from typing import Literal, TypeAlias, final
 
 import attrs
 
-from protocols import JsonValue, event_type
+from protocols import JsonValue
+from protocols.codec import event_type
 from runtime.lowlevel import TimerBook, is_timer_event
 
 __all__ = [

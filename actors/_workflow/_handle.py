@@ -9,14 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar, final
 
 from protocols import JsonValue
-from protocols.errors import (
-    ActorCrashedError,
-    ActorExistsError,
-    ReplayDivergenceError,
-    WorkflowCancelledError,
-    WorkflowFailedError,
-)
+from protocols.errors import ActorCrashedError, ActorExistsError, ReplayDivergenceError
 
+from ._errors import WorkflowCancelledError, WorkflowFailedError
 from ._events import WorkflowFinished, WorkflowState
 from ._workflow import (
     Cancel,

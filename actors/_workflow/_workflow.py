@@ -27,14 +27,16 @@ import attrs
 import orjson
 import trio
 
-from protocols import JsonValue, make_converter
+from protocols import JsonValue
+from protocols.codec import make_converter
 from protocols.errors import (
     ActorExistsError,
     ConfigError,
     ReplayDivergenceError,
 )
-from runtime import Decision, EventSourcedActor, Reply, TimerFired, TimerScheduled
+from runtime import Decision, EventSourcedActor, Reply
 from runtime.lowlevel import timer_decision
+from runtime.timers import TimerFired, TimerScheduled
 
 from .._session._agents import AgentSpec, resolve_format
 from .._session._events import RunResult, typed_result

@@ -24,10 +24,14 @@ import time
 
 import trio
 
-from actors import AgentSpec, NodeHost, ToolContext, host_node, tool
+from actors import AgentSpec, ToolContext, tool
 from protocols import LLMRequest, LLMResponse, ToolCall, UserMessage
-from runtime import Node, open_postgres_store, open_runtime
+from runtime import open_runtime
+from runtime.cluster import Node
+from runtime.postgres import open_postgres_store
 from runtime.testing import FunctionLLM
+
+from .._fleet._cluster import NodeHost, host_node
 
 _ids = itertools.count()
 

@@ -42,7 +42,8 @@ from actors.events import (
     ToolFinished,
     ToolStarted,
 )
-from protocols import AssistantMessage, ToolCall, ToolOutcome, Usage, default_registry
+from protocols import AssistantMessage, ToolCall, ToolOutcome, Usage
+from protocols.codec import default_registry
 from runtime import NewEvent, SqliteEventStore, open_sqlite_store
 from runtime.bench import Figures
 

@@ -23,11 +23,13 @@ from pathlib import Path
 import orjson
 import trio
 
-from actors import ContextPolicy, estimate_tokens, search_history, spawn_session, tool
+from actors import ContextPolicy, estimate_tokens, spawn_session, tool
 from actors._session._context import SUMMARY_INSTRUCTIONS, tools_tokens
 from protocols import LLMRequest, LLMResponse, SystemMessage, ToolCall, Usage, UserMessage
 from runtime import open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM
+
+from .._session._recall import search_history
 
 __all__ = ["context_tokens_max_over_budget"]
 

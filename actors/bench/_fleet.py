@@ -24,10 +24,13 @@ from pathlib import Path
 
 import trio
 
-from actors import FleetNode, apply_fleet, parse_fleet_file, read_fleet_status
 from protocols import LLMRequest, LLMResponse, Usage
 from runtime import open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM
+
+from .._fleet._control import apply_fleet, read_fleet_status
+from .._fleet._file import parse_fleet_file
+from .._fleet._node import FleetNode
 
 
 def _answer(_request: LLMRequest) -> LLMResponse:

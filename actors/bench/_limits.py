@@ -37,8 +37,10 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from actors import Limit, LimiterPolicy, spawn_limiter
 from runtime import Clock, EventStore, open_runtime, open_sqlite_store
+
+from .._limiter._actor import spawn_limiter
+from .._limiter._core import Limit, LimiterPolicy
 
 _WINDOW = 60.0
 

@@ -95,24 +95,13 @@ import trio
 
 from actors import AgentSpec, spawn_session, tool
 from actors.events import SessionCreated
-from protocols import (
-    LLMRequest,
-    LLMResponse,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    default_registry,
-)
-from runtime import (
-    NewEvent,
-    SqliteEventStore,
-    TimerScheduled,
-    open_runtime,
-    open_sqlite_store,
-)
+from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
+from protocols.codec import default_registry
+from runtime import NewEvent, SqliteEventStore, open_runtime, open_sqlite_store
 from runtime.bench import Figures, in_fresh_process
 from runtime.bench import _log as log_bench
 from runtime.testing import FunctionLLM
+from runtime.timers import TimerScheduled
 
 from ._context import context_tokens_max_over_budget
 from ._recorded import recorded_run

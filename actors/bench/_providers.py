@@ -34,7 +34,8 @@ import trio.testing
 
 from actors import spawn_session
 from actors.events import DeltaReceived, RunEnded
-from protocols import LLMRequest, TextDelta, UserMessage
+from protocols import LLMRequest, UserMessage
+from protocols.streaming import TextDelta
 from protocols.transports import OpenAITransport, ProviderConfig, open_http_client
 from runtime import open_runtime, open_sqlite_store
 

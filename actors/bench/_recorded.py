@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from actors.events import AssistantRecorded, RunFinished, RunStarted
-from protocols import AssistantMessage, Usage, default_registry
+from protocols import AssistantMessage, Usage
+from protocols.codec import default_registry
 from runtime import NewEvent
 
 

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
-from protocols.errors import ForeignAgentError, StreamNotFoundError
+from protocols.errors import StreamNotFoundError
 
+from .._session._errors import ForeignAgentError
 from ._common import SESSION_PREFIX, shorten
 from ._demo import SYSTEM_PROMPT
 from ._inspect import decode_or_none, read_stream

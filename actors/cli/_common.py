@@ -29,7 +29,8 @@ from protocols.errors import (
     StreamNotFoundError,
     UnsupportedLogSchemeError,
 )
-from runtime import PostgresEventStore, SqliteEventStore, open_postgres_store, open_sqlite_store
+from runtime import SqliteEventStore, open_sqlite_store
+from runtime.postgres import PostgresEventStore, open_postgres_store
 
 if TYPE_CHECKING:
     from rich.console import Console

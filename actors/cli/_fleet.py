@@ -45,9 +45,11 @@ from ._common import (
 from ._serve_ui import console_services
 
 if TYPE_CHECKING:
-    from actors import AgentDecl, FleetFile, FleetNode, FleetStatus, NodeService
     from runtime import Runtime
 
+    from .._fleet._events import FleetStatus
+    from .._fleet._file import AgentDecl, FleetFile
+    from .._fleet._node import FleetNode, NodeService
     from ._common import LogStore
 
 __all__ = ["cmd_fleet", "cmd_serve"]
@@ -68,7 +70,7 @@ def read_fleet_file(path: str) -> FleetFile:
         InputFileNotFoundError: no such file.
         FleetFileError: the file has problems (each with its line).
     """
-    from actors import parse_fleet_file
+    from .._fleet._file import parse_fleet_file
 
     tools_from_here()
     file = Path(path)
@@ -106,7 +108,7 @@ def _llm_for(ctx: CliContext) -> Callable[[AgentDecl], LLM]:
 
 
 async def _signals(node: object, ctx: CliContext) -> None:
-    from actors import FleetNode
+    from .._fleet._node import FleetNode
 
     assert isinstance(node, FleetNode)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -122,8 +124,9 @@ async def _signals(node: object, ctx: CliContext) -> None:
 
 async def cmd_serve(ctx: CliContext, args: argparse.Namespace) -> int:
     """``powertrio serve``: one node hosting the fleet until drained."""
-    from actors import FleetNode
     from runtime import open_runtime
+
+    from .._fleet._node import FleetNode
 
     tools_from_here()
     name = args.node or socket.gethostname()
@@ -196,8 +199,11 @@ async def _serve_on_postgres(
 ) -> FleetNode:
     """One node of a fleet sharing the PostgreSQL log: no driver lock (the leases say who
     runs what); leaving (after the drain) hands every shard back at once."""
-    from actors import FLEET_PLACED, FleetNode, host_node
-    from runtime import Node, open_runtime
+    from runtime import open_runtime
+    from runtime.cluster import Node
+
+    from .._fleet._cluster import host_node
+    from .._fleet._node import FLEET_PLACED, FleetNode
 
     async with (
         open_log(ctx, create=True) as store,
@@ -255,7 +261,7 @@ async def cmd_fleet(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 async def _apply(ctx: CliContext, args: argparse.Namespace) -> int:
-    from actors import apply_fleet
+    from .._fleet._control import apply_fleet
 
     fleet = read_fleet_file(args.file)
     async with open_log(ctx, create=True) as store:
@@ -298,7 +304,7 @@ async def _status(ctx: CliContext) -> int:
 
     from rich.table import Table
 
-    from actors import read_fleet_status
+    from .._fleet._control import read_fleet_status
 
     async with open_log(ctx) as store:
         now = time.time()
@@ -344,8 +350,8 @@ async def _live_nodes(ctx: CliContext, store: LogStore, status: FleetStatus) -> 
     not lapsed; on SQLite the one node holding the log's driver lock (the kernel drops it
     when its process dies, however it dies), known by the pid it recorded."""
     if ctx.dsn is not None:
-        from runtime import PostgresEventStore
         from runtime.lowlevel import live_nodes
+        from runtime.postgres import PostgresEventStore
 
         assert isinstance(store, PostgresEventStore)
         return set(await live_nodes(store))
@@ -356,7 +362,7 @@ async def _live_nodes(ctx: CliContext, store: LogStore, status: FleetStatus) -> 
 
 
 async def _pause(ctx: CliContext, name: str, *, paused: bool) -> int:
-    from actors import set_paused
+    from .._fleet._control import set_paused
 
     async with open_log(ctx) as store:
         changed = await set_paused(store, name, paused=paused, reason="powertrio fleet pause")
@@ -369,7 +375,7 @@ async def _pause(ctx: CliContext, name: str, *, paused: bool) -> int:
 
 
 async def _drain(ctx: CliContext, node: str) -> int:
-    from actors import request_drain
+    from .._fleet._control import request_drain
 
     async with open_log(ctx) as store:
         await request_drain(store, node)

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
     from opentelemetry.sdk.trace import TracerProvider
 
-    from actors import FleetNode, NodeService
     from runtime import Runtime
+
+    from .._fleet._node import FleetNode, NodeService
 
     class _MetricsInstall(Protocol):
         def __call__(

@@ -12,7 +12,7 @@ import attrs
 from ._common import CliContext, open_log, plural
 
 if TYPE_CHECKING:
-    from actors import FleetFile
+    from .._fleet._file import FleetFile
 
 __all__ = ["cmd_upgrade_check"]
 

@@ -14,9 +14,10 @@ import attrs
 import orjson
 import trio
 
-from protocols import decode_record
+from protocols.codec import decode_record
 from protocols.errors import CodecError
-from runtime import PendingTimer, RecordedEvent, open_runtime
+from runtime import RecordedEvent, open_runtime
+from runtime.timers import PendingTimer
 
 from ._common import (
     SESSION_PREFIX,
@@ -539,7 +540,7 @@ async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
             print_workflow(ctx, shown)
         return 0
     from actors._session._events import SessionState, evolve, timer_follow_up
-    from runtime import TimerFired
+    from runtime.timers import TimerFired
 
     state = SessionState()
     summary = SessionSummary(session_id)

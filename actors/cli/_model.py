@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Literal, NoReturn, final
 import attrs
 import trio
 
-from protocols import LLM, LLMRequest, LLMResponse, LLMStream, StreamDelta
+from protocols import LLM, LLMRequest, LLMResponse
 from protocols.errors import MissingSettingError
+from protocols.streaming import LLMStream, StreamDelta
 from runtime import Runtime
 
 from ._common import CliContext

@@ -23,7 +23,7 @@ from protocols.errors import (
     PowertrioError,
     StoreError,
 )
-from runtime import CheckProblem, CheckReport, check_store, export_jsonl, import_jsonl
+from runtime.maintenance import CheckProblem, CheckReport, check_store, export_jsonl, import_jsonl
 
 from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, plural, resolve_session
 

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Literal, final
 import attrs
 import trio
 
-from protocols import decode_record
-from protocols.errors import ConfigError, NoOpenRunError
+from protocols.codec import decode_record
+from protocols.errors import ConfigError
 from runtime import Runtime, open_runtime
 
+from .._session._errors import NoOpenRunError
 from ._agent import check_cli_agent
 from ._common import (
     SESSION_PREFIX,

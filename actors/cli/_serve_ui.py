@@ -1,7 +1,7 @@
 """``powertrio serve --ui-port N``: the node serves the web console beside its agents.
 
 Kept apart from ``serve`` itself: the options (argparse only, so ``--help`` stays quick)
-and a :data:`~actors.NodeService` that serves the console for as long as the node
+and a :data:`~actors.fleet.NodeService` that serves the console for as long as the node
 serves. The rules are ``powertrio ui``'s: loopback by default, and any other
 ``--ui-host`` needs ``--ui-token`` (or ``POWERTRIO_UI_TOKEN``). The console is
 read-only here: the node drives the fleet's sessions, and the forms of ``powertrio ui``
@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from actors import FleetNode, NodeService
-
+    from .._fleet._node import FleetNode, NodeService
     from ._common import CliContext
 
 __all__ = ["add_serve_ui_options", "console_services"]

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, final
 
 import trio
 
-from protocols.errors import ConfigError, HumanRequestNotFoundError, NoOpenRunError
+from protocols.errors import ConfigError
 from runtime import Clock, IdSource, Runtime, open_runtime
 
+from .._session._errors import HumanRequestNotFoundError, NoOpenRunError
 from ._agent import check_cli_agent
 from ._common import CliContext, db_in_use, db_lock, open_log
 from ._inspect import build_tree, load_actors, recorded_setup

@@ -113,7 +113,7 @@ def fold_workflow(records: list[RecordedEvent]) -> tuple[WorkflowState, str | No
     """The state of a workflow from its records, and the code of the first one the codec
     cannot read (``None`` when all decode)."""
     from actors._workflow._events import WorkflowState, evolve_workflow
-    from protocols import decode_record
+    from protocols.codec import decode_record
     from protocols.errors import CodecError
 
     state, error = WorkflowState(), None
@@ -337,7 +337,7 @@ async def cmd_signal(ctx: CliContext, args: argparse.Namespace) -> int:
     import orjson
 
     from actors._workflow._events import SignalReceived
-    from protocols import default_registry
+    from protocols.codec import default_registry
     from runtime import NewEvent
 
     from ._inspect import read_stream

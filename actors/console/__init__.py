@@ -12,6 +12,7 @@ from __future__ import annotations
 from protocols.lowlevel import fixup_module_metadata as _fixup
 
 from ._app import console_app as console_app
+from ._errors import ConsoleTokenRequiredError as ConsoleTokenRequiredError
 from ._fleet import LogFleetSource as LogFleetSource
 from ._operator import FleetSource as FleetSource
 from ._operator import Operator as Operator

@@ -22,7 +22,8 @@ import trio
 from actors.cli._common import SESSION_PREFIX, session_id_of
 from actors.cli._inspect import SessionSummary, decode_or_none, read_tree
 from actors.cli._tree import AgentTree
-from protocols import Usage, decode_record
+from protocols import Usage
+from protocols.codec import decode_record
 from protocols.errors import CodecError
 from runtime import EventStore, RecordedEvent
 from runtime.lowlevel import TimerBook

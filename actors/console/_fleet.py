@@ -1,6 +1,6 @@
 """The fleet file's agents on the fleet page: a :class:`FleetSource` read from the log.
 
-The rows are :func:`~actors.fleet_status` (the fold of ``powertrio fleet status``) over
+The rows are :func:`~actors.fleet.fleet_status` (the fold of ``powertrio fleet status``) over
 the control stream and every ``fleet/`` stream; this module only adds what the status
 sums up: the errors by code and the session of each agent's latest run (for its link).
 """
@@ -15,7 +15,7 @@ from typing import final
 import attrs
 
 from actors.cli._common import fmt_age, fmt_iso
-from protocols import decode_record
+from protocols.codec import decode_record
 from runtime import EventStore
 
 __all__ = ["LogFleetSource", "RecentRun"]
@@ -69,12 +69,13 @@ class LogFleetSource:
         return _COLUMNS
 
     async def agents(self) -> Mapping[str, Mapping[str, str]]:
-        from actors import fleet_status  # noqa: PLC0415
         from actors.events import (  # noqa: PLC0415
             FleetAgentUnavailable,
             FleetRunFinished,
             FleetRunStarted,
         )
+
+        from .._fleet._events import fleet_status  # noqa: PLC0415
 
         pairs: list[tuple[int, str, object]] = []
         at: dict[int, float] = {}

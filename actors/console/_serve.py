@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from protocols.errors import ConsoleTokenRequiredError
+from ._errors import ConsoleTokenRequiredError
 
 __all__ = ["check_bind", "serve_console"]
 

@@ -18,7 +18,7 @@ from typing import Literal, final
 import attrs
 
 from protocols import Usage
-from runtime import TimerCancelled, TimerFired, TimerScheduled
+from runtime.timers import TimerCancelled, TimerFired, TimerScheduled
 
 from .._session._budget import Price, price_for
 from .._session._events import (

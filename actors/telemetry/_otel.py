@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 
-from protocols import decode_record
+from protocols.codec import decode_record
 from protocols.errors import ConfigError
 from runtime import ActorRef, EventStore, Runtime
 

@@ -10,16 +10,9 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from protocols import (
-    EMPTY_CHAIN,
-    LLM,
-    LLMRequest,
-    LLMResponse,
-    LLMStream,
-    Message,
-    SystemMessage,
-    chain_messages,
-)
+from protocols import LLM, LLMRequest, LLMResponse, Message, SystemMessage
+from protocols.lowlevel import EMPTY_CHAIN, chain_messages
+from protocols.streaming import LLMStream
 from runtime.testing import FunctionLLM, ScriptItem
 
 if TYPE_CHECKING:

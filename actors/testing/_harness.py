@@ -26,16 +26,15 @@ from protocols.errors import (
     TimerOwnerUnavailableError,
 )
 from runtime import (
-    Backoff,
     Clock,
     EventStore,
     NewEvent,
     RecordedEvent,
     Runtime,
-    Supervision,
     open_runtime,
     open_sqlite_store,
 )
+from runtime.supervision import Backoff, Supervision
 from runtime.testing import FaultyEventStore, InjectedFault, InMemoryEventStore, ScriptItem
 
 from ._deterministic_llm import CALLER, DeterministicLLM, LLMCall
@@ -54,20 +53,11 @@ from ._operations import (
 )
 
 if TYPE_CHECKING:
-    from actors import (
-        AgentSpec,
-        Board,
-        HookContext,
-        LLMCallNext,
-        Price,
-        RunResult,
-        Session,
-        SessionState,
-        ToolCallNext,
-        ToolHook,
-    )
+    from actors import AgentSpec, Board, Price, RunResult, Session, SessionState
     from actors.events import ActiveRun
     from protocols import LLM, LLMRequest, LLMResponse, ToolCall, ToolOutcome
+
+    from .._session._observe import HookContext, LLMCallNext, ToolCallNext, ToolHook
 
 __all__ = ["DEFAULT_EPOCH", "ObservedState", "RuntimeHarness", "Trace"]
 

@@ -11,8 +11,10 @@ import attrs
 import actors
 import actors.events
 import actors.lowlevel
-from protocols import LLMRequest, Usage, decode_record
-from runtime import RecordedEvent, TimerFired, TimerScheduled
+from protocols import LLMRequest, Usage
+from protocols.codec import decode_record
+from runtime import RecordedEvent
+from runtime.timers import TimerFired, TimerScheduled
 
 from .._session._events import evolve as session_evolve
 from .._session._events import timer_follow_up

@@ -14,15 +14,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 import actors
-from protocols import (
-    JsonValue,
-    LLMResponse,
-    ToolCall,
-    ToolDefinition,
-    ToolSpec,
-    Usage,
-    compile_schema,
-)
+from protocols import JsonValue, LLMResponse, ToolCall, ToolDefinition, ToolSpec, Usage
 from protocols.errors import (
     LLMConnectionError,
     LLMError,
@@ -30,6 +22,7 @@ from protocols.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
+from protocols.jsonschema import compile_schema
 from runtime.testing import ScriptItem
 
 from ._operations import (

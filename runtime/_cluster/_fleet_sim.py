@@ -5,7 +5,8 @@ share, what to take, what is lost, what is surplus, what the fence admits); the
 database is an in-memory model of the lease table's semantics as the SQL of
 ``_cluster._sql`` uses them: times from the database's clock only, renewal by
 ``(node, epoch)``, takeover of expired rows lowest first ``FOR UPDATE SKIP LOCKED``
-(which skips a row an append in flight holds ``FOR KEY SHARE``), release, heartbeats
+(which skips a row an append in flight holds ``FOR KEY SHARE``), release (which skips
+such a row too: the node hands it back in a later round), heartbeats
 counting the live nodes, and the server ending a transaction left idle for a TTL.
 
 Everything runs under a virtual clock from one seeded ``random.Random``, one event at a
@@ -15,9 +16,9 @@ first broken one:
 
 - no two nodes are granted the same (shard, epoch), and no node believes it holds a
   (shard, epoch) it was not granted;
-- no append commits under an epoch after a later epoch of its shard was granted (the
-  fence), and every append the fence refuses was made under a lease the node no longer
-  held;
+- no append commits under an epoch after a later epoch of its shard was granted, nor
+  after its node handed that lease back (the fence), and every append the fence refuses
+  was made under a lease the node no longer held;
 - after a single failure every shard the failure left without a running owner is owned
   again within ``ttl`` plus one round (plus the database's latencies; see
   :attr:`SimResult.reowned_bound_s`);
@@ -142,7 +143,7 @@ class SimResult:
     aborted: int
     """Appends in flight ended by a crash, an outage or the idle timeout."""
     late_fenced: int
-    """Appends committed after their lease was taken over: 0."""
+    """Appends committed after their lease was taken over or handed back: 0."""
     snapshots: tuple[tuple[tuple[str | None, int], ...], ...] = ()
     """The lease table, ``(node, epoch)`` per shard, at each of ``SimConfig.snapshots``."""
 
@@ -240,14 +241,22 @@ class _Database:
                 renewed[shard] = self.epoch[shard]
         return renewed, fair, taken
 
-    def release(self, node: str, shards: dict[int, int]) -> list[int]:
-        released = []
+    def release(self, node: str, shards: dict[int, int]) -> tuple[list[int], dict[int, int]]:
+        """``release_shards``: the shards handed back, and those kept (still the node's,
+        at that epoch) because an append in flight holds the row (``FOR UPDATE SKIP
+        LOCKED``)."""
+        released: list[int] = []
+        kept: dict[int, int] = {}
         for shard, epoch in shards.items():
-            if self.owner[shard] == node and self.epoch[shard] == epoch:
-                self.owner[shard] = None
-                self._set_expiry(shard, -math.inf)
-                released.append(shard)
-        return released
+            if self.owner[shard] != node or self.epoch[shard] != epoch:
+                continue
+            if shard in self.key_share:
+                kept[shard] = epoch
+                continue
+            self.owner[shard] = None
+            self._set_expiry(shard, -math.inf)
+            released.append(shard)
+        return released, kept
 
     def begin_append(self, node: str, shard: int, epoch: int, now: float) -> bool:
         """The fence's ``CHECK_LEASES`` in the append's transaction; locks the row if held."""
@@ -280,6 +289,8 @@ class _Node:
     held: dict[int, int] = attrs.Factory(dict)
     surplus: dict[int, int] = attrs.Factory(dict)
     releasing: bool = False
+    handing_back: dict[int, int] = attrs.Factory(dict)
+    """Shards handed back but kept for an append in flight: released in a later round."""
     stashed: tuple[dict[int, int], int] | None = None
     inflight: list[_Append] = attrs.Factory(list)
 
@@ -311,6 +322,7 @@ class _Sim:
         self.db_factor = 1.0
         self.history = hashlib.sha256()
         self.granted: dict[tuple[int, int], str] = {}
+        self.released: dict[tuple[int, int], float] = {}
         self.grant_times: list[list[tuple[float, int]]] = [[] for _ in range(config.shards)]
         self.last_owner: list[str | None] = [None] * config.shards
         # Shard -> (since when it has no running owner, whether by a single failure: no
@@ -433,6 +445,10 @@ class _Sim:
             # The call fails; leases lapse on their own and the fence keeps writes safe.
             self.next_tick(node, self.now)
             return
+        if node.handing_back:
+            # Done in the database; a lost answer makes the node ask again, which
+            # changes nothing (the row moved on), so the node's list is settled here.
+            node.handing_back = self.hand_back(node, node.handing_back)
         held = {**node.held, **node.surplus}
         renewed, fair, taken = self.db.lease_tick(node.name, held, not node.surplus, self.now)
         for shard in taken:
@@ -498,8 +514,15 @@ class _Sim:
         surplus, node.surplus = node.surplus, {}
         if not self.reachable(node):
             return  # the leases lapse instead
-        for shard in self.db.release(node.name, surplus):
+        node.handing_back.update(self.hand_back(node, surplus))
+
+    def hand_back(self, node: _Node, shards: dict[int, int]) -> dict[int, int]:
+        """Release ``shards`` in the database; the ones an append in flight keeps."""
+        released, kept = self.db.release(node.name, shards)
+        for shard in released:
+            self.released[shard, shards[shard]] = self.now
             self.log("release", node.name, shard)
+        return kept
 
     # -- appends under the fence ------------------------------------------------------
 
@@ -539,6 +562,12 @@ class _Sim:
         tx.done = True
         node.inflight.remove(tx)
         self.db.end_append(tx.shard)
+        if (tx.shard, tx.epoch) in self.released:
+            self.late += 1
+            self.fail(
+                f"{tx.node} committed to shard {tx.shard} at epoch {tx.epoch} after it "
+                "handed that lease back"
+            )
         for granted_at, epoch in reversed(self.grant_times[tx.shard]):
             if epoch > tx.epoch and granted_at <= self.now:
                 self.late += 1
@@ -606,6 +635,7 @@ class _Sim:
             for tx in list(node.inflight):  # the kernel closes its sockets
                 self.abort(node, tx)
             node.held, node.surplus, node.stashed, node.releasing = {}, {}, None, False
+            node.handing_back = {}
         elif kind == "pause":
             if node.state != "up":
                 self.active_faults -= 1

@@ -10,7 +10,7 @@ nothing once another has taken over: its append fails with ``store.fenced``.
 
 The node renews its leases in the background every ``ttl / 3`` seconds and takes
 expired shards up to its fair share (all shards over the live nodes); a node holding
-more than its share hands the surplus back once the host (``actors.host_node``) has
+more than its share hands the surplus back once the host (``actors.cluster.host_node``) has
 stopped their actors. docs/cluster.md tells why it is built this way.
 """
 
@@ -147,6 +147,9 @@ class ClusterNode:
         self._store = store
         self._held: dict[int, int] = {}
         self._surplus: dict[int, int] = {}
+        # Shards handed back but still held by an append in flight: the next rounds
+        # hand them back (this node no longer writes under them).
+        self._handing_back: dict[int, int] = {}
         self._fair = 0
         self._changed = trio.Event()
         self._doorbell = trio.Event()
@@ -290,27 +293,32 @@ class ClusterNode:
     async def _tick(self) -> None:
         config = self.config
         held = {**self._held, **self._surplus}
-        try:
-            tick = await self._lease_call(
-                lambda conn: (
-                    None
-                    if self._closed  # left meanwhile: take nothing again
-                    else sql.lease_tick(
-                        conn,
-                        config.name,
-                        held,
-                        ttl=config.ttl,
-                        shards=config.shards,
-                        take=not self._surplus,
-                    )
-                )
+        handing_back = dict(self._handing_back)
+        take = not self._surplus
+
+        def round_(conn: psycopg.Connection) -> tuple[dict[int, int], sql.LeaseTick] | None:
+            if self._closed:  # left meanwhile: take nothing again
+                return None
+            # Before taking: a shard kept for an append that has committed since goes
+            # back to the fleet first (this round might take it again, at a new epoch).
+            kept = sql.release_shards(conn, config.name, handing_back)
+            tick = sql.lease_tick(
+                conn, config.name, held, ttl=config.ttl, shards=config.shards, take=take
             )
+            return kept, tick
+
+        try:
+            answer = await self._lease_call(round_)
         except StoreError as exc:
             # Leases lapse on their own; the fence keeps writes safe meanwhile.
             logger.warning("node %s could not renew its leases: %s", config.name, exc)
             return
-        if tick is None:
+        if answer is None:
             return
+        kept, tick = answer
+        for shard, epoch in handing_back.items():
+            if shard not in kept and self._handing_back.get(shard) == epoch:
+                del self._handing_back[shard]
         result = settle_round(self._held, self._surplus, tick.held, tick.fair_share)
         self._fair = tick.fair_share
         if result.lost:
@@ -379,7 +387,11 @@ class ClusterNode:
         return await run_in_thread(run)
 
     async def release(self, shards: dict[int, int]) -> None:
-        """Hand shards back now (their actors have stopped): another node may take them."""
+        """Hand shards back now (their actors have stopped): another node may take them.
+
+        This node writes nothing under them from now on; a shard an append already in
+        flight holds goes back at the next lease round, once that append has committed.
+        """
         name = self.name
         shards = dict(shards)
         for shard in shards:
@@ -388,7 +400,9 @@ class ClusterNode:
         # Owners a host did not stop (none runs, or a board it does not track): whatever
         # they would append now is fenced before it is queued.
         self._stop_owners(set(shards))
-        await self._lease_call(lambda conn: sql.release_shards(conn, name, dict(shards)))
+        kept = await self._lease_call(lambda conn: sql.release_shards(conn, name, dict(shards)))
+        # An append in flight still holds these rows: handed back once it has committed.
+        self._handing_back.update(kept)
         self._notify_change()
 
     async def aclose(self) -> None:
@@ -397,9 +411,10 @@ class ClusterNode:
             return
         self._closed = True
         self._stop_listening.set()
-        held = {**self._held, **self._surplus}
+        held = {**self._held, **self._surplus, **self._handing_back}
         self._held = {}
         self._surplus = {}
+        self._handing_back = {}
         name = self.name
         with trio.CancelScope(shield=True), contextlib.suppress(StoreError):
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, final
 
 import trio
 
-from protocols import default_registry
+from protocols.codec import default_registry
 from protocols.errors import CodecError, StoreError
 
 from .._postgres._schema import row_to_event

@@ -19,7 +19,9 @@ The rules, stated once:
   numbered first, skipping rows another transaction holds (:func:`pick_free`); every
   takeover moves the shard's epoch on by one (:func:`next_epoch`).
 - A node holding more than its fair share marks the highest numbered surplus, stops
-  their actors and hands them back (the lease row's owner cleared, expired at once).
+  their actors and hands them back (the lease row's owner cleared, expired at once),
+  skipping a row an append in flight still holds: that one goes back in a later round,
+  so no append commits after its node handed the lease back.
 - An append of a placed stream commits only if, in its own transaction, the node
   still holds the shard's lease at the epoch it was made under (:func:`fence_admits`).
 """

@@ -83,10 +83,11 @@ class Fence(Protocol):
 
 
 # The append's fence, in the append's own transaction: FOR KEY SHARE holds the rows, so
-# a takeover (FOR UPDATE SKIP LOCKED) cannot land between this check and the commit. Not
-# FOR SHARE: the node's own renewal (an UPDATE of expires_at, FOR NO KEY UPDATE) must not
-# wait for its appends, which may wait a TTL for the position lock a paused node holds;
-# the lease would lapse meanwhile and every append after it be fenced.
+# neither a takeover nor the node's own hand-back (both lock the row FOR UPDATE SKIP
+# LOCKED first) can land between this check and the commit. Not FOR SHARE: the node's
+# own renewal (an UPDATE of expires_at, FOR NO KEY UPDATE) must not wait for its
+# appends, which may wait a TTL for the position lock a paused node holds; the lease
+# would lapse meanwhile and every append after it be fenced.
 CHECK_LEASES = (
     "SELECT shard, epoch FROM shard_leases WHERE node = %s AND shard = ANY(%s::int[]) "
     "AND expires_at > clock_timestamp() FOR KEY SHARE"
@@ -191,16 +192,38 @@ def lease_tick(
     return LeaseTick(held=renewed, fair_share=fair)
 
 
-def release_shards(conn: psycopg.Connection, node: str, held: dict[int, int]) -> None:
-    """Give shards back at once (their actors stopped): any node may take them now."""
+def release_shards(conn: psycopg.Connection, node: str, held: dict[int, int]) -> dict[int, int]:
+    """Give shards back at once (their actors stopped): any node may take them now.
+
+    Returns the shards kept (shard -> epoch): those an append in flight still holds. The
+    append checked the lease ``FOR KEY SHARE``, which a plain UPDATE of the row (``FOR
+    NO KEY UPDATE``) does not wait for: the append would commit after its node handed
+    the lease back. So the rows are locked ``FOR UPDATE SKIP LOCKED`` first, as a
+    takeover does; the caller hands a kept shard back in a later round (or lets its
+    lease lapse). Waiting instead would hold up the lease loop's connection, and with it
+    the renewal, for as long as such an append waits (a TTL behind a paused node).
+    """
     if not held:
-        return
-    conn.execute(
-        "UPDATE shard_leases l SET node = NULL, expires_at = '-infinity' "
-        "FROM unnest(%s::int[], %s::bigint[]) AS h(shard, epoch) "
-        "WHERE l.shard = h.shard AND l.epoch = h.epoch AND l.node = %s",
-        (list(held), list(held.values()), node),
-    )
+        return {}
+    rows = conn.execute(_RELEASE, (list(held), list(held.values()), node, node)).fetchall()
+    return {int(shard): int(epoch) for shard, epoch in rows}
+
+
+# One statement, one round trip: release the rows still leased to the node at the epochs
+# it hands back that no other transaction holds (an append in flight holds its rows FOR
+# KEY SHARE, a takeover FOR UPDATE); answer the others still leased to it. The final
+# SELECT sees the rows as the statement began, hence the released taken out by name.
+_RELEASE = """
+WITH h AS (SELECT * FROM unnest(%s::int[], %s::bigint[]) AS h(shard, epoch)),
+released AS (
+    UPDATE shard_leases l SET node = NULL, expires_at = '-infinity' WHERE l.shard IN (
+        SELECT m.shard FROM shard_leases m JOIN h USING (shard, epoch)
+        WHERE m.node = %s FOR UPDATE OF m SKIP LOCKED
+    ) RETURNING l.shard
+)
+SELECT l.shard, l.epoch FROM shard_leases l JOIN h USING (shard, epoch)
+WHERE l.node = %s AND l.shard NOT IN (SELECT shard FROM released)
+"""
 
 
 def live_nodes(conn: psycopg.Connection) -> frozenset[str]:
@@ -216,9 +239,15 @@ def live_nodes(conn: psycopg.Connection) -> frozenset[str]:
 
 def leave(conn: psycopg.Connection, node: str) -> None:
     """Release every shard still leased to this node and forget its heartbeat (it no
-    longer counts towards the fair share)."""
+    longer counts towards the fair share).
+
+    A row an append in flight still holds is left to lapse within a TTL, as in
+    :func:`release_shards`: the leaving node hands nothing back under an append.
+    """
     conn.execute(
-        "UPDATE shard_leases SET node = NULL, expires_at = '-infinity' WHERE node = %s", (node,)
+        "UPDATE shard_leases SET node = NULL, expires_at = '-infinity' WHERE shard IN ("
+        "SELECT shard FROM shard_leases WHERE node = %s FOR UPDATE SKIP LOCKED)",
+        (node,),
     )
     conn.execute("DELETE FROM cluster_nodes WHERE node = %s", (node,))
 

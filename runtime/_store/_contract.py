@@ -12,7 +12,7 @@ from protocols.errors import StoreClosedError
 from protocols.lowlevel import slot_setter
 
 if TYPE_CHECKING:
-    from protocols import EncodedEvent
+    from protocols.codec import EncodedEvent
 
 __all__ = [
     "AppendResult",
@@ -32,7 +32,7 @@ __all__ = [
 class NewEvent:
     """An event about to be appended: bytes produced by the codec, not an event object.
 
-    The store moves bytes; ``protocols.encode`` turns an attrs event into the ``type``,
+    The store moves bytes; ``protocols.codec.encode`` turns an attrs event into the ``type``,
     ``schema_version`` and ``data`` here (see :meth:`from_encoded`).
     """
 
@@ -52,7 +52,7 @@ class NewEvent:
         """Build a new event from the codec's output.
 
         Args:
-            encoded (protocols.EncodedEvent): the result of ``protocols.encode(event)``.
+            encoded (protocols.codec.EncodedEvent): the result of ``protocols.codec.encode(event)``.
             metadata (bytes | None): optional opaque metadata.
 
         Returns:

@@ -12,7 +12,7 @@ import attrs
 import orjson
 import trio
 
-from protocols import EventRegistry, default_registry
+from protocols.codec import EventRegistry, default_registry
 from protocols.errors import (
     BadInputFileError,
     CodecError,
@@ -415,7 +415,7 @@ async def check_store(
 
     Args:
         store (EventStore): the store to check.
-        registry (EventRegistry | None): the codec (default: ``protocols.default_registry``).
+        registry (EventRegistry | None): the codec (default: ``protocols.codec.default_registry``).
         initial (Callable[[str], S] | None): the empty state for a stream name.
         evolve (Callable[[S, object], S] | None): the fold step.
         prefix (str): only check streams starting with this.

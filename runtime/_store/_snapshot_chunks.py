@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from protocols import EncodedEvent, EventRegistry
+    from protocols.codec import EncodedEvent, EventRegistry
 
     from ._contract import Snapshot
 

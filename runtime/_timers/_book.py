@@ -45,7 +45,7 @@ from typing import final
 
 import attrs
 
-from protocols import EventRegistry, default_registry
+from protocols.codec import EventRegistry, default_registry
 from protocols.errors import TimerArgumentError
 
 from .._ref import PriorityMessage, Request

@@ -23,7 +23,7 @@ from typing import Protocol, TypeGuard
 
 import orjson
 
-from protocols import default_registry
+from protocols.codec import default_registry
 
 from .._store._contract import EventStore
 from ._book import PendingTimer, TimerBook

@@ -16,7 +16,7 @@ from typing import Literal, TypeAlias, TypeGuard, final
 import attrs
 import trio
 
-from protocols import default_registry
+from protocols.codec import default_registry
 from protocols.errors import (
     ActorStoppedError,
     CodecError,

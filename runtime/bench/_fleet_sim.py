@@ -9,7 +9,7 @@ first broken one; the figures:
 
 - ``max_owners_per_shard_epoch``: the most nodes that believed they held one shard at
   one epoch (must be 1); ``late_fenced_appends``: appends committed after their lease
-  was taken over (0); ``fenced_appends``: stale writes the fence refused;
+  was taken over or handed back (0); ``fenced_appends``: stale writes the fence refused;
 - ``reowned_s_p99_after_failure`` (and ``_max``): seconds a session waited for a running
   owner after a failure, beside ``reowned_bound_s`` (TTL plus the rounds and latencies
   the design allows);

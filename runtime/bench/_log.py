@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from protocols import EventRegistry
+from protocols.codec import EventRegistry
 
 from .._sqlite._store import SqliteEventStore, open_sqlite_store
 from .._store._contract import NewEvent, RecordedEvent

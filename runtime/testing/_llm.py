@@ -9,8 +9,9 @@ from typing import final
 
 import trio
 
-from protocols import LLMRequest, LLMResponse, LLMStream, StreamDelta, response_deltas
+from protocols import LLMRequest, LLMResponse
 from protocols.errors import ScriptExhaustedError
+from protocols.streaming import LLMStream, StreamDelta, response_deltas
 
 __all__ = ["FunctionLLM", "ScriptItem", "ScriptedLLM"]
 

@@ -1,20 +1,26 @@
-"""Errors of fleets: a fleet file that does not check, a cron expression, an unknown agent.
+"""Errors of fleets: a fleet file that does not check, a cron expression, an unknown agent
+or node.
 
-``protocols.errors`` re-exports them. Each is a :class:`ConfigError`: the command line
-exits 2 for them, as for any bad configuration.
+Each is a :class:`~protocols.errors.ConfigError`: the command line exits 2 for them, as
+for any bad configuration. ``actors.fleet`` exports them; ``actors.cluster`` exports the
+error of a call relayed to the node that owns a session (a fleet's sessions live on nodes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._errors_base import ConfigError
+from protocols.errors import ConfigError
+from protocols.lowlevel import fixup_module_metadata as _fixup
+
+from .._session._errors import SessionError
 
 __all__ = [
     "CronSyntaxError",
     "FleetAgentNotFoundError",
     "FleetFileError",
     "FleetNodeNotFoundError",
+    "RemoteSessionError",
 ]
 
 
@@ -72,3 +78,28 @@ class FleetNodeNotFoundError(ConfigError, LookupError):
         self.known = tuple(known)
         listed = ", ".join(self.known) if self.known else "none: start one with `powertrio serve`"
         super().__init__(f"the fleet has no node {name!r} (nodes: {listed})")
+
+
+class RemoteSessionError(SessionError):
+    """A call relayed to the node owning a session failed there with a typed error.
+
+    ``remote_code`` is the stable code of the error the owner raised (e.g.
+    ``session.busy``), ``remote_message`` its message.
+    """
+
+    code = "session.remote"
+
+    def __init__(self, session_id: str, remote_code: str, remote_message: str) -> None:
+        self.session_id = session_id
+        self.remote_code = remote_code
+        self.remote_message = remote_message
+        super().__init__(
+            f"session {session_id!r} failed on the node that owns it: "
+            f"[{remote_code}] {remote_message}"
+        )
+
+
+# Tracebacks and pickles name the public namespace, whether or not it was imported yet.
+_fixup("actors.fleet", {n: v for n, v in globals().items() if n != "RemoteSessionError"})
+_fixup("actors.cluster", {"RemoteSessionError": RemoteSessionError})
+del _fixup

@@ -1,8 +1,12 @@
-"""Errors of the web console (``powertrio ui``): what it refuses before it serves a page."""
+"""Errors of the web console (``powertrio ui``): what it refuses before it serves a page.
+
+``actors.console`` exports them.
+"""
 
 from __future__ import annotations
 
-from ._errors_base import ConfigError
+from protocols.errors import ConfigError
+from protocols.lowlevel import fixup_module_metadata as _fixup
 
 __all__ = ["ConsoleTokenRequiredError"]
 
@@ -24,3 +28,8 @@ class ConsoleTokenRequiredError(ConfigError):
             "anyone reaching it could read every log and answer human requests; give "
             "--token T (or set POWERTRIO_UI_TOKEN), or bind to 127.0.0.1"
         )
+
+
+# Tracebacks and pickles name the public namespace, whether or not it was imported yet.
+_fixup("actors.console", globals())
+del _fixup
