@@ -28,7 +28,7 @@ import pytest
 import trio
 import trio.testing
 from _cli import command, environment, run_cli
-from _wait import wait_until
+from _wait import wait_until, wait_until_async
 
 from actors import AgentSpec, spawn_session
 from actors.workflows import WorkflowContext, run_workflow, start_workflow, workflow
@@ -388,8 +388,13 @@ def test_signal_from_the_command_line_reaches_a_waiting_workflow(tmp_path: Path)
 
     async def park() -> None:
         async with open_sqlite_store(log) as store, open_runtime(store=store) as runtime:
-            await start_workflow(runtime, gate, "launch", workflow_id="gate-1")
-            await trio.sleep(0.5)  # parked on wait_for: the process goes away
+            handle = await start_workflow(runtime, gate, "launch", workflow_id="gate-1")
+
+            async def started() -> bool:
+                return (await handle.state()).started is not None
+
+            # Its start is in the log; it parks on wait_for, and the process goes away.
+            await wait_until_async(started, "the workflow to record its start")
 
     async def resume() -> object:
         async with open_sqlite_store(log) as store, open_runtime(store=store) as runtime:
@@ -955,9 +960,11 @@ def test_run_in_a_terminal_shows_the_live_tree_and_ctrl_c_cancels(
         tmux, "● helper", "thinking…", "⚙ spawn_agent", "Ctrl-C: cancel after this turn"
     )
     assert "● agent ses_" in live and "task: part 1 of: plan a picnic" in live
-    for _ in range(presses):
+    subprocess.run([*tmux, "send-keys", "-t", "cli", "C-c"], check=True)
+    if presses == 2:
+        # The second press must find the first one handled, or it would only be the first.
+        _wait_for(tmux, "Ctrl-C: cancelling after the current turn")
         subprocess.run([*tmux, "send-keys", "-t", "cli", "C-c"], check=True)
-        time.sleep(0.3)
     done = _wait_for(tmux, "EXIT=")
     assert "EXIT=1" in done
     assert "Ctrl-C: cancelling after the current turn" in done

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import _cluster_agents
+import pytest
 import trio
 
 from actors import AgentSpec, ToolContext, tool
@@ -86,3 +87,36 @@ async def test_a_tool_delegates_to_a_session_on_another_node(
         assert f"L{n}~research" in b.sessions  # the helper ran on the other node
         assert f"L{n}~research" not in a.sessions
         assert await (await b.session(f"L{n}")).send("ignored", id="r1") == result
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="host.create and send carry no trace context: the delegated session's run "
+    "starts a trace of its own instead of joining its caller's",
+)
+async def test_a_delegated_session_s_run_joins_its_caller_s_trace(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """The tool that delegates runs in the lead's trace; the session it asks on another
+    node should continue that trace under the tool's span, as a sub-agent does."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from actors.telemetry import (
+        export_session_spans,
+        telemetry_tracer_provider,
+        tool_span_id,
+        trace_id_of,
+    )
+
+    async with _host(postgres_server, schema, "a") as a:
+        lead = await a.create("lead", session_id="T0")
+        result = await lead.send("why is the sky blue", id="r1")
+        exporter = InMemorySpanExporter()
+        provider = telemetry_tracer_provider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        assert await export_session_spans(a.runtime.store, ["T0~research"], provider) > 0
+    helper_run = next(s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent"))
+    assert helper_run.context.trace_id == trace_id_of("T0", result.run_id)
+    assert helper_run.parent is not None
+    assert helper_run.parent.span_id == tool_span_id("T0", result.run_id, "c1")

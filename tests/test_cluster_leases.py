@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 import _postgres
@@ -140,28 +141,49 @@ async def test_appends_waiting_for_a_paused_writers_lock_keep_the_lease(
     async with _node(postgres_server, schema, Node(name="a", shards=2, ttl=ttl)) as runtime:
         assert runtime.node is not None
         locked, release = threading.Event(), threading.Event()
+        locked_at: list[datetime] = []
 
         def pause_holding_the_lock() -> None:
             with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
                 conn.execute("BEGIN")
                 conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(schema),))
+                row = conn.execute("SELECT clock_timestamp()").fetchone()
+                assert row is not None
+                locked_at.append(row[0])
                 locked.set()
                 release.wait(30)
                 conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(schema),))
                 conn.execute("COMMIT")
 
+        def renewed_a_ttl_after_the_lock() -> bool:
+            """Every lease of node a expires more than two TTLs after the lock was taken:
+            renewed more than a TTL into the pause, past where unrenewed it would lapse."""
+            with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
+                conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+                row = conn.execute(
+                    "SELECT count(*), min(expires_at) FROM shard_leases WHERE node = 'a'"
+                ).fetchone()
+            assert row is not None
+            held, first_to_lapse = row
+            return bool(held == 2 and first_to_lapse > locked_at[0] + timedelta(seconds=2 * ttl))
+
+        async def renewed() -> bool:
+            return await trio.to_thread.run_sync(renewed_a_ttl_after_the_lock)
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.to_thread.run_sync, pause_holding_the_lock)
             await trio.to_thread.run_sync(locked.wait, 30)
-            waiting = trio.Event()
+            waiting, appended = trio.Event(), trio.Event()
 
             async def first_append() -> None:
                 waiting.set()
                 await runtime.store.append(_stream_in(0, 2), [_event()], 0)
+                appended.set()
 
             nursery.start_soon(first_append)
             await waiting.wait()
-            await trio.sleep(2 * ttl)  # the append waits for the lock all along
+            await wait_until_async(renewed, "node a's lease rounds to go on under the lock")
+            assert not appended.is_set()  # the append waited for the lock all along
             release.set()
         # Right after: both shards still take appends under the same epochs.
         for shard, expected in ((0, 1), (1, 0)):

@@ -4,11 +4,13 @@ sessions of the log; and ``powertrio serve --ui-port`` serving that page itself.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -20,12 +22,16 @@ from _wait import wait_until
 pytest.importorskip("starlette", reason="the console extra is not installed")
 pytest.importorskip("hypercorn", reason="the console extra is not installed")
 
+from _cli import run_cli
 from _console import serve
 from _console_fleet import FLEET, HOUR, START, run_fleet
 
+from actors.cli._common import CliContext, db_lock
 from actors.console import LogFleetSource
-from actors.fleet import read_fleet_status
-from runtime import open_sqlite_store
+from actors.events import FleetAgentHosted, FleetNodeStarted
+from actors.fleet import apply_fleet, parse_fleet_file, read_fleet_status
+from protocols.codec import encode
+from runtime import NewEvent, open_sqlite_store
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +72,49 @@ async def test_the_fleet_page_shows_the_fleet_file_s_agents_beside_the_sessions(
     assert '<table id="agents">' in page and "<h2>Sessions of the log</h2>" in page
     assert '<a href="/sessions/pinger-2">pinger</a>' in page
     assert "config.invalid×1" in page  # noqa: RUF001
+
+
+async def test_the_fleet_page_shows_the_nodes_and_calls_one_whose_lease_lapsed_lost(
+    tmp_path: Path,
+) -> None:
+    """Two nodes the log has running: this process holds the SQLite log's driver lock
+    as node ``n-live`` (as ``powertrio serve`` would); ``n-lost`` was killed (no stop, no
+    lock). The page and its JSON say what ``powertrio fleet status`` says."""
+    path = tmp_path / "fleet.sqlite"
+    lost_pid = 2**22 + 7  # above Linux's largest pid: no such process
+    async with open_sqlite_store(path) as store:
+        await apply_fleet(store, parse_fleet_file(FLEET))
+        for node, pid, agent in (("n-live", os.getpid(), "digest"), ("n-lost", lost_pid, "pinger")):
+            started = FleetNodeStarted(node=node, pid=pid, version="9.9", started_at=START)
+            await store.append(f"fleet/node/{node}", [NewEvent.from_encoded(encode(started))], 0)
+            hosted = FleetAgentHosted(node=node, spec_hash="x")
+            await store.append(f"fleet/agent/{agent}", [NewEvent.from_encoded(encode(hosted))], 0)
+    ctx = CliContext.create(db=str(path), json=True, debug=True)
+    with db_lock(ctx, "serve"):
+        async with serve(path, writable=False) as console:
+            body = (await console.client.get("/api/fleet")).json()
+            page = (await console.client.get("/")).text
+        # ``main`` runs its own Trio loop: in a thread of its own.
+        status = partial(run_cli, "--db", str(path), "fleet", "status", "--json", cwd=tmp_path)
+        cli = await trio.to_thread.run_sync(status)
+    assert [(n["name"], n["state"], n["pid"]) for n in body["nodes"]] == [
+        ("n-live", "running", os.getpid()),
+        ("n-lost", "lost", lost_pid),
+    ]
+    assert body["nodes"] == json.loads(cli.stdout)["nodes"]
+    agents = {a["name"]: a for a in body["agents"]}
+    assert agents["digest"]["node"] == "n-live"
+    assert agents["pinger"]["node"] == "n-lost (lost)"
+    assert '<table id="nodes">' in page
+    assert (
+        '<tr data-node="n-lost"><td>n-lost</td><td><span class="status lost">lost</span> '
+        '<span class="dim">its lease lapsed and it recorded no stop (killed?)</span></td>'
+    ) in page
+    assert (
+        '<tr data-node="n-live"><td>n-live</td><td><span class="status running">running</span></td>'
+        in page
+    )
+    assert "<td>n-lost (lost)</td>" in page
 
 
 async def test_a_log_with_no_fleet_file_shows_only_its_sessions(db_demo: Path) -> None:

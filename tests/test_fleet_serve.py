@@ -97,7 +97,11 @@ def test_a_second_sigterm_cancels_at_once_and_the_log_stays_valid(db: Path) -> N
     try:
         _wait_for(db, "a run in flight", lambda a: a["state"] == "running")
         node.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        # The second signal must find the node draining (else it would only start to).
+        wait_until(
+            lambda: [n["state"] for n in _status(db)["nodes"]] == ["draining"],  # type: ignore[attr-defined, index]
+            "the node to record that it drains",
+        )
         node.send_signal(signal.SIGTERM)
         _out, err = node.communicate(timeout=60)
     finally:

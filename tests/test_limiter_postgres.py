@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import _postgres
 import pytest
 import trio
+from _wait import wait_until_async
 from test_limiter import _check_log
 
-from actors.events import GrantIssued
+from actors.events import GrantIssued, GrantSettled
 from actors.limits import Limit, LimiterPolicy, spawn_limiter
 from protocols.codec import decode_record
 from runtime import open_runtime
@@ -31,6 +32,7 @@ def test_two_nodes_on_one_log_hold_one_limit(postgres_server: PostgresServer, sc
     requests-per-minute limit granted (no more), and both nodes granted some."""
     policy = LimiterPolicy(models={"*": Limit(requests_per_minute=60)}, tree=Limit(concurrent=1))
     got: dict[str, list[GrantIssued]] = {"a": [], "b": []}
+    settled: set[str] = set()
 
     async def main() -> list[object]:
         dsn = postgres_server.dsn()
@@ -55,13 +57,19 @@ def test_two_nodes_on_one_log_hold_one_limit(postgres_server: PostgresServer, sc
                         got[node].append(grant)
                         await trio.sleep(0.01)  # the call
                         limiter.settle(grant, 1)
+                        settled.add(grant.grant_id)
 
             async with trio.open_nursery() as nursery:
                 for number in range(10):
                     nursery.start_soon(caller, "a", f"a{number}")
                     nursery.start_soon(caller, "b", f"b{number}")
-            await trio.sleep(0.2)  # the last settles reach the log
-            return [decode_record(r) for r in await store_a.read("limiter/fleet")]
+
+            async def with_every_settle() -> list[object] | None:
+                events = [decode_record(r) for r in await store_a.read("limiter/fleet")]
+                logged = {e.grant_id for e in events if isinstance(e, GrantSettled)}
+                return events if logged >= settled else None
+
+            return await wait_until_async(with_every_settle, "the last settles to reach the log")
 
     events = trio.run(main)
     _check_log(events, policy)

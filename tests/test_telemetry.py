@@ -243,6 +243,46 @@ async def test_a_resumed_run_continues_its_trace_with_the_same_ids(virtual_clock
     assert logged_run.start_time < run.start_time  # the log knows when the run began
 
 
+async def test_a_resumed_session_s_live_spans_carry_its_agent_name(virtual_clock):
+    """The process that resumes a session never sees its first event (it was committed
+    before): its live spans still name the agent, as the log's export does."""
+    store = InMemoryEventStore()
+    clock = Clock(start=1_700_000_000.0)
+    provider, exporter = traced()
+    asked = trio.Event()
+
+    async def hang(request):
+        asked.set()
+        await trio.sleep_forever()
+
+    with trio.CancelScope() as kill:
+        async with open_runtime(store=store, clock=clock) as runtime:
+            Telemetry(tracer_provider=provider).install(runtime)
+            session = await spawn_session(
+                runtime, llm=FunctionLLM(hang), session_id="s", agent_name="weather"
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(session.send, "weather?")
+                await asked.wait()
+                kill.cancel()
+
+    async def finish(request):
+        await trio.sleep(1)
+        return LLMResponse(content="warm", usage=usage(20, 2))
+
+    async with open_runtime(store=store, clock=clock) as runtime:
+        Telemetry(tracer_provider=provider).install(runtime)
+        session = await spawn_session(
+            runtime, llm=FunctionLLM(finish), session_id="s", agent_name="weather"
+        )
+        run_id = (await session.state()).run.started.run_id
+        with trio.fail_after(5):
+            assert (await session.wait(run_id)).text == "warm"
+    live = {s.name: s for s in exporter.get_finished_spans()}
+    assert sorted(live) == ["chat", "invoke_agent weather"]
+    assert {s.attributes["gen_ai.agent.name"] for s in live.values()} == {"weather"}
+
+
 async def test_a_sub_agent_s_run_joins_its_parent_s_trace():
     from actors import AgentSpec
 

@@ -220,7 +220,9 @@ async def resolve_session(store: LogStore, given: str) -> str:
 
 
 def _lock_path(db: Path) -> Path:
-    return db.with_name(db.name + ".lock")
+    from actors._fleet._leases import driver_lock_path  # noqa: PLC0415
+
+    return driver_lock_path(db)
 
 
 def check_folder(db: Path) -> None:
@@ -305,31 +307,17 @@ def db_in_use(db: Path | CliContext) -> bool:
 
             return postgres_lock_held(db.dsn, _LOCK_NAME)
         db = db.db
-    try:
-        import fcntl  # noqa: PLC0415  # POSIX only
-    except ImportError:  # pragma: no cover
-        return False
-    path = _lock_path(db)
-    if not path.exists():
-        return False
-    with path.open("a+", encoding="utf-8") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
+    from actors._fleet._leases import driver_lock_held  # noqa: PLC0415
+
+    return driver_lock_held(db)
 
 
 def db_holder(db: Path) -> str | None:
     """Who holds the SQLite log's driver lock right now, as it wrote itself in the lock
     file (``pid N (`powertrio serve`)``), or ``None`` when no process holds it."""
-    if not db_in_use(db):
-        return None
-    try:
-        return _lock_path(db).read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
+    from actors._fleet._leases import driver_lock_holder  # noqa: PLC0415
+
+    return driver_lock_holder(db)
 
 
 # -- formatting --------------------------------------------------------------------------

@@ -34,7 +34,6 @@ from protocols.errors import ConfigError, InputFileNotFoundError
 
 from ._common import (
     CliContext,
-    db_holder,
     db_lock,
     fmt_age,
     fmt_iso,
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
     from .._fleet._events import FleetStatus
     from .._fleet._file import AgentDecl, FleetFile
     from .._fleet._node import FleetNode, NodeService
-    from ._common import LogStore
 
 __all__ = ["cmd_fleet", "cmd_serve"]
 
@@ -305,11 +303,12 @@ async def _status(ctx: CliContext) -> int:
     from rich.table import Table
 
     from .._fleet._control import read_fleet_status
+    from .._fleet._leases import with_leases
 
     async with open_log(ctx) as store:
         now = time.time()
         status = await read_fleet_status(store, now=now)
-        status = status.with_live_nodes(await _live_nodes(ctx, store, status))
+        status = await with_leases(store, status)
     if ctx.json:
         ctx.emit(status_json(status))
         return 0
@@ -343,22 +342,6 @@ async def _status(ctx: CliContext) -> int:
         gone = ": its lease lapsed and it recorded no stop (killed?)" if n.state == "lost" else ""
         ctx.out.print(f"node {n.name}: {n.state} (pid {n.pid}, powertrio {n.version}){gone}")
     return 0
-
-
-async def _live_nodes(ctx: CliContext, store: LogStore, status: FleetStatus) -> set[str]:
-    """The nodes whose lease holds now. On PostgreSQL, those whose heartbeat lease has
-    not lapsed; on SQLite the one node holding the log's driver lock (the kernel drops it
-    when its process dies, however it dies), known by the pid it recorded."""
-    if ctx.dsn is not None:
-        from runtime.lowlevel import live_nodes
-        from runtime.postgres import PostgresEventStore
-
-        assert isinstance(store, PostgresEventStore)
-        return set(await live_nodes(store))
-    holder = db_holder(ctx.db)
-    if holder is None:
-        return set()
-    return {n.name for n in status.nodes if holder.startswith(f"pid {n.pid} ")}
 
 
 async def _pause(ctx: CliContext, name: str, *, paused: bool) -> int:

@@ -160,6 +160,7 @@ class _Console:
         if self.fleet_source is not None:
             agents = await self.fleet_source.agents()
             columns = tuple(self.fleet_source.columns)
+        nodes = self._nodes()
         live, now, today = self.live(), time.time(), now_day()
         rows = []
         for sid, row in sorted(self.fold.rows.items(), key=lambda kv: tree_order(kv[0])):
@@ -193,6 +194,7 @@ class _Console:
             return JSONResponse(
                 {
                     "agents": fleet,
+                    "nodes": nodes,
                     "sessions": rows,
                     "position": self.fold.position,
                     "head": head,
@@ -214,9 +216,21 @@ class _Console:
             errors=sorted(self.fold.errors_by_code().items()),
             agents=fleet,
             agent_columns=columns,
+            nodes=nodes,
             fleet_note=note,
             strips=self._strips(request),
         )
+
+    def _nodes(self) -> list[dict[str, object]]:
+        """The fleet's nodes as ``powertrio fleet status --json`` has them: one whose lease
+        lapsed with no recorded stop is ``lost`` (known only to the log's own source)."""
+        source = self.fleet_source
+        if not isinstance(source, LogFleetSource):
+            return []
+        return [
+            {**attrs.asdict(n), "started_at": fmt_iso(n.started_at)}
+            for n in sorted(source.nodes, key=lambda n: natural_key(n.name))
+        ]
 
     def _strips(self, request: Request) -> dict[str, Markup]:
         """Each fleet agent's latest runs as a strip of small bars (height: duration)."""

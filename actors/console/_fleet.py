@@ -14,6 +14,8 @@ from typing import final
 
 import attrs
 
+from actors._fleet._events import NodeStatus
+from actors._fleet._leases import with_leases
 from actors.cli._common import fmt_age, fmt_iso
 from protocols.codec import decode_record
 from runtime import EventStore
@@ -63,6 +65,9 @@ class LogFleetSource:
         """Each agent's latest runs, oldest first (as of the last :meth:`agents`)."""
         self.sessions: dict[str, set[str]] = {}
         """Each agent's sessions, one a run (as of the last :meth:`agents`)."""
+        self.nodes: tuple[NodeStatus, ...] = ()
+        """The fleet's nodes, a node whose lease lapsed with no recorded stop ``lost``, as
+        ``powertrio fleet status`` says (as of the last :meth:`agents`)."""
 
     @property
     def columns(self) -> Sequence[str]:
@@ -112,6 +117,9 @@ class LogFleetSource:
         self.recent = recent
         now = self.now()
         status = fleet_status(((stream, event) for _, stream, event in pairs), now=now)
+        status = await with_leases(self.store, status)
+        self.nodes = status.nodes
+        lost = {n.name for n in status.nodes if n.state == "lost"}
         rows: dict[str, Mapping[str, str]] = {}
         for agent in status.agents:
             last = ""
@@ -125,7 +133,9 @@ class LogFleetSource:
                 wake = "due" if due <= 0 else f"in {fmt_age(due)}"
             rows[agent.name] = {
                 "state": agent.state,
-                "node": agent.node or "",
+                "node": (agent.node + " (lost)" if agent.node in lost else agent.node)
+                if agent.node
+                else "",
                 "last run": last,
                 "next wake-up": wake,
                 "runs today": str(agent.runs_today),

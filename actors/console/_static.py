@@ -135,6 +135,7 @@ code { font-family: ui-monospace, monospace; font-size: 12px; }
 .status.running { background: #fff3c4; } .status.completed { background: #d7f5dd; }
 .status.failed { background: #ffd9d9; } .status.waiting_for_human { background: #dbe8ff; }
 .status.cancelled { background: #f1ddf7; } .status.interrupted { background: #ffe8c7; }
+.status.lost { background: #ffd9d9; }
 ul.tree, ul.tree ul { list-style: none; padding-left: 1.4em; border-left: 1px dotted #b8bfcc; }
 ul.tree li { margin: .25em 0; }
 .tools { color: #0e7490; }

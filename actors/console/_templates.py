@@ -38,6 +38,11 @@ _FLEET = """{% extends "base" %}{% block body %}
 <div id="fleet-live" data-live>
 <p class="dim">{{ rows|length }} sessions · {{ events }} events folded · today (UTC) {{ today }}
 {% if fleet_note %} · {{ fleet_note }}{% endif %}</p>
+{% if nodes %}<h2>Nodes</h2>
+<table id="nodes"><tr><th>node</th><th>state</th><th>pid</th><th>powertrio</th><th>started (UTC)</th></tr>
+{% for n in nodes %}<tr data-node="{{ n.name }}"><td>{{ n.name }}</td><td><span class="status {{ n.state }}">{{ n.state }}</span>{% if n.state == "lost" %} <span class="dim">its lease lapsed and it recorded no stop (killed?)</span>{% endif %}</td>
+<td>{{ n.pid }}</td><td>{{ n.version }}</td><td>{{ n.started_at }}</td></tr>{% endfor %}
+</table>{% endif %}
 {% if agents %}<h2>Agents of the fleet file</h2>
 <table id="agents"><tr><th>agent</th>{% for c in agent_columns %}<th>{{ c }}</th>{% endfor %}<th>latest runs</th></tr>
 {% for a in agents %}<tr data-agent="{{ a.name }}"><td>{% if a.session %}<a href="{{ root }}/sessions/{{ a.session|urlencode }}">{{ a.name }}</a>{% else %}{{ a.name }}{% endif %}</td>

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, final
 
+import trio
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
@@ -126,7 +127,12 @@ class Telemetry:
             self.metrics.owner_ready(stream)
         if self._tracer is not None and stream.startswith(_SESSION):
             assert self._runtime is not None
-            self._builder.ready(stream[len(_SESSION) :], self._runtime.clock.now())
+            session_id = stream[len(_SESSION) :]
+            self._builder.ready(session_id, self._runtime.clock.now())
+            # A resumed session's first event was committed before this process: read it
+            # (its agent name, its trace context) before folding the session's new ones.
+            self._builder.hold(session_id)
+            trio.lowlevel.spawn_system_task(self._read_first, stream, self._runtime.store)
 
     def on_owner_gone(self, stream: str, owner: ActorRef[object]) -> None:
         if self.metrics is not None:
@@ -152,6 +158,17 @@ class Telemetry:
                 feed(session_id, event, now)
         except Exception:  # a listener must not raise into the actor
             logger.exception("telemetry: could not fold the events of %s", stream)
+
+    async def _read_first(self, stream: str, store: EventStore) -> None:
+        first: object | None = None
+        try:
+            records = await store.read(stream, limit=1)
+            if records:
+                first = decode_record(records[0])
+        except Exception:  # a system task must not raise: the spans go on without it
+            logger.exception("telemetry: could not read the first event of %s", stream)
+        finally:
+            self._builder.release(stream[len(_SESSION) :], first)
 
     # -- spans ------------------------------------------------------------------------
 

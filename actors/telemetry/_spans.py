@@ -101,6 +101,9 @@ class _Stream:
     ready_at: float | None = None
     """When this process's actor of the session started (a resumed run's spans that
     began in an earlier process start here)."""
+    held: list[tuple[object, float]] | None = None
+    """Events kept back, in order, until the session's first event is known (see
+    :meth:`SpanBuilder.hold`); ``None``: none are."""
 
 
 @final
@@ -130,6 +133,28 @@ class SpanBuilder:
             stream = self._streams[session_id] = _Stream(session_id)
         stream.ready_at = at
 
+    def hold(self, session_id: str) -> None:
+        """Keep the session's events back until :meth:`release`: a process that resumes a
+        session never sees its first event (its agent name and trace context) go by, so
+        its owner reads it from the log meanwhile."""
+        stream = self._streams.get(session_id)
+        if stream is None:
+            stream = self._streams[session_id] = _Stream(session_id)
+        if stream.held is None:
+            stream.held = []
+
+    def release(self, session_id: str, first: object | None) -> None:
+        """Fold the session's first event (``None``: it has none yet, or it could not be
+        read), then the events kept back since :meth:`hold`."""
+        stream = self._streams.get(session_id)
+        if stream is None or stream.held is None:
+            return
+        held, stream.held = stream.held, None
+        if isinstance(first, SessionCreated):
+            self.feed(session_id, first, 0.0)
+        for event, at in held:
+            self.feed(session_id, event, at)
+
     def forget(self, session_id: str) -> None:
         """Drop what is kept of a session between its events (its actor stopped)."""
         self._streams.pop(session_id, None)
@@ -139,6 +164,9 @@ class SpanBuilder:
         stream = self._streams.get(session_id)
         if stream is None:
             stream = self._streams[session_id] = _Stream(session_id)
+        if stream.held is not None:
+            stream.held.append((event, at))
+            return
         if isinstance(event, SessionCreated):
             stream.parent_id = event.parent_id
             stream.agent = event.agent
