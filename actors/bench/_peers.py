@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,9 @@ def measure(side: str, config: str, count: str, path: str) -> dict[str, float]:
     if config == "new_sessions":
         return {"rate": trio.run(_create_sessions, n, Path(path))}
     sessions, sends = (n, 1) if config == "at_once" else (1, n)
-    measured = trio.run(_sessions, sessions, sends, Path(path))
+    measured = trio.run(
+        partial(_sessions, memory=config == "sequential"), sessions, sends, Path(path)
+    )
     total = sessions * sends
     figures = _sends_figures(total, total / measured.rate, measured.cpu_seconds)
     figures["state_copies_per_send"] = measured.state_copies / total
