@@ -217,6 +217,16 @@ class ActorContext(Generic[MsgT]):
         self._cell.passivating = True
         self._cell.request_stop()
 
+    def passivate_if_idle(self, idle: Callable[[], bool]) -> None:
+        """Passivate (see :meth:`passivate`) once the actor is between messages, if no
+        message is queued by then and ``idle()`` still holds; else go on as before.
+
+        For an idle timer running in the actor's nursery: it cannot see whether a message
+        is being handled (an ``await`` inside :meth:`Actor.receive` lets it run), so the
+        decision is made in the serial loop. ``idle`` runs there, between two messages.
+        """
+        self._cell.passivate_if_idle(idle)
+
 
 class Supervisor(Actor[object]):
     """An actor whose only job is to run a fixed list of children under a strategy.

@@ -9,6 +9,7 @@ a node cancels its subtree.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from types import UnionType
 from typing import TYPE_CHECKING, TypeVar
 
@@ -60,6 +61,16 @@ class _ChildExited(PriorityMessage):
         self.cell = cell
         self.incarnation = incarnation
         self.error = error
+
+
+class _PassivateIfIdle(PriorityMessage):
+    """Passivate if, when the loop reaches this, nothing else is queued and ``idle()``
+    still holds: decided between two messages, never while one is being handled."""
+
+    __slots__ = ("idle",)
+
+    def __init__(self, idle: Callable[[], bool]) -> None:
+        self.idle = idle
 
 
 def _first_error(exc: BaseException) -> Exception | None:
@@ -119,6 +130,7 @@ class _Cell:
         "known_version",
         "mailbox",
         "name",
+        "no_snapshot",
         "parent",
         "passivating",
         "path",
@@ -155,6 +167,9 @@ class _Cell:
         self.stopping = False
         self.stop_requested = False
         self.passivating = False
+        self.no_snapshot = False
+        """Set by an event-sourced incarnation that passivated knowing its stream had no
+        snapshot: the next one skips looking for one (a hint; a snapshot is a cache)."""
         self.restart_count = 0
         self.restart_token: object | None = None
         self.started_at = 0.0
@@ -202,6 +217,10 @@ class _Cell:
     def request_stop(self) -> None:
         self.stop_requested = True
         self.mailbox.interrupt()
+
+    def passivate_if_idle(self, idle: Callable[[], bool]) -> None:
+        if not self.mailbox.closed:
+            self.mailbox.put_system((_PassivateIfIdle(idle), None))
 
     def stopped_error(self) -> ActorStoppedError:
         """What a send to this actor raises once it has stopped for good."""
@@ -313,6 +332,11 @@ class _Cell:
             if type(message) is _ChildExited:
                 await self.children().on_exit(message)
                 continue
+            if type(message) is _PassivateIfIdle:
+                if mailbox.empty() and message.idle():
+                    self.passivating = True
+                    self.stop_requested = True
+                continue
             self.current_reply = reply
             try:
                 result = await receive(message)
@@ -392,7 +416,10 @@ class _Children:
     def _rest(self, cell: _Cell) -> None:
         """A passivated child waits for its next message (or has one already)."""
         cell.passivating = False
+        cell.started_at = 0.0  # set again at its next start; a resting cell holds no float
+        cell.runtime._publish_passivated(cell)
         if cell.mailbox.empty():
+            cell.mailbox.shrink()
             cell.mailbox.call_on_first_put(self._launch_lazily, cell)
         else:
             self._launch_on_message(cell)

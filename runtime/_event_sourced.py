@@ -34,6 +34,7 @@ from protocols.errors import (
     ConfigError,
     EventEncodeError,
     StoreClosedError,
+    StoreError,
     StreamRewoundError,
     UnknownEventTypeError,
 )
@@ -47,6 +48,10 @@ from ._store._snapshot_chunks import decode_snapshot, encode_snapshot
 StateT = TypeVar("StateT")
 
 logger = logging.getLogger("powertrio.event_sourced")
+
+PASSIVATION_SNAPSHOT_TAIL = 16
+"""Events since the last snapshot from which a passivating actor saves one (when it keeps
+snapshots at all): re-activation then reads the snapshot and a short tail."""
 
 _PAGE = 4096
 
@@ -309,7 +314,23 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         await self._advance()
 
     async def on_stop(self) -> None:
-        """Tell the persist listeners this stream's owner is gone (call it when overriding)."""
+        """Tell the persist listeners this stream's owner is gone (call it when overriding).
+
+        An actor that passivates first saves a snapshot if ``snapshot_every`` is set and
+        at least :data:`PASSIVATION_SNAPSHOT_TAIL` events came since its last one: its
+        next start, likely soon, then folds little beyond it.
+        """
+        if (
+            self._cell.passivating
+            and self.snapshot_every is not None
+            and self.version - self.snapshot_version >= PASSIVATION_SNAPSHOT_TAIL
+        ):
+            try:
+                await self._save_snapshot(self.state)
+            except StoreError as exc:  # a cache: the next start folds the log instead
+                logger.warning("%s: no snapshot on passivation: %s", self._stream, exc)
+        if self._cell.passivating:
+            self._cell.no_snapshot = self.snapshot_version == 0
         owner = self.context.ref
         for listener in self.context.runtime.persist_listeners:
             listener.on_owner_gone(self._stream, owner)
@@ -339,7 +360,12 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self.version = version
             self._check_not_rewound(version)
             return
-        snapshot = await self.store.load_snapshot(self._stream)
+        cell = self._cell
+        # Started again after a passivation that knew of no snapshot: one read fewer (the
+        # usual idle session is short). A snapshot is a cache, so a wrong hint only
+        # costs a longer fold.
+        skip, cell.no_snapshot = cell.no_snapshot, False
+        snapshot = None if skip else await self.store.load_snapshot(self._stream)
         if snapshot is not None and not self._snapshot_is_current(
             snapshot.type, snapshot.schema_version
         ):

@@ -111,6 +111,14 @@ class _Mailbox(Generic[T]):
         self._on_put: Callable[[Any], None] | None = None
         self._on_put_arg: object = None
 
+    def shrink(self) -> None:
+        """Drop the queues while they are empty (each holds a block of over 600 bytes):
+        for an actor that rests until its next message, as a lazy one does."""
+        if not self._user:
+            self._user = None
+        if not self._system:
+            self._system = None
+
     def call_on_first_put(self, hook: Callable[[A], None], arg: A) -> None:
         """Call ``hook(arg)`` (once) when a message arrives with no receiver waiting: how
         an actor that starts lazily is started by its first message. (A hook and its

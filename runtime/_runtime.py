@@ -31,6 +31,7 @@ from ._store._contract import EventStore
 from ._store._memory import InMemoryEventStore
 from ._supervision import (
     ActorCrashed,
+    ActorPassivated,
     ActorStarted,
     ActorStopped,
     ChildSpec,
@@ -236,7 +237,7 @@ class Runtime:
 
     @contextmanager
     def subscribe(self, buffer: int = 1024) -> Iterator[trio.MemoryReceiveChannel[LifecycleEvent]]:
-        """Receive every lifecycle event (start, crash, restart, stop, escalation).
+        """Receive every lifecycle event (start, crash, restart, passivation, stop, escalation).
 
         A subscriber never slows supervision down: when its buffer is full, further events
         are dropped for it and counted in :meth:`statistics`.
@@ -263,6 +264,17 @@ class Runtime:
         if self._subscribers:
             self._publish(
                 ActorStarted(
+                    actor_id=cell.id,
+                    path=cell.path,
+                    incarnation=cell.incarnation,
+                    at=self.clock.now(),
+                )
+            )
+
+    def _publish_passivated(self, cell: _Cell) -> None:
+        if self._subscribers:
+            self._publish(
+                ActorPassivated(
                     actor_id=cell.id,
                     path=cell.path,
                     incarnation=cell.incarnation,

@@ -237,6 +237,20 @@ class ActorRestarting:
 
 @final
 @attrs.frozen(kw_only=True)
+class ActorPassivated:
+    """An actor passivated itself (idle, its state in the log): its incarnation ended, no
+    restart is counted, and its next message starts ``incarnation + 1``. It stays
+    registered: its ref and id still reach it."""
+
+    actor_id: str
+    path: str
+    incarnation: int
+    """The incarnation that ended."""
+    at: float
+
+
+@final
+@attrs.frozen(kw_only=True)
 class ActorStopped:
     """The actor stopped for good; its mailbox is closed."""
 
@@ -260,5 +274,12 @@ class SupervisorEscalated:
     at: float
 
 
-LifecycleEvent = ActorStarted | ActorCrashed | ActorRestarting | ActorStopped | SupervisorEscalated
+LifecycleEvent = (
+    ActorStarted
+    | ActorCrashed
+    | ActorRestarting
+    | ActorPassivated
+    | ActorStopped
+    | SupervisorEscalated
+)
 """Everything the supervision tree reports through ``Runtime.subscribe``."""

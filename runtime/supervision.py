@@ -2,8 +2,8 @@
 
 A ``Supervisor`` subclass declares its children as ``ChildSpec`` values; ``Supervision``
 (a ``Strategy``, a ``RestartIntensity``, a ``Backoff``, a ``GiveUpPolicy``) says what a
-crash costs. What happened to an actor (started, crashed, restarting, stopped, a
-supervisor escalating) arrives as a ``LifecycleEvent``.
+crash costs. What happened to an actor (started, crashed, restarting, passivated, stopped,
+a supervisor escalating) arrives as a ``LifecycleEvent``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from protocols.lowlevel import lazy_exports as _lazy_exports
 
 __all__ = [
     "ActorCrashed",
+    "ActorPassivated",
     "ActorRestarting",
     "ActorStarted",
     "ActorStopped",
@@ -34,6 +35,7 @@ __all__ = [
 if _TYPE_CHECKING:
     from ._supervision import (
         ActorCrashed,
+        ActorPassivated,
         ActorRestarting,
         ActorStarted,
         ActorStopped,
@@ -54,6 +56,7 @@ else:
         {
             "._supervision": (
                 "ActorCrashed",
+                "ActorPassivated",
                 "ActorRestarting",
                 "ActorStarted",
                 "ActorStopped",

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import trio
 
-from actors.bench._agents import _min_dependent_commits, _sessions
+from actors.bench._agents import (
+    _min_dependent_commits,
+    _sessions,
+    idle_session_figures,
+    reactivation_ms,
+)
 
 
 def test_a_sequential_session_counts_its_appends_and_the_commits_they_share(
@@ -33,3 +38,20 @@ def test_a_sequential_session_counts_its_appends_and_the_commits_they_share(
         "session.assistant",
         "session.run_finished",
     ]
+
+
+def test_the_idle_figures_measure_passivated_sessions_and_their_re_activation(
+    tmp_path: Path,
+) -> None:
+    """Five waves of sessions each made one send and passivated (every one of them:
+    the wave waits for their ``ActorPassivated``); each was started again by a look at
+    its state, and so was a long session, from its snapshot and tail."""
+    _first, _marginal, live, p50, p99, sqlite_heap = trio.run(
+        idle_session_figures, "20", str(tmp_path / "waves.db")
+    )
+    assert 0 < live < 64 * 1024
+    assert sqlite_heap > 0  # its page caches, at least
+    assert 0 < p50 <= p99
+    long_p50, long_p99, version = trio.run(reactivation_ms, "12", "3", str(tmp_path / "l.db"))
+    assert 0 < long_p50 <= long_p99
+    assert version == 1 + 6 * 12  # created, then 6 events a send

@@ -57,6 +57,7 @@ def test_the_quick_run_prints_each_figure_beside_power_loops_and_their_ratio() -
         "sends_per_s_1": "sends_ratio_1_vs_peer",
         "new_sessions_per_s": "new_sessions_ratio_vs_peer",
         "seconds_100_sends": "seconds_100_sends_ratio_vs_peer",
+        "kb_per_idle_session": "kb_per_idle_session_ratio_vs_peer",
     }
     for ours, ratio in pairs.items():
         assert figures[ours] > 0, ours
@@ -64,6 +65,7 @@ def test_the_quick_run_prints_each_figure_beside_power_loops_and_their_ratio() -
         assert figures[ratio] == pytest.approx(figures[ours] / figures["peer_" + ours], rel=0.05)
     assert figures["state_copies_per_send"] == 0
     assert figures["objects_allocated_per_send"] > 0
+    assert figures["reactivation_ms_p50"] > 0
     assert figures["sequential_sends_measured"] == 20
     assert figures["new_sessions_measured"] == 1_000
 

@@ -79,3 +79,19 @@ def test_the_split_shows_where_a_run_writes_and_a_snapshot_does_not_grow_with_ag
     assert set(events[6]) >= {"session.assistant", "session.tool_finished", "timer.fired"}
     totals = [sum(events[day].values()) for day in (1, 2, 6)]
     assert max(totals) <= min(totals) * 1.01, totals
+
+
+@pytest.mark.slow
+def test_the_split_shows_the_events_tree_gain_a_level_and_its_interior_pages_the_step() -> None:
+    """Bytes, not times: deterministic. On a fresh log's first day the events table is a
+    root over its leaves, and a run changes that root once; by day 4 it has a level more,
+    and its interior pages (the right edge's, balanced with its siblings whenever it
+    overflows) are most of what a run's events pages grew by."""
+    split = PageSplit((1, 4))
+    simulate(4, pages=split)
+    assert split.events_depth == {1: 2, 4: 3}
+    interior = split.events_interior_per_run
+    assert interior[1] == 1024  # the root, once a run (1 KiB pages)
+    assert interior[4] >= 1.3 * 1024, interior
+    grown = split.bytes_per_run[4]["events"] - split.bytes_per_run[1]["events"]
+    assert interior[4] - interior[1] >= 0.5 * grown > 0, (interior, split.bytes_per_run)

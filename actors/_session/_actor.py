@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import final
 
 import orjson
@@ -128,11 +129,9 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     defer_creation = True  # SessionCreated joins the first send's append
 
-    def __init__(
-        self, config: SessionConfig, *, new: bool = False, passivate_after: float | None = None
-    ) -> None:
+    def __init__(self, config: SessionConfig, *, new: bool = False) -> None:
         self._new = new
-        self._passivate_after = passivate_after
+        self._passivate_after = config.passivate_after
         self._last_active = 0.0
         self._config = config
         self._session_id = config.session_id
@@ -157,26 +156,36 @@ class SessionActor(EventSourcedActor[SessionState]):
             self.context.start_soon(self._passivate_when_idle, name=f"{self.context.path} idle")
 
     async def _passivate_when_idle(self) -> None:
-        """Stop the actor once it has been idle for ``passivate_after`` seconds: no run,
-        nothing queued, nobody waiting, no timer pending (the timers service delivers to
-        a running owner only). Its next message starts it again from its log."""
+        """Passivate the actor once it has been idle for ``passivate_after`` seconds: no
+        message meanwhile, and :meth:`_quiet`. Its next message, or a due timer, starts it
+        again from its log."""
         after = self._passivate_after
         assert after is not None
         while True:
             await trio.sleep_until(self._last_active + after)
-            if trio.current_time() < self._last_active + after:
+            quiet_since = self._last_active
+            if trio.current_time() < quiet_since + after:
                 continue  # a message came meanwhile
-            state = self.state
-            if (
-                state.run is None
-                and not state.queued
-                and not state.inbox
-                and not state.timers.pending
-                and not any(self._waiters.values())
-            ):
-                self.context.passivate()
-                return
-            self._last_active = trio.current_time()
+            if self._quiet():
+                # Decided in the serial loop, between two messages: one being handled now
+                # (a send awaiting its append) or handled before then keeps the actor.
+                self.context.passivate_if_idle(partial(self._quiet, quiet_since))
+            await trio.sleep(after)  # still here: look again an idle time later
+
+    def _quiet(self, since: float | None = None) -> bool:
+        """Nothing to do and nobody to answer: no run, nothing queued, nobody waiting for a
+        result, no sub-agent alive (its actor runs in this one's nursery); with ``since``,
+        also no message since then. Pending timers do not count: the timers service starts
+        a passivated owner when one is due."""
+        state = self.state
+        return (
+            (since is None or self._last_active == since)
+            and state.run is None
+            and not state.queued
+            and not state.inbox
+            and not any(self._waiters.values())
+            and not self.context.children
+        )
 
     # -- the decider (pure: see _decider) ---------------------------------------------
 

@@ -42,6 +42,8 @@ from ._steps import (
 if TYPE_CHECKING:
     from runtime import ActorRef, Runtime
 
+    from .._tools._tool import ToolRegistry
+
 T = TypeVar("T")
 
 
@@ -60,15 +62,17 @@ class Session:
         "_ref",
         "_run_types",
         "_runtime",
-        "_tool_names",
+        "_tools",
     )
     _ref: ActorRef[object]
     _runtime: Runtime
-    _tool_names: frozenset[str]
+    _tools: ToolRegistry
     _bus: ObserverBus
     _prices: Mapping[str, Price]
     _output_type: OutputType[Any] | None
-    _run_types: dict[str, OutputType[Any] | None]
+    _run_types: dict[str, OutputType[Any] | None] | None
+    """Made at the first send that chooses its own response format: a registered session
+    holds no empty dict."""
 
     def __init__(self) -> None:
         msg = "Session is made by spawn_session()"
@@ -79,11 +83,12 @@ class Session:
         self = object.__new__(cls)
         self._ref = ref
         self._runtime = runtime
-        self._tool_names = frozenset(config.tools.names())
+        # The registry, not a set of its names: sessions given the same tools share it.
+        self._tools = config.tools
         self._bus = config.bus
         self._prices = config.prices
         self._output_type = config.output_type
-        self._run_types = {}  # runs whose send chose their own response format
+        self._run_types = None  # runs whose send chose their own response format
         return self
 
     @property
@@ -201,8 +206,8 @@ class Session:
             raise ValueError(msg)
         subset = None if tools is None else tuple(tools)
         for name in subset or ():
-            if name not in self._tool_names:
-                raise ToolNotFoundError(name, tuple(sorted(self._tool_names)))
+            if name not in self._tools:
+                raise ToolNotFoundError(name, tuple(sorted(self._tools.names())))
         response, output_type = resolve_format(response_format)
         check_limits(response, budget, self._prices)
         send = Send(
@@ -218,10 +223,13 @@ class Session:
             wait=True,
         )
         if response is not None:
+            if self._run_types is None:
+                self._run_types = {}
             self._run_types[send.run_id] = output_type
         outcome = await self._ask(send)
         if isinstance(outcome, Busy):
-            self._run_types.pop(send.run_id, None)
+            if self._run_types is not None:
+                self._run_types.pop(send.run_id, None)
             raise SessionBusyError(self.id, outcome.run_id)
         if not isinstance(outcome, RunResult):  # not known after all: cannot happen
             return await self.wait(send.run_id)
@@ -261,8 +269,8 @@ class Session:
         """
         granted = {t.name for t in spec.own_tools()}
         for name in spec.tool_names():
-            if name not in self._tool_names and name not in granted:
-                raise ToolNotFoundError(name, tuple(sorted(self._tool_names)))
+            if name not in self._tools and name not in granted:
+                raise ToolNotFoundError(name, tuple(sorted(self._tools.names())))
         spawn_id = self._runtime.ids.new("spawn")
         child = await self._ask(PythonSpawn(spawn_id, spec, task))
         assert isinstance(child, Session)
@@ -293,10 +301,13 @@ class Session:
 
     def _typed(self, run_id: str, result: RunResult) -> RunResult:
         """``result`` with its output structured into the class its send or session named."""
-        if result.status == "waiting_for_human":
-            output_type = self._run_types.get(run_id, self._output_type)
+        chosen = self._run_types
+        if chosen is None:
+            output_type = self._output_type
+        elif result.status == "waiting_for_human":
+            output_type = chosen.get(run_id, self._output_type)
         else:
-            output_type = self._run_types.pop(run_id, self._output_type)
+            output_type = chosen.pop(run_id, self._output_type)
         return typed_result(result, output_type)
 
     async def follow_up(self, content: str, *, id: str | None = None, kind: str = "user") -> bool:

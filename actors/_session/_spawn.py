@@ -16,7 +16,14 @@ from ._budget import Budget, Price
 from ._context import ContextPolicy
 from ._handle import Session
 from ._observe import LLMHook, Observer, ToolHook
-from ._steps import SNAPSHOT_EVERY, BusyPolicy, SessionConfig, session_config
+from ._steps import (
+    PASSIVATE_AFTER,
+    SNAPSHOT_EVERY,
+    BusyPolicy,
+    SessionConfig,
+    check_passivate_after,
+    session_config,
+)
 
 if TYPE_CHECKING:
     from runtime import Runtime
@@ -48,7 +55,7 @@ async def spawn_session(
     name: str | None = None,
     agent_name: str | None = None,
     context: ContextPolicy | None = None,
-    passivate_after: float | None = None,
+    passivate_after: float | None = PASSIVATE_AFTER,
 ) -> Session:
     """Start a session actor under the runtime's root supervisor (or resume it from the log).
 
@@ -95,9 +102,12 @@ async def spawn_session(
         context (ContextPolicy | None): how much of the conversation the model sees and
             how the rest is compacted (also adds the ``recall`` tool unless switched
             off); ``None``: the whole conversation, always.
-        passivate_after (float | None): stop the session's actor after this many idle
-            seconds (no run, nothing queued, no timer pending), freeing its memory; its
-            next message starts it again from its log. ``None``: it stays.
+        passivate_after (float | None): passivate the session's actor after this many
+            idle seconds (no run, nothing queued, nobody waiting, no sub-agent alive),
+            freeing its memory: its next message, or its next due timer, starts it again
+            from its snapshot and log. Two minutes by default (``PASSIVATE_AFTER``, see
+            there why); ``None``: the actor stays while the runtime runs. Its sub-agents
+            inherit it.
 
     Returns:
         Session: the handle.
@@ -108,14 +118,12 @@ async def spawn_session(
             give).
         UnsupportedTypeError: ``response_format`` is a class with no JSON Schema form.
         McpServerError: an MCP server in ``tools`` could not be reached.
-        ConfigError: ``budget`` limits cost and ``prices`` is empty.
-        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1, or
-            ``passivate_after`` is not positive.
+        ConfigError: ``budget`` limits cost and ``prices`` is empty, or
+            ``passivate_after`` is neither ``None`` nor a positive, finite number.
+        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
         RuntimeClosedError: the runtime is closing (or its root supervisor gave up).
     """
-    if passivate_after is not None and not passivate_after > 0:
-        msg = f"passivate_after must be a positive number of seconds, got {passivate_after!r}"
-        raise ValueError(msg)
+    check_passivate_after(passivate_after)  # before MCP servers are reached
     tools = await expand_tool_sources(runtime, tools)
     config = session_config(
         session_id=session_id or runtime.ids.new("ses"),
@@ -140,8 +148,9 @@ async def spawn_session(
         context=context,
         snapshot_every=snapshot_every,
         agent=agent_name,
+        passivate_after=passivate_after,
     )
-    factory = _SessionFactory(config, session_id is None, passivate_after)
+    factory = _SessionFactory(config, session_id is None)
     # One session's bad log or crash loop stops that session alone, never its neighbours.
     # A new session's actor starts at its first message: until then it costs a name.
     ref = await runtime.spawn(
@@ -159,18 +168,17 @@ class _SessionFactory:
     """Makes the session's actor at each (re)start; kept by every registered session, so
     a slotted object rather than a closure and its cells."""
 
-    __slots__ = ("config", "new", "passivate_after")
+    __slots__ = ("config", "new")
 
-    def __init__(self, config: SessionConfig, new: bool, passivate_after: float | None) -> None:
+    def __init__(self, config: SessionConfig, new: bool) -> None:
         self.config = config
         # A session whose id was made here has no log to read: its first incarnation skips
         # the read (a restart reads, should the id have existed after all).
         self.new = new
-        self.passivate_after = passivate_after
 
     def __call__(self) -> SessionActor:
         fresh, self.new = self.new, False
-        return SessionActor(self.config, new=fresh, passivate_after=self.passivate_after)
+        return SessionActor(self.config, new=fresh)
 
 
 async def spawn_agent(
@@ -183,6 +191,7 @@ async def spawn_agent(
     max_children: int = 8,
     observers: Sequence[Observer] = (),
     prices: Mapping[str, Price] | None = None,
+    passivate_after: float | None = PASSIVATE_AFTER,
 ) -> Session:
     """Start a top-level agent from a spec (or resume it from the log, by ``session_id``).
 
@@ -196,9 +205,12 @@ async def spawn_agent(
         max_children (int): sub-agents one run may start.
         observers: callbacks told every observation of the whole tree.
         prices (Mapping[str, Price] | None): for cost budgets.
+        passivate_after (float | None): idle seconds before the agent's actor (and each
+            of its sub-agents') is passivated; ``None``: never (see :func:`spawn_session`).
 
     Raises:
-        ConfigError: no model (neither ``spec.llm`` nor ``llm``), or a tool given by name.
+        ConfigError: no model (neither ``spec.llm`` nor ``llm``), a tool given by name, or
+            a bad ``passivate_after``.
     """
     model = spec.llm or llm
     if model is None:
@@ -221,4 +233,5 @@ async def spawn_agent(
         session_id=session_id,
         agent_name=spec.name,
         context=spec.context,
+        passivate_after=passivate_after,
     )

@@ -53,6 +53,39 @@ turn and then run the new input."""
 SNAPSHOT_EVERY = 1000
 """Events between two snapshots of a session, by default (``spawn_session(snapshot_every=)``)."""
 
+PASSIVATE_AFTER = 120.0
+"""Seconds a session stays idle before its actor is passivated, by default
+(``spawn_session(passivate_after=)``; ``None``: never).
+
+Two minutes, as Akka's sharded entities idle by default: long enough that the gap between
+a person's turns, or between a tool's result and the next step of a workflow, finds the
+actor warm; short enough that a fleet's idle sessions (most of them, most of the time)
+hold only their name and configuration. A cold turn costs its re-activation, a snapshot
+and the tail of the log read back (about a millisecond), which is small beside the model
+call the turn makes anyway.
+"""
+
+
+def check_passivate_after(value: object) -> float | None:
+    """``value`` as an idle time in seconds, or ``None`` (never passivate).
+
+    Raises:
+        ConfigError: ``value`` is not a positive, finite number of seconds nor ``None``.
+    """
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value < float("inf")
+    ):
+        msg = (
+            "passivate_after must be a positive number of seconds, or None to keep the "
+            f"session's actor running while it is idle; got {value!r}"
+        )
+        raise ConfigError(msg)
+    return float(value)
+
 
 @tool
 def ask_human(question: str) -> str:
@@ -292,6 +325,9 @@ class SessionConfig:
     snapshot_every: int | None = SNAPSHOT_EVERY
     """Snapshot the session every this many events, and at the end of a run once a tenth
     of that has been appended since the last one; ``None``: never (fold the log)."""
+    passivate_after: float | None = PASSIVATE_AFTER
+    """Seconds idle (no run, nothing queued, nobody waiting, no sub-agent alive) before
+    the actor is passivated; ``None``: never. A sub-agent inherits its parent's."""
 
 
 # What sessions without prices or sub-agents share (read-only), rather than an empty
@@ -370,6 +406,7 @@ def session_config(
     context: ContextPolicy | None = None,
     snapshot_every: int | None = SNAPSHOT_EVERY,
     agent: str | None = None,
+    passivate_after: float | None = PASSIVATE_AFTER,
 ) -> SessionConfig:
     """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
     limits = (
@@ -382,6 +419,7 @@ def session_config(
     if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
         msg = f"snapshot_every must be a positive int or None, got {snapshot_every!r}"
         raise ValueError(msg)
+    idle = check_passivate_after(passivate_after)
     for label, value in limits:
         if value < 1:
             msg = f"{label} must be >= 1, got {value}"
@@ -420,6 +458,7 @@ def session_config(
         context=context,
         snapshot_every=snapshot_every,
         agent=agent,
+        passivate_after=idle,
     )
     check_limits(response_format, budget, config.prices)
     return config

@@ -24,6 +24,16 @@ Every figure is printed beside a baseline measured in the same run:
   (``registered_sessions_measured``) and adds ``registered_session_bytes`` for each
   missing one (``rss_1m_registered_extrapolated``); ``active_session_bytes`` is the RSS
   each of the thousand added by running.
+* ``kb_per_idle_session``: RSS per session that made one send and went idle past the
+  idle time (``IDLE_TIME``; passivated), over the third and fourth of five waves of 1,000
+  in a fresh process (by then the heap has the room a wave of warm sessions needs and
+  SQLite's page caches are full; ``sqlite_heap_mib`` says how much they hold); beside it
+  ``kb_per_idle_session_first_wave`` (from the fresh process on, so with that room and
+  those caches), ``live_kb_per_idle_session`` (tracemalloc) and
+  ``kb_per_warm_session_baseline`` (one send, never passivated).
+* ``reactivation_ms_p50`` (and p99): a look at a passivated session's state, which starts
+  its actor from its log; ``reactivation_long_ms_p50`` for one long session, from its
+  snapshot and tail.
 * ``send_cost_ratio_late_vs_early``: the mean of the last 10 sends of one long session
   over its sends 2 to 11 (the first, cold send is skipped).
 * ``state_copies_per_send``: the copies of a session's working state made per send (one
@@ -39,11 +49,14 @@ Every figure is printed beside a baseline measured in the same run:
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gc
 import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
@@ -60,11 +73,13 @@ from runtime import (
     EventStore,
     NewEvent,
     RecordedEvent,
+    Runtime,
     SqliteEventStore,
     open_runtime,
     open_sqlite_store,
 )
 from runtime.bench import Figures, in_fresh_process, rss_bytes
+from runtime.supervision import ActorPassivated
 from runtime.testing import FunctionLLM
 
 
@@ -336,7 +351,173 @@ async def registered_bytes(count: str, active: str, path: str) -> list[float]:
     return [(registered - before) / n, (after - registered) / k, after]
 
 
-def _memory(folder: Path, *, quick: bool) -> Figures:
+IDLE_TIME = 0.5
+"""The bench's ``passivate_after`` (seconds), so sessions go idle past it quickly; the
+default (``PASSIVATE_AFTER``) is two minutes."""
+
+WAVE = 1_000
+"""Sessions in one wave of the idle-memory figures."""
+
+
+async def _idle_wave(
+    runtime: Runtime, llm: FunctionLLM, echo: Tool[[str], Coroutine[Any, Any, str]], n: int
+) -> list[Session]:
+    """``n`` new sessions, each one send (all at once), then idle until every one has
+    passivated; collected, with the model double's record of requests dropped (a
+    provider's transport keeps none)."""
+    with runtime.subscribe(buffer=4 * n) as events:
+        sessions = [
+            await spawn_session(runtime, llm=llm, tools=[echo], passivate_after=IDLE_TIME)
+            for _ in range(n)
+        ]
+        async with trio.open_nursery() as nursery:
+            for session in sessions:
+                nursery.start_soon(session.send, "hello")
+        waiting = {session.id for session in sessions}
+        while waiting:
+            event = await events.receive()
+            if isinstance(event, ActorPassivated):
+                waiting.discard(event.actor_id)
+    llm.requests.clear()
+    gc.collect()
+    return sessions
+
+
+async def idle_session_figures(count: str, path: str) -> list[float]:
+    """RSS per idle (passivated) session, in this fresh process: over the first wave of
+    ``count`` sessions that each made one send and went idle past the idle time, then
+    over the third and fourth waves (by then the heap has the room a wave of warm sessions
+    needs, and SQLite's page caches are full: the RSS they grew by is what idle sessions
+    keep); live bytes per idle session (tracemalloc, over a fifth wave: its bookkeeping
+    would count in the RSS); SQLite's own heap at the end, in bytes; the p50 and p99 of
+    a re-activation (a look at a passivated session's state: its actor starts and folds
+    its log) in ms."""
+    n = int(count)
+    echo = _echo_tool()
+    llm = FunctionLLM(_answer)
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+        await _idle_wave(runtime, llm, echo, 10)  # warm the imports and the store
+        rss = [rss_bytes()]
+        kept = []
+        for _ in range(4):
+            kept.append(await _idle_wave(runtime, llm, echo, n))
+            rss.append(rss_bytes())
+        tracemalloc.start()
+        kept.append(await _idle_wave(runtime, llm, echo, n))
+        traced, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        latencies = []
+        for session in kept[0]:
+            began = time.perf_counter()
+            await session.state()
+            latencies.append(time.perf_counter() - began)
+        latencies.sort()
+        sqlite_heap = sqlite_heap_bytes()  # while its connections are open
+    return [
+        (rss[1] - rss[0]) / n,
+        (rss[4] - rss[2]) / (2 * n),
+        traced / n,
+        latencies[len(latencies) // 2] * 1e3,
+        latencies[int(len(latencies) * 0.99)] * 1e3,
+        float(sqlite_heap),
+    ]
+
+
+def sqlite_heap_bytes() -> int:
+    """What SQLite's own allocator holds in this process (its page caches, statements):
+    RSS that is neither Python's nor any one session's (0 where the library is not
+    found)."""
+    name = ctypes.util.find_library("sqlite3")
+    if name is None:
+        return 0
+    used = ctypes.CDLL(name).sqlite3_memory_used
+    used.restype = ctypes.c_int64
+    return int(used())
+
+
+async def warm_session_bytes(count: str, path: str) -> float:
+    """RSS per session that made one send and stays warm (``passivate_after=None``), in
+    this fresh process: the baseline the idle figures are read against."""
+    n = int(count)
+    echo = _echo_tool()
+    llm = FunctionLLM(_answer)
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+        await (await spawn_session(runtime, llm=llm, tools=[echo])).send("warm")
+        gc.collect()
+        before = rss_bytes()
+        sessions = [
+            await spawn_session(runtime, llm=llm, tools=[echo], passivate_after=None)
+            for _ in range(n)
+        ]
+        async with trio.open_nursery() as nursery:
+            for session in sessions:
+                nursery.start_soon(session.send, "hello")
+        llm.requests.clear()
+        gc.collect()
+        return (rss_bytes() - before) / n
+
+
+async def reactivation_ms(sends: str, times: str, path: str) -> list[float]:
+    """The p50 and p99 re-activation of one session with a long history (``sends`` sends,
+    so its log holds snapshots): each time it has passivated, a look at its state starts
+    it from its latest snapshot and the tail after it."""
+    echo = _echo_tool()
+    llm = FunctionLLM(_answer)
+    async with open_sqlite_store(path) as store, open_runtime(store=store, seed=1) as runtime:
+        session = await spawn_session(
+            runtime, llm=llm, tools=[echo], passivate_after=IDLE_TIME / 10
+        )
+        for i in range(int(sends)):
+            await session.send(f"message {i}")
+        llm.requests.clear()
+        latencies = []
+        with runtime.subscribe() as events:
+            for _ in range(int(times)):
+                while not isinstance(await events.receive(), ActorPassivated):
+                    pass
+                began = time.perf_counter()
+                await session.state()
+                latencies.append(time.perf_counter() - began)
+        latencies.sort()
+        version = await store.stream_version(f"session/{session.id}")
+    return [
+        latencies[len(latencies) // 2] * 1e3,
+        latencies[int(len(latencies) * 0.99)] * 1e3,
+        float(version),
+    ]
+
+
+def _idle_memory(folder: Path, *, quick: bool) -> Figures:
+    """Idle sessions' memory and re-activation, each in a fresh process."""
+    first, marginal, live, p50, p99, sqlite_heap = in_fresh_process(
+        "actors.bench._agents:idle_session_figures", str(WAVE), str(folder / "waves.sqlite")
+    )
+    warm: float = in_fresh_process(
+        "actors.bench._agents:warm_session_bytes", str(WAVE), str(folder / "warm.sqlite")
+    )
+    long_p50, long_p99, version = in_fresh_process(
+        "actors.bench._agents:reactivation_ms",
+        "50" if quick else "200",
+        "20" if quick else "100",
+        str(folder / "long.sqlite"),
+    )
+    return {
+        "idle_time_s": IDLE_TIME,
+        "kb_per_idle_session": round(marginal / 1024, 2),
+        "idle_sessions_measured": 5 * WAVE,
+        "kb_per_idle_session_first_wave": round(first / 1024, 2),
+        "kb_per_warm_session_baseline": round(warm / 1024, 2),
+        "live_kb_per_idle_session": round(live / 1024, 2),
+        "sqlite_heap_mib": round(sqlite_heap / 2**20, 2),
+        "reactivation_ms_p50": round(p50, 3),
+        "reactivation_ms_p99": round(p99, 3),
+        "reactivation_long_ms_p50": round(long_p50, 3),
+        "reactivation_long_ms_p99": round(long_p99, 3),
+        "reactivation_long_events": int(version),
+    }
+
+
+def _memory(folder: Path, *, quick: bool, registered: int | None = None) -> Figures:
     """Idle and registered sessions' memory, each in a fresh process."""
     figures: Figures = {}
     n_idle = 1_000 if quick else 5_000
@@ -346,8 +527,9 @@ def _memory(folder: Path, *, quick: bool) -> Figures:
     figures["idle_session_bytes"] = round(idle)
     figures["idle_actor_bytes"] = round(bare)
     figures["idle_sessions_per_gib"] = round(2**30 / idle) if idle > 0 else 0
-    # The full run creates the million; --quick extrapolates from 20,000.
-    n_registered = 20_000 if quick else 1_000_000
+    # The full run creates the million (unless --registered says fewer); --quick
+    # extrapolates from 20,000.
+    n_registered = registered or (20_000 if quick else 1_000_000)
     per_registered, per_active, whole = in_fresh_process(
         "actors.bench._agents:registered_bytes",
         str(n_registered),
@@ -357,13 +539,12 @@ def _memory(folder: Path, *, quick: bool) -> Figures:
     figures["registered_sessions_measured"] = n_registered
     figures["registered_session_bytes"] = round(per_registered)
     figures["active_session_bytes"] = round(per_active)
-    if n_registered == 1_000_000:  # the process that held them, as measured
-        figures["rss_bytes_1m_registered_1k_active"] = round(whole)
-    else:  # linear from the two per-session figures measured above
-        figures["rss_bytes_1m_registered_1k_active"] = round(
-            whole + per_registered * (1_000_000 - n_registered)
-        )
+    # As measured when the process held the million, else linear from the two
+    # per-session figures measured above (and said so).
+    million = whole + per_registered * (1_000_000 - n_registered)
+    figures["rss_bytes_1m_registered_1k_active"] = round(million)
     figures["rss_1m_registered_extrapolated"] = n_registered != 1_000_000
+    figures["gib_1m_registered_1k_active"] = round(million / 2**30, 3)
     figures["rss_bytes_1m_idle_actors_baseline"] = round(bare * 1_000_000)
     return figures
 
@@ -417,5 +598,19 @@ def run(args: argparse.Namespace) -> Figures:
         early = statistics.mean(growth.latencies[1:11])  # the first send is cold
         late = statistics.mean(growth.latencies[-10:])
         figures["send_cost_ratio_late_vs_early"] = round(late / early, 3)
-        figures.update(_memory(folder, quick=quick))
+        registered = getattr(args, "registered", None)  # `powertrio bench` passes none
+        figures.update(_memory(folder, quick=quick, registered=registered))
+        figures.update(_idle_memory(folder, quick=quick))
     return figures
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--registered N``: create N sessions for the million-registered figure (it is then
+    projected linearly to a million and says so)."""
+    parser.add_argument(
+        "--registered",
+        type=int,
+        default=None,
+        help="sessions to create for rss_bytes_1m_registered_1k_active (default: 1,000,000; "
+        "20,000 with --quick); fewer are projected to a million",
+    )

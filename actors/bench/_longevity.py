@@ -48,21 +48,35 @@
   builds), a snapshot's update also wrote the pages it freed: its run moved 20-51 kB more
   than a run without one (20 on day 365, 35 on day 10, 51 on day 30); with ``secure_delete =
   FAST``, 14-23 kB (40 on day 30, where a chunk sealed): the snapshot's own pages (a 3-6 kB
-  row in 1 KiB pages, its table's leaf, the free list's), three times over. Left: in a fresh
-  log the events table (1 KiB pages) gains a B-tree level in its first days (near run 33),
-  after which the right edge's interior page fills and is rebalanced with its siblings every
-  ~30 runs (three pages, in four or five runs): about one page more per run from day 3 on,
-  flat from there (the next level, months later, shows no step in the figures). So a run on
-  day 365 costs what it cost on day 10, and some 5 % more than on a fresh log's first day:
-  the means 52,296 bytes on day 1, 55,801 on day 10, 56,390 on day 90, 55,153 on day 365
-  (1.055 of day 1's, 1.056 at the cadence, 0.988 of day 10's); the medians 51,846 and
-  51,860; a run that snapshots 68,388 on day 365 against 54,492 (was 74,580 against it).
+  row in 1 KiB pages, its table's leaf, the free list's), three times over. Left: a
+  fresh log's events table (1 KiB pages) is a root over its leaves until near run 33, and
+  a run changes that root once (its new leaves' pointers); from then on the table has a
+  level more, and whenever the right edge's interior page overflows SQLite balances it
+  with its two left siblings (a leaf at the right edge splits on a quick path; an interior
+  page never does): six times in each ~28-run cycle, the last four in a row, three pages
+  and their parent each. A run changes 1.7 interior pages instead of 1.0 (day 1: 1,024
+  bytes; days 10, 90, 180, 365: 1,830, 1,710, 1,710, 1,740), at depth 4 as at depth 3
+  (``split_day{N}_events_depth``, ``split_day{N}_db_bytes_events_interior``): a step of
+  one level, not of the age. So a run on day 365 costs what it cost on day 10, and some
+  5 % more than on a fresh log's first day: the means 52,296 bytes on day 1, 55,801 on
+  day 10, 56,390 on day 90, 55,153 on day 365 (1.055 of day 1's, 1.056 at the cadence,
+  0.988 of day 10's; a day's 23 runs hold a cycle's cascade or part of one, which moves a
+  day's figure by some 3 %: 1.078 on day 90); the medians 51,846 and 51,860; a run that
+  snapshots 68,388 on day 365 against 54,492 (was 74,580 against it). Larger pages hold
+  more pointers per interior page but cost more per page written: with 2 KiB pages a run
+  moves 1.75 times as many bytes on every day (91,332 on day 1, 92,290 on day 365) and the
+  cycle, four times as long, lands on some days and not others (day 365: 1.010 of day 1's,
+  day 90: 1.051); 4 KiB pages triple them (157,448 on day 1), and 256 sessions sent less
+  in the agents bench's workload (201 and 222 sends/s against 277 and 546 with 1 KiB, two
+  turns on a loaded machine: a group commit writes every page it dirties whole).
 * ``split_day{N}_db_bytes_{kind}``: where a run's writes went on day N: the log's pages
   it changed, by table (``events``, ``indexes``, ``snapshots``, ``blobs``: the chunks
   stored apart, ``chunk_refs``: which snapshot references which, ``checkpoints``: the
   timers', ``bookkeeping``: the file header, heads and sequences, ``free``: the free
-  list), and ``split_day{N}_event_bytes_{type}``: the events it appended, by type. From
-  a third simulation (``PageSplit`` reads the file between runs, which slows it).
+  list), and ``split_day{N}_event_bytes_{type}``: the events it appended, by type;
+  ``split_day{N}_db_bytes_events_interior``: the events table's interior pages among
+  them, and ``split_day{N}_events_depth``: its B-tree's depth at the day's end. From a
+  third simulation (``PageSplit`` reads the file between runs, which slows it).
   ``sim_seconds`` and ``split_seconds`` say how long the two parts took.
 
 - ``context_tokens_max_over_budget``: the largest request a session with a context
@@ -396,6 +410,11 @@ class PageSplit:
     each run's changed pages are what it wrote, once each however many times its commits
     rewrote them in the WAL. Day 1 leaves out the first run (it creates the schema), as
     the I/O figures do.
+
+    It also says how deep the events table's B-tree is at the end of each watched day
+    (``events_depth``: 2 is a root over leaves) and how many bytes of a run's ``events``
+    pages were its interior pages (``events_interior_per_run``): where a run's bytes step
+    up as a fresh log ages (see the module docstring).
     """
 
     def __init__(self, days: tuple[int, ...] = SPLIT_DAYS) -> None:
@@ -408,6 +427,11 @@ class PageSplit:
         self._changed: dict[int, list[list[int]]] = {}
         self.bytes_per_run: dict[int, dict[str, float]] = {}
         """Day -> what a run wrote to each kind of table (bytes, the day's mean)."""
+        self.events_depth: dict[int, int] = {}
+        """Day -> the events table's B-tree depth at the day's end (1: a lone leaf)."""
+        self.events_interior_per_run: dict[int, float] = {}
+        """Day -> the bytes of the events table's interior pages a run changed (part of
+        its ``events`` bytes; the day's mean)."""
 
     def bind(
         self, path: Callable[[], Path | None], days: int, *, then: Callable[[int], None]
@@ -444,15 +468,26 @@ class PageSplit:
     def _tally(self, path: Path, day: int) -> None:
         uri = f"file:{path}?mode=ro"
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
-            owner = dict(conn.execute("SELECT pageno, name FROM dbstat").fetchall())
+            rows = conn.execute("SELECT pageno, name, pagetype, path FROM dbstat").fetchall()
+        owner = {page: name for page, name, _, _ in rows}
+        # dbstat's path of a B-tree page has one "/" per level: "/" is the root.
+        events = [(page, kind, path) for page, name, kind, path in rows if name == "events"]
+        interior = {page for page, kind, _ in events if kind == "internal"}
+        self.events_depth[day] = max(
+            (path.count("/") for _, kind, path in events if kind in {"internal", "leaf"}),
+            default=0,
+        )
         runs = self._changed.pop(day, [])
         kinds: dict[str, float] = {}
+        interior_bytes = 0.0
         for changed in runs:
             for page in changed:
                 name = owner.get(page)
                 kind = "free" if name is None else _TABLE_KINDS.get(name, "bookkeeping")
                 kinds[kind] = kinds.get(kind, 0.0) + self._page_size
+                interior_bytes += self._page_size if page in interior else 0
         self.bytes_per_run[day] = {k: v / len(runs) for k, v in kinds.items()} if runs else {}
+        self.events_interior_per_run[day] = interior_bytes / len(runs) if runs else 0.0
 
 
 def event_bytes_per_run(
@@ -681,6 +716,10 @@ def _split_figures(days: int) -> Figures:
         figures[f"split_day{day}_db_bytes_total"] = round(sum(kinds.values()))
         for kind, size in sorted(kinds.items()):
             figures[f"split_day{day}_db_bytes_{kind}"] = round(size)
+        figures[f"split_day{day}_db_bytes_events_interior"] = round(
+            split.events_interior_per_run[day]
+        )
+        figures[f"split_day{day}_events_depth"] = split.events_depth[day]
     for day, types in sorted(event_bytes_per_run(records, tuple(split.bytes_per_run)).items()):
         figures[f"split_day{day}_event_bytes_total"] = round(sum(types.values()))
         for type_, size in sorted(types.items()):

@@ -20,6 +20,12 @@ Every ratio is powertrio's figure over power-loop's: above 1 is better for rates
 * ``seconds_500_sends``: 500 sends on one session, in total (100 with ``--quick``).
 * ``state_copies_per_send`` and ``objects_allocated_per_send`` (ours only: the peer keeps
   no working state): as the ``agents`` suite measures them, on the sequential session.
+* ``kb_per_idle_session``: RSS per session after 1,000 sessions each made one send (all at
+  once) and went idle (ours: past its idle time, ``actors.bench._agents.IDLE_TIME``, so
+  passivated; power-loop keeps no actor per session), in a fresh process from before the
+  first; ours also ``kb_per_idle_session_after_two_waves`` (over the third and fourth
+  such waves: what an idle session keeps once the heap has room for a wave of warm ones)
+  and ``reactivation_ms_p50`` (a look at a passivated session's state).
 
 power-loop is a bench-only dependency: without it the suite raises
 :class:`~protocols.errors.ConfigError` saying how to install it, and measures nothing.
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import subprocess
 import sys
@@ -41,9 +48,9 @@ from typing import Any
 import orjson
 import trio
 
-from actors.bench._agents import _create_sessions, _sessions
+from actors.bench._agents import _create_sessions, _sessions, idle_session_figures
 from protocols.errors import ConfigError
-from runtime.bench import Figures
+from runtime.bench import Figures, rss_bytes
 
 PEER = "power-loop"
 PEER_VERSION = "8.0.0"
@@ -51,7 +58,7 @@ PEER_VERSION = "8.0.0"
 
 SESSIONS_AT_ONCE = 256
 
-_CONFIGS = ("at_once", "sequential", "new_sessions", "long_session")
+_CONFIGS = ("at_once", "sequential", "new_sessions", "long_session", "idle")
 
 
 def peer_version() -> str:
@@ -162,6 +169,23 @@ async def _peer_new_sessions(n: int, path: str) -> float:
         await loop.aclose()
 
 
+async def _peer_idle(n: int, path: str) -> float:
+    """RSS per power-loop session after ``n`` sessions each made one send (all at once)."""
+    loop = _peer_loop(path)
+    try:
+        await loop.prewarm("none")
+        ids = [await loop.new_session()]  # warm the imports and the store, as ours does
+        await loop.send("warm", session_id=ids[0])
+        gc.collect()
+        before = rss_bytes()
+        ids = [await loop.new_session() for _ in range(n)]
+        await asyncio.gather(*(loop.send("hello", session_id=i) for i in ids))
+        gc.collect()
+        return (rss_bytes() - before) / n
+    finally:
+        await loop.aclose()
+
+
 # --- one configuration, in this (fresh) process ------------------------------------------
 
 
@@ -182,7 +206,12 @@ def measure(side: str, config: str, count: str, path: str) -> dict[str, float]:
             return asyncio.run(_peer_sends(n, 1, path))
         if config == "new_sessions":
             return {"rate": asyncio.run(_peer_new_sessions(n, path))}
+        if config == "idle":
+            return {"kb": asyncio.run(_peer_idle(n, path)) / 1024}
         return asyncio.run(_peer_sends(1, n, path))
+    if config == "idle":
+        first, marginal, _live, p50, _p99, _sqlite = trio.run(idle_session_figures, count, path)
+        return {"kb": first / 1024, "kb_after_two_waves": marginal / 1024, "reactivation": p50}
     if config == "new_sessions":
         return {"rate": trio.run(_create_sessions, n, Path(path))}
     sessions, sends = (n, 1) if config == "at_once" else (1, n)
@@ -229,6 +258,7 @@ def run(args: argparse.Namespace) -> Figures:
         "sequential": 20 if quick else 200,
         "new_sessions": 1_000 if quick else 10_000,
         "long_session": 100 if quick else 500,
+        "idle": 1_000,
     }
     runs: dict[tuple[str, str], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -259,6 +289,14 @@ def run(args: argparse.Namespace) -> Figures:
         figures[ratio] = _ratio(ours, peer)
     for key in ("state_copies_per_send", "objects_allocated_per_send"):
         figures[key] = round(median("ours", "sequential", key), 2)
+    kb, peer_kb = median("ours", "idle", "kb"), median("peer", "idle", "kb")
+    figures["kb_per_idle_session"] = round(kb, 2)
+    figures["peer_kb_per_idle_session"] = round(peer_kb, 2)
+    figures["kb_per_idle_session_ratio_vs_peer"] = _ratio(kb, peer_kb)
+    figures["kb_per_idle_session_after_two_waves"] = round(
+        median("ours", "idle", "kb_after_two_waves"), 2
+    )
+    figures["reactivation_ms_p50"] = round(median("ours", "idle", "reactivation"), 3)
     figures["sequential_sends_measured"] = counts["sequential"]
     figures["new_sessions_measured"] = counts["new_sessions"]
     return figures

@@ -292,6 +292,9 @@ class SqliteWriter(GroupCommitWriter):
                     self._commit_sync(work, functools.partial(self._hand_back, previous))
                 except BaseException as exc:  # the group fails; the next commit may succeed
                     self._fail(work, exc)
+                # Not kept while the thread waits for work: a group's appends hold their
+                # events and their callers' tasks.
+                previous = work = []
                 wal = self._wal_room
                 if wal.limit and wal.due(self._path + "-wal", self.counters.commits):
                     self._hand_back(decided)  # nobody waits for their answer behind it

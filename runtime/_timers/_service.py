@@ -172,7 +172,8 @@ class TimerService:
     persist listener, so every event an :class:`~runtime.EventSourcedActor` persists passes
     by it, and a starting one says which stream it owns. A due timer whose owner is not
     running waits for it to start; one whose stream is gone (retention) is dropped with a
-    logged warning.
+    logged warning. A passivated owner is running in this sense: the timer's message starts
+    it again.
     """
 
     __slots__ = (
@@ -434,7 +435,11 @@ class TimerService:
             self._apply(stream, event)
 
     def _unregister(self, stream: str, owner: ActorRef[object]) -> None:
-        if self._owners.get(stream) is owner:
+        # An owner with timers pending stays known while its ref is alive: a passivated
+        # actor (its state in the log, its actor object gone) is started again by the
+        # message a due timer sends it. One stopped for good is no longer alive, and its
+        # timers wait for its next owner (``_live_owner``).
+        if self._owners.get(stream) is owner and stream not in self._books:
             del self._owners[stream]
 
     # -- machinery -------------------------------------------------------------------------
