@@ -471,7 +471,7 @@ class _Children:
             # lease round if the lease is renewed by then; if the shard is lost, its new
             # owner serves the stream, and the actor stops here for good.
             if node.may_write(fenced.stream):
-                self._schedule_restart([cell], node.config.ttl / 3, fenced=fenced)
+                self._schedule_restart([cell], node.retry_after, fenced=fenced)
             else:
                 self._hand_over(cell, fenced)
             return

@@ -21,10 +21,9 @@ from protocols.lowlevel import unwrap_single_error
 from ._actor import Actor, ActorContext
 from ._cell import _Cell
 from ._clock import Clock, IdSource
-from ._cluster._node import ClusterNode, Node, check_node_store
-from ._cluster._node_timers import NodeTimers
 from ._gc_tuning import RUNTIME_GC_THRESHOLD, runtime_gc_threshold
 from ._mailbox import DEFAULT_CAPACITY, MailboxStatistics, OverflowPolicy
+from ._membership import Join, Membership
 from ._persist_listener import CommitObserver, PersistListener
 from ._ref import ActorRef
 from ._store._contract import EventStore
@@ -106,8 +105,9 @@ class Runtime:
     """The event log: the only authority for the history of event-sourced actors."""
     timers: TimerService
     """The durable timers service: schedule, cancel and list timers of event-sourced actors."""
-    node: ClusterNode | None
-    """This runtime's place in a fleet (``open_runtime(node=...)``); ``None``: alone."""
+    node: Membership | None
+    """This runtime's place in a fleet (``open_runtime(node=...)``); ``None``: alone.
+    ``runtime.cluster.ClusterNode.of(runtime)`` gives a fleet node's whole interface."""
     trio_token: trio.lowlevel.TrioToken
     """Token of the Trio run this runtime lives in (for ``tell_from_thread``)."""
     _by_id: dict[str, _Cell]
@@ -402,7 +402,7 @@ async def open_runtime(
     seed: int | None = None,
     supervision: Supervision | None = None,
     store: EventStore | None = None,
-    node: Node | None = None,
+    node: Join | None = None,
     gc_threshold: tuple[int, int, int] | None = RUNTIME_GC_THRESHOLD,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: the root supervisor runs for the duration of the block.
@@ -415,8 +415,8 @@ async def open_runtime(
         supervision (Supervision | None): how the root supervises top-level actors.
         store (EventStore | None): the event log. ``None`` keeps events in memory (lost
             when the process ends): pass ``open_sqlite_store(path)`` for durability.
-        node (Node | None): join a fleet of runtimes sharing ``store`` (a PostgreSQL
-            store): the node takes leases on shards of the sessions' streams, and its
+        node (Join | None): join a fleet of runtimes sharing ``store`` (``Node(...)`` on a
+            PostgreSQL store): the node takes leases on shards of the sessions' streams, and its
             appends to streams of shards it does not hold fail with ``store.fenced``.
             ``actors.cluster.host_node`` runs the sessions of its shards. ``None``: this runtime
             owns its log alone, with no leases (the SQLite and in-memory default).
@@ -429,20 +429,21 @@ async def open_runtime(
         IntensityExceededError: top-level actors crashed faster than ``supervision``
             allows; every actor has been stopped.
     """
-    cluster = None if node is None else ClusterNode(node, check_node_store(store))
+    member = None if node is None else node.join(store)
     clock = clock or Clock()
     if store is None:
         store = InMemoryEventStore(clock.now)
     ids = IdSource(clock, seed)
     runtime = Runtime._create(clock, ids, store)
-    runtime.node = cluster
+    runtime.node = member
     timers = TimerRunner(clock, ids, store)
     runtime.timers = timers.service
-    node_timers = None if cluster is None else NodeTimers(timers, cluster, cluster.store)
-    runtime.add_persist_listener(timers if node_timers is None else node_timers)
-    if cluster is not None:  # a lost shard stops its actors, hosted or not
-        runtime.add_persist_listener(cluster)
-        cluster.attach(runtime.stop)
+    if member is None:
+        runtime.add_persist_listener(timers)
+    else:  # its listeners take the timers' place (a lost shard stops its actors, hosted or not)
+        for listener in member.persist_listeners(timers):
+            runtime.add_persist_listener(listener)
+        member.attach(runtime.stop)
     root = _Cell(
         runtime,
         None,
@@ -459,9 +460,8 @@ async def open_runtime(
             root.incarnation = 1
             root.running = True
             await nursery.start(root.run_task)
-            if cluster is not None and node_timers is not None:
-                await nursery.start(cluster.run)  # leases and the fence before any append
-                node_timers.start(nursery)
+            if member is not None:
+                await nursery.start(member.run)  # leases and the fence before any append
             # Re-arms every pending timer from the log before anyone can spawn an owner.
             await nursery.start(timers.run)
             try:
@@ -471,6 +471,6 @@ async def open_runtime(
                     await runtime.aclose()
                 finally:
                     timers.close()
-                    if cluster is not None:
-                        await cluster.aclose()
+                    if member is not None:
+                        await member.aclose()
                         nursery.cancel_scope.cancel()

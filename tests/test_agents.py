@@ -402,3 +402,101 @@ def test_child_finished_is_recorded_with_the_tool_result() -> None:
     tool_finished = events[finished_at]
     assert isinstance(tool_finished, ToolFinished)
     assert tool_finished.outcome.content == "done"
+
+
+# -- one source of an agent's options ------------------------------------------------------
+
+
+def test_the_keywords_of_spawn_session_are_the_spec_s_fields() -> None:
+    """An agent's options are the spec's fields: ``spawn_session`` lists none of them
+    itself, so an option added to the spec is a keyword at once, with its default."""
+    import inspect
+
+    import attrs
+
+    from actors._session._agents import AGENT_OPTIONS
+
+    identity = {"name", "description", "lifecycle", "llm"}
+    assert {f.name for f in attrs.fields(AgentSpec)} - identity == AGENT_OPTIONS
+    own = set(inspect.signature(spawn_session).parameters)
+    assert own & AGENT_OPTIONS == set()
+
+
+def test_a_spec_refuses_bad_model_parameters_with_every_problem() -> None:
+    with pytest.raises(AgentSpecError) as info:
+        AgentSpec(name="a", max_tokens=0, temperature=-0.5, tool_concurrency=True)
+    assert info.value.problems == (
+        "max_tokens must be an int >= 1 or None, got 0",
+        "tool_concurrency must be an int >= 1 or None, got True",
+        "temperature must be a number >= 0 or None, got -0.5",
+    )
+
+
+async def test_spawn_session_takes_a_spec_and_keywords_replace_its_fields() -> None:
+    spec = AgentSpec(
+        name="writer", system_prompt="Write.", max_tokens=64, temperature=0.5, tools=[add]
+    )
+    llm = ScriptedLLM([LLMResponse(content="one", usage=usage())] * 2)
+    async with open_runtime() as rt:
+        session = await spawn_session(rt, spec, llm=llm)
+        assert (await session.send("go")).text == "one"
+        tuned = await spawn_session(rt, spec, llm=llm, temperature=0.0, system_prompt="Edit.")
+        assert (await tuned.send("go")).text == "one"
+        created = (await stream(rt.store, session.id))[0]
+    first, second = llm.requests
+    assert (first.max_tokens, first.temperature) == (64, 0.5)
+    assert (second.max_tokens, second.temperature) == (64, 0.0)
+    assert [text_of(m) for m in first.messages[:1]] == ["Write."]
+    assert [text_of(m) for m in second.messages[:1]] == ["Edit."]
+    assert [t.name for t in first.tools] == ["add"]
+    assert getattr(created, "agent", None) == "writer"
+
+
+async def test_spawn_session_refuses_bad_options_with_messages() -> None:
+    async with open_runtime() as rt:
+        with pytest.raises(AgentSpecError) as info:
+            await spawn_session(rt, llm=ScriptedLLM(), max_rounds=0, tool_concurrency=0)
+        assert str(info.value) == (
+            "agent spec 'session' is invalid:\n"
+            "  - max_rounds must be an int >= 1, got 0\n"
+            "  - tool_concurrency must be an int >= 1 or None, got 0"
+        )
+        with pytest.raises(TypeError, match="spawn_session\\(\\) got an unexpected keyword "):
+            await spawn_session(rt, llm=ScriptedLLM(), max_round=3)  # type: ignore[call-arg]
+        with pytest.raises(ConfigError) as no_model:
+            await spawn_session(rt, AgentSpec(name="idle"))
+        assert str(no_model.value) == (
+            "agent spec 'idle' has no llm: set AgentSpec.llm or pass llm="
+        )
+        with pytest.raises(ConfigError, match="names tools \\(add\\) but a top-level agent"):
+            await spawn_session(rt, AgentSpec(name="named", tools=["add"]), llm=ScriptedLLM())
+
+
+async def test_a_child_takes_its_spec_s_model_parameters_else_its_parent_s() -> None:
+    own = AgentSpec(name="own", max_tokens=32, temperature=0.25)
+    inherit = AgentSpec(name="inherit")
+    calls = [
+        ToolCall(id="c1", name="spawn_agent", arguments='{"agent": "own", "task": "a"}'),
+        ToolCall(id="c2", name="spawn_agent", arguments='{"agent": "inherit", "task": "b"}'),
+    ]
+
+    def answer(request: LLMRequest) -> LLMResponse:
+        if request.messages[0].role == "system" and text_of(request.messages[0]) == "boss":
+            if any(m.role == "tool" for m in request.messages):
+                return LLMResponse(content="done", usage=usage())
+            return LLMResponse(content="", tool_calls=tuple(calls), usage=usage())
+        return LLMResponse(content="child", usage=usage())
+
+    llm = FunctionLLM(answer)
+    async with open_runtime() as rt:
+        session = await spawn_session(
+            rt,
+            llm=llm,
+            system_prompt="boss",
+            agents=[own, inherit],
+            max_tokens=100,
+            temperature=1.0,
+        )
+        assert (await session.send("go")).text == "done"
+    seen = {(r.max_tokens, r.temperature) for r in llm.requests if text_of(r.messages[0]) != "boss"}
+    assert seen == {(32, 0.25), (100, 1.0)}

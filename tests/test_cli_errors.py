@@ -202,3 +202,20 @@ def test_ui_without_the_console_extra_names_it(
         "error [config.missing_extra]: powertrio ui needs the 'console' extra (starlette is "
         "not installed): pip install 'powertrio[console]'\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "problem"),
+    [
+        (("ui", "--demo", "--port", "x"), "--port", "must be a port number, got 'x'"),
+        (("ui", "--demo", "--port", "70000"), "--port", "must be between 0 and 65535, got 70000"),
+        (("serve", "--ui-port", "-1"), "--ui-port", "must be between 0 and 65535, got -1"),
+    ],
+)
+def test_a_bad_port_is_a_usage_error_that_says_what_is_wrong(
+    tmp_path: Path, args: tuple[str, ...], option: str, problem: str
+) -> None:
+    """``ui --port`` and ``serve --ui-port`` check a port the same way (one argument type)."""
+    done = run_cli(*args, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.endswith(f"error: argument {option}: {problem}\n")

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from actors import Board, open_board
-from actors._board import _remote as _board_remote
+from actors._board._blackboard import perform as perform_board_call
 from actors.board import BoardConflictError
 from actors.cluster import NodeHost, RemoteBoardError
 from protocols.errors import ActorNotFoundError, ConfigError, FencedError
@@ -206,17 +206,17 @@ async def test_a_relayed_write_performed_again_by_the_next_owner_writes_nothing(
         async with _host(postgres_server, schema, "b") as b:
             await _split(a, b)
             stream = f"board/{_board_on(a, owned=False)}"
-            first = await _board_remote.perform(b.runtime, stream, _body(put, "m1"))
+            first = await perform_board_call(b.runtime, stream, _body(put, "m1"))
             assert orjson.loads(first)["ok"]["entry"]["version"] == 1
         with trio.fail_after(10):
             while not a.node.owns_target(stream):
                 await a.node.change_event.wait()
-        assert await _board_remote.perform(a.runtime, stream, _body(put, "m1")) == first
+        assert await perform_board_call(a.runtime, stream, _body(put, "m1")) == first
         # Another request with the same arguments is a new write: its CAS fails.
-        other = orjson.loads(await _board_remote.perform(a.runtime, stream, _body(put, "m3")))
+        other = orjson.loads(await perform_board_call(a.runtime, stream, _body(put, "m3")))
         assert other["error"]["code"] == "board.conflict"
-        removed = await _board_remote.perform(a.runtime, stream, _body(delete, "m2"))
-        assert await _board_remote.perform(a.runtime, stream, _body(delete, "m2")) == removed
+        removed = await perform_board_call(a.runtime, stream, _body(delete, "m2"))
+        assert await perform_board_call(a.runtime, stream, _body(delete, "m2")) == removed
         assert orjson.loads(removed) == {"ok": {"plain": True}}
         records = await a.runtime.store.read(stream)
         assert [(r.type, orjson.loads(r.data)["request"]) for r in records] == [

@@ -105,7 +105,7 @@ async def test_a_cancel_never_waits_for_room_in_a_full_mailbox() -> None:
     """The user lane is full and senders wait: the cancel still goes in, and first."""
     store = GatedStore("session.follow_up_received")
     async with open_runtime(store=store.as_store(), seed=1) as runtime:
-        config = session_config(session_id="s", llm=first_call_hangs())
+        config = session_config(AgentSpec(name="s"), session_id="s", llm=first_call_hangs())
         ref = await runtime.spawn(lambda: SessionActor(config), id="s", mailbox_capacity=5)
         session = Session._create(ref, runtime, config)
         events = await _flood_then_cancel(session, store, 20)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from actors import SessionState, tool
+from actors import AgentSpec, SessionState, tool
 from actors._session import _decider as decider
 from actors._session._events import evolve
 from actors._session._steps import (
@@ -57,9 +57,8 @@ def add(a: int, b: int) -> int:
 
 def _config(system_prompt: str = "Be brief.") -> SessionConfig:
     # The model is never asked: the decider only names the calls the shell makes.
-    return session_config(
-        session_id="s1", llm=ScriptedLLM(), tools=[add], system_prompt=system_prompt, model="m"
-    )
+    spec = AgentSpec(name="s", tools=[add], system_prompt=system_prompt, model="m")
+    return session_config(spec, session_id="s1", llm=ScriptedLLM())
 
 
 def _fold(state: SessionState, events: Iterable[object]) -> SessionState:

@@ -90,6 +90,24 @@ def test_the_agent_api_loads_no_provider_console_or_test_library() -> None:
     assert only_the_schema_validator == _heavy(loaded)
 
 
+def test_a_runtime_with_its_store_loads_no_other_engine_and_no_cluster(tmp_path: Path) -> None:
+    """Opening a runtime on SQLite loads the kernel and that engine: no PostgreSQL
+    module, no node, no lease SQL (the kernel knows a fleet only as a membership)."""
+    loaded = loaded_after(
+        "import trio\n"
+        "from runtime import open_runtime, open_sqlite_store\n"
+        "async def main():\n"
+        "    async with open_sqlite_store('log.sqlite') as store, open_runtime(store=store):\n"
+        "        pass\n"
+        "trio.run(main)",
+        cwd=tmp_path,
+    )
+    assert "runtime._sqlite._store" in loaded
+    elsewhere = [m for m in loaded if m.startswith(("runtime._postgres", "runtime._cluster"))]
+    nothing: list[str] = []
+    assert nothing == elsewhere
+
+
 def test_help_loads_no_agent_no_runtime_and_no_optional_library() -> None:
     """``powertrio --help`` builds the parser and prints it: none of the commands' modules,
     no session, no runtime, no store."""
@@ -97,6 +115,7 @@ def test_help_loads_no_agent_no_runtime_and_no_optional_library() -> None:
     expected_ours = [
         "actors",
         "actors.cli",
+        "actors.cli._argtypes",
         "actors.cli._fleet_args",
         "actors.cli._logs",
         "actors.cli._main",

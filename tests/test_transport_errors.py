@@ -382,3 +382,22 @@ def test_secret_masks_itself() -> None:
         "Secret('**********')",
         "hunter2",
     )
+
+
+def test_one_table_names_every_provider() -> None:
+    """``PROVIDERS`` is the one list: the type's names, a transport each, the environment's
+    variables, and the names a fleet file may give besides the offline ``demo``."""
+    import typing
+
+    from actors._fleet._file import PROVIDERS as FLEET_PROVIDERS
+    from protocols.transports import PROVIDERS, ProviderName
+    from protocols.transports._factory import _TRANSPORTS
+
+    assert list(PROVIDERS) == list(typing.get_args(ProviderName))
+    assert set(_TRANSPORTS) == set(PROVIDERS)
+    assert ("demo", *PROVIDERS) == FLEET_PROVIDERS
+    for entry in PROVIDERS.values():
+        config = ProviderConfig.from_env(
+            {"POWERTRIO_PROVIDER": entry.name, entry.key_variable: "k", "POWERTRIO_MODEL": "m"}
+        )
+        assert (config.provider, config.base_url) == (entry.name, entry.base_url)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Final, TypeVar, cast, final
 
 import attrs
+import orjson
 import trio
 
 from protocols import JsonValue
@@ -19,6 +21,7 @@ from protocols.errors import (
     MailboxFullError,
 )
 from runtime import ActorRef, Decision, EventSourcedActor, Request, Runtime
+from runtime.cluster import ClusterNode
 
 from . import _remote as remote
 from ._errors import BoardError, BoardWatchOverflowError
@@ -53,10 +56,11 @@ from ._requests import (
     _List,
     _Put,
     _RemoveSessionWatch,
+    request_of,
 )
 from ._watches import Watch, WatchTable, watch_filter
 
-__all__ = ["Board", "open_board"]
+__all__ = ["Board", "open_board", "perform"]
 
 T = TypeVar("T")
 
@@ -215,7 +219,7 @@ class _BoardActor(EventSourcedActor[BoardState]):
                 ref = self._runtime.lookup(watch.watcher)
                 ref.tell_nowait(attrs.evolve(change, value=detached(change.value)))
             except (ActorNotFoundError, ActorStoppedError):
-                node = self._runtime.node
+                node = ClusterNode.of(self._runtime)
                 if node is not None and not node.owns(watch.watcher):
                     remote.notify_session(node, watch.watcher, change)
                 continue  # not running now: the watch waits in the log for its session
@@ -317,11 +321,27 @@ class Board:
     async def _ask(self, message: Request[T], body: dict[str, Any]) -> T:
         """Ask the board: its actor here, or, on a node of a fleet, its owner wherever it
         runs (the owner serialises every write, so compare-and-set holds fleet-wide)."""
-        node = self._runtime.node
+        node = ClusterNode.of(self._runtime)
         if node is None:
             return await self._local_ask(message)
-        reply = await remote.relay(node, self._runtime, self._id, {**body, **self._asked}, message)
+        ask_here = partial(self._ask_here, message)
+        reply = await remote.relay(node, self._runtime, self._id, {**body, **self._asked}, ask_here)
         return cast("T", reply)
+
+    async def _ask_here(self, message: Request[T]) -> T:
+        """Ask the board actor of this node, which owns the board: started with the
+        limits this handle asked for if it does not run here yet."""
+        try:
+            ref = self._runtime.lookup(f"board:{self._id}")  # running: ask it at once
+        except ActorNotFoundError:
+            board = await open_board(
+                self._runtime,
+                self._id,
+                max_entries=self._asked["max_entries"],
+                max_entry_bytes=self._asked["max_entry_bytes"],
+            )
+            return await board._local_ask(message)
+        return cast("T", await ref.ask(message))
 
     def __repr__(self) -> str:
         return f"<Board {self._id!r}>"
@@ -534,7 +554,7 @@ class Board:
             raise ValueError(msg)
         send, receive = trio.open_memory_channel[BoardChanged](buffer)
         watch = Watch(self._runtime.ids.new("watch"), chosen, start, send)
-        node = self._runtime.node
+        node = ClusterNode.of(self._runtime)
         if node is not None:
             # On a fleet the watch follows the board's log, wherever the board runs.
             after = await self._runtime.store.stream_version(f"board/{self._id}")
@@ -717,7 +737,7 @@ async def open_board(
     entry_bytes = _check_limit("max_entry_bytes", max_entry_bytes)
     actor_id = f"board:{board_id}"
     asked = {"max_entries": entries, "max_entry_bytes": entry_bytes}
-    node = runtime.node
+    node = ClusterNode.of(runtime)
     if node is not None and not node.owns_target(f"board/{board_id}"):
         # Another node runs it: the handle relays each call to the owner.
         limits = Limits(
@@ -753,3 +773,30 @@ async def open_board(
             )
             raise ConfigError(msg)
     return Board._create(board_id, ref, runtime, info, asked)
+
+
+async def perform(runtime: Runtime, stream: str, body: bytes) -> bytes:
+    """Carry out one relayed board call on this node's board actor; the answer to record.
+
+    The board is opened with the limits the caller's handle asked for (``None``: the
+    running board's), so a mismatch fails here as it would on one node.
+
+    Raises:
+        FencedError, ActorStoppedError: this node lost the board meanwhile (the caller's
+            message stays pending for the next owner).
+    """
+    board_id = stream.partition("/")[2]
+    data = orjson.loads(body)
+    try:
+        board = await open_board(
+            runtime,
+            board_id,
+            max_entries=data.get("max_entries"),
+            max_entry_bytes=data.get("max_entry_bytes"),
+        )
+        reply = await board._local_ask(request_of(data))
+    except Exception as exc:
+        if remote.fenced(exc):
+            raise
+        return remote.encode_reply(exc)
+    return remote.encode_reply(reply)

@@ -10,9 +10,10 @@ from typing import Final, Literal, cast, final
 import attrs
 import orjson
 
-from protocols import JsonValue
+from protocols import FollowUp, JsonValue
 from protocols.codec import event_type
 
+from .._session._follow_ups import FollowUpSource
 from ._errors import (
     BoardBadKeyError,
     BoardBadValueError,
@@ -77,7 +78,7 @@ class Entry:
 
 @final
 @attrs.frozen(kw_only=True)
-class BoardChanged:
+class BoardChanged(FollowUpSource):
     """The message a watcher receives for each change of a key it watches.
 
     Sent after the change is in the log, in the board's order.
@@ -97,6 +98,19 @@ class BoardChanged:
     """Who made the change, stamped by the runtime."""
     board_version: int
     """The board's stream version of the change."""
+
+    def as_follow_up(self) -> FollowUp:
+        """A watching session reads the change as a follow-up of kind ``board``, whose id
+        is the change's (board, board version, key): taken once however often it is told."""
+        if self.deleted:
+            what = f"{self.key!r} was deleted"
+        else:
+            what = f"{self.key!r} is now {orjson.dumps(self.value).decode()}"
+        return FollowUp(
+            id=f"board:{self.board_id}:{self.board_version}:{self.key}",
+            content=f"[board {self.board_id}] {what} (version {self.version}, by {self.author})",
+            kind="board",
+        )
 
 
 @final

@@ -18,6 +18,7 @@ and across a failover. docs/cluster.md tells the design.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -26,7 +27,6 @@ import trio
 from protocols.codec import decode_record
 from protocols.errors import (
     ActorFailedError,
-    ActorNotFoundError,
     ActorStoppedError,
     FencedError,
     PowertrioError,
@@ -44,15 +44,14 @@ from ._errors import (
     RemoteBoardError,
 )
 from ._events import BoardChanged, BoardState, Entry, EntryDeleted, EntryPut, evolve
-from ._requests import request_of
 
 if TYPE_CHECKING:
-    from runtime import Request, Runtime
+    from runtime import Runtime
     from runtime.cluster import ClusterNode
 
     from ._watches import Watch
 
-__all__ = ["fold", "notify_session", "perform", "relay", "tail"]
+__all__ = ["encode_reply", "fenced", "fold", "notify_session", "relay", "tail"]
 
 _SETTLE_ROUNDS = 20
 """Lease rounds a local call fenced under a lease still believed held waits for the
@@ -72,7 +71,7 @@ _ERRORS: dict[str, type[BoardError]] = {
 are their constructor's arguments)."""
 
 
-def _fenced(exc: BaseException) -> bool:
+def fenced(exc: BaseException) -> bool:
     """Whether a local call failed because this node's lease is gone (or going)."""
     if isinstance(exc, FencedError | ActorStoppedError | RuntimeClosedError):
         return True
@@ -137,32 +136,9 @@ def _decode(board_id: str, reply: bytes) -> object:
     return RemoteBoardError(board_id, str(error["code"]), str(error.get("message", "")))
 
 
-async def perform(runtime: Runtime, stream: str, body: bytes) -> bytes:
-    """Carry out one relayed board call on this node's board actor; the answer to record.
-
-    The board is opened with the limits the caller's handle asked for (``None``: the
-    running board's), so a mismatch fails here as it would on one node.
-
-    Raises:
-        FencedError, ActorStoppedError: this node lost the board meanwhile (the caller's
-            message stays pending for the next owner).
-    """
-    from ._blackboard import open_board  # noqa: PLC0415  # a cycle
-
-    board_id = stream.partition("/")[2]
-    data = orjson.loads(body)
-    try:
-        board = await open_board(
-            runtime,
-            board_id,
-            max_entries=data.get("max_entries"),
-            max_entry_bytes=data.get("max_entry_bytes"),
-        )
-        reply = await board._local_ask(request_of(data))
-    except Exception as exc:
-        if _fenced(exc):
-            raise
-        return _encode_error(exc)
+def encode_reply(reply: object) -> bytes:
+    """The owner's answer to record for a relayed call: the actor's reply (an entry,
+    entries, a bool, a watch id, ``None``) as JSON, or the error it ended with."""
     if isinstance(reply, BaseException):
         return _encode_error(reply)
     return orjson.dumps({"ok": _to_json(reply)})
@@ -173,34 +149,23 @@ async def relay(
     runtime: Runtime,
     board_id: str,
     body: dict[str, Any],
-    local: Request[Any],
+    ask_here: Callable[[], Awaitable[object]],
 ) -> object:
-    """Ask the board's owner: this node's actor if it holds the shard, else the inbox.
+    """Ask the board's owner: this node's actor if it holds the shard (``ask_here``, which
+    starts the actor if it does not run), else the inbox.
 
     Returns the actor's reply (a ``BoardError`` is returned, not raised, as the actor
     does). A call fenced locally (the shard moved while it ran) wrote nothing, so it is
     sent again through the inbox.
     """
-    from ._blackboard import open_board  # noqa: PLC0415  # a cycle
-
     stream = f"board/{board_id}"
     for _ in range(_SETTLE_ROUNDS):
         if not node.owns_target(stream):
             break
         try:
-            try:
-                ref = runtime.lookup(f"board:{board_id}")  # running: ask it at once
-            except ActorNotFoundError:
-                board = await open_board(
-                    runtime,
-                    board_id,
-                    max_entries=body.get("max_entries"),
-                    max_entry_bytes=body.get("max_entry_bytes"),
-                )
-                return await board._local_ask(local)
-            return await ref.ask(local)
+            return await ask_here()
         except Exception as exc:
-            if not _fenced(exc):
+            if not fenced(exc):
                 raise
             if node.owns_target(stream):
                 await trio.sleep(node.config.ttl / 3)
@@ -278,8 +243,6 @@ def notify_session(node: ClusterNode, session_id: str, change: BoardChanged) -> 
     """Tell a watching session on another node of a change: a follow-up in its owner's
     inbox, whose id is the change's (board, board version, key), so the session takes it
     once however often it is told."""
-    from .._session._actor import _board_follow_up  # noqa: PLC0415  # a cycle
-
-    follow_up = _board_follow_up(change)
+    follow_up = change.as_follow_up()
     body = {"op": "follow_up", "content": follow_up.content, "id": follow_up.id, "kind": "board"}
     node.post_soon(session_id, f"{session_id}/fu/{follow_up.id}", orjson.dumps(body))

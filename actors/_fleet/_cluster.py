@@ -29,8 +29,9 @@ from protocols.errors import (
     PowertrioError,
     RuntimeClosedError,
 )
+from runtime.cluster import ClusterNode
 
-from .._board import _remote as _board_remote
+from .._board._blackboard import perform as perform_board_call
 from .._session._agents import AgentSpec
 from .._session._events import RunResult
 from .._session._handle import Session
@@ -39,7 +40,7 @@ from ._errors import RemoteSessionError
 
 if TYPE_CHECKING:
     from runtime import Runtime
-    from runtime.cluster import ClusterNode
+    from runtime.cluster import ShardChange
 
 __all__ = ["ClusterSession", "NodeHost", "host_node"]
 
@@ -316,24 +317,13 @@ class NodeHost:
             except PowertrioError as exc:  # that session alone; a call retries it
                 logger.warning("node %s cannot resume %s: %s", self.node.name, session_id, exc)
 
-    async def _follow_shards(self) -> None:
-        node = self.node
-        held: dict[int, int] = {}
-        while True:
-            changed = node.change_event
-            now = node.held
-            surplus = node.surplus
-            gone = {s for s, e in held.items() if now.get(s) != e}
-            came = {s for s, e in now.items() if held.get(s) != e}
-            held = now
-            if gone or surplus:
-                await self._stop_shards(gone | set(surplus))
-            if surplus:
-                await node.release(surplus)
-            if came:
-                await self._resume_shards(came)
-            if node.held == held and not node.surplus:
-                await changed.wait()
+    async def shards_changed(self, change: ShardChange) -> None:
+        """Stop the sessions of the shards that went (the node then hands the surplus
+        back), spawn those of the shards that came (a ``ShardListener``)."""
+        if change.gone:
+            await self._stop_shards(set(change.gone))
+        if change.came:
+            await self._resume_shards(set(change.came))
 
     async def _serve_inbox(self, nursery: trio.Nursery) -> None:
         while True:
@@ -346,7 +336,7 @@ class NodeHost:
         try:
             try:
                 if session_id.startswith("board/"):  # a placed stream, not a session
-                    reply = await _board_remote.perform(self.runtime, session_id, body)
+                    reply = await perform_board_call(self.runtime, session_id, body)
                 else:
                     reply = _encode(await self.perform(session_id, orjson.loads(body)))
             except Exception as exc:
@@ -372,17 +362,16 @@ async def host_node(runtime: Runtime, catalog: Mapping[str, AgentSpec]) -> Async
     Raises:
         ConfigError: the runtime was not opened with ``node=``.
     """
-    node = runtime.node
+    node = ClusterNode.of(runtime)
     if node is None:
         msg = "host_node needs a runtime opened with node=Node(...) on a PostgreSQL store"
         raise ConfigError(msg)
     host = NodeHost(runtime, node, catalog)
-    node.hosted = True
+    node.add_shard_listener(host)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(host._follow_shards)
         nursery.start_soon(host._serve_inbox, nursery)
         try:
             yield host
         finally:
-            node.hosted = False
+            node.remove_shard_listener(host)
             nursery.cancel_scope.cancel()

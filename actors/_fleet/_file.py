@@ -34,6 +34,7 @@ from typing import Any, Literal, final
 import attrs
 import orjson
 
+from protocols import transports
 from protocols.errors import ConfigError
 
 from .._session._agents import AgentSpec
@@ -52,7 +53,7 @@ __all__ = [
     "parse_fleet_file",
 ]
 
-PROVIDERS = ("demo", "openai", "anthropic")
+PROVIDERS = ("demo", *transports.PROVIDERS)
 """The provider names a fleet file may give: the scripted offline model, or a provider
 configured from the environment as for ``powertrio run``."""
 

@@ -50,6 +50,7 @@ from ._file import AgentDecl, _package_version
 
 if TYPE_CHECKING:
     from runtime import ActorRef, Runtime
+    from runtime.cluster import ShardChange
 
     from .._session._events import RunResult
     from .._session._handle import Session
@@ -201,18 +202,24 @@ class FleetNode:
                 await self._reconcile()
 
     async def _follow_leases(self) -> None:
-        """Host the agents of the shards that come, drop those of the shards that go
-        (their actors are stopped by the cluster node before the shard is handed back),
-        and retry every ``poll`` an agent that could not start yet (its actor was still
-        stopping)."""
+        """Hear the node's shard changes (:meth:`shards_changed`), and retry every
+        ``poll`` an agent that could not start yet (its actor was still stopping)."""
         assert self.host is not None
         node = self.host.node
-        while True:
-            changed = node.change_event
-            if not self.draining:
-                await self._reconcile()
-            with trio.move_on_after(self._poll):
-                await changed.wait()
+        node.add_shard_listener(self)  # tells the shards held now first
+        try:
+            while True:
+                await trio.sleep(self._poll)
+                if not self.draining:
+                    await self._reconcile()
+        finally:
+            node.remove_shard_listener(self)
+
+    async def shards_changed(self, change: ShardChange) -> None:
+        """Host the agents of the shards that came, drop those of the shards that went
+        (the node stops their actors before it hands a shard back)."""
+        if not self.draining:
+            await self._reconcile()
 
     async def _reconcile(self) -> None:
         # Two tasks reconcile (the control stream's and the leases'): one at a time, or

@@ -16,7 +16,6 @@ from protocols.errors import ActorExistsError, ActorNotFoundError
 from protocols.lowlevel import denied_outcome
 from runtime import Decision, EventSourcedActor, Reply, StepFailed
 
-from .._board._events import BoardChanged
 from .._tools._runner import run_tool_calls
 from . import _decider as decider
 from . import _working as working
@@ -36,6 +35,7 @@ from ._events import (
     ToolStarted,
     evolve,
 )
+from ._follow_ups import FollowUpSource
 from ._handle import Session
 from ._observe import (
     DeltaReceived,
@@ -96,7 +96,7 @@ def _subclass_test(*classes: type) -> Callable[[type], bool]:
 
 # What ``receive`` looks at itself; the rest goes straight to the decider.
 _looked_at = _subclass_test(
-    Send, Urgent, WaitRun, PythonSpawn, GetState, BoardChanged, FollowUp, Cancel
+    Send, Urgent, WaitRun, PythonSpawn, GetState, FollowUpSource, FollowUp, Cancel
 )
 
 
@@ -511,8 +511,8 @@ class SessionActor(EventSourcedActor[SessionState]):
             # The log is the authority: a creation not appended yet is not reported. The
             # working state changes with the next event: the caller gets its own copy.
             return working.detached(self.state) if self.version else SessionState()
-        if isinstance(message, BoardChanged):
-            message = _board_follow_up(message)
+        if isinstance(message, FollowUpSource):
+            message = message.as_follow_up()
         if isinstance(message, FollowUp | Cancel):
             # What the decider may not look up itself: the clock and the call in flight.
             partial = "".join(self._partial) if self._partial else ""
@@ -683,21 +683,6 @@ def _child_outcome(spawned: ChildSpawned, result: RunResult) -> ToolOutcome:
         status="error",
         content=content,
         error_code=f"session.child_{result.status}",
-    )
-
-
-def _board_follow_up(change: BoardChanged) -> FollowUp:
-    """A watched board changed: the session reads it like a follow-up of kind ``board``."""
-    if change.deleted:
-        what = f"{change.key!r} was deleted"
-    else:
-        what = f"{change.key!r} is now {orjson.dumps(change.value).decode()}"
-    return FollowUp(
-        id=f"board:{change.board_id}:{change.board_version}:{change.key}",
-        content=(
-            f"[board {change.board_id}] {what} (version {change.version}, by {change.author})"
-        ),
-        kind="board",
     )
 
 

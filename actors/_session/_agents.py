@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeAlias, final
+from typing import Any, Literal, TypeAlias, TypedDict, TypeGuard, cast, final
 
 import attrs
 
 from protocols import LLM, OutputType, ResponseFormat
 from protocols.errors import AgentSpecError, ConfigError, UnsupportedTypeError
-from protocols.jsonschema import schema_problems
+from protocols.jsonschema import check_schema, schema_problems
 
 from .._tools._tool import Tool, ToolRegistry, tool
 from ._budget import Budget
@@ -108,6 +108,14 @@ class AgentSpec:
     context: ContextPolicy | None = None
     """How much of its conversation the model sees and how the rest is compacted
     (``None``: the parent's policy for a sub-agent, else all of it)."""
+    max_tokens: int | None = None
+    """The most tokens per model answer; ``None``: the parent's for a sub-agent, else the
+    provider's default."""
+    temperature: float | None = None
+    """Sampling temperature; ``None``: the parent's for a sub-agent, else the provider's."""
+    tool_concurrency: int | None = None
+    """The most tool calls of one round running at once; ``None``: the parent's for a
+    sub-agent, else :data:`DEFAULT_TOOL_CONCURRENCY`."""
 
     def __attrs_post_init__(self) -> None:
         problems = spec_problems(self)
@@ -133,6 +141,7 @@ def spec_problems(spec: AgentSpec) -> tuple[str, ...]:
         )
     if not isinstance(spec.max_rounds, int) or spec.max_rounds < 1:
         problems.append(f"max_rounds must be an int >= 1, got {spec.max_rounds!r}")
+    problems.extend(_number_problems(spec))
     if spec.lifecycle not in _LIFECYCLES:
         problems.append(
             f"lifecycle must be one of {', '.join(_LIFECYCLES)}, got {spec.lifecycle!r}"
@@ -168,6 +177,85 @@ def spec_problems(spec: AgentSpec) -> tuple[str, ...]:
         problems.append(f"two sub-agents are named {duplicate!r}")
     return tuple(problems)
 
+
+def _number_problems(spec: AgentSpec) -> list[str]:
+    """The model parameters and limits that must be positive (or ``None``)."""
+    problems: list[str] = []
+    counts: tuple[tuple[str, object], ...] = (
+        ("max_tokens", spec.max_tokens),
+        ("tool_concurrency", spec.tool_concurrency),
+    )
+    for label, value in counts:
+        if value is not None and not (_is_int(value) and value >= 1):
+            problems.append(f"{label} must be an int >= 1 or None, got {value!r}")
+    temperature: object = spec.temperature
+    if temperature is not None and not (
+        (_is_int(temperature) or isinstance(temperature, float)) and temperature >= 0
+    ):
+        problems.append(f"temperature must be a number >= 0 or None, got {temperature!r}")
+    return problems
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+DEFAULT_TOOL_CONCURRENCY = 8
+"""Tool calls of one round running at once, unless the spec says otherwise."""
+
+
+class AgentOptions(TypedDict, total=False):
+    """An agent's options as keywords (``spawn_session(runtime, system_prompt=...)``):
+    :class:`AgentSpec`'s fields by the same names, documented and checked there. Only
+    ``tools`` takes more: any tool source (MCP servers, a ``ToolRegistry``), expanded into
+    the spec's tools. The spec's identity (``name``, ``description``, ``lifecycle``) and its
+    model (``llm``, which the functions take as a fallback) are not options."""
+
+    system_prompt: str
+    tools: Iterable[object] | ToolRegistry
+    model: str | None
+    max_rounds: int
+    budget: Budget | None
+    response_format: FormatArg
+    agents: Iterable[AgentSpec]
+    context: ContextPolicy | None
+    max_tokens: int | None
+    temperature: float | None
+    tool_concurrency: int | None
+
+
+AGENT_OPTIONS: frozenset[str] = frozenset(AgentOptions.__annotations__)
+"""The names :class:`AgentOptions` takes."""
+
+
+def with_options(spec: AgentSpec | None, options: Mapping[str, Any], *, caller: str) -> AgentSpec:
+    """``spec`` with ``options`` in place of its own (a new spec named ``session`` when
+    ``spec`` is ``None``); ``options["tools"]`` must already hold tools, not servers.
+
+    Raises:
+        UnsupportedTypeError, ToolDefinitionError: ``options["response_format"]`` has no
+            JSON Schema form, or a malformed one.
+        TypeError: an option is not one of :class:`AgentOptions` (named as Python names
+            an unexpected keyword argument of ``caller``).
+        AgentSpecError: the resulting spec is invalid (every problem listed).
+    """
+    if not AGENT_OPTIONS.issuperset(options):
+        unknown = sorted(options.keys() - AGENT_OPTIONS)
+        msg = f"{caller}() got an unexpected keyword argument {unknown[0]!r}"
+        raise TypeError(msg)
+    if "response_format" in options:
+        # A format the spec would list as a problem keeps the typed error a keyword has
+        # always raised (UnsupportedTypeError, ToolDefinitionError: TypeErrors).
+        response_format, _ = resolve_format(options["response_format"])
+        if response_format is not None:
+            check_schema(response_format.schema)
+    if spec is None:
+        return AgentSpec(name=_BARE.name, **options) if options else _BARE  # checks every value
+    return attrs.evolve(spec, **options) if options else spec
+
+
+_BARE = AgentSpec(name="session")
+"""The agent of a session given no option: every default."""
 
 SPAWN_AGENT = "spawn_agent"
 
@@ -238,14 +326,15 @@ def top_level_tools(spec: AgentSpec) -> tuple[Tool[..., object], ...]:
     Raises:
         ConfigError: ``spec.tools`` names a tool instead of giving it.
     """
-    named = [t for t in spec.tools or () if isinstance(t, str)]
+    tools = spec.tools or ()
+    named = [t for t in tools if isinstance(t, str)]
     if named:
         msg = (
             f"agent spec {spec.name!r} names tools ({', '.join(named)}) but a top-level agent "
             "has no parent to take them from: give Tool objects"
         )
         raise ConfigError(msg)
-    return spec.own_tools()
+    return cast("tuple[Tool[..., object], ...]", tools)  # the spec holds only Tools here
 
 
 def index_agents(agents: Iterable[AgentSpec]) -> Mapping[str, AgentSpec]:

@@ -17,7 +17,7 @@ from runtime.lowlevel import CONTINUES
 from .._mcp._sources import expand_tool_sources
 from .._tools._tool import ToolRegistry
 from ._actor import SessionActor
-from ._agents import AgentSpec, FormatArg, top_level_tools
+from ._agents import AgentOptions, AgentSpec, FormatArg, top_level_tools, with_options
 from ._budget import Budget, Price
 from ._context import ContextCompacted, ContextPolicy
 from ._events import (
@@ -173,22 +173,28 @@ async def replay_session(
         if created is None:
             raise StreamNotFoundError(stream)
         system_prompt = created.system_prompt
+    options: AgentOptions = {
+        "tools": tuple(tools),
+        "system_prompt": system_prompt,
+        "max_rounds": max_rounds,
+        "model": model,
+        "agents": agents,
+        "response_format": response_format,
+        "budget": budget,
+        "context": _without_model(context),
+    }
+    if max_tokens is not None:
+        options["max_tokens"] = max_tokens
+    if temperature is not None:
+        options["temperature"] = temperature
+    agent = with_options(spec, options, caller="replay_session")
     config = session_config(
+        agent,
         session_id=session_id,
         llm=_NoModel(),
-        tools=tools,
-        system_prompt=system_prompt,
-        max_rounds=max_rounds,
-        model=model,
-        agents=agents,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        response_format=response_format,
-        budget=budget,
         prices=prices,
         max_depth=max_depth,
         max_children=max_children,
-        context=_without_model(context),
     )
     cutoff = 0
     if from_version:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, final
+
+from typing_extensions import Unpack
 
 from protocols import LLM
 from protocols.errors import ConfigError
 
 from .._mcp._sources import expand_tool_sources
-from .._tools._tool import ToolRegistry
 from ._actor import SessionActor
-from ._agents import AgentSpec, FormatArg, top_level_tools
-from ._budget import Budget, Price
-from ._context import ContextPolicy
+from ._agents import AgentOptions, AgentSpec, with_options
+from ._budget import Price
 from ._handle import Session
 from ._observe import LLMHook, Observer, ToolHook
 from ._steps import (
@@ -31,33 +31,30 @@ if TYPE_CHECKING:
 
 async def spawn_session(
     runtime: Runtime,
+    spec: AgentSpec | None = None,
     *,
-    llm: LLM,
-    tools: Iterable[object] | ToolRegistry = (),
-    system_prompt: str = "",
-    max_rounds: int = 10,
-    model: str | None = None,
-    budget: Budget | None = None,
-    response_format: FormatArg = None,
+    llm: LLM | None = None,
     prices: Mapping[str, Price] | None = None,
     llm_hooks: Sequence[LLMHook] = (),
     tool_hooks: Sequence[ToolHook] = (),
     observers: Sequence[Observer] = (),
     on_busy: BusyPolicy = "queue",
-    agents: Iterable[AgentSpec] = (),
     max_depth: int = 3,
     max_children: int = 8,
-    max_tokens: int | None = None,
-    temperature: float | None = None,
-    tool_concurrency: int = 8,
     snapshot_every: int | None = SNAPSHOT_EVERY,
     session_id: str | None = None,
     name: str | None = None,
     agent_name: str | None = None,
-    context: ContextPolicy | None = None,
     passivate_after: float | None = PASSIVATE_AFTER,
+    **options: Unpack[AgentOptions],
 ) -> Session:
     """Start a session actor under the runtime's root supervisor (or resume it from the log).
+
+    What the agent is (its prompt, tools, model, limits) is one value, an
+    :class:`AgentSpec`: give one, or give its fields as keywords
+    (``spawn_session(runtime, llm=llm, tools=[...], system_prompt="...")``), or both (the
+    keywords then replace the spec's). The other arguments say where and how this session
+    runs.
 
     A session fails alone: when its log does not decode or it keeps crashing, the
     supervisor stops it for good and its calls raise
@@ -66,31 +63,27 @@ async def spawn_session(
 
     Args:
         runtime (Runtime): the runtime; its event store holds the session's stream.
-        llm (LLM): the model (a provider transport, or ``ScriptedLLM`` in tests).
-        tools: ``Tool`` objects, MCP servers (``mcp_stdio``/``mcp_http``, connected and
-            listed here), or a ``ToolRegistry``.
-        system_prompt (str): the default system prompt.
-        max_rounds (int): the default round limit of a run.
-        model (str | None): the model name to ask for.
-        budget (Budget | None): the default limits of a run.
-        response_format (ResponseFormat | type | None): the default response format of a
-            run: a JSON Schema, or an attrs class or a pydantic model (results then hold
-            an instance in ``RunResult.output``; give the same class again when the
-            session is resumed).
+        spec (AgentSpec | None): the agent; its ``tools`` must be ``Tool`` objects (a
+            top-level agent has no parent to take tools from by name). ``None``: the
+            keywords alone make it.
+        llm (LLM | None): the model when the spec has none (a provider transport, or
+            ``ScriptedLLM`` in tests).
+        **options: the spec's fields (:class:`AgentOptions`): ``system_prompt``,
+            ``tools``, ``model``, ``max_rounds``, ``budget``, ``response_format``,
+            ``agents``, ``context``, ``max_tokens``, ``temperature`` and
+            ``tool_concurrency``, documented on :class:`AgentSpec`. ``tools`` also takes
+            MCP servers (``mcp_stdio``/``mcp_http``, connected and listed here) or a
+            ``ToolRegistry``. A ``response_format`` class makes results hold an instance
+            in ``RunResult.output``: give the same class again when the session is
+            resumed.
         prices (Mapping[str, Price] | None): model name → price, for cost budgets; a
             dated model name (``gpt-4o-2024-08-06``) matches its prefix (``gpt-4o``).
         llm_hooks: middleware around each LLM call, the first outermost.
         tool_hooks: middleware around each tool call, the first outermost.
         observers: callbacks told every observation (see :meth:`Session.observe`).
         on_busy (BusyPolicy): what a send does while a run is active (``queue``).
-        agents: sub-agents the model may start with the ``spawn_agent`` tool (added to
-            the tools when any are given).
         max_depth (int): the deepest an agent tree may grow (this session is depth 0).
         max_children (int): sub-agents one run may start.
-        max_tokens (int | None): the most tokens per LLM answer; the provider's default
-            when ``None``.
-        temperature (float | None): sampling temperature; the provider's when ``None``.
-        tool_concurrency (int): the most tool calls of one round running at once.
         snapshot_every (int | None): save a snapshot of the folded state every this many
             events (and at the end of a run, once a tenth of that has been appended since
             the last one), so reopening folds only the tail; ``None``: never.
@@ -98,10 +91,7 @@ async def spawn_session(
         name (str | None): path segment in the tree; defaults to the id.
         agent_name (str | None): the agent this session runs, recorded in its first
             event; telemetry names its runs' spans after it (``invoke_agent NAME``).
-            :func:`spawn_agent` gives the spec's name.
-        context (ContextPolicy | None): how much of the conversation the model sees and
-            how the rest is compacted (also adds the ``recall`` tool unless switched
-            off); ``None``: the whole conversation, always.
+            ``None``: the spec's name when a spec is given.
         passivate_after (float | None): passivate the session's actor after this many
             idle seconds (no run, nothing queued, nobody waiting, no sub-agent alive),
             freeing its memory: its next message, or its next due timer, starts it again
@@ -117,37 +107,37 @@ async def spawn_session(
             ``tools`` holds something that is no tool source (the message says what to
             give).
         UnsupportedTypeError: ``response_format`` is a class with no JSON Schema form.
+        AgentSpecError: the spec the keywords make is invalid, every problem listed
+            (``max_rounds`` or ``tool_concurrency`` below 1, ...).
         McpServerError: an MCP server in ``tools`` could not be reached.
-        ConfigError: ``budget`` limits cost and ``prices`` is empty, or
+        ConfigError: no model (neither ``spec.llm`` nor ``llm``), the spec names a tool
+            instead of giving it, ``budget`` limits cost and ``prices`` is empty, or
             ``passivate_after`` is neither ``None`` nor a positive, finite number.
-        ValueError: ``max_rounds`` or ``tool_concurrency`` is below 1.
+        TypeError: a keyword is neither an argument nor one of :class:`AgentOptions`.
+        ValueError: ``max_depth``, ``max_children`` or ``snapshot_every`` is below 1.
         RuntimeClosedError: the runtime is closing (or its root supervisor gave up).
     """
     check_passivate_after(passivate_after)  # before MCP servers are reached
-    tools = await expand_tool_sources(runtime, tools)
+    if "tools" in options:
+        options["tools"] = tuple(await expand_tool_sources(runtime, options["tools"]))
+    agent = with_options(spec, options, caller="spawn_session")
+    model = agent.llm or llm
+    if model is None:
+        msg = f"agent spec {agent.name!r} has no llm: set AgentSpec.llm or pass llm="
+        raise ConfigError(msg)
     config = session_config(
+        agent,
         session_id=session_id or runtime.ids.new("ses"),
-        llm=llm,
-        tools=tools,
-        system_prompt=system_prompt,
-        max_rounds=max_rounds,
-        model=model,
-        budget=budget,
-        response_format=response_format,
+        llm=model,
         prices=prices,
         llm_hooks=llm_hooks,
         tool_hooks=tool_hooks,
         observers=observers,
         on_busy=on_busy,
-        agents=agents,
         max_depth=max_depth,
         max_children=max_children,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        tool_concurrency=tool_concurrency,
-        context=context,
         snapshot_every=snapshot_every,
-        agent=agent_name,
+        agent=agent_name if agent_name is not None or spec is None else spec.name,
         passivate_after=passivate_after,
     )
     factory = _SessionFactory(config, session_id is None)
@@ -193,7 +183,8 @@ async def spawn_agent(
     prices: Mapping[str, Price] | None = None,
     passivate_after: float | None = PASSIVATE_AFTER,
 ) -> Session:
-    """Start a top-level agent from a spec (or resume it from the log, by ``session_id``).
+    """Start a top-level agent from a spec (or resume it from the log, by ``session_id``):
+    ``spawn_session(runtime, spec, ...)`` with the arguments an agent most often needs.
 
     Args:
         runtime (Runtime): the runtime.
@@ -212,26 +203,14 @@ async def spawn_agent(
         ConfigError: no model (neither ``spec.llm`` nor ``llm``), a tool given by name, or
             a bad ``passivate_after``.
     """
-    model = spec.llm or llm
-    if model is None:
-        msg = f"agent spec {spec.name!r} has no llm: set AgentSpec.llm or pass llm="
-        raise ConfigError(msg)
     return await spawn_session(
         runtime,
-        llm=model,
-        tools=top_level_tools(spec),
-        system_prompt=spec.system_prompt,
-        max_rounds=spec.max_rounds,
-        model=spec.model,
-        budget=spec.budget,
-        response_format=spec.response_format,
-        agents=spec.agents,
+        spec,
+        llm=llm,
         max_depth=max_depth,
         max_children=max_children,
         observers=observers,
         prices=prices,
         session_id=session_id,
-        agent_name=spec.name,
-        context=spec.context,
         passivate_after=passivate_after,
     )

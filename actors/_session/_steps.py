@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal, final
 
@@ -25,12 +25,13 @@ from runtime import PriorityMessage, Request
 
 from .._tools._tool import ToolRegistry, tool
 from ._agents import (
+    DEFAULT_TOOL_CONCURRENCY,
     AgentSpec,
-    FormatArg,
     child_tools,
     index_agents,
     resolve_format,
     spawn_agent_tool,
+    top_level_tools,
 )
 from ._budget import Budget, Price
 from ._context import ContextPolicy
@@ -383,52 +384,45 @@ def check_limits(
 
 
 def session_config(
+    spec: AgentSpec,
     *,
     session_id: str,
     llm: LLM,
-    tools: Iterable[object] | ToolRegistry = (),
-    system_prompt: str = "",
-    max_rounds: int = 10,
-    model: str | None = None,
-    budget: Budget | None = None,
-    response_format: FormatArg = None,
     prices: Mapping[str, Price] | None = None,
     llm_hooks: Sequence[LLMHook] = (),
     tool_hooks: Sequence[ToolHook] = (),
     observers: Sequence[Observer] = (),
     on_busy: BusyPolicy = "queue",
-    agents: Iterable[AgentSpec] = (),
     max_depth: int = 3,
     max_children: int = 8,
-    max_tokens: int | None = None,
-    temperature: float | None = None,
-    tool_concurrency: int = 8,
-    context: ContextPolicy | None = None,
     snapshot_every: int | None = SNAPSHOT_EVERY,
     agent: str | None = None,
     passivate_after: float | None = PASSIVATE_AFTER,
 ) -> SessionConfig:
-    """Check :func:`spawn_session`'s arguments and build the actor's configuration."""
-    limits = (
-        ("max_rounds", max_rounds),
-        ("tool_concurrency", tool_concurrency),
-        ("max_depth", max_depth),
-        ("max_children", max_children),
-    )
+    """The actor's configuration: the agent's options from ``spec`` (checked when it was
+    made), the rest from where and how this session runs (checked here).
+
+    Raises:
+        ValueError: ``max_depth`` or ``max_children`` is below 1, or ``snapshot_every`` is
+            not a positive int or ``None``.
+        ConfigError: ``spec`` names a tool instead of giving it (a top-level session has no
+            parent to take it from), or its budget limits cost and ``prices`` is empty.
+    """
     every = snapshot_every
     if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
         msg = f"snapshot_every must be a positive int or None, got {snapshot_every!r}"
         raise ValueError(msg)
     idle = check_passivate_after(passivate_after)
-    for label, value in limits:
+    for label, value in (("max_depth", max_depth), ("max_children", max_children)):
         if value < 1:
             msg = f"{label} must be >= 1, got {value}"
             raise ValueError(msg)
-    response_format, output_type = resolve_format(response_format)
-    agents = tuple(agents)
-    tools = tuple(tools)
+    response_format, output_type = resolve_format(spec.response_format)
+    agents = spec.agents
+    tools = top_level_tools(spec)
+    context = spec.context
     if agents or (context is not None and context.recall):
-        registry = ToolRegistry.of(*tools)  # type: ignore[arg-type]  # a copy, ours to extend; add checks each tool
+        registry = ToolRegistry.of(*tools)  # a copy, ours to extend; add checks each tool
         add_context_tools(registry, context)
         if agents:
             registry.add(spawn_agent_tool(agents))
@@ -438,11 +432,11 @@ def session_config(
         session_id=session_id,
         llm=llm,
         tools=registry,
-        system_prompt=system_prompt,
-        max_rounds=max_rounds,
-        model=model,
-        tool_concurrency=tool_concurrency,
-        budget=budget,
+        system_prompt=spec.system_prompt,
+        max_rounds=spec.max_rounds,
+        model=spec.model,
+        tool_concurrency=spec.tool_concurrency or DEFAULT_TOOL_CONCURRENCY,
+        budget=spec.budget,
         response_format=response_format,
         prices=dict(prices) if prices else _NO_PRICES,
         llm_hooks=tuple(llm_hooks),
@@ -452,15 +446,15 @@ def session_config(
         agents=index_agents(agents) if agents else _NO_AGENTS,
         max_depth=max_depth,
         max_children=max_children,
-        max_tokens=max_tokens,
-        temperature=temperature,
+        max_tokens=spec.max_tokens,
+        temperature=spec.temperature,
         output_type=output_type,
         context=context,
         snapshot_every=snapshot_every,
         agent=agent,
         passivate_after=idle,
     )
-    check_limits(response_format, budget, config.prices)
+    check_limits(response_format, spec.budget, config.prices)
     return config
 
 
@@ -505,4 +499,9 @@ def child_config(
         agent=spec.name,
         traceparent=traceparent,
         context=context,
+        max_tokens=parent.max_tokens if spec.max_tokens is None else spec.max_tokens,
+        temperature=parent.temperature if spec.temperature is None else spec.temperature,
+        tool_concurrency=(
+            parent.tool_concurrency if spec.tool_concurrency is None else spec.tool_concurrency
+        ),
     )

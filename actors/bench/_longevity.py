@@ -376,7 +376,7 @@ def _noting_snapshots(note: Callable[[], None]) -> Iterator[None]:
         note()
         await save(self, *args, **kwargs)
 
-    SqliteEventStore.save_snapshot = noted  # type: ignore[method-assign]
+    SqliteEventStore.save_snapshot = noted  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:

@@ -23,9 +23,8 @@ import attrs
 from protocols.errors import StreamNotFoundError
 
 from .._session._errors import ForeignAgentError
-from ._common import SESSION_PREFIX, shorten
+from ._common import SESSION_PREFIX, decode_or_none, read_stream, shorten
 from ._demo import SYSTEM_PROMPT
-from ._inspect import decode_or_none, read_stream
 
 if TYPE_CHECKING:
     from ._common import LogStore

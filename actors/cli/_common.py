@@ -20,8 +20,10 @@ from typing import IO, TYPE_CHECKING, TypeAlias, final
 import attrs
 import orjson
 
+from protocols.codec import decode_record
 from protocols.errors import (
     BadConnectionStringError,
+    CodecError,
     ConfigError,
     MissingExtraError,
     StoreLockedError,
@@ -35,8 +37,13 @@ from runtime.postgres import PostgresEventStore, open_postgres_store
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from runtime import RecordedEvent
+
 __all__ = [
     "DEFAULT_DB",
+    "READ_PAGE",
+    "decode_or_none",
+    "read_stream",
     "LogStore",
     "check_folder",
     "CliContext",
@@ -351,3 +358,25 @@ def shorten(text: str, width: int) -> str:
     """``text`` on one line, cut to ``width`` characters with an ellipsis."""
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: max(0, width - 1)] + "…"
+
+
+READ_PAGE = 2000
+"""Events read from the log at a time."""
+
+
+async def read_stream(store: LogStore, stream: str) -> list[RecordedEvent]:
+    """Every event of ``stream``, in order."""
+    events: list[RecordedEvent] = []
+    while True:
+        page = await store.read(stream, len(events) + 1, limit=READ_PAGE)
+        events.extend(page)
+        if len(page) < READ_PAGE:
+            return events
+
+
+def decode_or_none(record: RecordedEvent) -> object | None:
+    """The decoded event, or ``None`` when the codec cannot read it (``check`` says why)."""
+    try:
+        return decode_record(record)
+    except CodecError:
+        return None

@@ -20,15 +20,18 @@ from runtime import RecordedEvent, open_runtime
 from runtime.timers import PendingTimer
 
 from ._common import (
+    READ_PAGE,
     SESSION_PREFIX,
     CliContext,
     db_in_use,
+    decode_or_none,
     fmt_age,
     fmt_iso,
     fmt_time,
     in_session_tree,
     open_log,
     plural,
+    read_stream,
     session_id_of,
     shorten,
 )
@@ -39,22 +42,10 @@ if TYPE_CHECKING:
 
 __all__ = ["cmd_log", "cmd_sessions", "cmd_show", "cmd_timers", "cmd_tree"]
 
-_PAGE = 2000
-
 
 def load_actors() -> None:
     """Import ``actors`` so the session and board events are registered with the codec."""
     import actors  # noqa: F401
-
-
-async def read_stream(store: LogStore, stream: str) -> list[RecordedEvent]:
-    """Every event of ``stream``, in order."""
-    events: list[RecordedEvent] = []
-    while True:
-        page = await store.read(stream, len(events) + 1, limit=_PAGE)
-        events.extend(page)
-        if len(page) < _PAGE:
-            return events
 
 
 async def tree_streams(store: LogStore, root_id: str) -> list[str]:
@@ -74,14 +65,6 @@ async def read_tree(store: LogStore, root_id: str) -> list[RecordedEvent]:
         events.extend(await read_stream(store, stream))
     events.sort(key=lambda e: e.position)
     return events
-
-
-def decode_or_none(record: RecordedEvent) -> object | None:
-    """The decoded event, or ``None`` when the codec cannot read it (``check`` says why)."""
-    try:
-        return decode_record(record)
-    except CodecError:
-        return None
 
 
 async def build_tree(store: LogStore, root_id: str, *, live: bool) -> AgentTree:
@@ -227,7 +210,7 @@ async def summaries(store: LogStore) -> list[SessionSummary]:
     found: dict[str, SessionSummary] = {}
     position = 1
     while True:
-        page = await store.read_all(position, limit=_PAGE)
+        page = await store.read_all(position, limit=READ_PAGE)
         for record in page:
             sid = session_id_of(record.stream)
             if sid is None:
@@ -243,7 +226,7 @@ async def summaries(store: LogStore) -> list[SessionSummary]:
                 summary.error = summary.error or exc.code
                 continue
             summary.apply(event)
-        if len(page) < _PAGE:
+        if len(page) < READ_PAGE:
             break
         position = page[-1].position + 1
     for summary in found.values():
@@ -742,7 +725,7 @@ async def cmd_log(ctx: CliContext, args: argparse.Namespace) -> int:
         # see other processes' commits). Ctrl-C ends the follow.
         position = head + 1
         while True:
-            page = await store.read_all(position, limit=_PAGE)
+            page = await store.read_all(position, limit=READ_PAGE)
             for record in page:
                 if wanted(record.stream):
                     _print_record(ctx, record, with_stream=args.tree)

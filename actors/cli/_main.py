@@ -29,6 +29,7 @@ import trio
 
 from protocols.errors import ConfigError, MissingExtraError, PowertrioError
 
+from ._argtypes import port
 from ._logs import CliLogs
 
 if TYPE_CHECKING:
@@ -280,7 +281,7 @@ def _ui_options(add: Callable[..., argparse.ArgumentParser]) -> None:
     )
     ui.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     ui.add_argument(
-        "--port", type=_port, default=8321, metavar="N", help="the port (0: any free one)"
+        "--port", type=port, default=8321, metavar="N", help="the port (0: any free one)"
     )
     ui.add_argument(
         "--token",
@@ -295,18 +296,6 @@ def _ui_options(add: Callable[..., argparse.ArgumentParser]) -> None:
         help="a model's price in USD per million prompt and completion tokens (repeatable)",
     )
     _model_options(ui)
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        msg = f"must be a port number, got {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
-    if not 0 <= value <= 65535:
-        msg = f"must be between 0 and 65535, got {value}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
 
 
 def _positive(text: str) -> int:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ._argtypes import port
+
 if TYPE_CHECKING:
     from .._fleet._node import FleetNode, NodeService
     from ._common import CliContext
@@ -26,17 +28,11 @@ if TYPE_CHECKING:
 __all__ = ["add_serve_ui_options", "console_services"]
 
 
-def _port(text: str) -> int:
-    from ._main import _port as port
-
-    return port(text)
-
-
 def add_serve_ui_options(serve: argparse.ArgumentParser) -> None:
     """``--ui-port``, ``--ui-host`` and ``--ui-token`` on ``serve``."""
     serve.add_argument(
         "--ui-port",
-        type=_port,
+        type=port,
         default=None,
         metavar="N",
         help="also serve the web console on this port (0: any free one; needs the console extra)",

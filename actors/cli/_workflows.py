@@ -19,8 +19,10 @@ from ._common import (
     SESSION_PREFIX,
     CliContext,
     db_lock,
+    decode_or_none,
     fmt_iso,
     open_log,
+    read_stream,
     resolve_session,
     session_id_of,
     shorten,
@@ -166,8 +168,6 @@ class WorkflowSummary:
 
 async def workflow_summaries(store: LogStore) -> list[WorkflowSummary]:
     """A summary of every workflow in the log, oldest first."""
-    from ._inspect import read_stream
-
     found: list[WorkflowSummary] = []
     for info in await store.streams(WORKFLOW_PREFIX):
         wid = workflow_id_of(info.stream)
@@ -281,8 +281,6 @@ async def build_workflow_tree(store: LogStore, workflow_id: str, *, live: bool) 
     """The workflow as the root, its agent steps' sessions (and their sub-agents) below."""
     from actors.events import SessionCreated
 
-    from ._inspect import decode_or_none, read_stream
-
     state, _ = fold_workflow(await read_stream(store, WORKFLOW_PREFIX + workflow_id))
     name = state.started.workflow if state.started is not None else "workflow"
     tree = AgentTree(workflow_id, root_name=f"workflow {name}")
@@ -339,8 +337,6 @@ async def cmd_signal(ctx: CliContext, args: argparse.Namespace) -> int:
     from actors._workflow._events import SignalReceived
     from protocols.codec import default_registry
     from runtime import NewEvent
-
-    from ._inspect import read_stream
 
     try:
         payload = orjson.loads(args.payload) if args.payload is not None else None

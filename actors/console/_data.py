@@ -19,8 +19,8 @@ from typing import final
 import attrs
 import trio
 
-from actors.cli._common import SESSION_PREFIX, session_id_of
-from actors.cli._inspect import SessionSummary, decode_or_none, read_tree
+from actors.cli._common import SESSION_PREFIX, decode_or_none, session_id_of
+from actors.cli._inspect import SessionSummary, read_tree
 from actors.cli._tree import AgentTree
 from protocols import Usage
 from protocols.codec import decode_record

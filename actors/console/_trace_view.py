@@ -15,8 +15,7 @@ import attrs
 import orjson
 from markupsafe import Markup, escape
 
-from actors.cli._common import SESSION_PREFIX
-from actors.cli._inspect import decode_or_none
+from actors.cli._common import SESSION_PREFIX, decode_or_none
 from runtime import EventStore, RecordedEvent
 
 from .._session._budget import Price

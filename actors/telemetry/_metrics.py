@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from actors._limiter._core import BackoffRecorded, GrantIssued
 from actors._session._events import AssistantRecorded, RunFinished, RunStarted, ToolFinished
+from runtime.cluster import ClusterNode
 
 if TYPE_CHECKING:
     from runtime import Runtime
@@ -206,7 +207,7 @@ class _RuntimeCollector(Collector):
         )
         leases.add_metric([metrics.node, "owned"], len(metrics._owned))
         runtime = metrics._runtime
-        cluster = None if runtime is None else runtime.node
+        cluster = None if runtime is None else ClusterNode.of(runtime)
         if cluster is not None:
             leases.add_metric([metrics.node, "shards_held"], len(cluster.held))
             leases.add_metric([metrics.node, "shards_surplus"], len(cluster.surplus))

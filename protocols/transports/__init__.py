@@ -30,6 +30,8 @@ if _TYPE_CHECKING:
     from ._factory import transport_from_config as transport_from_config
     from ._factory import transport_from_env as transport_from_env
     from ._openai import OpenAITransport as OpenAITransport
+    from ._providers import PROVIDERS as PROVIDERS
+    from ._providers import Provider as Provider
     from ._retry import Attempt as Attempt
     from ._retry import AttemptObserver as AttemptObserver
     from ._retry import RetryPolicy as RetryPolicy
@@ -59,6 +61,7 @@ else:
             ),
             "._factory": ("provider_configured", "transport_from_config", "transport_from_env"),
             "._openai": ("OpenAITransport",),
+            "._providers": ("PROVIDERS", "Provider"),
             "._retry": ("Attempt", "AttemptObserver", "RetryPolicy"),
             "._secret": ("Secret", "redact"),
             "._sse": ("ServerSentEvent", "iter_sse"),

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Literal, TypeAlias, final
+from typing import final
 
 import attrs
 import httpx
 
 from protocols.errors import ConfigError, MissingSettingError
 
+from ._providers import PROVIDERS, ProviderName
 from ._retry import RetryPolicy
 from ._secret import Secret
 
@@ -22,14 +23,6 @@ __all__ = [
     "Timeouts",
     "open_http_client",
 ]
-
-#: The wire formats we speak.
-ProviderName: TypeAlias = Literal["openai", "anthropic"]
-
-_DEFAULT_BASE_URLS: dict[ProviderName, str] = {
-    "openai": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com",
-}
 
 
 def _to_secret(value: str | Secret | None) -> Secret | None:
@@ -164,16 +157,17 @@ class ProviderConfig:
         """
         env = os.environ if environ is None else environ
         raw_provider = env.get("POWERTRIO_PROVIDER", "openai").strip().lower()
-        if raw_provider not in ("openai", "anthropic"):
-            msg = (
-                f"POWERTRIO_PROVIDER is {raw_provider!r}; it must be 'openai' (any "
-                "OpenAI-compatible server) or 'anthropic'"
+        entry = PROVIDERS.get(raw_provider)
+        if entry is None:
+            choices = " or ".join(
+                f"{p.name!r} ({p.also})" if p.also else repr(p.name) for p in PROVIDERS.values()
             )
+            msg = f"POWERTRIO_PROVIDER is {raw_provider!r}; it must be {choices}"
             raise ConfigError(msg)
-        provider: ProviderName = "openai" if raw_provider == "openai" else "anthropic"
-        own_key = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
+        provider = entry.name
+        own_key = entry.key_variable
         base_url = env.get("POWERTRIO_BASE_URL") or (
-            env.get("OPENAI_BASE_URL") if provider == "openai" else None
+            env.get(entry.url_variable) if entry.url_variable is not None else None
         )
         api_key = env.get("POWERTRIO_API_KEY") or env.get(own_key)
         if not api_key:
@@ -190,7 +184,7 @@ class ProviderConfig:
             )
         return cls(
             provider=provider,
-            base_url=base_url or _DEFAULT_BASE_URLS[provider],
+            base_url=base_url or entry.base_url,
             model=model,
             api_key=api_key,
         )

@@ -37,8 +37,14 @@ def transport_from_config(
     Returns:
         (OpenAITransport | AnthropicTransport): the transport; close it with ``aclose``.
     """
-    cls = OpenAITransport if config.provider == "openai" else AnthropicTransport
+    cls = _TRANSPORTS[config.provider]
     return cls(config, client=client, on_attempt=on_attempt, rand=rand)
+
+
+_TRANSPORTS: dict[str, type[OpenAITransport | AnthropicTransport]] = {
+    cls.provider: cls for cls in (OpenAITransport, AnthropicTransport)
+}
+"""The transport of each provider of ``PROVIDERS``, by the name the class gives itself."""
 
 
 _PROVIDER_VARIABLES = (

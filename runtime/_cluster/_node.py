@@ -4,14 +4,17 @@ Several runtimes (processes, machines) share one PostgreSQL log. Each stream tha
 *placed* (a session's, by default) belongs to one of ``Node.shards`` shards by a hash of
 its placement key, and each shard is leased to at most one live node at a time. A lease
 has an epoch that grows at every takeover; the store checks, in the transaction of every
-append, that this node still holds the shard at the epoch it believes it holds
-(``_postgres._writer``), so a node that was paused or cut off past its lease writes
-nothing once another has taken over: its append fails with ``store.fenced``.
+append, that this node still holds the shard at the epoch it believes it holds (the node
+is the fence it installs, ``PostgresEventStore.install_fence``), so a node that was paused
+or cut off past its lease writes nothing once another has taken over: its append fails
+with ``store.fenced``.
 
 The node renews its leases in the background every ``ttl / 3`` seconds and takes
 expired shards up to its fair share (all shards over the live nodes); a node holding
 more than its share hands the surplus back once the host (``actors.cluster.host_node``) has
-stopped their actors. docs/cluster.md tells why it is built this way.
+stopped their actors. One task follows the leases and hands each change to whoever
+registered (:meth:`ClusterNode.add_shard_listener`: a host of sessions, a fleet's agents).
+docs/cluster.md tells why it is built this way.
 """
 
 from __future__ import annotations
@@ -22,26 +25,38 @@ import logging
 import threading
 import zlib
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, Protocol, TypeVar, final
 
 import attrs
 import trio
 
 from protocols.errors import ConfigError, FencedError, StoreError
 
-from .._postgres._schema import map_errors
 from .._virtual_time import run_in_thread
 from . import _sql as sql
-from ._placement import settle_round
+from ._node_timers import NodeTimers
+from ._placement import fence_admits, settle_round
 from ._sql import check_shards
 
 if TYPE_CHECKING:
     import psycopg
 
+    from .._persist_listener import PersistListener
     from .._postgres._store import PostgresEventStore
     from .._ref import ActorRef
+    from .._runtime import Runtime
+    from .._store._contract import EventStore
+    from .._timers._service import TimerRunner
 
-__all__ = ["ClusterNode", "Node", "live_nodes", "placement_key", "shard_of"]
+__all__ = [
+    "ClusterNode",
+    "Node",
+    "ShardChange",
+    "ShardListener",
+    "live_nodes",
+    "placement_key",
+    "shard_of",
+]
 
 logger = logging.getLogger("powertrio.node")
 
@@ -99,6 +114,14 @@ class Node:
     may have several segments (``"fleet/agent"`` places ``fleet/agent/<name>`` by
     ``fleet/agent:<name>`` and leaves the other ``fleet/...`` streams alone)."""
 
+    def join(self, store: EventStore | None) -> ClusterNode:
+        """This node of a fleet on ``store`` (what ``open_runtime(node=...)`` runs).
+
+        Raises:
+            ConfigError: the store is not a PostgreSQL store.
+        """
+        return ClusterNode(self, check_node_store(store))
+
 
 def placement_key(stream: str, placed: tuple[str, ...] = ("session", "board")) -> str | None:
     """The key a stream is placed by, or ``None`` if its kind is not placed.
@@ -131,11 +154,45 @@ async def live_nodes(store: PostgresEventStore) -> frozenset[str]:
     Raises:
         StoreUnavailableError: the server cannot be reached.
     """
-    return await store._call(sql.live_nodes)
+    return await store.call(sql.live_nodes)
 
 
 def _channel(schema: str) -> str:
     return "powertrio_" + hashlib.sha256(schema.encode()).hexdigest()[:16]
+
+
+@final
+@attrs.frozen
+class ShardChange:
+    """What moved since a :class:`ShardListener` last heard: shards are numbers."""
+
+    came: frozenset[int]
+    """Shards this node now holds (within its fair share) that it did not, or at
+    another epoch: start what runs there."""
+    gone: frozenset[int]
+    """Shards it held that it no longer holds within its share (lost, or surplus):
+    stop what runs there."""
+    surplus: frozenset[int]
+    """Of ``gone``, the shards the node hands back as soon as every listener returned."""
+
+
+class ShardListener(Protocol):
+    """Whoever runs things per shard on a node: told each change, one at a time."""
+
+    async def shards_changed(self, change: ShardChange) -> None:
+        """Start and stop what ``change`` says; the node waits for it (the surplus is
+        released only afterwards), and cancels it when the listener is removed."""
+        ...
+
+
+@final
+class _Registration:
+    __slots__ = ("listener", "scope", "seen")
+
+    def __init__(self, listener: ShardListener) -> None:
+        self.listener = listener
+        self.seen: dict[int, int] = {}
+        self.scope: trio.CancelScope | None = None
 
 
 @final
@@ -155,12 +212,12 @@ class ClusterNode:
         self._doorbell = trio.Event()
         self._waiting: dict[str, trio.Event] = {}
         self._replies: dict[str, bytes] = {}
-        self.hosted = False
-        """Set by a host that stops the actors of surplus shards before releasing them."""
         self._channel = _channel(store.schema)
         self._stop_listening = threading.Event()
         self._closed = False
         self._refused = 0
+        self._listeners: list[_Registration] = []
+        self._timers: NodeTimers | None = None
         # The live owners of placed streams here (this node is a persist listener), so
         # that losing a shard stops them whether or not a host runs.
         self._owners: dict[str, ActorRef[object]] = {}
@@ -173,10 +230,31 @@ class ClusterNode:
     def __repr__(self) -> str:
         return f"<ClusterNode {self.config.name!r} holding {sorted(self._held)}>"
 
+    @classmethod
+    def of(cls, runtime: Runtime) -> ClusterNode | None:
+        """The node ``runtime`` runs as (``open_runtime(node=Node(...))``), or ``None``."""
+        node = runtime.node
+        return node if isinstance(node, ClusterNode) else None
+
     @property
     def store(self) -> PostgresEventStore:
         """The log the node's fleet shares."""
         return self._store
+
+    # -- the kernel's side (runtime._membership.Membership) ---------------------------
+
+    @property
+    def retry_after(self) -> float:
+        """A lease round: a fenced actor starts again after it if the lease held."""
+        return self.config.ttl / 3
+
+    def persist_listeners(self, timers: TimerRunner) -> Sequence[PersistListener]:
+        """The node's timers in place of the runtime's, then the node itself (a lost
+        shard stops its actors, hosted or not)."""
+        self._timers = NodeTimers(
+            timers, lambda stream: self.shard_of_stream(stream) is not None, self._store
+        )
+        return (self._timers, self)
 
     # -- placement --------------------------------------------------------------------
 
@@ -236,8 +314,10 @@ class ClusterNode:
                 found.append(owner)
         return found
 
+    # -- the store's fence (runtime._postgres._fence.Fence) ------------------------------
+
     def claim(self, stream: str) -> tuple[int, int] | None:
-        """The lease an append to ``stream`` is made under (the store's ``Fence``).
+        """The lease an append to ``stream`` is made under (asked before it is queued).
 
         Raises:
             FencedError: this node does not hold the stream's shard.
@@ -253,11 +333,62 @@ class ClusterNode:
             raise FencedError(stream, shard, self.name, "this node does not hold its shard's lease")
         return shard, epoch
 
+    def admitted(
+        self, conn: psycopg.Connection, claims: Collection[tuple[int, int]]
+    ) -> Collection[tuple[int, int]]:
+        """Of ``claims``, those this node still holds, read in the append's transaction
+        ``FOR KEY SHARE``: a takeover waits for its commit (runs in the writer thread)."""
+        shards = sorted({shard for shard, _epoch in claims})
+        held = {
+            (int(shard), int(epoch))
+            for shard, epoch in conn.execute(sql.CHECK_LEASES, (self.name, shards)).fetchall()
+        }
+        return {claim for claim in claims if fence_admits(claim, held)}
+
     @property
     def fenced_appends(self) -> int:
         """Appends refused because this node did not hold (or no longer held) the lease:
         before queueing, or in the commit's own check."""
-        return self._refused + self._store._writer.counters.fenced
+        return self._refused + self._store.fenced_appends
+
+    # -- following the leases --------------------------------------------------------
+
+    def add_shard_listener(self, listener: ShardListener) -> None:
+        """Tell ``listener`` every change of this node's shards from now on; first the
+        shards held now (all ``came``)."""
+        self._listeners.append(_Registration(listener))
+        self._notify_change()
+
+    def remove_shard_listener(self, listener: ShardListener) -> None:
+        """Tell ``listener`` nothing more (a call in flight is cancelled)."""
+        for registration in list(self._listeners):
+            if registration.listener is listener:
+                self._listeners.remove(registration)
+                if registration.scope is not None:
+                    registration.scope.cancel()
+
+    async def _follow(self) -> None:
+        """The one follower of the leases: hand each change to every listener, in the
+        order they registered, then release the surplus (its actors stopped)."""
+        while True:
+            changed = self._changed
+            held = dict(self._held)
+            surplus = frozenset(self._surplus)
+            for registration in list(self._listeners):
+                seen = registration.seen
+                gone = frozenset(s for s, e in seen.items() if held.get(s) != e)
+                came = frozenset(s for s, e in held.items() if seen.get(s) != e)
+                if not (came or gone or surplus):
+                    continue
+                registration.seen = held
+                with trio.CancelScope() as registration.scope:
+                    await registration.listener.shards_changed(ShardChange(came, gone, surplus))
+                registration.scope = None
+            if surplus:
+                await self.stop_owners(surplus)  # what no listener stopped
+                await self.release({s: self._surplus[s] for s in surplus if s in self._surplus})
+            if self._held == held and not self._surplus:
+                await changed.wait()
 
     @property
     def change_event(self) -> trio.Event:
@@ -273,13 +404,16 @@ class ClusterNode:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Prepare the tables, fence the store, take a first share; renew until cancelled."""
         config = self.config
-        await self._store._call(lambda conn: sql.prepare_cluster_schema(conn, config.shards))
-        await self._store._attach_fence(self, config.name, config.ttl)
+        await self._store.call(lambda conn: sql.prepare_cluster_schema(conn, config.shards))
+        await self._store.install_fence(self, idle=config.ttl)
         await self._tick()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._listen)
             nursery.start_soon(self._backstop)
+            nursery.start_soon(self._follow)
+            if self._timers is not None:
+                self._timers.start(nursery)
             task_status.started()
             rounds = 0
             while True:
@@ -288,7 +422,7 @@ class ClusterNode:
                 rounds += 1
                 if rounds % _PRUNE_EVERY == 0:
                     with contextlib.suppress(StoreError):
-                        await self._store._call(lambda conn: sql.prune_answers(conn, _KEEP_ANSWERS))
+                        await self._store.call(lambda conn: sql.prune_answers(conn, _KEEP_ANSWERS))
 
     async def _tick(self) -> None:
         config = self.config
@@ -328,8 +462,6 @@ class ClusterNode:
             self._held = result.held
             self._surplus = result.surplus
             self._notify_change()
-        if self._surplus and not self.hosted:
-            await self.release(self._surplus)
 
     # -- the owners of placed streams (a PersistListener) --------------------------------
 
@@ -380,8 +512,8 @@ class ClusterNode:
             with self._lease_lock:
                 conn = self._lease_conn
                 if conn is None or conn.broken or conn.closed:
-                    conn = self._lease_conn = store._connect()
-                with map_errors(store._server):
+                    conn = self._lease_conn = store.connect()
+                with store.errors():
                     return fn(conn)
 
         return await run_in_thread(run)
@@ -433,17 +565,17 @@ class ClusterNode:
     async def place(self, session_id: str, agent: str) -> str:
         """Record that ``session_id`` runs ``agent`` (first writer wins); the agent recorded."""
         shard = self.shard_of_session(session_id)
-        return await self._store._call(
+        return await self._store.call(
             lambda conn: sql.record_placement(conn, session_id, shard, agent)
         )
 
     async def placement(self, session_id: str) -> str | None:
         """The agent a session was placed with, or ``None``."""
-        return await self._store._call(lambda conn: sql.placement_of(conn, session_id))
+        return await self._store.call(lambda conn: sql.placement_of(conn, session_id))
 
     async def placements(self, shards: list[int]) -> list[tuple[str, str]]:
         """``(session_id, agent)`` of the sessions in ``shards``."""
-        return await self._store._call(lambda conn: sql.placements_in(conn, shards))
+        return await self._store.call(lambda conn: sql.placements_in(conn, shards))
 
     # -- the inbox --------------------------------------------------------------------
 
@@ -458,7 +590,7 @@ class ClusterNode:
         channel = self._channel
         event = self._waiting.setdefault(message_id, trio.Event())
         try:
-            await self._store._call(
+            await self._store.call(
                 lambda conn: sql.post_message(
                     conn, channel, message_id, target=session_id, shard=shard, body=body
                 )
@@ -484,7 +616,7 @@ class ClusterNode:
 
         async def post() -> None:
             try:
-                await self._store._call(
+                await self._store.call(
                     lambda conn: sql.post_message(
                         conn, channel, message_id, target=target, shard=shard, body=body
                     )
@@ -495,7 +627,7 @@ class ClusterNode:
         nursery.start_soon(post)
 
     async def _check_replies(self, ids: list[str]) -> None:
-        found = await self._store._call(lambda conn: sql.read_replies(conn, ids))
+        found = await self._store.call(lambda conn: sql.read_replies(conn, ids))
         for message_id, reply in found.items():
             if message_id in self._waiting:
                 self._replies[message_id] = reply
@@ -513,7 +645,7 @@ class ClusterNode:
         if not shards:
             return []
         skipped = list(skip)
-        return await self._store._call(
+        return await self._store.call(
             lambda conn: sql.pending_messages(conn, shards, limit, skipped)
         )
 
@@ -524,7 +656,7 @@ class ClusterNode:
     async def answer(self, message_id: str, reply: bytes) -> None:
         """Record the answer to a message (the first wins) and wake its caller."""
         channel = self._channel
-        await self._store._call(lambda conn: sql.answer_message(conn, channel, message_id, reply))
+        await self._store.call(lambda conn: sql.answer_message(conn, channel, message_id, reply))
 
     async def _backstop(self) -> None:
         while True:
@@ -584,7 +716,7 @@ def _listen_loop(
 
     while not stop.is_set():
         try:
-            conn = store._connect()
+            conn = store.connect()
         except StoreError:
             stop.wait(poll)
             continue

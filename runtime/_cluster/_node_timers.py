@@ -13,7 +13,7 @@ and the new owner, reloading, delivers it once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, final
 
 import trio
@@ -23,7 +23,6 @@ from protocols.errors import CodecError, StoreError
 
 from .._postgres._schema import row_to_event
 from .._timers._book import TIMER_EVENT_CLASSES, TIMER_EVENT_NAMES
-from ._node import placement_key
 
 if TYPE_CHECKING:
     import psycopg
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
     from .._postgres._store import PostgresEventStore
     from .._ref import ActorRef
     from .._timers._service import TimerRunner
-    from ._node import ClusterNode
 
 __all__ = ["NodeTimers"]
 
@@ -48,9 +46,11 @@ _READ_TIMER_EVENTS = (
 class NodeTimers:
     """The persist listener a node's runtime adds in place of its timers runner."""
 
-    def __init__(self, runner: TimerRunner, node: ClusterNode, store: PostgresEventStore) -> None:
+    def __init__(
+        self, runner: TimerRunner, placed: Callable[[str], bool], store: PostgresEventStore
+    ) -> None:
         self._runner = runner
-        self._node = node
+        self._placed = placed  # whether a stream is placed on a shard (moves between nodes)
         self._store = store
         self._nursery: trio.Nursery | None = None
         # Streams being reloaded -> the events their owner appended meanwhile.
@@ -64,7 +64,7 @@ class NodeTimers:
     def on_owner_ready(self, stream: str, owner: ActorRef[object]) -> None:
         """Reload the stream's timers from the log, then deliver them to ``owner``."""
         nursery = self._nursery
-        if nursery is None or placement_key(stream, self._node.config.placed) is None:
+        if nursery is None or not self._placed(stream):
             self._runner.on_owner_ready(stream, owner)
             return
         self._waiting_owner[stream] = owner
@@ -102,19 +102,18 @@ class NodeTimers:
             return events
 
         try:
-            events = await self._store._call(read)
+            events = await self._store.call(read)
         except StoreError as exc:
             # Keep what the index has; the owner's next start reloads again.
             logger.warning("timers: could not reload %s: %s", stream, exc)
             events = None
         held = self._held_back.pop(stream, [])
-        service = self._runner.service
         if events is not None:
-            service._reload(stream, events)
+            self._runner.reload(stream, events)
         # What the owner appended during the read: applying a timer event again is a
         # no-op (the book keeps the latest state per timer id), so overlap is harmless.
         if held:
-            service._observe(stream, [e for e in held if type(e) in TIMER_EVENT_CLASSES])
+            self._runner.on_persisted(stream, [e for e in held if type(e) in TIMER_EVENT_CLASSES])
         owner = self._waiting_owner.pop(stream, None)
         if owner is not None and owner.alive:
             self._runner.on_owner_ready(stream, owner)

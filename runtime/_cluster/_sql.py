@@ -8,7 +8,7 @@ from the server's clock (``clock_timestamp()``), so nodes never compare their ow
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECK_LEASES",
-    "Fence",
     "INBOX_CHANNEL",
     "LeaseTick",
     "answer_message",
@@ -69,17 +68,6 @@ _CLUSTER_DDL = (
     "CREATE INDEX IF NOT EXISTS inbox_pending ON inbox (shard, created_at) WHERE reply IS NULL",
     "CREATE INDEX IF NOT EXISTS inbox_answered ON inbox (answered_at) WHERE reply IS NOT NULL",
 )
-
-
-class Fence(Protocol):
-    """What a store asks before queueing an append: under which lease may it be made."""
-
-    def claim(self, stream: str) -> tuple[int, int] | None:
-        """``(shard, epoch)`` of the lease ``stream`` is written under; ``None``: unplaced.
-
-        Raises:
-            FencedError: this node does not hold the stream's shard; write nothing.
-        """
 
 
 # The append's fence, in the append's own transaction: FOR KEY SHARE holds the rows, so

@@ -20,57 +20,33 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, TypeVar, cast, final
+from typing import TYPE_CHECKING, TypeVar, final
 
 import attrs
 import trio
 
-from protocols.errors import FencedError, StoreClosedError, StoreError
+from protocols.errors import StoreError
 
-from .._cluster._sql import Fence
 from .._store._contract import (
-    AppendResult,
     CommitSignal,
-    EventStoreStatistics,
-    NewEvent,
-    RecordedEvent,
-    Snapshot,
-    StreamInfo,
-    Subscription,
-    check_append_args,
-    check_from,
-    check_stream_name,
 )
-from .._store._writer_queue import PendingAppend
+from .._store._sql import SqlEventStore
 from .._virtual_time import VirtualRun, run_in_thread, virtual_run
+from ._dialect import PostgresDialect
+from ._fence import Fence
 from ._retry import DEFAULT_RETRY_DEADLINE, Retrying
 from ._schema import (
-    DELETE_EVENTS,
-    DELETE_ORPHAN_BLOBS,
-    DELETE_SNAPSHOT_CHUNKS,
-    DELETE_SNAPSHOTS,
     HEAD_POSITION,
-    LOAD_CHECKPOINT,
-    READ_ALL,
-    READ_SNAPSHOT,
-    READ_SNAPSHOT_CHUNKS,
-    READ_STREAM,
-    SAVE_CHECKPOINT,
-    SAVE_SNAPSHOT,
-    STREAM_VERSION,
-    STREAMS_LISTING,
     check_dsn,
     connect,
     describe,
     log_channel,
     map_errors,
     prepare_schema,
-    replace_snapshot_chunks,
-    row_to_event,
 )
-from ._text import TextIndexMethods, forget_streams
+from ._text import TextIndexMethods
 from ._writer import PostgresWriter
 
 if TYPE_CHECKING:
@@ -140,7 +116,7 @@ class _ReaderPool:
 
 @final
 @attrs.define(eq=False, repr=False)
-class PostgresEventStore(TextIndexMethods):
+class PostgresEventStore(SqlEventStore["psycopg.Connection"], TextIndexMethods):
     """The event store on a PostgreSQL schema, opened by :func:`open_postgres_store`.
 
     Appends are queued to one writer thread that commits each group in one transaction;
@@ -156,6 +132,7 @@ class PostgresEventStore(TextIndexMethods):
     _connect_timeout: float
     _clock: Callable[[], float]
     _writer: PostgresWriter
+    _dialect: PostgresDialect
     _signal: CommitSignal
     # Under a MockClock (fixed for the run): appends are flights; None costs nothing.
     _virtual: VirtualRun | None
@@ -165,7 +142,7 @@ class PostgresEventStore(TextIndexMethods):
     _read_retrying: Retrying
     _closing: bool = False
     _text_ready: bool = False
-    # The node's leases when the store serves a node (see ``_node``); None: no fencing.
+    # The leases appends are checked against (``install_fence``); None: no fencing.
     _fence: Fence | None = None
 
     def __repr__(self) -> str:
@@ -176,186 +153,18 @@ class PostgresEventStore(TextIndexMethods):
         """The PostgreSQL schema holding the log's tables."""
         return self._schema
 
-    @property
-    def _where(self) -> str:
-        return f"{self._server} schema {self._schema!r}"
+    # --- the one SQL store's hooks ----------------------------------------------------
 
-    # --- writing ---------------------------------------------------------------------
+    def _claim(self, stream: str) -> tuple[int, int] | None:
+        """The lease an append is made under, if a fence is installed (a node's)."""
+        return None if self._fence is None else self._fence.claim(stream)
 
-    async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: int
-    ) -> AppendResult:
-        """Append events to a stream if it is at ``expected_version``; see ``EventStore``.
-
-        Raises:
-            ConcurrencyConflictError: the stream is at another version; nothing was written.
-            StoreClosedError: the store is closed.
-            StoreUnavailableError: the server is unreachable or the connection broke.
-            StoreError: the commit failed; nothing was written.
-            TypeError, ValueError: bad arguments.
-        """
-        check_append_args(stream, events, expected_version)
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if self._closing:
-            await trio.lowlevel.checkpoint()
-            raise StoreClosedError()
-        fence = None if self._fence is None else self._fence.claim(stream)
-        pending = self._writer.enqueue_append(
-            stream,
-            events if type(events) is tuple else tuple(events),
-            expected_version,
-            None if self._virtual is None else self._virtual.start_flight(),
-            fence,
-        )
-        if pending is None:
-            await trio.lowlevel.checkpoint()
-            raise StoreClosedError()
-        await self._park(pending.abort)
-        return self.finish_append(pending)
-
-    def begin_append(
-        self,
-        stream: str,
-        events: tuple[NewEvent, ...],
-        expected_version: int,
-        *,
-        after: PendingAppend | None,
-        wake: Callable[[], object],
-    ) -> PendingAppend | None:
-        """Queue an append behind ``after`` and return at once (``PipelinedAppends``).
-
-        ``None``: not queued, as the store is closing, runs under virtual time, or serves
-        a node that does not hold the stream's lease. Through an outage a begun append is
-        decided at the latest when the store's retry deadline has passed.
-        """
-        if self._closing or self._virtual is not None:
-            return None
-        check_append_args(stream, events, expected_version)
-        fence = None
-        if self._fence is not None:
-            try:
-                fence = self._fence.claim(stream)
-            except FencedError:
-                return None
-        return self._writer.enqueue_append(
-            stream, events, expected_version, None, fence, after=after, wake=wake
-        )
-
-    def finish_append(self, pending: PendingAppend) -> AppendResult:
-        """The result of a decided append (see :meth:`begin_append`).
-
-        Raises:
-            ConcurrencyConflictError, FencedError, StoreClosedError,
-            StoreUnavailableError, StoreError: as ``append``.
-        """
-        return pending.result()
-
-    async def _park(self, abort: Callable[[object], trio.lowlevel.Abort]) -> None:
-        """Wait for the writer thread to resume this task (holding a virtual clock)."""
-        virtual = self._virtual
-        if virtual is None:
-            await trio.lowlevel.wait_task_rescheduled(abort)
-            return
-        virtual.hold()
-        try:
-            await trio.lowlevel.wait_task_rescheduled(abort)
-        finally:
-            virtual.release()
-
-    async def _run_write(self, fn: Callable[[psycopg.Connection], T], *, retry: bool) -> T:
-        """Run ``fn`` on the write connection, in the writer thread, between commits.
-
-        ``retry``: ``fn`` is idempotent, so it is retried through an outage.
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if self._closing:
-            raise StoreClosedError()
-        job = self._writer.enqueue_job(
-            fn, None if self._virtual is None else self._virtual.start_flight(), retry=retry
-        )
-        if job is None:
-            await trio.lowlevel.checkpoint()
-            raise StoreClosedError()
-        await self._park(job.abort)
-        if job.error is not None:
-            raise job.error
-        return cast(T, job.result)
-
-    async def save_snapshot(
-        self,
-        stream: str,
-        version: int,
-        *,
-        type: str,
-        schema_version: int,
-        data: bytes,
-        chunks: Mapping[bytes, bytes] | None = None,
-    ) -> None:
-        """Cache a folded state of ``stream`` at ``version``; see ``EventStore``.
-
-        Chunks go to ``blobs`` once each; only those the stream's previous snapshot did
-        not reference are written.
-
-        Raises:
-            StoreClosedError: the store is closed.
-            StoreUnavailableError: the server is unreachable or the connection broke.
-            ValueError: ``version`` is below 1 or beyond the stream's version, or a new
-                chunk does not match its address.
-        """
-        check_stream_name(stream)
-        if version < 1:
-            raise ValueError(f"snapshot version must be >= 1, got {version}")
-        now = self._clock()
-        wanted = dict(chunks or {})
-
-        def run(conn: psycopg.Connection) -> int:
-            with conn.transaction():
-                row = conn.execute(STREAM_VERSION, (stream,)).fetchone()
-                current = 0 if row is None else int(row[0])
-                if version <= current:
-                    saved = conn.execute(
-                        SAVE_SNAPSHOT, (stream, version, type, schema_version, data, now)
-                    ).rowcount
-                    if saved:  # not older than the stored one
-                        replace_snapshot_chunks(conn, stream, wanted)
-            return current
-
-        current = await self._run_write(run, retry=True)
-        if version > current:
-            raise ValueError(
-                f"snapshot of {stream!r} at version {version} is beyond the stream's "
-                f"version {current}; fold the stream's events before snapshotting"
-            )
-
-    async def delete_streams(self, streams: Sequence[str]) -> int:
-        """Delete whole streams with their snapshots and unreferenced blobs.
-
-        Raises:
-            StoreClosedError: the store is closed.
-            StoreUnavailableError: the server is unreachable or the connection broke.
-        """
-        names = list(dict.fromkeys(streams))
-        for name in names:
-            check_stream_name(name)
-
-        def run(conn: psycopg.Connection) -> int:
-            if not names:
-                return 0
-            with conn.transaction():
-                deleted = conn.execute(DELETE_EVENTS, (names,)).rowcount
-                conn.execute(DELETE_SNAPSHOTS, (names,))
-                conn.execute(DELETE_SNAPSHOT_CHUNKS, (names,))
-                conn.execute(DELETE_ORPHAN_BLOBS)
-                forget_streams(conn, names)  # the recall index's passages of them
-            return deleted
-
-        return await self._run_write(run, retry=True)
+    async def _wait_held_back(self) -> None:
+        """An older transaction, perhaps another client's, still holds positions back:
+        poll every ``poll_interval`` seconds instead of spinning."""
+        await trio.sleep(self._poll_interval)
 
     # --- reading ---------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closing:
-            raise StoreClosedError()
 
     async def _run_read(self, fn: Callable[[psycopg.Connection], T]) -> T:
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -373,171 +182,6 @@ class PostgresEventStore(TextIndexMethods):
                 return fn(conn)
         finally:
             self._readers.give_back(conn)
-
-    async def read(
-        self, stream: str, from_version: int = 1, *, limit: int | None = None
-    ) -> list[RecordedEvent]:
-        """Read a stream from ``from_version`` on; see ``EventStore.read``.
-
-        Raises:
-            StoreClosedError: the store is closed.
-            StoreUnavailableError: the server is unreachable or the connection broke.
-            CorruptLogError: a payload is missing or does not match its blob id.
-        """
-        check_stream_name(stream)
-        check_from("from_version", from_version, limit)
-        where = self._where
-
-        def run(conn: psycopg.Connection) -> list[RecordedEvent]:
-            rows = conn.execute(READ_STREAM, (stream, from_version, limit), binary=True)
-            return [row_to_event(where, row) for row in rows]
-
-        return await self._run_read(run)
-
-    async def read_all(
-        self, from_position: int = 1, *, limit: int | None = None
-    ) -> list[RecordedEvent]:
-        """Read the whole log in global order; see ``EventStore.read_all``.
-
-        Only events whose transaction is older than every transaction still in flight
-        are returned, so reading on from the last position seen never skips one.
-
-        Raises:
-            StoreClosedError: the store is closed.
-            StoreUnavailableError: the server is unreachable or the connection broke.
-            CorruptLogError: a payload is missing or does not match its blob id.
-        """
-        check_from("from_position", from_position, limit)
-        where = self._where
-
-        def run(conn: psycopg.Connection) -> list[RecordedEvent]:
-            rows = conn.execute(READ_ALL, (from_position, limit), binary=True)
-            return [row_to_event(where, row) for row in rows]
-
-        return await self._run_read(run)
-
-    async def stream_version(self, stream: str) -> int:
-        """The stream's version (0 if absent).
-
-        Raises:
-            StoreClosedError: the store is closed.
-            StoreUnavailableError: the server is unreachable or the connection broke.
-        """
-        check_stream_name(stream)
-
-        def run(conn: psycopg.Connection) -> int:
-            row = conn.execute(STREAM_VERSION, (stream,)).fetchone()
-            return 0 if row is None else int(row[0])
-
-        return await self._run_read(run)
-
-    async def head_position(self) -> int:
-        """The newest global position this store has committed or seen at opening.
-
-        Raises:
-            StoreClosedError: the store is closed.
-        """
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        return self._signal.head
-
-    async def streams(self, prefix: str = "") -> list[StreamInfo]:
-        """List streams starting with ``prefix``, sorted by name.
-
-        Raises:
-            StoreClosedError: the store is closed.
-            StoreUnavailableError: the server is unreachable or the connection broke.
-        """
-
-        def run(conn: psycopg.Connection) -> list[StreamInfo]:
-            return [
-                StreamInfo(stream=name, version=version, created_at=first, updated_at=last)
-                for name, version, first, last in conn.execute(STREAMS_LISTING, (prefix,))
-            ]
-
-        return await self._run_read(run)
-
-    async def load_snapshot(self, stream: str) -> Snapshot | None:
-        """The newest snapshot of ``stream``, or ``None``.
-
-        Raises:
-            StoreClosedError: the store is closed.
-            StoreUnavailableError: the server is unreachable or the connection broke.
-        """
-        check_stream_name(stream)
-
-        def run(conn: psycopg.Connection) -> Snapshot | None:
-            with conn.transaction():  # the row and its chunks as of one moment
-                row = conn.execute(READ_SNAPSHOT, (stream,), binary=True).fetchone()
-                if row is None:
-                    return None
-                chunks = {
-                    bytes(id_): bytes(data)
-                    for id_, data in conn.execute(READ_SNAPSHOT_CHUNKS, (stream,), binary=True)
-                }
-            version, type_, schema_version, data, recorded_at = row
-            return Snapshot(
-                stream=stream,
-                version=version,
-                type=type_,
-                schema_version=schema_version,
-                data=data,
-                recorded_at=recorded_at,
-                chunks=chunks,
-            )
-
-        return await self._run_read(run)
-
-    async def load_checkpoint(self, name: str) -> tuple[int, bytes] | None:
-        """A projection's checkpoint: the log position it folded up to, and its state.
-
-        As on SQLite (see ``SqliteEventStore.load_checkpoint``): the timers index keeps
-        one so that opening folds only the events after it. Its position is one the
-        projection reached through ``read_all``, so no event at or below it can still
-        commit late.
-
-        Raises:
-            StoreClosedError: the store is closed.
-            StoreUnavailableError: the server is unreachable or the connection broke.
-        """
-
-        def run(conn: psycopg.Connection) -> tuple[int, bytes] | None:
-            row = conn.execute(LOAD_CHECKPOINT, (name,), binary=True).fetchone()
-            return None if row is None else (int(row[0]), bytes(row[1]))
-
-        return await self._run_read(run)
-
-    async def save_checkpoint(self, name: str, position: int, data: bytes) -> None:
-        """Replace the checkpoint of projection ``name`` (see :meth:`load_checkpoint`).
-
-        Raises:
-            StoreClosedError: the store is closed.
-            StoreUnavailableError: the server is unreachable or the connection broke.
-            ValueError: ``position`` is negative.
-        """
-        if position < 0:
-            raise ValueError(f"checkpoint position must be >= 0, got {position}")
-
-        def run(conn: psycopg.Connection) -> None:
-            conn.execute(SAVE_CHECKPOINT, (name, position, data), binary=True)
-
-        await self._run_write(run, retry=True)
-
-    def subscribe(self, from_position: int = 1, *, prefix: str = "") -> Subscription:
-        """Follow the log from ``from_position``; see ``EventStore.subscribe``.
-
-        When the head has moved but ``read_all`` still holds events back (an older
-        transaction is in flight, perhaps another client's), the follower polls every
-        ``poll_interval`` seconds instead of spinning.
-        """
-
-        async def read_batch(start: int, limit: int) -> list[RecordedEvent]:
-            batch = await self.read_all(start, limit=limit)
-            if not batch and self._signal.head >= start:
-                await trio.sleep(self._poll_interval)
-            return batch
-
-        return Subscription(read_batch, self._signal, from_position, prefix)
 
     async def changes(self) -> AsyncGenerator[int, None]:
         """Follow the head across processes; see ``EventStore.changes``.
@@ -588,7 +232,7 @@ class PostgresEventStore(TextIndexMethods):
         channel = psql.SQL("LISTEN {}").format(psql.Identifier(log_channel(self._schema)))
         while not stop.is_set():
             try:
-                conn = self._connect()
+                conn = self.connect()
             except StoreError:
                 stop.wait(WATCH_POLL_SECONDS)
                 continue
@@ -604,18 +248,33 @@ class PostgresEventStore(TextIndexMethods):
             finally:
                 conn.close()
 
-    # --- a node's fence -----------------------------------------------------------------
+    # --- beside the log: a fence, and SQL of others on its connections ----------------
 
-    async def _attach_fence(self, fence: Fence, node: str, idle: float) -> None:
-        """Check every append of a placed stream against ``fence`` (a node's leases)."""
+    async def install_fence(self, fence: Fence, *, idle: float) -> None:
+        """Check every append against ``fence`` from now on (a node's leases).
+
+        ``idle``: seconds a transaction may sit idle before the server ends it. A writer
+        paused inside its transaction (``SIGSTOP``) holds the rows its fence read locked,
+        so a takeover waits at most that long.
+
+        Raises:
+            StoreUnavailableError: the server cannot be reached.
+        """
         writer = self._writer
-        writer.fence_node = node
+        writer.fence = fence
         writer.fence_idle = idle
         await self._run_write(writer.limit_idle, retry=True)
         self._fence = fence
 
-    def _connect(self) -> psycopg.Connection:
-        """A new autocommit connection of the log's schema (the node's ``LISTEN``).
+    @property
+    def fenced_appends(self) -> int:
+        """Appends the installed fence refused in their commit's own check."""
+        return self._writer.counters.fenced
+
+    def connect(self) -> psycopg.Connection:
+        """A new autocommit connection to the log's schema, for SQL beside the log (a
+        node's leases and ``LISTEN``); the caller closes it. Run its statements inside
+        :meth:`errors`.
 
         Raises:
             StoreUnavailableError: the server cannot be reached.
@@ -624,43 +283,29 @@ class PostgresEventStore(TextIndexMethods):
             self._dsn, self._schema, server=self._server, connect_timeout=self._connect_timeout
         )
 
-    async def _call(self, fn: Callable[[psycopg.Connection], T]) -> T:
-        """Run ``fn`` on a pooled autocommit connection in a worker thread (the node's SQL)."""
+    def errors(self) -> contextlib.AbstractContextManager[None]:
+        """Turn psycopg's errors inside the block into the store's typed errors (an
+        outage into ``StoreUnavailableError``), naming this server."""
+        return map_errors(self._server)
+
+    async def call(self, fn: Callable[[psycopg.Connection], T]) -> T:
+        """Run ``fn`` on a pooled autocommit connection in a worker thread: SQL beside
+        the log (a node's placements and inbox), with the store's typed errors.
+
+        Raises:
+            StoreClosedError: the store is closed.
+            StoreUnavailableError: the server cannot be reached.
+            StoreError: the server refused.
+        """
         return await self._run_read(fn)
 
     # --- lifecycle -------------------------------------------------------------------
-
-    def statistics(self) -> EventStoreStatistics:
-        """Current counters."""
-        c = self._writer.counters
-        return EventStoreStatistics(
-            appends=c.appends,
-            events_appended=c.events_appended,
-            conflicts=c.conflicts,
-            failed_appends=c.failed_appends,
-            commits=c.commits,
-            pending_appends=self._writer.pending_appends(),
-            head_position=self._signal.head,
-            closed=self._closing,
-        )
 
     def _finish_close(self) -> None:
         self._closing = True
         self._writer.join()
         self._signal.close()
         self._readers.close()
-
-    async def aclose(self) -> None:
-        """Stop taking appends and reads; wait until the writer committed what was queued.
-
-        The connections close when the ``open_postgres_store`` block exits.
-        """
-        self._closing = True
-        self._writer.request_stop()
-        with trio.CancelScope(shield=True):
-            await self._writer.drained.wait()
-        self._signal.close()
-        await trio.lowlevel.checkpoint()
 
 
 def _read_head(conn: psycopg.Connection) -> int:
@@ -770,6 +415,7 @@ async def open_postgres_store(
         connect_timeout=connect_timeout,
         clock=clock,
         writer=writer,
+        dialect=PostgresDialect(f"{server} schema {schema!r}"),
         signal=signal,
         virtual=virtual_run(),
         poll_interval=poll_interval,

@@ -26,9 +26,7 @@ from protocols.errors import (
     StoreUnavailableError,
 )
 
-from .._cluster._placement import fence_admits
-from .._cluster._sql import CHECK_LEASES
-from .._store._contract import CommitSignal, NewEvent
+from .._store._contract import CommitSignal
 from .._store._writer_queue import (
     GroupCommitWriter,
     PendingAppend,
@@ -37,6 +35,7 @@ from .._store._writer_queue import (
     take_back,
 )
 from .._virtual_time import Flight
+from ._fence import Fence
 from ._retry import (
     DEFAULT_RETRY_DEADLINE,
     Backend,
@@ -144,8 +143,8 @@ class PostgresWriter(GroupCommitWriter):
     _max_batch: int
     _head: int
     _conn: psycopg.Connection | None = None
-    fence_node: str | None = None
-    """The node whose leases fenced appends are checked against (set by the node)."""
+    fence: Fence | None = None
+    """The leases fenced appends are checked against (``PostgresEventStore.install_fence``)."""
     fence_idle: float = 0.0
     """Seconds a transaction may sit idle before the server ends it (when fencing)."""
     _lock_key: int = attrs.field(
@@ -185,36 +184,6 @@ class PostgresWriter(GroupCommitWriter):
     def start(self) -> None:
         """Start the writer thread (once, from Trio)."""
         self.thread = self._start_thread(self._main, f"powertrio-pg-writer {self._server}")
-
-    def enqueue_append(
-        self,
-        stream: str,
-        events: tuple[NewEvent, ...],
-        expected_version: int,
-        flight: Flight | None = None,
-        fence: tuple[int, int] | None = None,
-        *,
-        after: PendingAppend | None = None,
-        wake: Callable[[], object] | None = None,
-    ) -> PendingAppend | None:
-        """Queue an append for the next group; ``None`` if the thread has stopped.
-
-        ``flight`` (under virtual time) lands once the caller's wake-up is posted;
-        ``fence`` is the ``(shard, epoch)`` the commit must find this node still holding;
-        ``after`` and ``wake``: see ``PostgresEventStore.begin_append``.
-        """
-        pending = PendingAppend(
-            stream,
-            events,
-            expected_version,
-            self._queue,
-            self._mutex,
-            flight=flight,
-            fence=fence,
-            after=after,
-            wake=wake,
-        )
-        return pending if self._enqueue(self._queue, pending) else None
 
     def enqueue_job(
         self,
@@ -332,7 +301,7 @@ class PostgresWriter(GroupCommitWriter):
         """A fenced writer paused inside a transaction (SIGSTOP) holds its lease rows
         ``FOR KEY SHARE``: the server ends such a transaction after ``fence_idle`` seconds,
         so a takeover waits at most that long."""
-        if self.fence_node is not None and self.fence_idle > 0:
+        if self.fence is not None and self.fence_idle > 0:
             with map_errors(self._server):
                 conn.execute(
                     "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
@@ -525,31 +494,28 @@ class PostgresWriter(GroupCommitWriter):
         return _UNLOCK_AND_RING, (self._lock_key, self._channel, str(last))
 
     def _fence(self, conn: psycopg.Connection, batch: list[PendingAppend]) -> list[PendingAppend]:
-        """The appends whose lease this node still holds; the others are refused, fenced.
+        """The appends whose lease is still held; the others are refused, fenced.
 
-        The lease rows are read ``FOR KEY SHARE`` in the append's transaction: a takeover
-        waits for this commit, so no append lands after its shard changed hands.
+        The fence reads its leases in the append's transaction, locking what it read: a
+        takeover waits for this commit, so no append lands after its shard changed hands.
         """
-        fenced = [pending for pending in batch if pending.fence is not None]
-        if not fenced:
+        claims = {pending.fence for pending in batch if pending.fence is not None}
+        if not claims:
             return batch
-        node = self.fence_node or ""
-        shards = sorted({pending.fence[0] for pending in fenced if pending.fence is not None})
-        held = {
-            (int(shard), int(epoch))
-            for shard, epoch in conn.execute(CHECK_LEASES, (node, shards)).fetchall()
-        }
+        fence = self.fence
+        admitted = () if fence is None else fence.admitted(conn, claims)
+        holder = "" if fence is None else fence.name
         live: list[PendingAppend] = []
         for pending in batch:
-            fence = pending.fence
-            if fence is None or fence_admits(fence, held):
+            claim = pending.fence
+            if claim is None or claim in admitted:
                 live.append(pending)
                 continue
             pending.outcome = FencedError(
                 pending.stream,
-                fence[0],
-                node,
-                f"its lease of epoch {fence[1]} has expired or was taken over",
+                claim[0],
+                holder,
+                f"its lease of epoch {claim[1]} has expired or was taken over",
             )
             self.counters.failed_appends += 1
             self.counters.fenced += 1

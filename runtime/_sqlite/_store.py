@@ -15,56 +15,29 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
-from typing import TypeVar, cast, final
+from typing import TypeVar, final
 
 import attrs
 import trio
 
-from protocols.errors import StoreClosedError
 from protocols.lowlevel import unwrap_single_error
 
 from .._store._contract import (
-    AppendResult,
     CommitSignal,
-    EventStoreStatistics,
-    NewEvent,
-    RecordedEvent,
-    Snapshot,
-    StreamInfo,
-    Subscription,
-    check_append_args,
-    check_from,
-    check_stream_name,
-    effective_limit,
 )
 from .._store._ops import CheckProblem, CheckReport
-from .._store._writer_queue import PendingAppend
+from .._store._sql import SqlEventStore
 from .._virtual_time import VirtualRun, run_in_thread, virtual_run
 from ._audit import audit_database
+from ._dialect import SqliteDialect
 from ._schema import (
-    DELETE_INDEXED_EVENTS,
     DELETE_ORPHAN_BLOBS,
-    DELETE_STREAM_ROWS,
-    DELETE_TAIL_EVENTS,
-    READ_ALL,
-    READ_HEAD_VERSION,
-    READ_INDEXED,
-    READ_SNAPSHOT,
-    READ_SNAPSHOT_CHUNKS,
-    READ_TAIL,
-    SAVE_SNAPSHOT,
-    STREAMS_LISTING,
     Synchronous,
-    check_contiguous,
     connect,
-    indexed_upto,
     map_errors,
-    merge_infos,
     open_database,
-    replace_snapshot_chunks,
-    row_to_event,
 )
 from ._watch import watch_head
 from ._writer import SqliteWriter
@@ -78,7 +51,7 @@ logger = logging.getLogger("powertrio.store")
 
 @final
 @attrs.define(eq=False, repr=False)
-class SqliteEventStore:
+class SqliteEventStore(SqlEventStore[sqlite3.Connection]):
     """The embedded event store on one SQLite file (WAL), opened by :func:`open_sqlite_store`.
 
     Appends are queued to one writer thread, which commits everything queued so far in one
@@ -90,6 +63,7 @@ class SqliteEventStore:
     _path: str
     _clock: Callable[[], float]
     _writer: SqliteWriter
+    _dialect: SqliteDialect
     _signal: CommitSignal
     # Under a MockClock (fixed for the run): appends are flights; None costs nothing.
     _virtual: VirtualRun | None
@@ -109,74 +83,11 @@ class SqliteEventStore:
         """The database file."""
         return self._path
 
-    # --- writing ---------------------------------------------------------------------
+    # --- the one SQL store's hooks ----------------------------------------------------
 
-    async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: int
-    ) -> AppendResult:
-        """Append events to a stream if it is at ``expected_version``; see ``EventStore``.
-
-        Raises:
-            ConcurrencyConflictError: the stream is at another version; nothing was written.
-            StoreClosedError: the store is closed.
-            StoreError: the commit failed; nothing was written.
-            TypeError, ValueError: bad arguments.
-        """
-        check_append_args(stream, events, expected_version)
-        if self._closing:
-            await trio.lowlevel.checkpoint()
-            raise StoreClosedError()
-        # No checkpoint_if_cancelled first: parking is the checkpoint, and a caller that
-        # is already cancelled is taken straight back out of the queue by ``abort``.
-        virtual = self._virtual
-        pending = self._writer.enqueue_append(
-            stream,
-            events if type(events) is tuple else tuple(events),
-            expected_version,
-            None if virtual is None else virtual.start_flight(),
-        )
-        if pending is None:
-            await trio.lowlevel.checkpoint()
-            raise StoreClosedError()
-        if virtual is None:
-            await trio.lowlevel.wait_task_rescheduled(pending.abort)
-        else:
-            virtual.hold()
-            try:
-                await trio.lowlevel.wait_task_rescheduled(pending.abort)
-            finally:
-                virtual.release()
-        return self.finish_append(pending)
-
-    def begin_append(
-        self,
-        stream: str,
-        events: tuple[NewEvent, ...],
-        expected_version: int,
-        *,
-        after: PendingAppend | None,
-        wake: Callable[[], object],
-    ) -> PendingAppend | None:
-        """Queue an append behind ``after`` and return at once (``PipelinedAppends``).
-
-        ``None``: not queued, as the store is closing or runs under virtual time. A begun
-        append is decided within a commit or two, or taken back with ``pending.abort``.
-        """
-        if self._closing or self._virtual is not None:
-            return None
-        check_append_args(stream, events, expected_version)
-        return self._writer.enqueue_append(stream, events, expected_version, after=after, wake=wake)
-
-    def finish_append(self, pending: PendingAppend) -> AppendResult:
-        """The result of a decided append (see :meth:`begin_append`).
-
-        Raises:
-            ConcurrencyConflictError, StoreClosedError, StoreError: as ``append``.
-        """
-        result = pending.result()
+    def _after_append(self) -> None:
         if not self._appended.is_set():
             self._appended.set()
-        return result
 
     async def _checkpointer(self, interval: float) -> None:
         """Copy the WAL back into the database now and then, off the commit path.
@@ -215,10 +126,6 @@ class SqliteEventStore:
 
     # --- reading ---------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closing:
-            raise StoreClosedError()
-
     async def _run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
@@ -240,202 +147,6 @@ class SqliteEventStore:
                     else:
                         self._readers.append(conn)
 
-    async def read(
-        self, stream: str, from_version: int = 1, *, limit: int | None = None
-    ) -> list[RecordedEvent]:
-        """Read a stream from ``from_version`` on; see ``EventStore.read``.
-
-        Every event is verified (its checksum, its blob's address, its columns' types),
-        and so is the run of versions: exactly ``from_version``, ``from_version + 1``, ...
-        up to the limit or the stream's head, so a lost or doubled event is an error,
-        never a shorter or different history.
-
-        Raises:
-            StoreClosedError: the store is closed.
-            CorruptLogError: the file is damaged; ``stream`` and ``version`` name the
-                event, ``kind`` says how (``checksum``, ``gap``, ``duplicate``, ...).
-        """
-        check_stream_name(stream)
-        check_from("from_version", from_version, limit)
-        path = self._path
-        wanted = effective_limit(limit)
-
-        def run(conn: sqlite3.Connection) -> list[RecordedEvent]:
-            conn.execute("BEGIN")  # one snapshot for the indexed part, the tail and the head
-            try:
-                upto = indexed_upto(conn)
-                rows = conn.execute(READ_INDEXED, (stream, from_version, wanted)).fetchall()
-                rest = -1 if wanted < 0 else wanted - len(rows)
-                if rest:
-                    rows += conn.execute(READ_TAIL, (upto, stream, from_version, rest))
-                head = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
-            finally:
-                conn.execute("COMMIT")
-            events = [row_to_event(path, row) for row in rows]
-            check_contiguous(
-                path,
-                stream,
-                from_version=from_version,
-                wanted=wanted,
-                events=events,
-                head=0 if head is None else head[0],
-            )
-            return events
-
-        return await self._run_read(run)
-
-    async def read_all(
-        self, from_position: int = 1, *, limit: int | None = None
-    ) -> list[RecordedEvent]:
-        """Read the whole log in global order; see ``EventStore.read_all``.
-
-        Raises:
-            StoreClosedError: the store is closed.
-            CorruptLogError: the file is damaged.
-        """
-        check_from("from_position", from_position, limit)
-        path = self._path
-        args = (from_position, effective_limit(limit))
-
-        def run(conn: sqlite3.Connection) -> list[RecordedEvent]:
-            return [row_to_event(path, row) for row in conn.execute(READ_ALL, args)]
-
-        return await self._run_read(run)
-
-    async def stream_version(self, stream: str) -> int:
-        """The stream's version (0 if absent), as the one-writer guard knows it.
-
-        Raises:
-            StoreClosedError: the store is closed.
-        """
-        check_stream_name(stream)
-
-        def run(conn: sqlite3.Connection) -> int:
-            row = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
-            return 0 if row is None else int(row[0])
-
-        return await self._run_read(run)
-
-    async def head_position(self) -> int:
-        """The newest global position (0 when empty).
-
-        Raises:
-            StoreClosedError: the store is closed.
-        """
-        await trio.lowlevel.checkpoint()
-        self._check_open()
-        return self._signal.head
-
-    async def streams(self, prefix: str = "") -> list[StreamInfo]:
-        """List streams starting with ``prefix``, sorted by name.
-
-        Raises:
-            StoreClosedError: the store is closed.
-        """
-
-        def run(conn: sqlite3.Connection) -> list[StreamInfo]:
-            conn.execute("BEGIN")
-            try:
-                rows = conn.execute(
-                    STREAMS_LISTING, (len(prefix), prefix, indexed_upto(conn))
-                ).fetchall()
-            finally:
-                conn.execute("COMMIT")
-            merged = merge_infos(rows)
-            return [merged[name] for name in sorted(merged)]
-
-        return await self._run_read(run)
-
-    async def load_snapshot(self, stream: str) -> Snapshot | None:
-        """The newest snapshot of ``stream``, or ``None``.
-
-        Raises:
-            StoreClosedError: the store is closed.
-        """
-        check_stream_name(stream)
-
-        def run(conn: sqlite3.Connection) -> Snapshot | None:
-            conn.execute("BEGIN")  # the row and its chunks as one snapshot of the file
-            try:
-                row = conn.execute(READ_SNAPSHOT, (stream,)).fetchone()
-                if row is None:
-                    return None
-                chunks = dict(conn.execute(READ_SNAPSHOT_CHUNKS, (stream,)).fetchall())
-            finally:
-                conn.execute("COMMIT")
-            version, type_, schema_version, data, recorded_at = row
-            return Snapshot(
-                stream=stream,
-                version=version,
-                type=type_,
-                schema_version=schema_version,
-                data=data,
-                recorded_at=recorded_at,
-                chunks=chunks,
-            )
-
-        return await self._run_read(run)
-
-    async def load_checkpoint(self, name: str) -> tuple[int, bytes] | None:
-        """A projection's checkpoint: the log position it folded up to, and its state.
-
-        A projection (the timers index) keeps one here so that opening folds only the
-        events after it. Not part of ``EventStore``: with a store that lacks it, the
-        projection folds the whole log at open.
-
-        Raises:
-            StoreClosedError: the store is closed.
-        """
-        key = f"checkpoint/{name}"
-
-        def run(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
-            rows = dict(
-                conn.execute(
-                    "SELECT key, value FROM meta WHERE key IN (?, ?)", (key, key + "@")
-                ).fetchall()
-            )
-            data, position = rows.get(key), rows.get(key + "@")
-            if type(data) is not bytes or type(position) is not int:
-                return None
-            return position, data
-
-        return await self._run_read(run)
-
-    async def save_checkpoint(self, name: str, position: int, data: bytes) -> None:
-        """Replace the checkpoint of projection ``name`` (see :meth:`load_checkpoint`).
-
-        Raises:
-            StoreClosedError: the store is closed.
-            ValueError: ``position`` is negative.
-        """
-        if position < 0:
-            raise ValueError(f"checkpoint position must be >= 0, got {position}")
-        key = f"checkpoint/{name}"
-        upsert = (
-            "INSERT INTO meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-        )
-
-        def run(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(upsert, (key, data))
-                conn.execute(upsert, (key + "@", position))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-        await self._run_write(run)
-
-    def subscribe(self, from_position: int = 1, *, prefix: str = "") -> Subscription:
-        """Follow the log from ``from_position``; see ``EventStore.subscribe``."""
-
-        async def read_batch(start: int, limit: int) -> list[RecordedEvent]:
-            return await self.read_all(start, limit=limit)
-
-        return Subscription(read_batch, self._signal, from_position, prefix)
-
     async def changes(self) -> AsyncGenerator[int, None]:
         """Follow the head across processes; see ``EventStore.changes``.
 
@@ -450,110 +161,6 @@ class SqliteEventStore:
                 yield head
 
     # --- maintenance writes ----------------------------------------------------------
-
-    async def _run_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` on the write connection, in the writer thread, between commits."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if self._closing:
-            raise StoreClosedError()
-        virtual = self._virtual
-        job = self._writer.enqueue_job(fn, None if virtual is None else virtual.start_flight())
-        if job is None:
-            await trio.lowlevel.checkpoint()
-            raise StoreClosedError()
-        if virtual is None:
-            await trio.lowlevel.wait_task_rescheduled(job.abort)
-        else:
-            virtual.hold()
-            try:
-                await trio.lowlevel.wait_task_rescheduled(job.abort)
-            finally:
-                virtual.release()
-        if job.error is not None:
-            raise job.error
-        return cast(T, job.result)
-
-    async def save_snapshot(
-        self,
-        stream: str,
-        version: int,
-        *,
-        type: str,
-        schema_version: int,
-        data: bytes,
-        chunks: Mapping[bytes, bytes] | None = None,
-    ) -> None:
-        """Cache a folded state of ``stream`` at ``version``; see ``EventStore``.
-
-        The chunks go to ``blobs`` (each once) and ``snapshot_chunks`` lists the stream's;
-        only the chunks the stream's previous snapshot did not reference are written, and
-        those it referenced and this one does not are dropped if no snapshot keeps them.
-
-        Raises:
-            StoreClosedError: the store is closed.
-            ValueError: ``version`` is below 1 or beyond the stream's version, or a new
-                chunk does not match its address.
-        """
-        check_stream_name(stream)
-        if version < 1:
-            raise ValueError(f"snapshot version must be >= 1, got {version}")
-        now = self._clock()
-        wanted = dict(chunks or {})
-
-        def run(conn: sqlite3.Connection) -> int:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
-                current = 0 if row is None else int(row[0])
-                if version <= current:
-                    conn.execute(SAVE_SNAPSHOT, (stream, version, type, schema_version, data, now))
-                    if conn.execute("SELECT changes()").fetchone()[0]:  # not older: saved
-                        replace_snapshot_chunks(conn, stream, wanted)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            return current
-
-        current = await self._run_write(run)
-        if version > current:
-            raise ValueError(
-                f"snapshot of {stream!r} at version {version} is beyond the stream's "
-                f"version {current}; fold the stream's events before snapshotting"
-            )
-
-    async def delete_streams(self, streams: Sequence[str]) -> int:
-        """Delete whole streams with their snapshots and unreferenced blobs.
-
-        Raises:
-            StoreClosedError: the store is closed.
-        """
-        names = list(dict.fromkeys(streams))
-        for name in names:
-            check_stream_name(name)
-
-        def run(conn: sqlite3.Connection) -> int:
-            deleted = 0
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for start in range(0, len(names), 500):
-                    chunk = [(n,) for n in names[start : start + 500]]
-                    before = conn.total_changes
-                    upto = indexed_upto(conn)
-                    conn.executemany(DELETE_INDEXED_EVENTS, chunk)
-                    conn.executemany(DELETE_TAIL_EVENTS, [(upto, name) for (name,) in chunk])
-                    deleted += conn.total_changes - before
-                    for statement in DELETE_STREAM_ROWS:
-                        conn.executemany(statement, chunk)
-                conn.execute(DELETE_ORPHAN_BLOBS)
-                conn.execute("COMMIT")
-            finally:
-                self._writer.invalidate_cache()
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-            return deleted
-
-        return await self._run_write(run)
 
     async def vacuum(self) -> None:
         """Drop unreferenced blobs, checkpoint the WAL and rebuild the file to reclaim space.
@@ -645,24 +252,15 @@ class SqliteEventStore:
 
     # --- lifecycle -------------------------------------------------------------------
 
-    def statistics(self) -> EventStoreStatistics:
-        """Current counters."""
+    def _extra_statistics(self) -> dict[str, int]:
         c = self._writer.counters
-        return EventStoreStatistics(
-            appends=c.appends,
-            events_appended=c.events_appended,
-            conflicts=c.conflicts,
-            failed_appends=c.failed_appends,
-            commits=c.commits,
-            pending_appends=self._writer.pending_appends(),
-            head_position=self._signal.head,
-            closed=self._closing,
-            checkpoint_failures=c.checkpoint_failures,
-            checkpoints_blocked=c.checkpoints_blocked,
-            wal_checkpoints=c.wal_checkpoints,
-            sweep_failures=c.sweep_failures,
-            guard_trips=c.guard_trips,
-        )
+        return {
+            "checkpoint_failures": c.checkpoint_failures,
+            "checkpoints_blocked": c.checkpoints_blocked,
+            "wal_checkpoints": c.wal_checkpoints,
+            "sweep_failures": c.sweep_failures,
+            "guard_trips": c.guard_trips,
+        }
 
     def _begin_close(self) -> None:
         self._closing = True
@@ -679,17 +277,6 @@ class SqliteEventStore:
         for conn in readers:
             conn.close()
         self._writer.close()
-
-    async def aclose(self) -> None:
-        """Stop taking appends and reads; wait until the writer committed what was queued.
-
-        The file itself is closed when the ``open_sqlite_store`` block exits.
-        """
-        self._begin_close()
-        with trio.CancelScope(shield=True):
-            await self._writer.drained.wait()
-        self._signal.close()
-        await trio.lowlevel.checkpoint()
 
 
 @asynccontextmanager
@@ -771,7 +358,12 @@ async def open_sqlite_store(
         wal_limit=wal_limit,
     )
     store = SqliteEventStore(
-        path=where, clock=clock, writer=writer, signal=signal, virtual=virtual_run()
+        path=where,
+        clock=clock,
+        writer=writer,
+        dialect=SqliteDialect(where, writer.invalidate_cache),
+        signal=signal,
+        virtual=virtual_run(),
     )
     try:
         writer.start()

@@ -204,41 +204,18 @@ class SqliteWriter(GroupCommitWriter):
         """Start the writer thread (once, from Trio)."""
         self.thread = self._start_thread(self._main, f"powertrio-writer {self._path}")
 
-    def enqueue_append(
+    def enqueue_job(
         self,
-        stream: str,
-        events: tuple[NewEvent, ...],
-        expected_version: int,
+        fn: Callable[[sqlite3.Connection], object],
         flight: Flight | None = None,
         *,
-        after: PendingAppend | None = None,
-        wake: Callable[[], object] | None = None,
-    ) -> PendingAppend | None:
-        """Queue an append for the next group; ``None`` if the thread has stopped.
-
-        The caller parks on the result with ``wait_task_rescheduled(pending.abort)``, or
-        passes ``wake`` to be called instead. ``flight`` (under virtual time) lands once
-        the caller's wake-up is posted.
-        """
-        pending = PendingAppend(
-            stream,
-            events,
-            expected_version,
-            self._queue,
-            self._mutex,
-            flight=flight,
-            after=after,
-            wake=wake,
-        )
-        return pending if self._enqueue(self._queue, pending) else None
-
-    def enqueue_job(
-        self, fn: Callable[[sqlite3.Connection], object], flight: Flight | None = None
+        retry: bool = False,
     ) -> WriteJob | None:
         """Queue a maintenance write to run between commits; ``None`` if the thread has stopped.
 
         The caller parks on the result with ``wait_task_rescheduled(job.abort)``.
         ``flight`` (under virtual time) lands once the caller's wake-up is posted.
+        ``retry`` is for engines with outages to ride out; a file has none.
         """
         job = WriteJob(fn, self._jobs, self._mutex, flight)
         return job if self._enqueue(self._jobs, job) else None

@@ -257,6 +257,38 @@ class GroupCommitWriter:
         with contextlib.suppress(KeyError, RuntimeError):  # never added, or Trio is gone
             trio.lowlevel.remove_instrument(self._nudge)
 
+    def enqueue_append(
+        self,
+        stream: str,
+        events: tuple[NewEvent, ...],
+        expected_version: int,
+        flight: Flight | None = None,
+        fence: tuple[int, int] | None = None,
+        *,
+        after: PendingAppend | None = None,
+        wake: Callable[[], object] | None = None,
+    ) -> PendingAppend | None:
+        """Queue an append for the next group; ``None`` if the thread has stopped.
+
+        The caller parks on the result with ``wait_task_rescheduled(pending.abort)``, or
+        passes ``wake`` to be called instead (``after``: see ``PipelinedAppends``).
+        ``flight`` (under virtual time) lands once the caller's wake-up is posted;
+        ``fence`` is the ``(shard, epoch)`` the commit must find still held (an engine
+        without a fence never gets one).
+        """
+        pending = PendingAppend(
+            stream,
+            events,
+            expected_version,
+            self._queue,
+            self._mutex,
+            flight=flight,
+            fence=fence,
+            after=after,
+            wake=wake,
+        )
+        return pending if self._enqueue(self._queue, pending) else None
+
     def _enqueue(self, queue: list[_Item], item: _Item) -> bool:
         """Queue ``item`` and wake the thread (for an append, once Trio is idle: see
         :class:`WakeWhenIdle`); ``False`` if it has stopped (closing, or it died), as

@@ -717,6 +717,11 @@ class TimerRunner:
         """Stop delivering: :meth:`run` returns (a no-op before it started)."""
         self.service._close()
 
+    def reload(self, stream: str, events: Sequence[object]) -> None:
+        """Index ``stream``'s timers anew from ``events`` (its timer events, in order, as
+        the log holds them now): a node taking a stream over learns what others recorded."""
+        self.service._reload(stream, events)
+
     # -- the persist listener (runtime._persist_listener.PersistListener) -------------------
 
     def on_owner_ready(self, stream: str, owner: ActorRef[object]) -> None:
