@@ -104,8 +104,10 @@ def ask_human(question: str) -> str:
 
 
 @attrs.frozen(kw_only=True)
-class Send(Request[str]):
-    """``Session.send``'s message: start a run (or queue it); the reply is its run id."""
+class Send(Request["str | RunResult | Busy | None"]):
+    """``Session.send``'s message: start a run (or queue it); the reply is its run id, or
+    with ``wait`` the run's result (as :class:`WaitRun` gives it) or :class:`Busy`: one
+    ask per send, with no envelope around it."""
 
     run_id: str
     input: str
@@ -116,6 +118,8 @@ class Send(Request[str]):
     budget: Budget | None
     started_at: float
     if_busy: BusyPolicy | None
+    wait: bool = False
+    """Reply with the run's result once it ends or waits for a human, not its id."""
 
 
 @attrs.frozen
@@ -131,11 +135,13 @@ class Urgent(PriorityMessage):
 
 
 @attrs.frozen(kw_only=True)
-class Stamped:
+class Stamped(Request[bool]):
     """A follow-up or cancel with the facts the pure decider may not look up itself.
 
-    The shell builds it when the message arrives: the clock, and what it knows of the
-    LLM call in flight, which is not in the log (only its answer will be).
+    The one envelope such a message reaches the decider in. ``Session.follow_up`` sends
+    one, stamped with the runtime's clock and its call's token; the shell builds one for
+    a follow-up or cancel that comes alone, when it arrives: the clock, and what it knows
+    of the LLM call in flight, which is not in the log (only its answer will be).
     """
 
     message: FollowUp | Cancel
@@ -147,14 +153,6 @@ class Stamped:
     """The request fingerprint of the LLM call in flight, recorded with ``partial``."""
     delivery: str = ""
     """The token of a ``Session.follow_up`` call (empty for other follow-ups)."""
-
-
-@attrs.frozen
-class Deliver(Request[bool]):
-    """``Session.follow_up``'s message: the follow-up and a token for this call."""
-
-    follow_up: FollowUp
-    token: str
 
 
 @attrs.frozen
@@ -200,14 +198,6 @@ class WaitRun(Request[RunResult | None]):
     """Wait until a run ends or waits for a human; ``None`` for an unknown run."""
 
     run_id: str
-
-
-@attrs.frozen
-class SendAndWait(Request[RunResult | Busy | None]):
-    """A :class:`Send` whose reply is the run's result (as :class:`WaitRun` gives it), or
-    :class:`Busy`: one ask per send instead of two."""
-
-    send: Send
 
 
 @attrs.frozen
