@@ -152,9 +152,6 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
 
     snapshot_every: int | None = None
     """Save a snapshot each time the version crosses a multiple of this; ``None``: never."""
-    passivation_snapshot_tail: int = PASSIVATION_SNAPSHOT_TAIL
-    """Events since the last snapshot from which a passivating actor saves one (when
-    ``snapshot_every`` is set)."""
     defer_creation: bool = False
     """On an empty stream, fold the events of :meth:`recovered` at once but append them with
     the actor's first append: an actor that never decides anything writes nothing (a new
@@ -320,13 +317,13 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         """Tell the persist listeners this stream's owner is gone (call it when overriding).
 
         An actor that passivates first saves a snapshot if ``snapshot_every`` is set and
-        at least :attr:`passivation_snapshot_tail` events came since its last one: its
+        at least :data:`PASSIVATION_SNAPSHOT_TAIL` events came since its last one: its
         next start, likely soon, then folds little beyond it.
         """
         if (
             self._cell.passivating
             and self.snapshot_every is not None
-            and self.version - self.snapshot_version >= self.passivation_snapshot_tail
+            and self.version - self.snapshot_version >= PASSIVATION_SNAPSHOT_TAIL
         ):
             try:
                 await self._save_snapshot(self.state)

@@ -223,15 +223,14 @@ class _CountingSnapshots:
 async def test_a_passivating_session_snapshots_a_long_tail_and_skips_a_snapshot_it_has_not(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """Passivating with a tenth of ``snapshot_every`` or more events since its last
-    snapshot (as at a run's end), a session saves one at its version, so its next start
-    folds from there; a short session saves none, and its next start does not look for
-    one."""
+    """Passivating with 16 events or more since its last snapshot, a session saves one at
+    its version, so its next start folds from there; a short session saves none, and its
+    next start does not look for one."""
     store = _CountingSnapshots()
     async with open_runtime(store=store, seed=1) as runtime:  # type: ignore[arg-type]
         short = await spawn_session(runtime, llm=_counting_llm())
         await short.send("one")  # 4 events
-        long = await spawn_session(runtime, llm=_counting_llm(), snapshot_every=190)
+        long = await spawn_session(runtime, llm=_counting_llm())
         for turn in range(6):  # 1 + 3 a send: 19 events
             await long.send(f"turn {turn}")
         await trio.sleep(PASSIVATE_AFTER + 1)

@@ -142,9 +142,6 @@ class SessionActor(EventSourcedActor[SessionState]):
         self._partial: list[str] | None = None
         self._inflight_fingerprint = ""
         self.snapshot_every = config.snapshot_every
-        # Passivating, a session snapshots only where its own cadence (``snapshot_due``)
-        # would: an agent woken hourly then writes no more a run than one kept awake.
-        self.passivation_snapshot_tail = _run_end_snapshot_tail(config.snapshot_every)
 
     def stream_name(self) -> str:
         return f"session/{self._session_id}"
@@ -203,9 +200,10 @@ class SessionActor(EventSourcedActor[SessionState]):
         return working.apply(state, event)
 
     def snapshot_due(self, events: Sequence[object]) -> bool:
-        # At a run's end, so a reopened session folds what came after it.
-        tail = _run_end_snapshot_tail(self.snapshot_every)
-        return self.version - self.snapshot_version >= tail and any(
+        # At a run's end, so a reopened session folds what came after it; not after
+        # every short run, since a snapshot carries the run's newest chunk of messages.
+        every = self.snapshot_every or 0
+        return self.version - self.snapshot_version >= max(1, every // 10) and any(
             isinstance(event, RunFinished) for event in events
         )
 
@@ -703,12 +701,6 @@ async def _call_beside(
             raise
     # Outside the handler: the error keeps its own cause and context.
     raise failed
-
-
-def _run_end_snapshot_tail(snapshot_every: int | None) -> int:
-    """Events since the last snapshot from which a session snapshots at a run's end: not
-    after every short run, since a snapshot carries the run's newest chunk of messages."""
-    return max(1, (snapshot_every or 0) // 10)
 
 
 def _alone(group: BaseExceptionGroup[BaseException]) -> Exception | None:
