@@ -55,6 +55,7 @@ from ._observe import (
 )
 from ._snapshot import register_session_state
 from ._steps import (
+    TIMER_KEEPS_WARM,
     Busy,
     CallLLM,
     GetState,
@@ -175,9 +176,10 @@ class SessionActor(EventSourcedActor[SessionState]):
     def _quiet(self, since: float | None = None) -> bool:
         """Nothing to do and nobody to answer: no run, nothing queued, nobody waiting for a
         result, no sub-agent alive (its actor runs in this one's nursery); with ``since``,
-        also no message since then. Pending timers do not count: the timers service starts
-        a passivated owner when one is due."""
+        also no message since then; no timer due within :data:`TIMER_KEEPS_WARM` (the
+        timers service starts a passivated owner when a later one is due)."""
         state = self.state
+        pending = state.timers.pending
         return (
             (since is None or self._last_active == since)
             and state.run is None
@@ -185,6 +187,9 @@ class SessionActor(EventSourcedActor[SessionState]):
             and not state.inbox
             and not any(self._waiters.values())
             and not self.context.children
+            and not (
+                pending and pending[0].due_at - self.context.runtime.clock.now() < TIMER_KEEPS_WARM
+            )
         )
 
     # -- the decider (pure: see _decider) ---------------------------------------------

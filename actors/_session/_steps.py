@@ -67,6 +67,15 @@ call the turn makes anyway.
 """
 
 
+TIMER_KEEPS_WARM = 3600.0
+"""A session whose next durable timer is due within this many seconds is not passivated.
+
+Re-activation reads the session's snapshot whole (every chunk of its history) and the
+tail after it, so an agent woken by a timer every hour would pay, at each wake, a read
+that grows with its age; kept warm it appends only what its run records. An agent woken
+less often passivates between its wakes, and its due timer starts it again."""
+
+
 def check_passivate_after(value: object) -> float | None:
     """``value`` as an idle time in seconds, or ``None`` (never passivate).
 
