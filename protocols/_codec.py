@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol, TypeVar, final
+from types import UnionType
+from typing import TYPE_CHECKING, Protocol, TypeVar, Union, final, get_args, get_origin
 
 import attrs
 import cattrs
 import orjson
+from cattrs.fns import identity
 from cattrs.preconf.orjson import make_converter as _make_orjson_converter
 
 from ._types import JsonObject, JsonValue
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EncodedEvent",
+    "EventEncoder",
     "EventRegistry",
     "RecordLike",
     "Upcaster",
@@ -53,18 +56,37 @@ def _pass_through(value: object, _type: object = None) -> object:
     return value
 
 
+def _optional_of(type_: object) -> object | None:
+    """``T`` for ``T | None`` (of one ``T``), else ``None``."""
+    args: tuple[object, ...] = get_args(type_)
+    if len(args) != 2 or type(None) not in args or get_origin(type_) not in _UNIONS:
+        return None
+    return args[0] if args[1] is type(None) else args[1]
+
+
+_UNIONS: tuple[object, ...] = (Union, UnionType)
+
+
 def configure_converter(converter: cattrs.Converter) -> None:
-    """Teach a converter to pass ``JsonValue``/``JsonObject`` fields through unwalked.
+    """Teach a converter to pass ``JsonValue``/``JsonObject`` fields through unwalked, and
+    an optional field whose value passes through (``str | None``...) as well.
 
     Opaque payloads (LLM content, tool arguments) can be large and deeply nested; walking
     them value by value would cost time and gain nothing, since orjson already produced and
-    will consume plain JSON values.
+    will consume plain JSON values. Both hooks are cattrs' ``identity``, which the code it
+    generates for a class reads as "take the attribute as it is": no call per field.
 
     Args:
         converter (cattrs.Converter): the converter to configure in place.
     """
     converter.register_structure_hook_func(_is_opaque, _pass_through)
-    converter.register_unstructure_hook_func(_is_opaque, _pass_through)
+    converter.register_unstructure_hook_func(_is_opaque, identity)
+
+    def plain_optional(type_: object) -> bool:
+        inner = _optional_of(type_)
+        return inner is not None and converter.get_unstructure_hook(inner) is identity
+
+    converter.register_unstructure_hook_func(plain_optional, identity)
 
 
 def make_converter() -> cattrs.Converter:
@@ -106,6 +128,40 @@ class RecordLike(Protocol):
     def data(self) -> bytes: ...
 
 
+@final
+class EventEncoder:
+    """How one event class is written: its type name, schema version and a function from
+    an instance to its JSON bytes, specialised for the class (cattrs' generated hook, then
+    orjson). :meth:`EventRegistry.encoder` makes one per class, once.
+
+    For a writer that builds its own record of an event (an event-sourced actor builds
+    the store's), with no :class:`EncodedEvent` in between.
+    """
+
+    __slots__ = ("_unstructure", "name", "schema_version")
+
+    def __init__(self, entry: _Entry, unstructure: UnstructureHook) -> None:
+        self.name = entry.name
+        """The registered type name."""
+        self.schema_version = entry.version
+        """The schema version :meth:`dump` writes."""
+        self._unstructure = unstructure
+
+    def dump(self, event: object) -> bytes:
+        """The event's JSON bytes (an instance of this encoder's class).
+
+        Raises:
+            EventEncodeError: a field holds a value JSON cannot represent (a set, an
+                arbitrary object, a non-string dict key...).
+        """
+        try:
+            return orjson.dumps(self._unstructure(event))
+        except (TypeError, ValueError) as exc:
+            raise EventEncodeError(
+                self.name, f"a field holds a value JSON cannot represent ({exc})"
+            ) from exc
+
+
 @attrs.define(eq=False)
 class _Entry:
     cls: type[object]
@@ -114,7 +170,7 @@ class _Entry:
     upcasters: Mapping[int, Upcaster]
     # Built on first use, so an event may refer to classes defined later in its module.
     structure: StructureHook | None = None
-    unstructure: UnstructureHook | None = None
+    encoder: EventEncoder | None = None
 
 
 @final
@@ -259,19 +315,25 @@ class EventRegistry:
             EventEncodeError: the class is not registered, or a field holds a value JSON
                 cannot represent (a set, an arbitrary object, a non-string dict key...).
         """
-        entry = self._by_class.get(type(event))
+        encoder = self.encoder(type(event))
+        return EncodedEvent(
+            type=encoder.name, schema_version=encoder.schema_version, data=encoder.dump(event)
+        )
+
+    def encoder(self, cls: type[object]) -> EventEncoder:
+        """The encoder of an event class, specialised for it on first use and kept.
+
+        Raises:
+            EventEncodeError: the class is not registered.
+        """
+        entry = self._by_class.get(cls)
         if entry is None:
-            raise EventEncodeError(type(event).__qualname__, _NOT_REGISTERED)
-        unstructure = entry.unstructure
-        if unstructure is None:
-            unstructure = entry.unstructure = self._converter.get_unstructure_hook(entry.cls)
-        try:
-            data = orjson.dumps(unstructure(event))
-        except (TypeError, ValueError) as exc:
-            raise EventEncodeError(
-                entry.name, f"a field holds a value JSON cannot represent ({exc})"
-            ) from exc
-        return EncodedEvent(type=entry.name, schema_version=entry.version, data=data)
+            raise EventEncodeError(cls.__qualname__, _NOT_REGISTERED)
+        encoder = entry.encoder
+        if encoder is None:
+            hook = self._converter.get_unstructure_hook(entry.cls)
+            encoder = entry.encoder = EventEncoder(entry, hook)
+        return encoder
 
     def decode(
         self,

@@ -33,6 +33,7 @@ from protocols.errors import (
     ConcurrencyConflictError,
     ConfigError,
     EventEncodeError,
+    StoreClosedError,
     StoreError,
     StreamRewoundError,
     UnknownEventTypeError,
@@ -41,7 +42,7 @@ from protocols.errors import (
 from ._actor import Actor
 from ._ref import PriorityMessage
 from ._steps import Follow, Link, StepRunner, Waiter
-from ._store._contract import EventStore, NewEvent, PipelinedAppends, new_event_from_encoded
+from ._store._contract import EventStore, NewEvent, PipelinedAppends, new_event
 from ._store._snapshot_chunks import decode_snapshot, encode_snapshot
 
 StateT = TypeVar("StateT")
@@ -177,6 +178,19 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         """Apply one event. Pure, total: it runs again at every recovery and replay."""
         raise NotImplementedError
 
+    def apply(self, state: StateT, event: object) -> StateT:
+        """Fold one event into the actor's **working state**; returns the working state.
+
+        :meth:`evolve` by default. An actor whose fold copies a large state per event may
+        keep one working state instead and change it in place here (returning ``state``
+        itself, or a new one): the runtime folds every event of the actor's own stream
+        through this method (recovery, decisions, their appends) and never keeps a state
+        it handed here. It must reach the state :meth:`evolve` reaches, and the actor must
+        copy whatever of it outlives a step (a reply that holds the state). Replay, fork
+        and tests fold with :meth:`evolve`, the specification.
+        """
+        return self.evolve(state, event)
+
     def handle(self, state: StateT, message: object) -> Decision:
         """Decide what a message means. Pure: no I/O, no clock, no randomness."""
         raise NotImplementedError
@@ -264,6 +278,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         return self.context.runtime.store
 
     async def on_start(self) -> None:
+        # Looked up on every commit: kept here, not through two properties each time.
+        self._running_in = self.context.runtime
         self._stream = self.stream_name()
         self._step_token: object | None = None
         self._step_gate: trio.Event | None = None
@@ -285,7 +301,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             if self.defer_creation and self.version == 0:
                 state = self.state
                 for event in decision.events:
-                    state = self.evolve(state, event)
+                    state = self.apply(state, event)
                 self.state = state
                 self._unwritten = list(decision.events)
             else:
@@ -374,12 +390,12 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 )
             else:
                 version = self.snapshot_version = snapshot.version
-        evolve = self.evolve
+        apply = self.apply
         decode = registry.decode_record
         while True:
             page = await self.store.read(self._stream, version + 1, limit=_PAGE)
             for record in page:
-                state = evolve(state, decode(record))
+                state = apply(state, decode(record))
             if page:
                 version = page[-1].version
             if len(page) < _PAGE:
@@ -462,9 +478,9 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         state = folded
         if state is None:
             state = self.state
-            evolve = self.evolve
+            apply = self.apply
             for event in events:
-                state = evolve(state, event)
+                state = apply(state, event)
         await self._commit(events, state)
 
     def _decide_ahead(
@@ -473,10 +489,13 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         """Fold ``events`` onto ``state``; while ``chain``, add the events of the decisions
         ``next_step`` returns on the folded state. Returns the events, the state they fold
         to, the step ``next_step`` asked for last (:data:`_UNASKED` if it was not asked)
-        and whether a decision stops the actor. Pure: nothing is appended."""
-        evolve = self.evolve
+        and whether a decision stops the actor. Nothing is appended; the events are
+        folded into the working state (:meth:`apply`) ahead of their append, which the
+        actor waits for before it handles anything else (if that append fails, the actor
+        crashes and its next incarnation folds the log)."""
+        apply = self.apply
         for event in events:
-            state = evolve(state, event)
+            state = apply(state, event)
         step: object | None = _UNASKED
         while chain and not stop:
             step = self.next_step(state)
@@ -484,7 +503,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 break
             for event in step.events:
                 events.append(event)
-                state = evolve(state, event)
+                state = apply(state, event)
             stop = step.stop
             step = _UNASKED
         return events, state, step, stop
@@ -500,7 +519,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         new = self._encode(events)
         began = self._commit_began()
         try:
-            result = await self.store.append(self._stream, new, self.version)
+            result = await self._running_in.store.append(self._stream, new, self.version)
         except ConcurrencyConflictError as conflict:
             self._rewound(conflict)
             raise
@@ -511,21 +530,27 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
 
     def _encode(self, events: Sequence[object]) -> tuple[NewEvent, ...]:
         """The events of one append: all but the last marked :data:`CONTINUES`."""
-        encode = self.registry.encode
+        encoder = self.registry.encoder
         last = len(events) - 1
-        return tuple(
-            new_event_from_encoded(encode(event), CONTINUES if i < last else None)
-            for i, event in enumerate(events)
-        )
+        new: list[NewEvent] = []
+        for i, event in enumerate(events):
+            # Encoded once, by its class's encoder, into the store's record: no other
+            # object stands between the event and the row.
+            coder = encoder(type(event))
+            data = coder.dump(event)
+            new.append(
+                new_event(coder.name, coder.schema_version, data, CONTINUES if i < last else None)
+            )
+        return tuple(new)
 
     def _commit_began(self) -> float | None:
         """When an append begins, if a commit observer is there to be told how long it
         took; ``None``: with no observer, an append is not timed at all."""
-        return trio.current_time() if self.context.runtime.commit_observers else None
+        return trio.current_time() if self._running_in.commit_observers else None
 
     def _observe_commit(self, count: int, began: float) -> None:
         took = trio.current_time() - began
-        for observe in self.context.runtime.commit_observers:
+        for observe in self._running_in.commit_observers:
             observe(self._stream, count, took)
 
     async def _committed(self, events: Sequence[object], state: StateT, version: int) -> None:
@@ -535,7 +560,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self.state = state
         previous, self.version = self.version, version
         self._cell.known_version = version
-        for listener in self.context.runtime.persist_listeners:
+        for listener in self._running_in.persist_listeners:
             listener.on_persisted(self._stream, events)
         every = self.snapshot_every
         if every is not None and (
@@ -623,8 +648,10 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         pending = store.begin_append(
             self._stream, new, version, after=link.pending, wake=follow.link.decided
         )
-        if pending is None:  # the store is closing: the result goes to the mailbox
-            return None
+        if pending is None:
+            # The store is closing (every later append fails as well): the working state
+            # already holds these events, so the actor must not go on from it.
+            raise StoreClosedError()
         follow.link.pending = pending
         self._step_token = None  # the step is over: its result is decided
         self._step_gate = None

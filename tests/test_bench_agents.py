@@ -23,8 +23,10 @@ def test_a_sequential_session_counts_its_appends_and_the_commits_they_share(
     the fewest the invariants allow (3: one before the tool round, one of its result
     before the model call that reads it, one before the reply) and one per append."""
     sends = 3
-    measured = trio.run(lambda: _sessions(1, sends, tmp_path / "log.db", count=True))
+    measured = trio.run(lambda: _sessions(1, sends, tmp_path / "log.db", count=True, memory=True))
     assert measured.counted == 4 * sends
+    assert measured.state_copies == 0  # nobody asked for the state: no copy of it
+    assert measured.blocks > 0  # each send's share of the transcript and results stays
     assert _min_dependent_commits(measured.events) == 3 * sends
     assert 3 * sends <= measured.commits <= 4 * sends
     assert [e.type for e in measured.events[:7]] == [

@@ -12,7 +12,15 @@ import trio
 
 from actors.bench import SUITES, _instructions
 from actors.bench._agents import _sessions
-from actors.bench._instructions import _SHAPE_SENDS, _per_send, _repeated, callgrind
+from actors.bench._instructions import (
+    _ALLOCATORS,
+    _SHAPE_SENDS,
+    _calls,
+    _per_send,
+    _repeated,
+    callgrind,
+    callgrind_counts,
+)
 from runtime.bench import main
 
 
@@ -54,15 +62,19 @@ def test_a_sends_figure_is_the_difference_of_two_runs_so_start_up_cancels(
 ) -> None:
     """Each figure divides the difference of a run with 3x the sends and one with 1x by the
     sends between them: what the process does once (start-up, imports) drops out."""
-    start_up, per_send_main, per_send_all = 5_000_000, 700_000, 900_000
+    start_up, per_send_main, per_send_all, allocations = 5_000_000, 700_000, 900_000, 3_000
 
-    def count(kind: str, n: int, sends: int) -> tuple[int, int]:
+    def count(kind: str, n: int, sends: int) -> tuple[int, int, int]:
         assert kind == "sessions"
         done = n * sends
-        return start_up + per_send_main * done, 3 * start_up + per_send_all * done
+        return (
+            start_up + per_send_main * done,
+            3 * start_up + per_send_all * done,
+            40_000 + allocations * done,
+        )
 
     monkeypatch.setattr(_instructions, "_count", count)
-    assert _per_send("sessions", 4, 1) == (700_000.0, 900_000.0)
+    assert _per_send("sessions", 4, 1) == (700_000.0, 900_000.0, 3_000.0)
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
@@ -77,3 +89,32 @@ def test_callgrind_counts_each_threads_instructions_the_main_thread_first() -> N
     # Summing a million numbers takes tens of instructions each.
     assert worker > 10_000_000
     assert 0 < main < worker
+
+
+def test_the_allocator_calls_are_summed_over_every_caller() -> None:
+    """A callee is named at its first mention and by id after; each ``calls=`` line after a
+    ``cfn=`` of an allocator counts, whoever the caller."""
+    profile = "\n".join(
+        [
+            "fn=(1) main",
+            "cfn=(2) _PyObject_Malloc",
+            "calls=7 12",
+            "5 100",
+            "cfn=(3) other",
+            "calls=100 3",
+            "fn=(4) helper",
+            "cfn=(2)",
+            "calls=5 12",
+            "cfn=(5) _PyObject_Calloc",
+            "calls=2 1",
+        ]
+    )
+    assert _calls(profile, _ALLOCATORS) == 14
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_callgrind_counts_the_objects_a_program_allocates() -> None:
+    code = "kept = [object() for _ in 'x' * 50_000]"  # one-letter strings: cached
+    few = callgrind_counts([sys.executable, "-S", "-c", "pass"])[1][0]
+    many = callgrind_counts([sys.executable, "-S", "-c", code])[1][0]
+    assert 50_000 <= many - few < 60_000

@@ -63,6 +63,8 @@ def test_the_quick_run_prints_each_figure_beside_power_loops_and_their_ratio() -
         assert figures[ours] > 0, ours
         assert figures["peer_" + ours] > 0, ours
         assert figures[ratio] == pytest.approx(figures[ours] / figures["peer_" + ours], rel=0.05)
+    assert figures["state_copies_per_send"] == 0
+    assert figures["objects_allocated_per_send"] > 0
     assert figures["reactivation_ms_p50"] > 0
     assert figures["sequential_sends_measured"] == 20
     assert figures["new_sessions_measured"] == 1_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import protocols
@@ -301,3 +301,93 @@ def test_make_converter_passes_json_through() -> None:
     hook = converter.get_structure_hook(JsonValue)
     assert hook(value, JsonValue) is value
     assert converter.unstructure(value, JsonValue) is value
+
+
+def _plain_bytes(event: object) -> bytes:
+    """The bytes of cattrs' orjson converter taught only the opaque aliases: the wire
+    format as it was before the encoders were specialised."""
+    import orjson
+    from cattrs.preconf.orjson import make_converter
+
+    plain = make_converter()
+    opaque = (JsonValue, JsonObject)
+    plain.register_unstructure_hook_func(lambda t: any(t is a for a in opaque), lambda v: v)
+    return orjson.dumps(plain.unstructure(event))
+
+
+@given(
+    finish_reason=st.none() | st.text(max_size=5),
+    tags=st.lists(st.text(max_size=3), max_size=3).map(tuple),
+    content=st.none()
+    | st.text(max_size=5)
+    | st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3),
+)
+@settings(deadline=None)
+def test_a_specialised_encoder_writes_the_bytes_of_the_plain_converter(
+    finish_reason: str | None, tags: tuple[str, ...], content: JsonValue
+) -> None:
+    """Optional fields of plain values and opaque JSON are taken as they are (no hook
+    call per field), and the bytes do not change: logs written before still read back
+    and compare equal."""
+    registry = _registry()
+    event = AssistantReplied(
+        run_id="r",
+        round=1,
+        content=content,
+        tool_args={"a": [1, None]},
+        usage=Usage(1, 2),
+        tags=tags,
+        finish_reason=finish_reason,
+    )
+    encoder = registry.encoder(AssistantReplied)
+    assert (encoder.name, encoder.schema_version) == ("assistant.replied", 1)
+    assert encoder.dump(event) == _plain_bytes(event)
+    assert registry.encode(event).data == _plain_bytes(event)
+    assert registry.encoder(AssistantReplied) is encoder  # specialised once
+
+
+def test_every_session_event_encodes_as_the_plain_converter_does() -> None:
+    """The session's own events, with their optional fields set and unset."""
+    import actors._session._actor  # noqa: F401  # registers the session's events
+    from actors._session._events import (
+        AssistantRecorded,
+        RunFinished,
+        RunStarted,
+        SessionCreated,
+    )
+    from protocols import AssistantMessage, ToolCall
+    from protocols import Usage as LLMUsage
+
+    events: list[object] = [
+        SessionCreated(session_id="s", system_prompt="p", max_rounds=3),
+        SessionCreated(
+            session_id="s", system_prompt="p", max_rounds=3, parent_id="q", agent="a", depth=1
+        ),
+        RunStarted(run_id="r", input="hi", max_rounds=2),
+        RunStarted(run_id="r", input="hi", max_rounds=2, tools=("a",), system_prompt="x"),
+        AssistantRecorded(
+            run_id="r",
+            round=1,
+            message=AssistantMessage(
+                content="c", tool_calls=(ToolCall(id="1", name="n", arguments="{}"),)
+            ),
+            usage=LLMUsage(prompt_tokens=3),
+            model="m",
+            finish_reason="stop",
+            request_fingerprint="f",
+            first_token_s=0.25,
+        ),
+        RunFinished(run_id="r", status="completed", text="t", rounds=1, usage=LLMUsage()),
+        RunFinished(
+            run_id="r",
+            status="failed",
+            text="",
+            rounds=1,
+            usage=LLMUsage(),
+            error="x: y",
+            output={"k": [1, 2.5, None]},
+            error_code="x",
+        ),
+    ]
+    for event in events:
+        assert protocols.codec.default_registry.encode(event).data == _plain_bytes(event)

@@ -11,7 +11,7 @@ import trio.testing
 from _gated_store import GatedStore
 
 from actors import AgentSpec, spawn_agent, spawn_session
-from actors._session._steps import PASSIVATE_AFTER
+from actors._session._steps import PASSIVATE_AFTER, TIMER_KEEPS_WARM
 from protocols import LLMRequest, LLMResponse, Usage, UserMessage
 from protocols.errors import ConfigError
 from runtime import open_runtime
@@ -98,18 +98,20 @@ async def test_every_message_restarts_the_idle_time(
 async def test_a_passivated_session_wakes_for_its_durable_timer(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """A pending timer does not keep the actor: it passivates, and the timer's firing
-    starts it again, which runs the reminder; then it passivates again."""
+    """A timer due later than ``TIMER_KEEPS_WARM`` does not keep the actor: it
+    passivates, and the timer's firing starts it again, which runs the reminder; then it
+    passivates again."""
     llm = _counting_llm()
+    delay = 2 * TIMER_KEEPS_WARM
     async with open_runtime(seed=1) as runtime:
         with runtime.subscribe() as events:
             session = await spawn_session(runtime, llm=llm)
             await session.send("hello")
-            await runtime.timers.schedule(session.ref, delay=3600, note="check the build")
+            await runtime.timers.schedule(session.ref, delay=delay, note="check the build")
             await trio.sleep(PASSIVATE_AFTER + 1)
             await trio.testing.wait_all_tasks_blocked()
             assert _passivations(_drain(events), session.id) == [1]
-            await trio.sleep(3600)
+            await trio.sleep(delay)
             await trio.testing.wait_all_tasks_blocked()
             seen = _drain(events)
             assert _starts(seen, session.id) == [2]
@@ -121,6 +123,27 @@ async def test_a_passivated_session_wakes_for_its_durable_timer(
             state = await session.state()
     assert [r.status for r in state.results.values()] == ["completed", "completed"]
     assert state.timers.pending == ()
+
+
+async def test_a_timer_due_soon_keeps_the_session_warm(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An hourly agent is not passivated between its wakes: re-activation would read its
+    whole snapshot back at each one. Once its timer is cancelled, it passivates."""
+    async with open_runtime(seed=1) as runtime:
+        with runtime.subscribe() as events:
+            session = await spawn_session(runtime, llm=_counting_llm())
+            await session.send("hello")
+            timer = await runtime.timers.schedule(
+                session.ref, delay=TIMER_KEEPS_WARM - 1, note="hourly"
+            )
+            await trio.sleep(TIMER_KEEPS_WARM - PASSIVATE_AFTER)
+            await trio.testing.wait_all_tasks_blocked()
+            assert _passivations(_drain(events), session.id) == []
+            await runtime.timers.cancel_timer(timer)
+            await trio.sleep(PASSIVATE_AFTER + 1)
+            await trio.testing.wait_all_tasks_blocked()
+            assert _passivations(_drain(events), session.id) == [1]
 
 
 async def test_passivate_after_none_keeps_the_actor_running(

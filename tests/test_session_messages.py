@@ -559,3 +559,47 @@ async def test_an_empty_send_is_refused_and_an_empty_task_fails_its_run_cleanly(
         child = await session.spawn(AgentSpec(name="blank"), "")
         assert (child.status, child.error) == ("failed", "ValueError: the run has no input")
         assert (await session.send("hello")).status == "completed"
+
+
+async def test_a_send_is_one_ask_and_a_follow_up_reaches_the_decider_in_one_envelope(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Session.send`` asks the actor once (its reply is the run's result), and a
+    follow-up arrives as the ``Stamped`` message the decider reads, not wrapped again."""
+    from actors._session import _decider as decider
+    from actors._session._actor import SessionActor
+    from actors._session._steps import Send, Stamped
+    from protocols import FollowUp
+
+    received: list[object] = []
+    decided: list[object] = []
+    receive, handle = SessionActor.receive, decider.handle
+
+    async def counting_receive(self: SessionActor, message: object) -> object:
+        received.append(message)
+        return await receive(self, message)
+
+    def counting_handle(config: object, state: object, message: object) -> object:
+        decided.append(message)
+        return handle(config, state, message)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SessionActor, "receive", counting_receive)
+    monkeypatch.setattr(decider, "handle", counting_handle)
+    async with open_runtime(seed=1) as runtime:
+        session = await spawn_session(
+            runtime, llm=ScriptedLLM([LLMResponse(content="one"), LLMResponse(content="two")])
+        )
+        result = await session.send("hello")
+        assert result.text == "one"
+        asks = [m for m in received if not type(m).__name__.startswith("_")]
+        assert [type(m) for m in asks] == [Send]  # no second ask for the result
+        received.clear()
+        decided.clear()
+        assert await session.follow_up("more", id="f1")
+        second = await session.wait("fu-f1")  # an idle session's follow-up starts a run
+        assert second.text == "two"
+    follow_ups = [m for m in decided if isinstance(m, Stamped)]
+    assert len(follow_ups) == 1
+    assert follow_ups[0] in received  # the message the actor was given, as it was given
+    assert follow_ups[0].message == FollowUp(id="f1", content="more")
+    assert follow_ups[0].delivery  # the call's token

@@ -18,6 +18,7 @@ from runtime import Decision, EventSourcedActor, Reply, StepFailed
 
 from .._tools._runner import run_tool_calls
 from . import _decider as decider
+from . import _working as working
 from ._agents import SPAWN_AGENT, AgentSpec
 from ._errors import HookVetoError
 from ._events import (
@@ -54,15 +55,15 @@ from ._observe import (
 )
 from ._snapshot import register_session_state
 from ._steps import (
+    TIMER_KEEPS_WARM,
     Busy,
     CallLLM,
-    Deliver,
     GetState,
     LLMAnswered,
     OutOfTime,
     PythonSpawn,
     RunTools,
-    SendAndWait,
+    Send,
     SessionConfig,
     Stamped,
     Summarise,
@@ -96,7 +97,7 @@ def _subclass_test(*classes: type) -> Callable[[type], bool]:
 
 # What ``receive`` looks at itself; the rest goes straight to the decider.
 _looked_at = _subclass_test(
-    Urgent, WaitRun, PythonSpawn, SendAndWait, GetState, FollowUpSource, Deliver, FollowUp, Cancel
+    Send, Urgent, WaitRun, PythonSpawn, GetState, FollowUpSource, FollowUp, Cancel
 )
 
 
@@ -175,9 +176,10 @@ class SessionActor(EventSourcedActor[SessionState]):
     def _quiet(self, since: float | None = None) -> bool:
         """Nothing to do and nobody to answer: no run, nothing queued, nobody waiting for a
         result, no sub-agent alive (its actor runs in this one's nursery); with ``since``,
-        also no message since then. Pending timers do not count: the timers service starts
-        a passivated owner when one is due."""
+        also no message since then; no timer due within :data:`TIMER_KEEPS_WARM` (the
+        timers service starts a passivated owner when a later one is due)."""
         state = self.state
+        pending = state.timers.pending
         return (
             (since is None or self._last_active == since)
             and state.run is None
@@ -185,6 +187,9 @@ class SessionActor(EventSourcedActor[SessionState]):
             and not state.inbox
             and not any(self._waiters.values())
             and not self.context.children
+            and not (
+                pending and pending[0].due_at - self.context.runtime.clock.now() < TIMER_KEEPS_WARM
+            )
         )
 
     # -- the decider (pure: see _decider) ---------------------------------------------
@@ -194,6 +199,10 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     def evolve(self, state: SessionState, event: object) -> SessionState:
         return evolve(state, event)
+
+    def apply(self, state: SessionState, event: object) -> SessionState:
+        # The working state, folded in place (the decider's ``evolve`` is its spec).
+        return working.apply(state, event)
 
     def snapshot_due(self, events: Sequence[object]) -> bool:
         # At a run's end, so a reopened session folds what came after it; not after
@@ -492,30 +501,23 @@ class SessionActor(EventSourcedActor[SessionState]):
         self._last_active = trio.current_time() if self._passivate_after is not None else 0.0
         if _passes_through(type(message)):  # most of them: a step's result
             return await super().receive(message)
+        if type(message) is Send:
+            accepted = await super().receive(message)
+            if not message.wait or isinstance(accepted, Busy):
+                return accepted
+            return self._wait_run(message.run_id)
         if isinstance(message, Urgent):
             message = message.message
         if isinstance(message, WaitRun):
-            result = self.state.results.get(message.run_id) or self._parked(message.run_id)
-            if result is not None or not self._is_pending(message.run_id):
-                return result
-            self._waiters.setdefault(message.run_id, []).append(self.context.defer_reply())
-            return None
+            return self._wait_run(message.run_id)
         if isinstance(message, PythonSpawn):
             return await self._spawn_from_python(message)
-        if isinstance(message, SendAndWait):
-            accepted = await super().receive(message.send)
-            if isinstance(accepted, Busy):
-                return accepted
-            return await self.receive(WaitRun(message.send.run_id))
-        if isinstance(message, GetState) and self.version == 0:
-            # The log is the authority: a creation not appended yet is not reported.
-            return SessionState()
-        delivery = ""
+        if isinstance(message, GetState):
+            # The log is the authority: a creation not appended yet is not reported. The
+            # working state changes with the next event: the caller gets its own copy.
+            return working.detached(self.state) if self.version else SessionState()
         if isinstance(message, FollowUpSource):
             message = message.as_follow_up()
-        elif isinstance(message, Deliver):
-            delivery = message.token
-            message = message.follow_up
         if isinstance(message, FollowUp | Cancel):
             # What the decider may not look up itself: the clock and the call in flight.
             partial = "".join(self._partial) if self._partial else ""
@@ -524,9 +526,17 @@ class SessionActor(EventSourcedActor[SessionState]):
                 at=self.context.runtime.clock.now(),
                 partial=partial,
                 fingerprint=self._inflight_fingerprint if partial else "",
-                delivery=delivery,
             )
         return await super().receive(message)
+
+    def _wait_run(self, run_id: str) -> RunResult | None:
+        """The result of run ``run_id`` if it ended or waits for a human (``None`` for a
+        run the session does not know); else the reply waits until it does."""
+        result = self.state.results.get(run_id) or self._parked(run_id)
+        if result is not None or not self._is_pending(run_id):
+            return result
+        self._waiters.setdefault(run_id, []).append(self.context.defer_reply())
+        return None
 
     def _parked(self, run_id: str) -> RunResult | None:
         """The result to give for a run waiting for a human, if it is."""

@@ -594,6 +594,12 @@ def evolve(state: SessionState, event: object) -> SessionState:
 
 
 def _finished(state: SessionState, event: RunFinished) -> SessionState:
+    results = grow_map(state.results).set(event.run_id, run_result(state, event))
+    return _evolve_state(state, run=None, results=results)
+
+
+def run_result(state: SessionState, event: RunFinished) -> RunResult:
+    """What a run that ``event`` ends in ``state`` returns (kept in ``state.results``)."""
     run = state.run
     code, message = event.error_code, None
     if event.status == "failed" and event.error is not None:
@@ -601,7 +607,7 @@ def _finished(state: SessionState, event: RunFinished) -> SessionState:
             code = event.error.split(": ", 1)[0]
         prefix = f"{code}: "
         message = event.error[len(prefix) :] if event.error.startswith(prefix) else event.error
-    result = RunResult(
+    return RunResult(
         session_id=state.session_id,
         run_id=event.run_id,
         status=event.status,
@@ -616,8 +622,6 @@ def _finished(state: SessionState, event: RunFinished) -> SessionState:
         error_code=code,
         error_message=message,
     )
-    results = grow_map(state.results).set(event.run_id, result)
-    return _evolve_state(state, run=None, results=results)
 
 
 def _assistant(state: SessionState, event: AssistantRecorded) -> SessionState:

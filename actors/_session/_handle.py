@@ -28,13 +28,12 @@ from ._steps import (
     Busy,
     BusyPolicy,
     ChildDone,
-    Deliver,
     GetState,
     NoRequest,
     PythonSpawn,
     Send,
-    SendAndWait,
     SessionConfig,
+    Stamped,
     Urgent,
     WaitRun,
     check_limits,
@@ -221,12 +220,13 @@ class Session:
             budget=budget,
             started_at=self._runtime.clock.now(),
             if_busy=if_busy,
+            wait=True,
         )
         if response is not None:
             if self._run_types is None:
                 self._run_types = {}
             self._run_types[send.run_id] = output_type
-        outcome = await self._ask(SendAndWait(send))
+        outcome = await self._ask(send)
         if isinstance(outcome, Busy):
             if self._run_types is not None:
                 self._run_types.pop(send.run_id, None)
@@ -327,7 +327,12 @@ class Session:
             bool: ``False`` if the session had already received this id (nothing done).
         """
         follow_up = FollowUp(id=id or self._runtime.ids.new("fu"), content=content, kind=kind)
-        accepted = await self._ask(Deliver(follow_up, self._runtime.ids.new("dlv")))
+        stamped = Stamped(
+            message=follow_up,
+            at=self._runtime.clock.now(),
+            delivery=self._runtime.ids.new("dlv"),
+        )
+        accepted = await self._ask(stamped)
         return bool(accepted)
 
     async def cancel(

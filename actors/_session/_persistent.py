@@ -168,7 +168,8 @@ class AppendVector(Generic[T]):
         if len(buf) == size:
             buf.append(item)
         if len(buf) > size:
-            buf.fault(size, size + 1)
+            if buf.lazy:  # (a fold's append never finds the buffer lazy: no call for it)
+                buf.fault(size, size + 1)
             if _same(buf[size], item):
                 return AppendVector._of(buf, size + 1)
         own = buf.own_prefix(size)  # a branch off an older version: a buffer of its own
@@ -228,7 +229,8 @@ class AppendVector(Generic[T]):
         if not 0 <= index < self._size:
             raise IndexError("AppendVector index out of range")
         buf = self._buf
-        buf.fault(index, index + 1)
+        if buf.lazy:
+            buf.fault(index, index + 1)
         return buf[index]
 
     def __iter__(self) -> Iterator[T]:
@@ -334,7 +336,8 @@ class GrowMap(Mapping[K, V]):
             entries.append(entry)
             index[key] = size
         if len(entries) > size and index.get(key) == size:
-            entries.fault(size, size + 1)
+            if entries.lazy:
+                entries.fault(size, size + 1)
             if _same(entries[size][1], value):
                 return GrowMap._of(entries, index, size + 1)
         own = entries.own_prefix(size)  # a branch off an older version
@@ -347,7 +350,8 @@ class GrowMap(Mapping[K, V]):
         if at is None or at >= self._size:
             raise KeyError(key)
         entries = self._entries
-        entries.fault(at, at + 1)
+        if entries.lazy:
+            entries.fault(at, at + 1)
         return entries[at][1]
 
     def __contains__(self, key: object) -> bool:

@@ -67,6 +67,15 @@ call the turn makes anyway.
 """
 
 
+TIMER_KEEPS_WARM = 3600.0
+"""A session whose next durable timer is due within this many seconds is not passivated.
+
+Re-activation reads the session's snapshot whole (every chunk of its history) and the
+tail after it, so an agent woken by a timer every hour would pay, at each wake, a read
+that grows with its age; kept warm it appends only what its run records. An agent woken
+less often passivates between its wakes, and its due timer starts it again."""
+
+
 def check_passivate_after(value: object) -> float | None:
     """``value`` as an idle time in seconds, or ``None`` (never passivate).
 
@@ -104,8 +113,10 @@ def ask_human(question: str) -> str:
 
 
 @attrs.frozen(kw_only=True)
-class Send(Request[str]):
-    """``Session.send``'s message: start a run (or queue it); the reply is its run id."""
+class Send(Request["str | RunResult | Busy | None"]):
+    """``Session.send``'s message: start a run (or queue it); the reply is its run id, or
+    with ``wait`` the run's result (as :class:`WaitRun` gives it) or :class:`Busy`: one
+    ask per send, with no envelope around it."""
 
     run_id: str
     input: str
@@ -116,6 +127,8 @@ class Send(Request[str]):
     budget: Budget | None
     started_at: float
     if_busy: BusyPolicy | None
+    wait: bool = False
+    """Reply with the run's result once it ends or waits for a human, not its id."""
 
 
 @attrs.frozen
@@ -131,11 +144,13 @@ class Urgent(PriorityMessage):
 
 
 @attrs.frozen(kw_only=True)
-class Stamped:
+class Stamped(Request[bool]):
     """A follow-up or cancel with the facts the pure decider may not look up itself.
 
-    The shell builds it when the message arrives: the clock, and what it knows of the
-    LLM call in flight, which is not in the log (only its answer will be).
+    The one envelope such a message reaches the decider in. ``Session.follow_up`` sends
+    one, stamped with the runtime's clock and its call's token; the shell builds one for
+    a follow-up or cancel that comes alone, when it arrives: the clock, and what it knows
+    of the LLM call in flight, which is not in the log (only its answer will be).
     """
 
     message: FollowUp | Cancel
@@ -147,14 +162,6 @@ class Stamped:
     """The request fingerprint of the LLM call in flight, recorded with ``partial``."""
     delivery: str = ""
     """The token of a ``Session.follow_up`` call (empty for other follow-ups)."""
-
-
-@attrs.frozen
-class Deliver(Request[bool]):
-    """``Session.follow_up``'s message: the follow-up and a token for this call."""
-
-    follow_up: FollowUp
-    token: str
 
 
 @attrs.frozen
@@ -200,14 +207,6 @@ class WaitRun(Request[RunResult | None]):
     """Wait until a run ends or waits for a human; ``None`` for an unknown run."""
 
     run_id: str
-
-
-@attrs.frozen
-class SendAndWait(Request[RunResult | Busy | None]):
-    """A :class:`Send` whose reply is the run's result (as :class:`WaitRun` gives it), or
-    :class:`Busy`: one ask per send instead of two."""
-
-    send: Send
 
 
 @attrs.frozen

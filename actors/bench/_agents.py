@@ -36,6 +36,14 @@ Every figure is printed beside a baseline measured in the same run:
   snapshot and tail.
 * ``send_cost_ratio_late_vs_early``: the mean of the last 10 sends of one long session
   over its sends 2 to 11 (the first, cold send is skipped).
+* ``state_copies_per_send``: the copies of a session's working state made per send (one
+  session, sequential): a state is copied only where it must outlive a step (a caller
+  asked for it), so a send with nobody asking makes none.
+* ``objects_allocated_per_send``: the memory blocks a send leaves allocated
+  (``sys.getallocatedblocks`` after a collection, one session, sequential): what each send
+  adds to a session's memory (its events' share of the transcript and results). The
+  objects a send makes and frees again are counted by the ``instructions`` suite
+  (``allocations_per_send_main``).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import ctypes
 import ctypes.util
 import gc
 import statistics
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -56,6 +65,7 @@ from typing import Any
 import trio
 
 from actors import Session, Tool, spawn_session, tool
+from actors._session._working import copies
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage
 from runtime import (
     Actor,
@@ -159,15 +169,23 @@ class _Sends:
         self.appends = 0
         self.counted = 0
         self.events: list[RecordedEvent] = []
+        self.state_copies = 0
+        self.blocks = 0
+        """Memory blocks left allocated by the sends (``sys.getallocatedblocks``)."""
 
 
-async def _sessions(n: int, sends: int, path: Path, *, count: bool = False) -> _Sends:
+async def _sessions(
+    n: int, sends: int, path: Path, *, count: bool = False, memory: bool = False
+) -> _Sends:
+    """``n`` sessions of ``sends`` sends each; ``count``: count the appends, ``memory``:
+    the blocks the sends leave allocated (two full collections around the sends, outside
+    the timed part; off where instructions are counted, which they would add to)."""
     echo = _echo_tool()
     measured = _Sends()
     async with open_sqlite_store(path) as sqlite:
         counting = _CountingStore(sqlite) if count else None
         store: EventStore = counting if counting is not None else sqlite  # type: ignore[assignment]
-        await _drive(n, sends, store, sqlite, counting, echo, measured)
+        await _drive(n, sends, store, sqlite, counting, echo, measured, memory=memory)
     return measured
 
 
@@ -179,6 +197,8 @@ async def _drive(  # noqa: PLR0917  # the workload's parts, private
     counting: _CountingStore | None,
     echo: Tool[[str], Coroutine[Any, Any, str]],
     measured: _Sends,
+    *,
+    memory: bool,
 ) -> None:
     async with open_runtime(store=store, seed=1) as runtime:
         sessions = [
@@ -194,6 +214,10 @@ async def _drive(  # noqa: PLR0917  # the workload's parts, private
 
         before = sqlite.statistics()
         counted = counting.appends if counting is not None else 0
+        copied = copies()
+        if memory:
+            gc.collect()
+        blocks = sys.getallocatedblocks()
         cpu = time.process_time()
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
@@ -201,6 +225,10 @@ async def _drive(  # noqa: PLR0917  # the workload's parts, private
                 nursery.start_soon(drive, session)
         elapsed = time.perf_counter() - start
         measured.cpu_seconds = time.process_time() - cpu
+        measured.state_copies = copies() - copied
+        if memory:
+            gc.collect()
+            measured.blocks = sys.getallocatedblocks() - blocks - len(measured.latencies)
         after = sqlite.statistics()
         measured.commits = after.commits - before.commits
         measured.appends = after.appends - before.appends
@@ -536,7 +564,10 @@ def run(args: argparse.Namespace) -> Figures:
         for n in (1, 32, 256):
             sends = max(2, (40 if quick else 400) // n) if n > 1 else (20 if quick else 200)
             measured = trio.run(
-                partial(_sessions, count=n == 1), n, sends, folder / f"agents-{n}.sqlite"
+                partial(_sessions, count=n == 1, memory=n == 1),
+                n,
+                sends,
+                folder / f"agents-{n}.sqlite",
             )
             raw = trio.run(_raw_appends, measured.events, n, sends, folder / f"raw-{n}.sqlite")
             figures[f"sends_per_s_{n}"] = round(measured.rate, 1)
@@ -549,6 +580,8 @@ def run(args: argparse.Namespace) -> Figures:
                 figures["dependent_commits_per_send"] = round(measured.commits / sends, 2)
                 floor = _min_dependent_commits(measured.events)
                 figures["min_dependent_commits_per_send"] = round(floor / sends, 2)
+                figures["state_copies_per_send"] = round(measured.state_copies / sends, 2)
+                figures["objects_allocated_per_send"] = round(measured.blocks / sends, 1)
             if n == 256:
                 figures["cpu_ms_per_send"] = round(measured.cpu_seconds / (n * sends) * 1e3, 3)
         latencies.sort()

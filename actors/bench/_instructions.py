@@ -15,6 +15,10 @@ of ``SENDS`` and of ``3 * SENDS`` sends per session, so start-up and set-up canc
 * ``raw_instructions_per_send_main`` and ``raw_instructions_per_send_all``, the
   baseline: the same events, in the same appends, at the same concurrency, appended
   straight to the store (no actors, no decisions), as ``raw_sends_per_s_N`` of ``agents``.
+* ``allocations_per_send_main`` beside ``raw_allocations_per_send_main``: the Trio
+  thread's calls of CPython's object allocator (``_PyObject_Malloc`` and
+  ``_PyObject_Calloc``, counted by callgrind): every object a send makes, freed again or
+  not.
 
 Needs ``valgrind`` on the ``PATH``; about 5 minutes (1.5 with ``--quick``).
 """
@@ -78,8 +82,14 @@ async def _workload(kind: str, n: int, sends: int, folder: Path) -> None:
     await _raw_appends(_repeated(shape.events, n, sends), n, sends, folder / "raw.sqlite")
 
 
-def _count(kind: str, n: int, sends: int) -> tuple[int, int]:
-    """Instructions of the Trio thread and of all threads, of one run under callgrind."""
+_ALLOCATORS = frozenset({"_PyObject_Malloc", "_PyObject_Calloc"})
+"""CPython's object allocator (every ``PyObject_Malloc``, ``PyMem_Malloc`` and object
+creation goes through one of them)."""
+
+
+def _count(kind: str, n: int, sends: int) -> tuple[int, int, int]:
+    """Instructions of the Trio thread and of all threads, and the Trio thread's
+    allocations, of one run under callgrind."""
     with tempfile.TemporaryDirectory() as tmp:
         code = (
             "import sys, trio; from pathlib import Path; "
@@ -87,12 +97,20 @@ def _count(kind: str, n: int, sends: int) -> tuple[int, int]:
             "kind, n, sends, folder = sys.argv[1:]; "
             "trio.run(_workload, kind, int(n), int(sends), Path(folder))"
         )
-        totals = callgrind([sys.executable, "-c", code, kind, str(n), str(sends), tmp])
-    return totals[0], sum(totals)
+        totals, allocations = callgrind_counts(
+            [sys.executable, "-c", code, kind, str(n), str(sends), tmp]
+        )
+    return totals[0], sum(totals), allocations[0]
 
 
 def callgrind(argv: list[str]) -> list[int]:
     """The instructions each thread of ``argv`` ran under callgrind, the main thread first."""
+    return callgrind_counts(argv)[0]
+
+
+def callgrind_counts(argv: list[str]) -> tuple[list[int], list[int]]:
+    """The instructions each thread of ``argv`` ran under callgrind, and its calls of the
+    object allocator, the main thread first."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         subprocess.run(
@@ -112,21 +130,49 @@ def callgrind(argv: list[str]) -> list[int]:
         files = sorted(
             Path(tmp).glob("callgrind.out-*"), key=lambda path: int(path.name.rsplit("-", 1)[1])
         )
-        return [_summary(path) for path in files]
+        texts = [path.read_text() for path in files]
+        return [_summary(text, path.name) for text, path in zip(texts, files, strict=True)], [
+            _calls(text, _ALLOCATORS) for text in texts
+        ]
 
 
-def _summary(path: Path) -> int:
-    for line in path.read_text().splitlines():
+def _summary(text: str, name: str) -> int:
+    for line in text.splitlines():
         if line.startswith(("summary:", "totals:")):
             return int(line.split()[1])
-    raise ValueError(f"{path.name} holds no instruction count")
+    raise ValueError(f"{name} holds no instruction count")
 
 
-def _per_send(kind: str, n: int, sends: int) -> tuple[float, float]:
-    main_few, all_few = _count(kind, n, sends)
-    main_more, all_more = _count(kind, n, 3 * sends)
+def _calls(text: str, functions: frozenset[str]) -> int:
+    """The calls of ``functions`` a callgrind profile records, from every caller.
+
+    A callee is named once, ``cfn=(id) name`` (or ``fn=``), then by its id alone; the
+    line after a ``cfn=`` is its ``calls=N ...``.
+    """
+    names: dict[str, str] = {}
+    total = 0
+    counting = False
+    for line in text.splitlines():
+        if counting and line.startswith("calls="):
+            total += int(line[6:].split(None, 1)[0])
+        counting = False
+        if line.startswith(("fn=(", "cfn=(")):
+            ref, _, name = line.partition("=")[2].partition(" ")
+            if name:
+                names[ref] = name
+            counting = line.startswith("cfn=") and names.get(ref) in functions
+    return total
+
+
+def _per_send(kind: str, n: int, sends: int) -> tuple[float, float, float]:
+    main_few, all_few, alloc_few = _count(kind, n, sends)
+    main_more, all_more, alloc_more = _count(kind, n, 3 * sends)
     counted = n * 2 * sends
-    return (main_more - main_few) / counted, (all_more - all_few) / counted
+    return (
+        (main_more - main_few) / counted,
+        (all_more - all_few) / counted,
+        (alloc_more - alloc_few) / counted,
+    )
 
 
 def run(args: argparse.Namespace) -> Figures:
@@ -139,8 +185,8 @@ def run(args: argparse.Namespace) -> Figures:
         raise ConfigError(msg)
     quick = bool(getattr(args, "quick", False))
     n, sends = (32, 1) if quick else (256, 2)
-    main, every = _per_send("sessions", n, sends)
-    raw_main, raw_every = _per_send("raw", n, sends)
+    main, every, allocations = _per_send("sessions", n, sends)
+    raw_main, raw_every, raw_allocations = _per_send("raw", n, sends)
     return {
         "sessions": n,
         "instructions_per_send_main": round(main),
@@ -148,4 +194,6 @@ def run(args: argparse.Namespace) -> Figures:
         "raw_instructions_per_send_main": round(raw_main),
         "raw_instructions_per_send_all": round(raw_every),
         "main_ratio_to_raw": round(main / raw_main, 2) if raw_main > 0 else 0.0,
+        "allocations_per_send_main": round(allocations),
+        "raw_allocations_per_send_main": round(raw_allocations),
     }

@@ -18,6 +18,8 @@ Every ratio is powertrio's figure over power-loop's: above 1 is better for rates
 * ``sends_per_s_1``: one session, sends one after another.
 * ``new_sessions_per_s``: sessions created one after another (10,000; 1,000 quick).
 * ``seconds_500_sends``: 500 sends on one session, in total (100 with ``--quick``).
+* ``state_copies_per_send`` and ``objects_allocated_per_send`` (ours only: the peer keeps
+  no working state): as the ``agents`` suite measures them, on the sequential session.
 * ``kb_per_idle_session``: RSS per session after 1,000 sessions each made one send (all at
   once) and went idle (ours: past its idle time, ``actors.bench._agents.IDLE_TIME``, so
   passivated; power-loop keeps no actor per session), in a fresh process from before the
@@ -39,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -212,9 +215,14 @@ def measure(side: str, config: str, count: str, path: str) -> dict[str, float]:
     if config == "new_sessions":
         return {"rate": trio.run(_create_sessions, n, Path(path))}
     sessions, sends = (n, 1) if config == "at_once" else (1, n)
-    measured = trio.run(_sessions, sessions, sends, Path(path))
+    measured = trio.run(
+        partial(_sessions, memory=config == "sequential"), sessions, sends, Path(path)
+    )
     total = sessions * sends
-    return _sends_figures(total, total / measured.rate, measured.cpu_seconds)
+    figures = _sends_figures(total, total / measured.rate, measured.cpu_seconds)
+    figures["state_copies_per_send"] = measured.state_copies / total
+    figures["objects_allocated_per_send"] = measured.blocks / total
+    return figures
 
 
 def _fresh(side: str, config: str, count: int, path: Path) -> dict[str, float]:
@@ -279,6 +287,8 @@ def run(args: argparse.Namespace) -> Figures:
         figures[name] = round(ours, digits)
         figures["peer_" + name] = round(peer, digits)
         figures[ratio] = _ratio(ours, peer)
+    for key in ("state_copies_per_send", "objects_allocated_per_send"):
+        figures[key] = round(median("ours", "sequential", key), 2)
     kb, peer_kb = median("ours", "idle", "kb"), median("peer", "idle", "kb")
     figures["kb_per_idle_session"] = round(kb, 2)
     figures["peer_kb_per_idle_session"] = round(peer_kb, 2)

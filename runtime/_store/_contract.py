@@ -74,6 +74,20 @@ _SET_METADATA = slot_setter(NewEvent, "metadata")
 _SET_RECORDED_AT = slot_setter(NewEvent, "recorded_at")
 
 
+def new_event(type: str, schema_version: int, data: bytes, metadata: bytes | None) -> NewEvent:
+    """``NewEvent(type=..., ...)`` for the hot path: an event-sourced actor makes one per
+    event it appends, straight from its class's encoder. The slots are written through
+    their descriptors, not the frozen-attribute guard of ``__init__``: the same object
+    (a test compares them) at about half the cost."""
+    event: NewEvent = _new_object(NewEvent)
+    _SET_TYPE(event, type)
+    _SET_SCHEMA_VERSION(event, schema_version)
+    _SET_DATA(event, data)
+    _SET_METADATA(event, metadata)
+    _SET_RECORDED_AT(event, None)
+    return event
+
+
 def new_event_from_encoded(encoded: EncodedEvent, metadata: bytes | None) -> NewEvent:
     """``NewEvent.from_encoded(encoded, metadata=metadata)`` for the hot path: an
     event-sourced actor makes one per event it appends. The slots are written through
