@@ -371,6 +371,7 @@ def _noting_snapshots(note: Callable[[], None]) -> Iterator[None]:
     one every 13 runs): the bench weighs the two kinds of run apart (``_io_figures``).
     """
     save = SqliteEventStore.save_snapshot
+    inherited = "save_snapshot" not in vars(SqliteEventStore)
 
     async def noted(self: SqliteEventStore, *args: Any, **kwargs: Any) -> None:
         note()
@@ -380,7 +381,10 @@ def _noting_snapshots(note: Callable[[], None]) -> Iterator[None]:
     try:
         yield
     finally:
-        SqliteEventStore.save_snapshot = save  # type: ignore[method-assign]
+        if inherited:  # the class is left as it was: inheriting the shared store's method
+            del SqliteEventStore.save_snapshot
+        else:
+            SqliteEventStore.save_snapshot = save  # type: ignore[method-assign]
 
 
 # What each table (or index) of the SQLite log holds, for the split of a run's writes;
