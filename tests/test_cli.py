@@ -670,7 +670,8 @@ def test_an_interrupted_run_is_listed_so_and_cancel_ends_it(tmp_path: Path) -> N
             listed = json.loads(done.stdout) if done.returncode == 0 else []
     finally:
         slow.kill()
-        slow.communicate()
+        _, slow_err = slow.communicate()
+    assert len(listed) == 1, (done.returncode, done.stdout, done.stderr, slow_err)
     [session] = listed
     assert session["status"] == "running"  # its process held the log then
     sid = str(session["session_id"])
