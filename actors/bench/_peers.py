@@ -20,12 +20,13 @@ Every ratio is powertrio's figure over power-loop's: above 1 is better for rates
 * ``seconds_500_sends``: 500 sends on one session, in total (100 with ``--quick``).
 * ``state_copies_per_send`` and ``objects_allocated_per_send`` (ours only: the peer keeps
   no working state): as the ``agents`` suite measures them, on the sequential session.
-* ``kb_per_idle_session``: RSS per session after 1,000 sessions each made one send (all at
-  once) and went idle (ours: past its idle time, ``actors.bench._agents.IDLE_TIME``, so
-  passivated; power-loop keeps no actor per session), in a fresh process from before the
-  first; ours also ``kb_per_idle_session_after_two_waves`` (over the third and fourth
-  such waves: what an idle session keeps once the heap has room for a wave of warm ones)
-  and ``reactivation_ms_p50`` (a look at a passivated session's state).
+* ``kb_per_idle_session``: RSS per session after 1,000 sessions (250 with ``--quick``)
+  each made one send (all at once) and went idle (ours: past its idle time,
+  ``actors.bench._agents.IDLE_TIME``, so passivated; power-loop keeps no actor per
+  session), in a fresh process from before the first; ours also
+  ``kb_per_idle_session_after_two_waves`` (over the third and fourth such waves: what
+  an idle session keeps once the heap has room for a wave of warm ones) and
+  ``reactivation_ms_p50`` (a look at a passivated session's state).
 
 power-loop is a bench-only dependency: without it the suite raises
 :class:`~protocols.errors.ConfigError` saying how to install it, and measures nothing.
@@ -258,7 +259,7 @@ def run(args: argparse.Namespace) -> Figures:
         "sequential": 20 if quick else 200,
         "new_sessions": 1_000 if quick else 10_000,
         "long_session": 100 if quick else 500,
-        "idle": 1_000,
+        "idle": 250 if quick else 1_000,
     }
     runs: dict[tuple[str, str], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
