@@ -391,7 +391,7 @@ def test_one_table_names_every_provider() -> None:
 
     from actors._fleet._file import PROVIDERS as FLEET_PROVIDERS
     from protocols.transports import PROVIDERS, ProviderName
-    from protocols.transports._factory import _TRANSPORTS
+    from protocols.transports._factory import _TRANSPORTS, provider_configured
 
     assert list(PROVIDERS) == list(typing.get_args(ProviderName))
     assert set(_TRANSPORTS) == set(PROVIDERS)
@@ -401,3 +401,4 @@ def test_one_table_names_every_provider() -> None:
             {"POWERTRIO_PROVIDER": entry.name, entry.key_variable: "k", "POWERTRIO_MODEL": "m"}
         )
         assert (config.provider, config.base_url) == (entry.name, entry.base_url)
+        assert provider_configured({entry.key_variable: "k"})  # its own key names it

@@ -11,6 +11,7 @@ import httpx
 from ._anthropic import AnthropicTransport
 from ._config import ProviderConfig
 from ._openai import OpenAITransport
+from ._providers import PROVIDERS
 from ._retry import AttemptObserver
 
 __all__ = ["provider_configured", "transport_from_config", "transport_from_env"]
@@ -52,9 +53,7 @@ _PROVIDER_VARIABLES = (
     "POWERTRIO_API_KEY",
     "POWERTRIO_BASE_URL",
     "POWERTRIO_MODEL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "ANTHROPIC_API_KEY",
+    *(v for p in PROVIDERS.values() for v in (p.key_variable, p.url_variable) if v),
 )
 
 
