@@ -462,9 +462,7 @@ def _agent_status(found: _Agent) -> AgentStatus:
         last_run=found.last_run,
         last_status=found.last_status,
         last_finished_at=found.last_finished_at,
-        next_wakeup=(
-            None if found.retired or not found.timers.pending else found.timers.pending[0].due_at
-        ),
+        next_wakeup=None if found.retired else found.timers.next_due,
         runs_today=found.runs_today,
         tokens_today=found.tokens_today,
         day_tokens=found.day_tokens,

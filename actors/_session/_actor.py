@@ -179,7 +179,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         also no message since then; no timer due within :data:`TIMER_KEEPS_WARM` (the
         timers service starts a passivated owner when a later one is due)."""
         state = self.state
-        pending = state.timers.pending
+        due = state.timers.next_due
         return (
             (since is None or self._last_active == since)
             and state.run is None
@@ -187,9 +187,7 @@ class SessionActor(EventSourcedActor[SessionState]):
             and not state.inbox
             and not any(self._waiters.values())
             and not self.context.children
-            and not (
-                pending and pending[0].due_at - self.context.runtime.clock.now() < TIMER_KEEPS_WARM
-            )
+            and not (due is not None and due - self.context.runtime.clock.now() < TIMER_KEEPS_WARM)
         )
 
     # -- the decider (pure: see _decider) ---------------------------------------------

@@ -76,7 +76,7 @@ class AgentRow:
     @property
     def next_wake_up(self) -> float | None:
         """When its next timer is due (epoch seconds), if any is pending."""
-        return self.timers.pending[0].due_at if self.timers.pending else None
+        return self.timers.next_due
 
 
 @final

@@ -229,6 +229,11 @@ class TimerBook:
     """Ids of timers that fired (one-shot) or were cancelled: scheduling one again is a
     no-op, so a retried ``ScheduleTimer`` cannot revive a finished timer."""
 
+    @property
+    def next_due(self) -> float | None:
+        """When the next pending timer is due (the clock's epoch seconds), if any."""
+        return self.pending[0].due_at if self.pending else None
+
     def get(self, timer_id: str) -> PendingTimer | None:
         """The pending timer with this id, or ``None``."""
         for timer in self.pending:
