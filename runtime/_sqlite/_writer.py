@@ -13,6 +13,7 @@ import contextlib
 import functools
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -57,6 +58,11 @@ _SWEEP_DEFERRAL = 4
 
 # A queue at least this long, met when nothing else is in flight, is split in two groups.
 _SPLIT_QUEUE = 64
+
+# The WAL's size from which a commit that grows it asks for a checkpoint (see
+# SqliteWriter._look_at_wal): below it, the file grows to this size once; above it,
+# each growth costs a journal commit of the file system in the commit's sync.
+_WAL_REUSE = 256 * 1024
 
 # The WAL bound (see SqliteWriter._bound_wal): how long a blocking checkpoint waits for
 # readers to leave the WAL, and how many commits to wait after readers kept it busy.
@@ -194,6 +200,14 @@ class SqliteWriter(GroupCommitWriter):
     _wal_room: WalHeadroom = attrs.field(
         default=attrs.Factory(lambda self: WalHeadroom(self._wal_limit), takes_self=True)
     )
+    _wal_path: str = attrs.field(
+        default=attrs.Factory(lambda self: self._path + "-wal", takes_self=True)
+    )
+    _wal_size: int = 0
+    """The WAL file's size after the last commit."""
+    _growth_told: bool = False
+    on_wal_growth: Callable[[], object] | None = None
+    """Called (in Trio) when a commit grew the WAL past its reuse size (``_WAL_REUSE``)."""
     checkpoint_lock: threading.Lock = attrs.field(factory=threading.Lock)
     """Held by whoever checkpoints (the background task, or this thread at the bound):
     two checkpoints at once would make one of them fail busy."""
@@ -272,8 +286,7 @@ class SqliteWriter(GroupCommitWriter):
                 # Not kept while the thread waits for work: a group's appends hold their
                 # events and their callers' tasks.
                 previous = work = []
-                wal = self._wal_room
-                if wal.limit and wal.due(self._path + "-wal", self.counters.commits):
+                if self._look_at_wal():
                     self._hand_back(decided)  # nobody waits for their answer behind it
                     decided = []
                     self._bound_wal()
@@ -511,6 +524,36 @@ class SqliteWriter(GroupCommitWriter):
             return
         self._indexed_upto = indexed
 
+    def _look_at_wal(self) -> bool:
+        """After a commit: whether to truncate the WAL now (its bound), having told the
+        checkpointer if the commit grew the file past its reuse size (writer thread).
+
+        Each commit that grows the file pays its file system a journal commit in its
+        sync; once the WAL restarts, commits overwrite its pages instead. The
+        checkpointer then copies the WAL and has this thread restart it
+        (:meth:`catch_up`); told once until that catch-up.
+        """
+        try:
+            size = os.stat(self._wal_path).st_size
+        except OSError:
+            return False
+        grew = size > self._wal_size
+        self._wal_size = size
+        if grew and size >= _WAL_REUSE and not self._growth_told:
+            tell = self.on_wal_growth
+            if tell is not None:
+                self._growth_told = True
+                self._call_soon(tell)
+        return self._wal_room.due(size, self.counters.commits)
+
+    def catch_up(self, conn: sqlite3.Connection) -> None:
+        """Copy what the WAL holds beyond the last checkpoint (writer thread, between two
+        commits, as a maintenance write): the next commit then finds it wholly copied and
+        starts it again from its beginning, so its pages are reused."""
+        with self.checkpoint_lock:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        self._growth_told = False
+
     def _bound_wal(self) -> None:
         """Checkpoint and truncate the WAL, between two groups (writer thread).
 
@@ -547,6 +590,7 @@ class SqliteWriter(GroupCommitWriter):
         else:
             self.counters.wal_checkpoints += 1
             self._wal_room.truncated()
+            self._wal_size = 0
 
     def _cache_moved(self, conn: sqlite3.Connection) -> bool:
         """Whether another connection committed since the cache was filled."""
