@@ -189,18 +189,26 @@ class GroupCommitWriter(Generic[C]):
         ``fence`` is the ``(shard, epoch)`` the commit must find still held (an engine
         without a fence never gets one).
         """
+        # _enqueue, written out for an append (the hot path): one call fewer.
+        queue = self._queue
         pending = PendingAppend(
-            stream,
-            events,
-            expected_version,
-            self._queue,
-            self._mutex,
-            flight=flight,
-            fence=fence,
-            after=after,
-            wake=wake,
+            stream, events, expected_version, queue, self._mutex, flight, fence, after, wake
         )
-        return pending if self._enqueue(self._queue, pending) else None
+        with self._mutex:
+            if self._stopping:
+                if flight is not None:
+                    flight.land()
+                return None
+            queue.append(pending)
+            if not self._idle:
+                return pending
+            if flight is not None:
+                # Under virtual time, whose clock must not wait on a thread nobody woke.
+                self._idle = False
+                self._work.notify()
+                return pending
+        self._nudge.due = True
+        return pending
 
     def enqueue_job(
         self, fn: Callable[[C], object], flight: Flight | None = None, *, retry: bool = False

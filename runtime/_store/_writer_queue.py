@@ -87,14 +87,13 @@ class PendingAppend:
         "wake",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0917  # built on every append: positional is the cheaper call
         self,
         stream: str,
         events: tuple[NewEvent, ...],
         expected_version: int,
         queue: list[PendingAppend],
         mutex: threading.Lock,
-        *,
         flight: Flight | None = None,
         fence: tuple[int, int] | None = None,
         after: PendingAppend | None = None,
