@@ -288,7 +288,6 @@ class SessionActor(EventSourcedActor[SessionState]):
             self._inflight_fingerprint = step.fingerprint
             response = await self._config.llm.complete(step.request)
             return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
-        context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
         # Set by the stream below, whichever hooks wrap it; a measurement, not an input.
         first_token: list[float | None] = [None]
         round_began = RoundBegan(session_id=self._session_id, run_id=step.run_id, round=step.round)
@@ -334,12 +333,17 @@ class SessionActor(EventSourcedActor[SessionState]):
                             await trio.lowlevel.checkpoint()
                 return await stream.final_response()
 
-        call = chain_llm_hooks(self._config.llm_hooks, innermost, context)
+        hooks = self._config.llm_hooks
         self._inflight_fingerprint = step.fingerprint
         try:
-            if self._config.llm_hooks:
+            if not hooks:
+                response = await innermost(step.request)
+            else:
                 await self.wait_logged()  # hooks are the application's code: they act on the log
-            response = await call(step.request)
+                context = HookContext(
+                    session_id=self._session_id, run_id=step.run_id, round=step.round
+                )
+                response = await chain_llm_hooks(hooks, innermost, context)(step.request)
         finally:
             self._partial = None
         return LLMAnswered(
