@@ -49,9 +49,7 @@ def _steps(path: Path, from_version: int, limit: int | None = None) -> tuple[int
 
     conn.set_progress_handler(count, 1)
     try:
-        events = SqliteDialect(str(path), lambda: None).read_stream(
-            conn, "s", from_version, limit
-        )
+        events = SqliteDialect(str(path), lambda: None).read_stream(conn, "s", from_version, limit)
     finally:
         conn.set_progress_handler(None, 0)
         conn.close()
@@ -92,8 +90,8 @@ async def test_the_newest_events_of_a_stream_read_without_its_older_ones(
     await _log(long, own=2003, others=0, indexed=False)
     short_steps, short_versions = _steps(short, 6, limit=4096)
     long_steps, long_versions = _steps(long, 2001, limit=4096)
-    assert [6, 7, 8] == short_versions
-    assert [2001, 2002, 2003] == long_versions
+    assert short_versions == [6, 7, 8]
+    assert long_versions == [2001, 2002, 2003]
     assert long_steps == short_steps
 
 
