@@ -233,9 +233,10 @@ class ActorContext(Generic[MsgT]):
         """Passivate (see :meth:`passivate`) once the actor is between messages, if no
         message is queued by then and ``idle()`` still holds; else go on as before.
 
-        For an idle timer running in the actor's nursery: it cannot see whether a message
-        is being handled (an ``await`` inside :meth:`Actor.receive` lets it run), so the
-        decision is made in the serial loop. ``idle`` runs there, between two messages.
+        For an idle check (:meth:`watch_idle`) or a timer task: it cannot see whether a
+        message is being handled (an ``await`` inside :meth:`Actor.receive` lets it run),
+        so the decision is made in the serial loop. ``idle`` runs there, between two
+        messages.
         """
         self._cell.passivate_if_idle(idle)
 
