@@ -484,6 +484,8 @@ async def test_unwritable_location_is_a_store_error(tmp_path: Path) -> None:
         ({"blob_threshold": -1}, "blob_threshold must be >= 0"),
         ({"max_batch": 0}, "max_batch must be >= 1"),
         ({"index_lag": -1}, "index_lag must be >= 0"),
+        ({"index_after": -0.5}, "index_after must be >= 0 or None, got -0.5"),
+        ({"index_after": float("nan")}, "index_after must be >= 0 or None, got nan"),
         ({"synchronous": "SOMETIMES"}, "synchronous must be"),
     ],
 )

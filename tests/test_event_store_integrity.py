@@ -258,7 +258,9 @@ def _damage_kinds(path: Path) -> None:
 
 
 async def _damaged_log(path: Path, index_lag: int) -> None:
-    async with open_sqlite_store(path, synchronous="OFF", index_lag=index_lag) as store:
+    async with open_sqlite_store(
+        path, synchronous="OFF", index_lag=index_lag, index_after=None
+    ) as store:
         for stream in ("flipped", "gap", "short", "text", "twice", "fine"):
             await store.append(stream, [_event(n) for n in range(1, 14)], 0)
         await store.append("blob", [_event(1, size=100_000)], 0)
@@ -282,7 +284,7 @@ async def test_reads_refuse_every_damage_kind_naming_stream_and_version(
         "twice": ("duplicate", 3),
         "blob": ("blob_hash", 1),
     }
-    async with open_sqlite_store(path) as store:
+    async with open_sqlite_store(path, index_after=None) as store:  # the tail stays a tail
         found: dict[str, tuple[str | None, int | None]] = {}
         for stream in expected:
             with pytest.raises(CorruptLogError) as info:

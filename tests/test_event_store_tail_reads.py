@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import trio
+
 from runtime import NewEvent, open_sqlite_store
 from runtime._sqlite._dialect import SqliteDialect
 from runtime._sqlite._schema import connect, read_head, sweep
@@ -24,7 +26,7 @@ async def _log(path: Path, *, own: int, others: int, indexed: bool) -> None:
     """Stream ``s`` with ``own`` events (swept into the index if ``indexed``), then
     ``others`` events of 20 other streams, which stay in the unindexed tail."""
     lag = 10**9  # the writer never sweeps by itself
-    async with open_sqlite_store(path, synchronous="OFF", index_lag=lag) as store:
+    async with open_sqlite_store(path, synchronous="OFF", index_lag=lag, index_after=None) as store:
         await store.append("s", [_event(n) for n in range(1, own + 1)], 0)
     if indexed:
         conn = connect(str(path), read_only=False)
@@ -32,7 +34,7 @@ async def _log(path: Path, *, own: int, others: int, indexed: bool) -> None:
         sweep(conn, 0, read_head(conn))
         conn.execute("COMMIT")
         conn.close()
-    async with open_sqlite_store(path, synchronous="OFF", index_lag=lag) as store:
+    async with open_sqlite_store(path, synchronous="OFF", index_lag=lag, index_after=None) as store:
         per_stream = others // 20
         for k in range(20):
             await store.append(f"o{k}", [_event(n) for n in range(1, per_stream + 1)], 0)
@@ -99,7 +101,9 @@ async def test_a_partly_indexed_stream_reads_each_version_once(tmp_path: Path) -
     """Versions in the index and in the tail join into one run, a limit counted over both."""
     path = tmp_path / "log.db"
     await _log(path, own=6, others=40, indexed=True)
-    async with open_sqlite_store(path, synchronous="OFF", index_lag=10**9) as store:
+    async with open_sqlite_store(
+        path, synchronous="OFF", index_lag=10**9, index_after=None
+    ) as store:
         await store.append("s", [_event(n) for n in range(7, 11)], 6)
     assert _steps(path, 1)[1] == list(range(1, 11))
     assert _steps(path, 4, limit=5)[1] == [4, 5, 6, 7, 8]
@@ -109,3 +113,26 @@ async def test_a_partly_indexed_stream_reads_each_version_once(tmp_path: Path) -
         indexed = conn.execute("SELECT count(*) FROM stream_index WHERE stream = 's'")
         assert indexed.fetchall() == [(6,)]
     conn.close()
+
+
+async def test_a_stream_left_in_the_tail_reads_through_the_index_once_the_writer_idles(
+    tmp_path: Path,
+) -> None:
+    """A session that went idle with its events among the newest (fewer than ``index_lag``
+    of them, as on a lightly loaded store): once the writer has had nothing to append for a
+    moment, with the default options, its read costs what a read of an indexed stream does,
+    not a scan back through the 4,000 events committed after its own."""
+    indexed, idle = tmp_path / "indexed.db", tmp_path / "idle.db"
+    await _log(indexed, own=8, others=4000, indexed=True)
+    want, versions = _steps(indexed, 1)
+    assert versions == list(range(1, 9))
+    async with open_sqlite_store(idle, synchronous="OFF") as store:
+        await store.append("s", [_event(n) for n in range(1, 9)], 0)
+        for k in range(20):
+            await store.append(f"o{k}", [_event(n) for n in range(1, 201)], 0)
+        steps, versions = _steps(idle, 1)
+        with trio.fail_after(30):
+            while steps != want:
+                await trio.sleep(0.02)  # the writer's thread indexes on its own clock
+                steps, versions = _steps(idle, 1)
+        assert versions == list(range(1, 9))

@@ -245,7 +245,7 @@ async def test_an_idle_writer_brings_the_index_up_to_date(
 
     monkeypatch.setattr(SqliteWriter, "_sweep_when_idle", observed)
     path = tmp_path / "log.db"
-    async with open_sqlite_store(path, index_lag=4) as store:
+    async with open_sqlite_store(path, index_lag=4, index_after=None) as store:
         for i in range(4):
             await store.append("s", [_event(i)], i)
         assert not swept.is_set()
@@ -308,6 +308,40 @@ async def test_a_failed_idle_sweep_leaves_the_tail_readable(
         assert await trio.to_thread.run_sync(swept.wait, 30)
         assert _indexed_upto(path) == 4
         assert [e.version for e in await store.read("s")] == [1, 2, 3, 4]
+
+
+async def test_appends_that_keep_coming_are_indexed_once_the_oldest_has_waited(
+    tmp_path: Path,
+) -> None:
+    """A writer with appends every moment but a moment free between them indexes far fewer
+    than index_lag events once the oldest has waited index_after, with no quiet spell
+    needed; the sweep indexes the whole tail."""
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path, index_lag=4096, index_after=0.05) as store:
+        version = 0
+        with trio.fail_after(30):
+            while _indexed_upto(path) == 0:
+                await store.append("s", [_event(version)], version)
+                version += 1
+        assert 0 < _indexed_upto(path) <= version < 4096
+        assert [e.version for e in await store.read("s")] == list(range(1, version + 1))
+
+
+async def test_a_tail_left_by_the_last_writer_is_indexed_once_the_next_one_idles(
+    tmp_path: Path,
+) -> None:
+    """A log closed with a short unindexed tail (a process that stopped) has it indexed
+    by the next writer once idle for index_after, though nothing more is appended."""
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path, index_after=None) as store:
+        await store.append("s", [_event(i) for i in range(5)], 0)
+    assert _indexed_upto(path) == 0
+    async with open_sqlite_store(path, index_after=0.05) as store:
+        with trio.fail_after(30):
+            while _indexed_upto(path) != 5:  # noqa: ASYNC110  # the writer thread's work
+                await trio.sleep(0.01)
+        assert [e.version for e in await store.read("s")] == [1, 2, 3, 4, 5]
+        assert store.statistics().sweep_failures == 0
 
 
 def _count_transactions(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threading.Event]:

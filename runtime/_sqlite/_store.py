@@ -322,6 +322,7 @@ async def open_sqlite_store(
     clock: Callable[[], float] = time.time,
     checkpoint_interval: float = 0.5,
     index_lag: int = 4096,
+    index_after: float | None = 1.0,
     wal_limit: int = 64 * 1024 * 1024,
 ) -> AsyncIterator[SqliteEventStore]:
     """Open (or create) the event log at ``path`` and run its writer thread.
@@ -349,6 +350,10 @@ async def open_sqlite_store(
             the per-stream index (reads scan that tail): once it has no append waiting,
             or, under a steady stream of appends, once four times as many wait; 0 indexes
             in every commit.
+        index_after (float | None): seconds the oldest unindexed event may wait before
+            the writer indexes the tail however short it is, once it has no append
+            waiting: a session that went idle is read back through the index (``None``:
+            only ``index_lag`` says when).
         wal_limit (int): the WAL file's bound in bytes: the writer checkpoints and
             truncates it between two group commits before the next group could take it
             past (keeping the largest growth of one group, at least a quarter of the
@@ -370,6 +375,8 @@ async def open_sqlite_store(
         raise ValueError(f"blob_threshold must be >= 0, got {blob_threshold}")
     if index_lag < 0:
         raise ValueError(f"index_lag must be >= 0, got {index_lag}")
+    if index_after is not None and not index_after >= 0:
+        raise ValueError(f"index_after must be >= 0 or None, got {index_after}")
     if wal_limit < 0:
         raise ValueError(f"wal_limit must be >= 0, got {wal_limit}")
     if max_batch < 1:
@@ -390,6 +397,7 @@ async def open_sqlite_store(
         blob_threshold=blob_threshold,
         max_batch=max_batch,
         index_lag=index_lag,
+        index_after=index_after,
         wal_limit=wal_limit,
     )
     store = SqliteEventStore(

@@ -16,6 +16,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import final
 
@@ -48,7 +49,13 @@ __all__ = ["SqliteWriter", "WriteJob"]
 logger = logging.getLogger("powertrio.store")
 
 # When to sweep the lagging per-stream index (see _sqlite._schema): the writer sweeps in a
-# transaction of its own once ``index_lag`` events are unindexed and no append is waiting.
+# transaction of its own once ``index_lag`` events are unindexed and no append is waiting,
+# or once the oldest unindexed event has waited ``index_after`` seconds and no append is
+# waiting, however few wait: a session that went idle reads its events through the index
+# when it is next re-activated, not by a scan of every event committed after its first one
+# (milliseconds a read with a few thousand of them). Sweeping by age costs at most one
+# sweep per ``index_after`` beside what the lag asks for, and none while appends keep the
+# queue full.
 # A writer that never runs out of appends sweeps inside a commit once _SWEEP_DEFERRAL
 # times as many are: a sweep blocks every append while it runs, and much of its cost
 # (about one dirty leaf page per stream) does not grow with its size, so under load a
@@ -166,6 +173,9 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
     _blob_threshold: int
     _max_batch: int
     _index_lag: int
+    # The oldest unindexed event's longest wait, in seconds, before an idle writer sweeps
+    # (None: only index_lag says when).
+    _index_after: float | None = None
     # The WAL's bound: the writer truncates it between groups before it passes (0: never).
     _wal_limit: int = 0
     # Commit common groups with INSERT_GROUP (tests turn it off to cover the other way).
@@ -177,6 +187,9 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
     _data_version: int = -1
     _cache_valid: bool = False
     _indexed_upto: int = 0
+    _tail_since: float | None = None
+    """When (``time.monotonic``) the tail last went from empty to not empty (None: empty,
+    or not known)."""
     _wal_room: WalHeadroom = attrs.field(
         default=attrs.Factory(lambda self: WalHeadroom(self._wal_limit), takes_self=True)
     )
@@ -224,6 +237,7 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
         and the thread would wait for Trio to go idle before it could finish the commit.
         """
         decided: list[PendingAppend] = []  # committed or failed, not handed back yet
+        self._learn_tail()
         try:
             while (work := self._take_work(holding=bool(decided))) is not None:
                 if not isinstance(work, list) or not work:
@@ -262,7 +276,28 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
     def _idle_work_due(self) -> bool:
         # Idle, or closing: a good moment to catch the index up (a file left with a long
         # tail would slow the next opener's first reads).
-        return self._cache_valid and self._db_head - self._indexed_upto > self._index_lag
+        if self._cache_valid and self._db_head - self._indexed_upto > self._index_lag:
+            return True
+        wait = self._idle_work_in()
+        return wait is not None and wait <= 0
+
+    def _idle_work_in(self) -> float | None:
+        since = self._tail_since
+        if since is None or self._index_after is None:
+            return None
+        return since + self._index_after - time.monotonic()
+
+    def _learn_tail(self) -> None:
+        """Whether a previous writer left a tail (writer thread, at start), for this one
+        to index once it has been idle long enough, whether or not anything is appended."""
+        if self._index_after is None:
+            return
+        conn = self._conn
+        try:
+            if read_head(conn) > indexed_upto(conn):
+                self._tail_since = time.monotonic()
+        except sqlite3.Error:
+            pass  # the first commit finds the tail
 
     def _run_job(self, job: WriteJob[sqlite3.Connection]) -> None:
         try:
@@ -412,6 +447,10 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
         self._versions.update(plan.streams)
         self._db_head = plan.head
         self._indexed_upto = indexed
+        if indexed == plan.head:
+            self._tail_since = None
+        elif self._tail_since is None:
+            self._tail_since = time.monotonic()
         counters = self.counters
         counters.commits += 1
         counters.appends += plan.accepted
@@ -429,7 +468,7 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
             try:
                 self._check_cache(conn)
                 indexed = self._indexed_upto
-                if self._db_head - indexed > self._index_lag:
+                if self._db_head > indexed:
                     indexed = sweep(conn, indexed, self._db_head)
                 conn.execute("COMMIT")
             except BaseException:
@@ -437,12 +476,15 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error:
-            # Not fatal (reads scan the unindexed tail), but never silent.
+            # Not fatal (reads scan the unindexed tail), but never silent. The next commit
+            # re-reads the cache and starts the wait for the next try.
             self._cache_valid = False
+            self._tail_since = None
             self.counters.sweep_failures += 1
             logger.exception("event log %r: the index sweep failed", self._path)
             return
         self._indexed_upto = indexed
+        self._tail_since = None
 
     def _look_at_wal(self) -> bool:
         """After a commit: whether to truncate the WAL now (its bound), having told the

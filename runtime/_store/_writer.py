@@ -107,8 +107,8 @@ class GroupCommitWriter(Generic[C]):
     The subclass (an attrs class) holds ``_token``, ``_signal``, ``_max_batch`` and
     ``counters`` as fields, and writes ``_main`` (the thread: commit what
     :meth:`_take_work` gives, then :meth:`_stop`), ``_run_job`` and, if it has work for
-    idle moments, ``_idle_work_due``. Everything both threads touch is guarded by
-    ``_mutex``.
+    idle moments, ``_idle_work_due`` (and ``_idle_work_in`` if it falls due later).
+    Everything both threads touch is guarded by ``_mutex``.
     """
 
     if TYPE_CHECKING:  # the subclass's fields
@@ -154,6 +154,11 @@ class GroupCommitWriter(Generic[C]):
         """Whether the thread has work of its own when nothing is queued (under the
         mutex): :meth:`_take_work` then returns ``"idle"`` rather than waiting."""
         return False
+
+    def _idle_work_in(self) -> float | None:
+        """Seconds until the thread's own work falls due if nothing comes meanwhile
+        (under the mutex; ``None``: none will), so the thread waits that long at most."""
+        return None
 
     # --- the Trio side ---------------------------------------------------------------
 
@@ -297,7 +302,7 @@ class GroupCommitWriter(Generic[C]):
                 if self._stopping:
                     return None
                 self._idle = True
-                self._work.wait()
+                self._work.wait(self._idle_work_in())
                 self._idle = False
 
     def _group_size(self, queued: int, *, holding: bool) -> int:
