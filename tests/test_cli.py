@@ -697,6 +697,7 @@ def test_tree_and_sessions_count_usage_alike_after_a_fork_and_a_send(workdir: Pa
 # -- steering sessions from another process -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_is_listed_so_and_cancel_ends_it(tmp_path: Path) -> None:
     """A ``run`` killed mid-flight leaves an open run: ``sessions`` says interrupted,
     ``cancel`` resumes the session and ends it cancelled; a second cancel has nothing to do."""
