@@ -42,6 +42,7 @@ from ._observe import (
     DeltaReceived,
     HookContext,
     LLMCallFinished,
+    LLMCallNext,
     Observation,
     RoundBegan,
     RunBegan,
