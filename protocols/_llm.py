@@ -352,15 +352,50 @@ class LLMRequest:
         Returns:
             (str): ``"sha256:"`` followed by 64 hex digits.
         """
-        messages = self.messages
-        system = _leading_system(messages)
+        frame = self.fingerprint_frame()
         if messages_digest is None:
-            messages_digest = chain_messages(EMPTY_CHAIN, messages[len(system) :])
+            messages_digest = chain_messages(EMPTY_CHAIN, self.messages[frame.system_count :])
+        return frame.fingerprint(messages_digest)
+
+    def fingerprint_frame(self) -> FingerprintFrame:
+        """What :meth:`fingerprint` hashes besides the conversation, written once.
+
+        A caller that asks for many requests which differ only in their conversation
+        (a session, at every model call of a run) keeps the frame and pays one hash per
+        request, with no parameter walked or written again. It holds the parameters and
+        the leading system messages: it is the frame of any request that has the same.
+        """
+        system = _leading_system(self.messages)
         params: dict[str, object] = {name: getattr(self, name) for name in _REQUEST_PARAMS}
         params["tools"] = orjson.Fragment(canonical_tools(self.tools))
         params["system"] = system  # a tuple, written as the list a slice made
-        params["messages"] = messages_digest
-        return "sha256:" + hashlib.sha256(_canonical(params)).hexdigest()
+        # The canonical JSON of ``{**params, "messages": digest}`` is the keys before
+        # "messages", the digest, then the keys after it (sorted keys, no spaces): the
+        # digest's string is spliced between two objects' canonical bytes.
+        before = _canonical({k: v for k, v in params.items() if k < "messages"})
+        after = _canonical({k: v for k, v in params.items() if k > "messages"})
+        head = before[:-1] + (b',"messages":' if len(before) > 2 else b'"messages":')
+        tail = b"," + after[1:] if len(after) > 2 else b"}"
+        return FingerprintFrame(head, tail, len(system))
+
+
+@final
+class FingerprintFrame:
+    """A request's fingerprint less its conversation: :meth:`LLMRequest.fingerprint_frame`."""
+
+    __slots__ = ("_head", "_tail", "system_count")
+
+    def __init__(self, head: bytes, tail: bytes, system_count: int) -> None:
+        self._head = head
+        self._tail = tail
+        self.system_count = system_count
+        """How many system messages the request starts with (hashed here, not chained)."""
+
+    def fingerprint(self, messages_digest: str) -> str:
+        """The fingerprint of the request whose conversation (after the leading system
+        messages) has the :func:`chain_messages` digest ``messages_digest``."""
+        canonical = self._head + orjson.dumps(messages_digest) + self._tail
+        return "sha256:" + hashlib.sha256(canonical).hexdigest()
 
 
 def _leading_system(messages: Sequence[Message]) -> tuple[Message, ...]:
