@@ -38,7 +38,7 @@ from runtime.timers import TimerFired
 
 from ._budget import cost_of
 from ._calls import begin_calls
-from ._compaction import compaction_step, projection, summarised
+from ._compaction import compaction_step, projection, projection_lead, summarised
 from ._context import ContextCompacted
 from ._errors import OutputInvalidError
 from ._events import (
@@ -59,7 +59,7 @@ from ._events import (
     ToolFinished,
     ToolStarted,
 )
-from ._request_header import RequestHeader
+from ._request_header import RequestFrame, RequestHeader
 from ._steps import (
     BadReply,
     Busy,
@@ -170,6 +170,20 @@ def _recordable_outcome(outcome: ToolOutcome) -> ToolOutcome:
     return outcome
 
 
+def _plain(answer: AssistantMessage) -> bool:
+    """Whether every text of ``answer`` is ASCII, so none needs a look for lone surrogates:
+    nearly every answer, checked with no generator or call per field."""
+    if not answer.content.isascii():
+        return False
+    for call in answer.tool_calls:
+        if not (call.arguments.isascii() and call.name.isascii() and call.id.isascii()):
+            return False
+    for block in answer.thinking:
+        if not (block.thinking.isascii() and (block.signature or "").isascii()):
+            return False
+    return True
+
+
 def _recordable(answer: AssistantMessage) -> AssistantMessage:
     """``answer`` with no text the log cannot encode.
 
@@ -180,6 +194,8 @@ def _recordable(answer: AssistantMessage) -> AssistantMessage:
     (``\\ud800``): the log can hold that, and the tool layer refuses it as invalid arguments
     (``tool.invalid_args``) the model reads, as it does when a provider sends the escape.
     """
+    if _plain(answer):
+        return answer
     calls = answer.tool_calls
     bad_calls = any(
         _unencodable(c.arguments) or _unencodable(c.name) or _unencodable(c.id) for c in calls
@@ -447,9 +463,14 @@ def _handle_reply(state: SessionState, reply: HumanReply) -> Decision:
 # -- the next step -----------------------------------------------------------------------
 
 
-def next_step(config: SessionConfig, state: SessionState) -> object | None:
+def next_step(
+    config: SessionConfig, state: SessionState, frames: list[RequestFrame] | None = None
+) -> object | None:
     """The effect to run next (:class:`CallLLM`, :class:`RunTools`), events to append at
-    once (a :class:`~runtime.Decision`), or ``None`` to wait for a message."""
+    once (a :class:`~runtime.Decision`), or ``None`` to wait for a message.
+
+    ``frames``: where to keep the frame of the run's model calls between steps (the
+    running actor's own list); the step is the same with or without it."""
     run = state.run
     if run is None:
         if state.queued:
@@ -466,7 +487,7 @@ def next_step(config: SessionConfig, state: SessionState) -> object | None:
         return RunTools(run_id, run.rounds, run.open_calls)
     if run.cancel is not None:
         return Decision(events=[_cancelled(run, run.cancel)])
-    if run.parked:
+    if run.human and run.parked:  # human first: a property costs a call per step
         return None  # until a human answers
     if state.inbox:
         return Decision(
@@ -488,7 +509,7 @@ def next_step(config: SessionConfig, state: SessionState) -> object | None:
         compaction = compaction_step(config, state, run, _system(config, run), _tools(config, run))
         if compaction is not None:
             return compaction
-    request, fingerprint, header = _request(config, state, run)
+    request, fingerprint, header = _request(config, state, run, frames)
     deadline = None
     if budget is not None and budget.max_seconds is not None and run.started.started_at:
         deadline = run.started.started_at + budget.max_seconds
@@ -521,21 +542,33 @@ def _tools(config: SessionConfig, run: ActiveRun) -> tuple[ToolDefinition, ...]:
 
 
 def _request(
-    config: SessionConfig, state: SessionState, run: ActiveRun
+    config: SessionConfig,
+    state: SessionState,
+    run: ActiveRun,
+    frames: list[RequestFrame] | None,
 ) -> tuple[LLMRequest, str, RequestHeader]:
+    tools = run_tools(config, run).definitions()
+    started, compacted = run.started, state.compacted
+    frame = frames[0] if frames else None
+    if frame is None or not (
+        frame.key[0] is started and frame.key[1] is tools and frame.key[2] is compacted
+    ):
+        frame = RequestFrame(
+            (started, tools, compacted),
+            LLMRequest(
+                messages=projection_lead(_system(config, run), compacted),
+                tools=tools,
+                model=config.model,
+                response_format=started.response_format,
+                max_tokens=config.max_tokens,
+                temperature=config.temperature,
+            ),
+        )
+        if frames is not None:
+            frames[:] = (frame,)
     # The projection: the whole transcript, or what the latest compaction left of it.
-    lead, conversation, digest = projection(_system(config, run), state)
-    request = LLMRequest(
-        messages=conversation.prefixed(lead),
-        tools=run_tools(config, run).definitions(),
-        model=config.model,
-        response_format=run.started.response_format,
-        max_tokens=config.max_tokens,
-        temperature=config.temperature,
-    )
-    fingerprint = request.fingerprint(messages_digest=digest)
-    header = RequestHeader.of(request, digest, conversation=len(conversation))
-    return request, fingerprint, header
+    history, start, digest = projection(state)
+    return frame.request(history.view(start, frame.lead), len(history) - start, digest)
 
 
 # -- pipelining (EventSourcedActor.starts_before_commit) --------------------------------
