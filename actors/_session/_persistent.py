@@ -45,6 +45,9 @@ _UNLOADED: Any = object()
 """The placeholder of an item whose chunk is not decoded yet."""
 
 
+_new_object = object.__new__
+
+
 def _same(a: object, b: object) -> bool:
     return a is b or a == b
 
@@ -167,6 +170,12 @@ class AppendVector(Generic[T]):
         buf, size = self._buf, self._size
         if len(buf) == size:
             buf.append(item)
+        if buf[size] is item:  # the newest version, as in a fold: no call for it
+            grown: AppendVector[T] = _new_object(AppendVector)
+            grown._buf = buf
+            grown._size = size + 1
+            grown._tuple = None
+            return grown
         if len(buf) > size:
             if buf.lazy:  # (a fold's append never finds the buffer lazy: no call for it)
                 buf.fault(size, size + 1)
