@@ -53,6 +53,7 @@ from ._observe import (
     chain_llm_hooks,
     chain_tool_hooks,
 )
+from ._replace import maker
 from ._request_header import RequestFrame
 from ._snapshot import register_session_state
 from ._steps import (
@@ -78,6 +79,11 @@ from ._steps import (
 from ._trace_ids import child_traceparent
 
 logger = logging.getLogger("powertrio.session")
+
+# A send's results and calls, made as their classes make them less the frozen guard.
+_llm_answered = maker(LLMAnswered)
+_tool_call = maker(ToolCall)
+_tools_done = maker(ToolsDone)
 
 register_session_state()  # snapshots: the state's codec (registered once, at import)
 
@@ -246,10 +252,9 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     # -- effects ---------------------------------------------------------------------
 
-    def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
-        # Observers and hooks hear of an early model call only once its events are
-        # logged (``wait_logged`` in ``_call_llm``).
-        return decider.starts_before_commit(step, events)
+    # Observers and hooks hear of an early model call only once its events are logged
+    # (``wait_logged`` in ``_call_llm``).
+    starts_before_commit = staticmethod(decider.starts_before_commit)
 
     async def execute(self, step: object) -> object:
         if isinstance(step, CallLLM):
@@ -277,7 +282,7 @@ class SessionActor(EventSourcedActor[SessionState]):
             # model directly, with no context, closure or chain built for it.
             self._inflight_fingerprint = step.fingerprint
             response = await self._config.llm.complete(step.request)
-            return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
+            return _llm_answered(step.run_id, response, step.fingerprint, step.header)
         context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
         announced = trio.Event()
         # Set by the stream below, whichever hooks wrap it; a measurement, not an input.
@@ -350,7 +355,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         return Summarised(step.run_id, step.upto, response, step.fingerprint, step.tokens_before)
 
     async def _run_tool_round(self, step: RunTools) -> object:
-        calls = [ToolCall(id=c.call_id, name=c.name, arguments=c.arguments) for c in step.calls]
+        calls = [_tool_call(id=c.call_id, name=c.name, arguments=c.arguments) for c in step.calls]
         hooks = self._config.tool_hooks
         wrap = None
         if hooks:
@@ -381,7 +386,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                 approved=approved,
                 runtime=self.context.runtime,
             )
-            return ToolsDone(step.run_id, tuple(done), ())
+            return _tools_done(step.run_id, tuple(done), ())
         regular = [c for c in calls if c.id not in spawns]
         outcomes: dict[str, ToolOutcome] = {}
         finished: list[ChildFinished] = []

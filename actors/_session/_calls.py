@@ -23,7 +23,10 @@ from ._events import (
     ToolFinished,
     ToolStarted,
 )
+from ._replace import maker
 from ._steps import SessionConfig, ask_human, run_tools
+
+_tool_started = maker(ToolStarted)
 
 
 def begin_calls(config: SessionConfig, state: SessionState, run: ActiveRun) -> list[object]:
@@ -32,7 +35,9 @@ def begin_calls(config: SessionConfig, state: SessionState, run: ActiveRun) -> l
     children = len(state.children)
     for call in run.pending_calls:
         begun = _begin_call(config, state, run, call, children)
-        children += sum(isinstance(e, ChildSpawned) for e in begun)
+        for event in begun:
+            if type(event) is ChildSpawned:  # a final class
+                children += 1
         events.extend(begun)
     return events
 
@@ -150,7 +155,7 @@ def _started(
         policy = config.tools.get(call.name).spec.crash_policy
     except ToolNotFoundError:
         policy = "abort"
-    return ToolStarted(
+    return _tool_started(
         run_id=run.started.run_id,
         call_id=call.id,
         name=call.name,

@@ -59,6 +59,7 @@ from ._events import (
     ToolFinished,
     ToolStarted,
 )
+from ._replace import maker
 from ._request_header import RequestFrame, RequestHeader
 from ._steps import (
     BadReply,
@@ -80,6 +81,14 @@ from ._steps import (
 )
 
 _CRASHED = "the process stopped while this tool ran; its result is unknown"
+
+# The hot path's values, made as their classes make them less the frozen guard per field.
+_assistant_message = maker(AssistantMessage)
+_assistant_recorded = maker(AssistantRecorded)
+_call_llm = maker(CallLLM)
+_run_finished = maker(RunFinished)
+_run_started = maker(RunStarted)
+_tool_finished = maker(ToolFinished)
 
 _DECIDED_BETWEEN_CALLS = (
     FollowUpsInjected,
@@ -236,7 +245,7 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
         assert run is not None
         response = message.response
         answer = _recordable(
-            AssistantMessage(
+            _assistant_message(
                 content=response.content,
                 tool_calls=response.tool_calls,
                 thinking=response.thinking,
@@ -244,7 +253,7 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
         )
         return Decision(
             events=[
-                AssistantRecorded(
+                _assistant_recorded(
                     run_id=message.run_id,
                     round=run.rounds + 1,
                     message=answer,
@@ -261,7 +270,7 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
         assert run is not None
         open_ids = {call.call_id for call in run.open_calls}
         events: list[object] = [
-            ToolFinished(run_id=message.run_id, outcome=_recordable_outcome(outcome))
+            _tool_finished(run_id=message.run_id, outcome=_recordable_outcome(outcome))
             for outcome in message.outcomes
             if outcome.call_id in open_ids
         ]
@@ -310,7 +319,7 @@ def _handle_send(config: SessionConfig, state: SessionState, send: Send) -> Deci
     )
     if known:  # a retried send after a crash: already recorded
         return Decision(reply=send.run_id)
-    started = RunStarted(
+    started = _run_started(
         run_id=send.run_id,
         input=send.input,
         max_rounds=send.max_rounds if send.max_rounds is not None else state.max_rounds,
@@ -513,7 +522,7 @@ def next_step(
     deadline = None
     if budget is not None and budget.max_seconds is not None and run.started.started_at:
         deadline = run.started.started_at + budget.max_seconds
-    return CallLLM(run_id, run.rounds + 1, request, fingerprint, header, deadline)
+    return _call_llm(run_id, run.rounds + 1, request, fingerprint, header, deadline)
 
 
 def _answered(run: ActiveRun, text: str) -> RunFinished | OutputRejected:
@@ -588,7 +597,7 @@ def starts_before_commit(step: object, events: Sequence[object]) -> bool:
     """
     if type(step) is not CallLLM and type(step) is not Summarise:
         return False
-    return all(type(event) is not ToolFinished for event in events)
+    return ToolFinished not in map(type, events)  # (in C: no generator made per append)
 
 
 # -- replay (runtime.replay) -------------------------------------------------------------
@@ -668,7 +677,7 @@ def _finish(
     output: JsonValue = None,
     error_code: str | None = None,
 ) -> RunFinished:
-    return RunFinished(
+    return _run_finished(
         run_id=run.started.run_id,
         status=status,
         text=run.text,

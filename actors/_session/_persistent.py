@@ -218,7 +218,13 @@ class AppendVector(Generic[T]):
     @property
     def last(self) -> T | None:
         """The last item, or ``None`` when empty."""
-        return self[-1] if self._size else None
+        size = self._size
+        if not size:
+            return None
+        buf = self._buf
+        if buf.lazy:
+            buf.fault(size - 1, size)
+        return buf[size - 1]
 
     def __len__(self) -> int:
         return self._size
