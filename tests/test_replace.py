@@ -230,3 +230,15 @@ def test_a_made_value_takes_no_unknown_field() -> None:
 def test_a_class_whose_init_does_more_is_refused(cls: type[object]) -> None:
     with pytest.raises(TypeError, match=f"{cls.__qualname__}: __init__ does more than set"):
         maker(cls)
+
+
+@attrs.frozen
+class _Aliased:
+    _secret: str
+    _items: tuple[int, ...] = attrs.field(factory=tuple, converter=tuple)
+
+
+def test_a_private_field_is_made_from_its_alias() -> None:
+    """A private field's parameter is its ``__init__``'s: the name without the ``_``."""
+    assert maker(_Aliased)("x", [1, 2]) == _Aliased("x", [1, 2])
+    assert maker(_Aliased)(secret="x") == _Aliased(secret="x")

@@ -344,7 +344,8 @@ def test_replay_checks_a_recorded_answer_against_the_step() -> None:
 def test_a_kept_request_frame_makes_the_request_made_from_scratch() -> None:
     """The running actor keeps what a run's model calls share between steps: each call's
     request, fingerprint and header equal those made with nothing kept, one frame serves
-    every call of a run, and a run of its own system prompt gets a frame of its own."""
+    every call of a run and the next usual run, and a run of its own system prompt gets a
+    frame of its own."""
     config = _config()
     frames: list[RequestFrame] = []
     state = _created(config)
@@ -379,7 +380,17 @@ def test_a_kept_request_frame_makes_the_request_made_from_scratch() -> None:
     assert frame is again
     assert frame.lead == (SystemMessage("Be brief."),)
 
-    own = attrs.evolve(_send("r2", "And 3 + 4?"), system_prompt="Be exact.")
+    usual = _send("r2", "And 3 + 4?")
+    state = _fold(state, decider.handle(config, state, usual).events)
+    step = decider.next_step(config, state, frames)
+    assert isinstance(step, CallLLM)
+    assert step == decider.next_step(config, state)
+    assert frames[0] is frame
+    state = _fold(
+        state, [RunFinished(run_id="r2", status="cancelled", text="", rounds=0, usage=Usage())]
+    )
+
+    own = attrs.evolve(_send("r3", "And 3 + 4?"), system_prompt="Be exact.")
     state = _fold(state, decider.handle(config, state, own).events)
     step = decider.next_step(config, state, frames)
     assert isinstance(step, CallLLM)

@@ -558,17 +558,25 @@ def _request(
 ) -> tuple[LLMRequest, str, RequestHeader]:
     tools = run_tools(config, run).definitions()
     started, compacted = run.started, state.compacted
+    # What a request holds besides the conversation comes from the configuration (the
+    # same for every call of the actor that keeps ``frames``) and from these, each
+    # compared by identity: the usual sends of a session (no prompt or format of their
+    # own) share one frame.
+    system, response_format = started.system_prompt, started.response_format
     frame = frames[0] if frames else None
     if frame is None or not (
-        frame.key[0] is started and frame.key[1] is tools and frame.key[2] is compacted
+        frame.key[0] is system
+        and frame.key[1] is response_format
+        and frame.key[2] is tools
+        and frame.key[3] is compacted
     ):
         frame = RequestFrame(
-            (started, tools, compacted),
+            (system, response_format, tools, compacted),
             LLMRequest(
                 messages=projection_lead(_system(config, run), compacted),
                 tools=tools,
                 model=config.model,
-                response_format=started.response_format,
+                response_format=response_format,
                 max_tokens=config.max_tokens,
                 temperature=config.temperature,
             ),

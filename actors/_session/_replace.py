@@ -74,19 +74,20 @@ def maker(cls: type[T]) -> Callable[..., T]:
     body = ["    _made_ = _new(_cls)"]
     for f in fields:
         name = f.name
-        value = name
-        default = f.default
+        arg = f.alias or name  # the parameter's name (a private field's has no "_")
+        value = arg
+        default: Any = f.default
         if default is attrs.NOTHING:
-            param = f.alias or name
+            param = arg
         elif isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            if default.takes_self:  # type: ignore[attr-defined]
+            if default.takes_self:
                 raise TypeError(f"{cls.__qualname__}.{name}: a default that takes self")
-            namespace[f"_factory_{name}"] = default.factory  # type: ignore[attr-defined]
-            param = f"{f.alias or name}=_unset"
-            value = f"_factory_{name}() if {name} is _unset else {name}"
+            namespace[f"_factory_{name}"] = default.factory
+            param = f"{arg}=_unset"
+            value = f"_factory_{name}() if {arg} is _unset else {arg}"
         else:
             namespace[f"_default_{name}"] = default
-            param = f"{f.alias or name}=_default_{name}"
+            param = f"{arg}=_default_{name}"
         if f.converter is not None:
             namespace[f"_convert_{name}"] = f.converter
             value = f"_convert_{name}({value})"

@@ -126,8 +126,9 @@ class RequestFrame:
     and a canonical writing of every parameter.
 
     ``key`` is what the frame was made from, which a user of it compares by identity (the
-    session's: the run's start, its tools and its latest compaction). A kept frame is a
-    cache: the request it makes equals the one made from scratch (a test compares them).
+    session's: the run's own system prompt and response format, its tools and the latest
+    compaction). A kept frame is a cache: the request it makes equals the one made from
+    scratch (a test compares them).
     """
 
     __slots__ = ("_fingerprint", "_header", "_request", "key", "lead")
