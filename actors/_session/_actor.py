@@ -139,6 +139,9 @@ class SessionActor(EventSourcedActor[SessionState]):
         self._new = new
         self._passivate_after = config.passivate_after
         self._last_active = 0.0
+        # Trio's time, read from the run's clock itself once it is known (``on_start``):
+        # a message stamps it, and ``trio.current_time`` is three calls to the same.
+        self._now: Callable[[], float] = trio.current_time
         self._config = config
         self._session_id = config.session_id
         self._waiters: dict[str, list[Reply[object]]] = {}
@@ -160,7 +163,8 @@ class SessionActor(EventSourcedActor[SessionState]):
     async def on_start(self) -> None:
         await super().on_start()
         if self._passivate_after is not None:
-            self._last_active = trio.current_time()
+            self._now = trio.lowlevel.current_clock().current_time
+            self._last_active = self._now()
             self.context.start_soon(self._passivate_when_idle, name=f"{self.context.path} idle")
 
     async def _passivate_when_idle(self) -> None:
@@ -502,7 +506,7 @@ class SessionActor(EventSourcedActor[SessionState]):
     # -- answering the callers -------------------------------------------------------
 
     async def receive(self, message: object) -> object:
-        self._last_active = trio.current_time() if self._passivate_after is not None else 0.0
+        self._last_active = self._now() if self._passivate_after is not None else 0.0
         cls = type(message)
         looked_at = _looked_at.get(cls)
         if looked_at is None:
