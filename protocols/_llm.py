@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
-from typing import Literal, TypeAlias, final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, TypeAlias, final
 
 import attrs
 import orjson
@@ -419,7 +419,8 @@ _REQUEST_PARAMS = tuple(
     a.name for a in attrs.fields(LLMRequest) if a.name not in {"messages", "tools"}
 )
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_AS_DICT: dict[type, Callable[[object], dict[str, object]]] = {}
+"""Per attrs class met in a canonical form: the function that makes its dict."""
 
 
 def _canonical_default(value: object) -> object:
@@ -429,15 +430,27 @@ def _canonical_default(value: object) -> object:
     rest (str, numbers, dicts, tuples, enums) as ``asdict`` + ``orjson.dumps`` did, so the
     canonical bytes hashed here stay the same; only the walk over the value moved from
     Python into orjson."""
-    cls = type(value)
-    names = _FIELDS.get(cls)
-    if names is None:
+    as_dict = _AS_DICT.get(type(value))
+    if as_dict is None:
+        cls = type(value)
         if not attrs.has(cls):
             if isinstance(value, Sequence | set | frozenset):
                 return list(value)
             raise TypeError(f"Type is not JSON serializable: {cls.__name__}")
-        names = _FIELDS[cls] = tuple(a.name for a in attrs.fields(cls))
-    return {name: getattr(value, name) for name in names}
+        as_dict = _AS_DICT[cls] = _as_dict_of(cls)
+    return as_dict(value)
+
+
+def _as_dict_of(cls: type) -> Callable[[object], dict[str, object]]:
+    """A function from an instance of the attrs class ``cls`` to the dict of its fields,
+    written for the class: a dict display reading each attribute, with no comprehension
+    or ``getattr`` per field (a message is hashed at every turn)."""
+    names = [a.name for a in attrs.fields(cls)]
+    items = ", ".join(f"{name!r}: value.{name}" for name in names)
+    namespace: dict[str, Any] = {}
+    exec(f"def as_dict(value):\n    return {{{items}}}", namespace)  # code from field names
+    as_dict: Callable[[object], dict[str, object]] = namespace["as_dict"]
+    return as_dict
 
 
 def _canonical(value: object) -> bytes:
