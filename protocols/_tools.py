@@ -354,7 +354,8 @@ def _scan(value: object, depth: int) -> bool:
         items = value.values() if isinstance(value, dict) else value
         inexact = False
         for item in items:  # no early exit: every branch's depth is checked
-            if _scan(item, depth + 1):
+            kind = type(item)  # orjson's own types: a str, int, bool or None needs no call
+            if (kind is dict or kind is list or kind is float) and _scan(item, depth + 1):
                 inexact = True
         return inexact
     return False
