@@ -369,6 +369,21 @@ class GrowMap(Mapping[K, V]):
             entries.fault(at, at + 1)
         return entries[at][1]
 
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+    @overload
+    def get(self, key: K, /, default: V | T) -> V | T: ...
+    def get(self, key: K, /, default: object = None) -> object:
+        # Mapping's own would raise and catch a KeyError for a missing key: a send asks
+        # for its run's result before the run has one.
+        at = self._index.get(key)
+        if at is None or at >= self._size:
+            return default
+        entries = self._entries
+        if entries.lazy:
+            entries.fault(at, at + 1)
+        return entries[at][1]
+
     def __contains__(self, key: object) -> bool:
         at = self._index.get(key)  # type: ignore[arg-type]  # any hashable key
         return at is not None and at < self._size
