@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import orjson
 
-from protocols import ToolCall, ToolOutcome
+from protocols import CrashPolicy, ToolCall, ToolOutcome
 from protocols.errors import ToolError, ToolNotFoundError
 from protocols.lowlevel import idempotency_key
 
@@ -73,7 +73,9 @@ def _begin_call(
                 call=call,
             )
         ]
-    return [_started(config, state, run, call)]
+    # The run's tool is the session's (a subset holds the same tools): its policy is known.
+    policy = target.spec.crash_policy if target is not None else None
+    return [_started(config, state, run, call, policy)]
 
 
 def _begin_spawn(
@@ -149,12 +151,17 @@ def _child_budget(config: SessionConfig, own: Budget | None, run: ActiveRun) -> 
 
 
 def _started(
-    config: SessionConfig, state: SessionState, run: ActiveRun, call: ToolCall
+    config: SessionConfig,
+    state: SessionState,
+    run: ActiveRun,
+    call: ToolCall,
+    policy: CrashPolicy | None = None,
 ) -> ToolStarted:
-    try:
-        policy = config.tools.get(call.name).spec.crash_policy
-    except ToolNotFoundError:
-        policy = "abort"
+    if policy is None:
+        try:
+            policy = config.tools.get(call.name).spec.crash_policy
+        except ToolNotFoundError:
+            policy = "abort"
     return _tool_started(
         run_id=run.started.run_id,
         call_id=call.id,
