@@ -15,6 +15,7 @@ from protocols import Cancel, FollowUp, LLMRequest, LLMResponse, ToolCall, ToolO
 from protocols.errors import ActorExistsError, ActorNotFoundError
 from protocols.lowlevel import denied_outcome
 from runtime import Decision, EventSourcedActor, Reply, StepFailed
+from runtime.lowlevel import IdleWatch
 
 from .._tools._runner import run_tool_calls
 from . import _decider as decider
@@ -142,6 +143,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         # Trio's time, read from the run's clock itself once it is known (``on_start``):
         # a message stamps it, and ``trio.current_time`` is three calls to the same.
         self._now: Callable[[], float] = trio.current_time
+        self._idle: IdleWatch | None = None
         self._config = config
         self._session_id = config.session_id
         self._waiters: dict[str, list[Reply[object]]] = {}
@@ -162,27 +164,33 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     async def on_start(self) -> None:
         await super().on_start()
-        if self._passivate_after is not None:
+        after = self._passivate_after
+        if after is not None:
             self._now = trio.lowlevel.current_clock().current_time
             self._last_active = self._now()
-            self.context.start_soon(self._passivate_when_idle, name=f"{self.context.path} idle")
+            self._idle = self.context.watch_idle(self._last_active + after, self._idle_check)
 
-    async def _passivate_when_idle(self) -> None:
+    async def on_stop(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()  # the sweeper lets go of this incarnation now
+        await super().on_stop()
+
+    def _idle_check(self) -> float | None:
         """Passivate the actor once it has been idle for ``passivate_after`` seconds: no
         message meanwhile, and :meth:`_quiet`. Its next message, or a due timer, starts it
-        again from its log."""
+        again from its log. Called by the runtime's idle sweeper; returns when to look
+        again."""
         after = self._passivate_after
         assert after is not None
-        while True:
-            await trio.sleep_until(self._last_active + after)
-            quiet_since = self._last_active
-            if trio.current_time() < quiet_since + after:
-                continue  # a message came meanwhile
-            if self._quiet():
-                # Decided in the serial loop, between two messages: one being handled now
-                # (a send awaiting its append) or handled before then keeps the actor.
-                self.context.passivate_if_idle(partial(self._quiet, quiet_since))
-            await trio.sleep(after)  # still here: look again an idle time later
+        quiet_since = self._last_active
+        now = trio.current_time()
+        if now < quiet_since + after:
+            return quiet_since + after  # a message came meanwhile
+        if self._quiet():
+            # Decided in the serial loop, between two messages: one being handled now
+            # (a send awaiting its append) or handled before then keeps the actor.
+            self.context.passivate_if_idle(partial(self._quiet, quiet_since))
+        return now + after  # still here then: look again an idle time later
 
     def _quiet(self, since: float | None = None) -> bool:
         """Nothing to do and nobody to answer: no run, nothing queued, nobody waiting for a
