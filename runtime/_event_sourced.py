@@ -752,7 +752,11 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._step_token = token
         self._step_gate = gate
         runner = self._runner
-        if runner is None:
+        if runner is None or (gate is not None and runner.deciding):
+            # An early step must run while the append that asks for it commits: not in
+            # the task that waits for that append, deciding in the actor's turn.
+            if runner is not None:
+                runner.cancelled = True  # it ends once its handling does
             runner = self._runner = StepRunner(step, token)
             self.context.start_soon(self._run_steps, runner, name=f"{self.context.path} step")
         else:
@@ -777,12 +781,30 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                     result = StepFailed(step, exc)
                 if runner.cancelled:
                     return  # cancelled as it finished: its result is not wanted
-                self._step_finished(token, result)
+                if self._step_finished(token, result):
+                    continue
+                # The actor is idle and lent this task its turn: handle the result here,
+                # as its loop would (one message at a time: messages that come meanwhile
+                # wait for it), and go on to the step it asks for without a wake-up.
+                runner.deciding = True
+                cell = self._cell
+                cell.current_reply = None
+                try:
+                    await self.receive(_StepResult(token, result))
+                finally:
+                    runner.deciding = False
+                    cell.mailbox.give_back()
+                if runner.cancelled:
+                    return
 
-    def _step_finished(self, token: object, result: object) -> None:
-        mailbox = self._cell.mailbox
+    def _step_finished(self, token: object, result: object) -> bool:
+        """Deliver a finished step's result; ``True`` if it is delivered (decided as a
+        follow of the append in flight, or queued), ``False`` if the actor's loop is lent
+        to the calling step task, which must handle it now."""
+        cell = self._cell
+        mailbox = cell.mailbox
         if mailbox.closed:
-            return
+            return True
         link = self._open_link
         if (
             link is not None
@@ -796,8 +818,11 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             state = cast("StateT", link.state)
             link.follow = self._decide_follow(result, state, link.version, link)
             if link.follow is not None:
-                return
+                return True
+        if not cell.stop_requested and mailbox.lend():
+            return False
         mailbox.put_system((_StepResult(token, result), None))
+        return True
 
     def _cancel_step(self) -> None:
         if self._step_token is not None and self._runner is not None:

@@ -86,6 +86,7 @@ class _Mailbox(Generic[T]):
         "_capacity",
         "_closed",
         "_dropped",
+        "_lent",
         "_not_full",
         "_on_put",
         "_on_put_arg",
@@ -94,6 +95,7 @@ class _Mailbox(Generic[T]):
         "_receiver",
         "_system",
         "_user",
+        "_woken",
     )
 
     def __init__(self, owner: str, capacity: int, overflow: OverflowPolicy) -> None:
@@ -105,6 +107,8 @@ class _Mailbox(Generic[T]):
         self._user: deque[T] | None = None
         self._system: deque[T] | None = None
         self._receiver: Task | None = None
+        self._lent: Task | None = None
+        self._woken = False
         self._not_full: trio.lowlevel.ParkingLot | None = None
         self._closed = False
         self._dropped = 0
@@ -198,6 +202,8 @@ class _Mailbox(Generic[T]):
         if receiver is not None:
             self._receiver = None
             reschedule(receiver)
+        elif self._lent is not None:
+            self._woken = True  # the receiver is woken when the loop is given back
         elif self._on_put is not None:
             hook, arg = self._on_put, self._on_put_arg
             self._on_put = self._on_put_arg = None
@@ -230,12 +236,44 @@ class _Mailbox(Generic[T]):
         if self._user or self._system:
             return
         self._receiver = current_task()
+        await wait_task_rescheduled(self._stop_waiting)
 
-        def abort(_: object) -> Abort:
-            self._receiver = None
-            return Abort.SUCCEEDED
+    def _stop_waiting(self, _: object) -> Abort:
+        # Cancelled (the actor stops): whoever holds the loop lent gives back nothing.
+        self._receiver = None
+        self._lent = None
+        self._woken = False
+        return Abort.SUCCEEDED
 
-        await wait_task_rescheduled(abort)
+    def lend(self) -> bool:
+        """Take the parked receiver's turn, if it is parked with nothing queued: the caller
+        handles one item in its stead, and :meth:`give_back` returns the turn.
+
+        How a task that has the next item in hand (a step's result) handles it without a
+        hop through the queue and two task switches. The receiver stays parked meanwhile:
+        messages that arrive queue up, and it is woken for them at :meth:`give_back`, so
+        the mailbox stays serial. Returns ``False`` (nothing lent) if the receiver is busy,
+        absent, or has something queued to handle first.
+        """
+        receiver = self._receiver
+        if receiver is None or self._user or self._system or self._closed:
+            return False
+        self._receiver = None
+        self._lent = receiver
+        return True
+
+    def give_back(self) -> None:
+        """Return the turn :meth:`lend` took: park the receiver again, or wake it if a
+        message, a stop or a close came meanwhile."""
+        receiver = self._lent
+        if receiver is None:  # the receiver was cancelled meanwhile
+            return
+        self._lent = None
+        if self._woken or self._user or self._system:
+            self._woken = False
+            reschedule(receiver)
+        else:
+            self._receiver = receiver
 
     def interrupt(self) -> None:
         """Wake the receiver even though nothing was queued (a stop was requested)."""

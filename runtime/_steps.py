@@ -35,9 +35,14 @@ class StepRunner:
     """The task that runs an actor's steps, one after another: a step costs a wake-up,
     not a new task and cancel scope. Cancelling the step cancels the task (``scope``); the
     actor's next step starts a new one. ``next`` is the step given and not yet taken, with
-    its token; ``cancelled`` says the result of the step running now is not wanted."""
+    its token; ``cancelled`` says the result of the step running now is not wanted.
 
-    __slots__ = ("cancelled", "idle", "next", "scope", "task")
+    ``deciding``: the task is handling its step's result itself, in the actor's turn (the
+    actor was idle): no step of its own runs then, so a cancel only marks it (its scope
+    left alone, or it would cut that handling, an append, short) and the task ends once
+    the handling does, without taking ``next``."""
+
+    __slots__ = ("cancelled", "deciding", "idle", "next", "scope", "task")
 
     def __init__(self, step: object, token: object) -> None:
         self.scope = trio.CancelScope()
@@ -45,10 +50,12 @@ class StepRunner:
         self.task: trio.lowlevel.Task | None = None
         self.idle = False
         self.cancelled = False
+        self.deciding = False
 
     def cancel(self) -> None:
         self.cancelled = True
-        self.scope.cancel()
+        if not self.deciding:
+            self.scope.cancel()
 
     def give(self, step: object, token: object) -> None:
         self.next = (step, token)
