@@ -781,7 +781,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                     result = StepFailed(step, exc)
                 if runner.cancelled:
                     return  # cancelled as it finished: its result is not wanted
-                if self._step_finished(token, result):
+                lent = self._step_finished(token, result)
+                if lent is None:
                     continue
                 # The actor is idle and lent this task its turn: handle the result here,
                 # as its loop would (one message at a time: messages that come meanwhile
@@ -793,18 +794,19 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                     await self.receive(_StepResult(token, result))
                 finally:
                     runner.deciding = False
-                    cell.mailbox.give_back()
+                    cell.mailbox.give_back(lent, wake=cell.stop_requested)
                 if runner.cancelled:
                     return
 
-    def _step_finished(self, token: object, result: object) -> bool:
-        """Deliver a finished step's result; ``True`` if it is delivered (decided as a
-        follow of the append in flight, or queued), ``False`` if the actor's loop is lent
-        to the calling step task, which must handle it now."""
+    def _step_finished(self, token: object, result: object) -> trio.lowlevel.Task | None:
+        """Deliver a finished step's result: decided as a follow of the append in flight,
+        or queued for the actor. If the actor is idle instead, its loop is lent to the
+        calling step task, which must handle the result now: returns the actor's task,
+        to give back (:meth:`~runtime._mailbox._Mailbox.give_back`)."""
         cell = self._cell
         mailbox = cell.mailbox
         if mailbox.closed:
-            return True
+            return None
         link = self._open_link
         if (
             link is not None
@@ -818,11 +820,13 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             state = cast("StateT", link.state)
             link.follow = self._decide_follow(result, state, link.version, link)
             if link.follow is not None:
-                return True
-        if not cell.stop_requested and mailbox.lend():
-            return False
+                return None
+        if not cell.stop_requested:
+            lent = mailbox.lend()
+            if lent is not None:
+                return lent
         mailbox.put_system((_StepResult(token, result), None))
-        return True
+        return None
 
     def _cancel_step(self) -> None:
         if self._step_token is not None and self._runner is not None:

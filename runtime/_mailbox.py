@@ -86,7 +86,6 @@ class _Mailbox(Generic[T]):
         "_capacity",
         "_closed",
         "_dropped",
-        "_lent",
         "_not_full",
         "_on_put",
         "_on_put_arg",
@@ -95,7 +94,6 @@ class _Mailbox(Generic[T]):
         "_receiver",
         "_system",
         "_user",
-        "_woken",
     )
 
     def __init__(self, owner: str, capacity: int, overflow: OverflowPolicy) -> None:
@@ -107,8 +105,6 @@ class _Mailbox(Generic[T]):
         self._user: deque[T] | None = None
         self._system: deque[T] | None = None
         self._receiver: Task | None = None
-        self._lent: Task | None = None
-        self._woken = False
         self._not_full: trio.lowlevel.ParkingLot | None = None
         self._closed = False
         self._dropped = 0
@@ -202,8 +198,6 @@ class _Mailbox(Generic[T]):
         if receiver is not None:
             self._receiver = None
             reschedule(receiver)
-        elif self._lent is not None:
-            self._woken = True  # the receiver is woken when the loop is given back
         elif self._on_put is not None:
             hook, arg = self._on_put, self._on_put_arg
             self._on_put = self._on_put_arg = None
@@ -235,42 +229,41 @@ class _Mailbox(Generic[T]):
         """Park until something is queued or :meth:`interrupt` is called."""
         if self._user or self._system:
             return
-        self._receiver = current_task()
-        await wait_task_rescheduled(self._stop_waiting)
+        task = current_task()
+        self._receiver = task
+        task.custom_sleep_data = self  # parked here: see give_back
 
-    def _stop_waiting(self, _: object) -> Abort:
-        # Cancelled (the actor stops): whoever holds the loop lent gives back nothing.
-        self._receiver = None
-        self._lent = None
-        self._woken = False
-        return Abort.SUCCEEDED
+        def abort(_: object) -> Abort:
+            self._receiver = None
+            task.custom_sleep_data = None
+            return Abort.SUCCEEDED
 
-    def lend(self) -> bool:
+        await wait_task_rescheduled(abort)
+
+    def lend(self) -> Task | None:
         """Take the parked receiver's turn, if it is parked with nothing queued: the caller
-        handles one item in its stead, and :meth:`give_back` returns the turn.
+        handles one item in its stead, then hands the receiver back to
+        :meth:`give_back`. ``None`` (nothing lent) if the receiver is busy, absent, or has
+        something queued to handle first.
 
         How a task that has the next item in hand (a step's result) handles it without a
-        hop through the queue and two task switches. The receiver stays parked meanwhile:
-        messages that arrive queue up, and it is woken for them at :meth:`give_back`, so
-        the mailbox stays serial. Returns ``False`` (nothing lent) if the receiver is busy,
-        absent, or has something queued to handle first.
+        hop through the queue and two task switches. The receiver stays parked meanwhile
+        and nothing wakes it: messages that arrive queue up, and :meth:`give_back` wakes
+        it for them, so the mailbox stays serial.
         """
         receiver = self._receiver
         if receiver is None or self._user or self._system or self._closed:
-            return False
+            return None
         self._receiver = None
-        self._lent = receiver
-        return True
+        return receiver
 
-    def give_back(self) -> None:
-        """Return the turn :meth:`lend` took: park the receiver again, or wake it if a
-        message, a stop or a close came meanwhile."""
-        receiver = self._lent
-        if receiver is None:  # the receiver was cancelled meanwhile
-            return
-        self._lent = None
-        if self._woken or self._user or self._system:
-            self._woken = False
+    def give_back(self, receiver: Task, *, wake: bool) -> None:
+        """Return the turn :meth:`lend` took: park ``receiver`` again, or wake it if a
+        message came or the mailbox closed meanwhile, or ``wake`` says to (a stop was
+        requested: :meth:`interrupt` found nobody to wake)."""
+        if receiver.custom_sleep_data is not self:
+            return  # cancelled meanwhile: it has left :meth:`wait`
+        if wake or self._user or self._system or self._closed:
             reschedule(receiver)
         else:
             self._receiver = receiver

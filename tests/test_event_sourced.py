@@ -32,7 +32,7 @@ from runtime import (
     open_runtime,
     open_sqlite_store,
 )
-from runtime.supervision import ActorCrashed, Backoff, Supervision
+from runtime.supervision import ActorCrashed, ActorStopped, Backoff, Supervision
 from runtime.testing import InMemoryEventStore
 
 registry = EventRegistry()
@@ -449,6 +449,33 @@ async def test_a_message_waits_while_a_step_task_decides_in_the_actor_turn(
             store.gate.set()
         assert statuses == [Jobs(queued=(), done=(("a", "A"),))]
         assert executed[-1] == "a"
+
+
+async def test_a_stop_asked_while_a_step_task_decides_in_the_actor_turn_stops_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A stop that comes while a step's task decides in the actor's turn finds nobody to
+    wake; the actor's task is woken for it once that decision is appended, and stops."""
+    executed.clear()
+    store = GatedStore("test.job_done")
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
+        with runtime.subscribe() as events:
+            ref = await runtime.spawn(TaskNoting, name="jobs")
+            await ref.tell(Submit("a"))
+            await trio.sleep(1.5)  # "a" is done, and its result's append is held
+            assert store.waiting == 1
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(runtime.stop, ref)
+                await trio.testing.wait_all_tasks_blocked()
+                assert ref.alive  # asked to stop, but the decision is not appended yet
+                store.gate.set()
+            stopped = [e for e in drain(events) if isinstance(e, ActorStopped)]
+        # In order, at once: not killed once its shutdown timeout ran out.
+        assert [(e.path, e.reason) for e in stopped] == [("/jobs", "shutdown")]
+    assert [(r.version, r.type) for r in await store.inner.read("worker/1")] == [
+        (1, "test.job_queued"),
+        (2, "test.job_done"),
+    ]
 
 
 class Failing(TaskNoting):
