@@ -41,7 +41,7 @@ from protocols.errors import (
 
 from ._actor import Actor
 from ._ref import PriorityMessage
-from ._steps import Follow, Link, StepRunner, Waiter
+from ._steps import Follow, Gate, Link, StepRunner, Waiter
 from ._store._contract import EventStore, NewEvent, PipelinedAppends, new_event
 from ._store._snapshot_chunks import decode_snapshot, encode_snapshot
 
@@ -282,7 +282,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._running_in = self.context.runtime
         self._stream = self.stream_name()
         self._step_token: object | None = None
-        self._step_gate: trio.Event | None = None
+        self._step_gate: Gate | None = None
         self._runner: StepRunner | None = None
         self.snapshot_version = 0
         if self.snapshot_every is not None:
@@ -733,7 +733,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self._start_step(step)
             return
 
-    def _start_early(self, step: object | None, events: Sequence[object]) -> trio.Event | None:
+    def _start_early(self, step: object | None, events: Sequence[object]) -> Gate | None:
         """Start ``step`` before the append of ``events``, which asks for it, if it may
         (:meth:`starts_before_commit`); returns the event to set once that append is done."""
         if (
@@ -743,11 +743,11 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             or not self.starts_before_commit(step, events)
         ):
             return None
-        gate = trio.Event()
+        gate = Gate()
         self._start_step(step, gate)
         return gate
 
-    def _start_step(self, step: object, gate: trio.Event | None = None) -> None:
+    def _start_step(self, step: object, gate: Gate | None = None) -> None:
         token = object()
         self._step_token = token
         self._step_gate = gate

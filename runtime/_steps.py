@@ -31,6 +31,43 @@ def _keep_waiting(_: object) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED
 
 
+class Gate:
+    """Opened once the append that asked for an early step is done: what the step's
+    ``wait_logged`` waits for. A :class:`trio.Event` with nothing an early step never
+    uses: no set of waiters is made unless one waits (most steps never do)."""
+
+    __slots__ = ("open", "waiters")
+
+    def __init__(self) -> None:
+        self.open = False
+        self.waiters: list[trio.lowlevel.Task] | None = None
+
+    def set(self) -> None:
+        self.open = True
+        waiters = self.waiters
+        if waiters:
+            self.waiters = None
+            for task in waiters:
+                trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """Wait until :meth:`set` (a checkpoint if it was already); cancellable."""
+        if self.open:
+            await trio.lowlevel.checkpoint()
+            return
+        task = trio.lowlevel.current_task()
+        waiters = self.waiters
+        if waiters is None:
+            waiters = self.waiters = []
+        waiters.append(task)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            waiters.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+
 class StepRunner:
     """The task that runs an actor's steps, one after another: a step costs a wake-up,
     not a new task and cancel scope. Cancelling the step cancels the task (``scope``); the
