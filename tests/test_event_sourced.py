@@ -478,6 +478,27 @@ async def test_a_stop_asked_while_a_step_task_decides_in_the_actor_turn_stops_it
     ]
 
 
+async def test_an_actor_killed_while_a_step_task_decides_in_its_turn_ends_cleanly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Killed (its shutdown timeout ran out) while a step's task decides in its turn, the
+    actor ends like any killed actor: the decision's append never happens, and nothing
+    wakes the actor's task again once it has left."""
+    executed.clear()
+    store = GatedStore("test.job_done")
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
+        with runtime.subscribe() as events:
+            ref = await runtime.spawn(TaskNoting, name="jobs", shutdown_timeout=1)
+            await ref.tell(Submit("a"))
+            await trio.sleep(1.5)  # "a" is done, and its result's append is held
+            assert store.waiting == 1
+            await runtime.stop(ref)
+            stopped = [e for e in drain(events) if isinstance(e, ActorStopped)]
+        assert [(e.path, e.reason) for e in stopped] == [("/jobs", "killed")]
+        assert not ref.alive
+    assert [r.type for r in await store.inner.read("worker/1")] == ["test.job_queued"]
+
+
 class Failing(TaskNoting):
     """A worker whose decider fails on the result of job "boom", the first time."""
 
