@@ -795,8 +795,8 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 finally:
                     runner.deciding = False
                     cell.mailbox.give_back(lent, wake=cell.stop_requested)
-                if runner.cancelled:
-                    return
+                if self._runner is not runner:
+                    return  # cancelled, or an early step went to a runner of its own
 
     def _step_finished(self, token: object, result: object) -> trio.lowlevel.Task | None:
         """Deliver a finished step's result: decided as a follow of the append in flight,

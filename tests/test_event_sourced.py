@@ -499,6 +499,37 @@ async def test_an_actor_killed_while_a_step_task_decides_in_its_turn_ends_cleanl
     assert [r.type for r in await store.inner.read("worker/1")] == ["test.job_queued"]
 
 
+class EarlyNoting(TaskNoting):
+    """A worker whose jobs, a second each, may start while the append asking for them is
+    in flight."""
+
+    def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
+        return True
+
+
+async def test_a_step_task_deciding_in_the_actor_turn_starts_an_early_step_beside_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A result decided by a step's task in the actor's turn may ask for a step that starts
+    early: it runs in a task of its own while that task waits for the append (the task
+    cannot run it and wait at once), and the first task ends."""
+    executed.clear()
+    step_tasks.clear()
+    store = GatedStore("test.job_done")
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
+        ref = await runtime.spawn(EarlyNoting, name="jobs")
+        await ref.tell(Submit("a"))
+        await ref.tell(Submit("b"))
+        await trio.sleep(1.5)  # "a" is done, and its result's append is held
+        assert store.waiting == 1
+        assert [job for job, _ in step_tasks] == ["a", "b"]  # "b" started meanwhile
+        assert step_tasks[1][1] is not step_tasks[0][1]
+        store.gate.set()
+        await trio.sleep(5)
+        assert (await ref.ask(Status())).done == (("a", "A"), ("b", "B"))
+    assert executed == ["a", "b"]
+
+
 class Failing(TaskNoting):
     """A worker whose decider fails on the result of job "boom", the first time."""
 
