@@ -530,6 +530,47 @@ async def test_a_step_task_deciding_in_the_actor_turn_starts_an_early_step_besid
     assert executed == ["a", "b"]
 
 
+class Answering(TaskNoting):
+    """A worker that notes which incarnation answers each ``Status``."""
+
+    answered_by: list[int]
+
+    def handle(self, state: Jobs, message: object) -> Decision:
+        if isinstance(message, Status):
+            self.answered_by.append(self.context.incarnation)
+        return super().handle(state, message)
+
+
+async def test_a_message_queued_behind_a_decision_whose_append_fails_waits_for_the_restart(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A step's task deciding in the actor's turn whose append fails crashes the actor,
+    whose task handles nothing more: a message queued meanwhile is handled by the next
+    incarnation, on the fold of the log, never on a working state that holds what was
+    not appended."""
+    executed.clear()
+    store = GatedStore("test.job_done")
+    store.fail = True
+    Answering.answered_by = []
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
+        ref = await runtime.spawn(Answering, name="jobs")
+        await ref.tell(Submit("a"))
+        await trio.sleep(1.5)  # "a" is done, and its result's append is held
+        assert store.waiting == 1
+        async with trio.open_nursery() as nursery:
+            statuses: list[Jobs] = []
+
+            async def ask() -> None:
+                statuses.append(await ref.ask(Status()))
+
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            store.gate.set()  # the append fails
+        assert Answering.answered_by == [2]
+        assert statuses == [Jobs(queued=("a",))]
+    assert executed == ["a", "a"]
+
+
 class Failing(TaskNoting):
     """A worker whose decider fails on the result of job "boom", the first time."""
 
