@@ -13,6 +13,7 @@ from ._supervision import ChildSpec, GiveUpPolicy, RestartType, Supervision
 if TYPE_CHECKING:
     from ._cell import _Cell
     from ._clock import Clock, IdSource
+    from ._idle import IdleCheck, IdleWatch
     from ._mailbox import OverflowPolicy
     from ._runtime import Runtime
 
@@ -217,13 +218,25 @@ class ActorContext(Generic[MsgT]):
         self._cell.passivating = True
         self._cell.request_stop()
 
+    def watch_idle(self, deadline: float, check: IdleCheck) -> IdleWatch:
+        """Call ``check()`` at ``deadline`` (Trio time) while this incarnation runs, and
+        again at the time it returns (``None``: done); :meth:`IdleWatch.cancel` stops it.
+
+        For an actor that passivates when idle: the runtime's one idle sweeper calls the
+        checks of every actor, where a sleeping task of each actor's own would cost it
+        about 3 KB. ``check`` runs in the sweeper's task, between any two steps of the
+        actor's: it must not block, and it decides through :meth:`passivate_if_idle`.
+        """
+        return self._cell.runtime._idle.watch(self._cell, deadline, check)
+
     def passivate_if_idle(self, idle: Callable[[], bool]) -> None:
         """Passivate (see :meth:`passivate`) once the actor is between messages, if no
         message is queued by then and ``idle()`` still holds; else go on as before.
 
-        For an idle timer running in the actor's nursery: it cannot see whether a message
-        is being handled (an ``await`` inside :meth:`Actor.receive` lets it run), so the
-        decision is made in the serial loop. ``idle`` runs there, between two messages.
+        For an idle check (:meth:`watch_idle`) or a timer task: it cannot see whether a
+        message is being handled (an ``await`` inside :meth:`Actor.receive` lets it run),
+        so the decision is made in the serial loop. ``idle`` runs there, between two
+        messages.
         """
         self._cell.passivate_if_idle(idle)
 

@@ -38,11 +38,19 @@ from protocols.errors import (
     StreamRewoundError,
     UnknownEventTypeError,
 )
+from protocols.lowlevel import unwrap_single_error
 
 from ._actor import Actor
 from ._ref import PriorityMessage
 from ._steps import Follow, Gate, Link, StepRunner, Waiter
-from ._store._contract import EventStore, NewEvent, PipelinedAppends, new_event
+from ._store._contract import (
+    EventStore,
+    NewEvent,
+    PipelinedAppends,
+    RecordedEvent,
+    Snapshot,
+    new_event,
+)
 from ._store._snapshot_chunks import decode_snapshot, encode_snapshot
 
 StateT = TypeVar("StateT")
@@ -365,7 +373,17 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         # usual idle session is short). A snapshot is a cache, so a wrong hint only
         # costs a longer fold.
         skip, cell.no_snapshot = cell.no_snapshot, False
-        snapshot = None if skip else await self.store.load_snapshot(self._stream)
+        # Started again in this process (after a passivation, most often): its snapshot,
+        # if it has one, lies within the last events it folded (a passivating actor saves
+        # one beyond that), so those are read beside it, in one wait for the store.
+        ahead_from = max(1, cell.known_version - PASSIVATION_SNAPSHOT_TAIL + 1)
+        ahead: list[RecordedEvent] | None = None
+        if skip:
+            snapshot = None
+        elif cell.known_version:
+            snapshot, ahead = await self._snapshot_beside(ahead_from)
+        else:
+            snapshot = await self.store.load_snapshot(self._stream)
         if snapshot is not None and not self._snapshot_is_current(
             snapshot.type, snapshot.schema_version
         ):
@@ -392,6 +410,16 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 version = self.snapshot_version = snapshot.version
         apply = self.apply
         decode = registry.decode_record
+        if ahead is not None and ahead_from <= version + 1:
+            for record in ahead:
+                if record.version > version:
+                    state = apply(state, decode(record))
+                    version = record.version
+            if len(ahead) < _PAGE:  # that was the whole tail
+                self._check_not_rewound(version)
+                self.state = state
+                self.version = version
+                return
         while True:
             page = await self.store.read(self._stream, version + 1, limit=_PAGE)
             for record in page:
@@ -403,6 +431,20 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._check_not_rewound(version)
         self.state = state
         self.version = version
+
+    async def _snapshot_beside(self, start: int) -> tuple[Snapshot | None, list[RecordedEvent]]:
+        """The stream's snapshot and a page of its events from version ``start``, read at
+        once (two worker threads, one wait: each trip to a thread is most of a short read)."""
+        found: list[list[RecordedEvent]] = []
+
+        async def read() -> None:
+            found.append(await self.store.read(self._stream, start, limit=_PAGE))
+
+        with unwrap_single_error():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read)
+                snapshot = await self.store.load_snapshot(self._stream)
+        return snapshot, found[0]
 
     def _check_not_rewound(self, version: int) -> None:
         """Raise if the stream, folded up to ``version``, is behind what an earlier

@@ -22,6 +22,7 @@ from ._actor import Actor, ActorContext
 from ._cell import _Cell
 from ._clock import Clock, IdSource
 from ._gc_tuning import RUNTIME_GC_THRESHOLD, runtime_gc_threshold
+from ._idle import IdleSweeper
 from ._mailbox import DEFAULT_CAPACITY, MailboxStatistics, OverflowPolicy
 from ._membership import Join, Membership
 from ._persist_listener import CommitObserver, PersistListener
@@ -84,6 +85,7 @@ class Runtime:
         "_commit_observers",
         "_crashes",
         "_dropped",
+        "_idle",
         "_persist_listeners",
         "_restarts",
         "_root",
@@ -121,6 +123,7 @@ class Runtime:
     _persist_listeners: tuple[PersistListener, ...]
     _commit_observers: tuple[CommitObserver, ...]
     _root: _Cell
+    _idle: IdleSweeper
 
     def __init__(self) -> None:
         msg = "Runtime is made by open_runtime(): `async with open_runtime() as runtime:`"
@@ -144,6 +147,7 @@ class Runtime:
         self._dropped = 0
         self._persist_listeners = ()
         self._commit_observers = ()
+        self._idle = IdleSweeper()
         return self
 
     # -- actors ----------------------------------------------------------------------
@@ -464,12 +468,14 @@ async def open_runtime(
                 await nursery.start(member.run)  # leases and the fence before any append
             # Re-arms every pending timer from the log before anyone can spawn an owner.
             await nursery.start(timers.run)
+            await nursery.start(runtime._idle.run)
             try:
                 yield runtime
             finally:
                 try:
                     await runtime.aclose()
                 finally:
+                    runtime._idle.close()
                     timers.close()
                     if member is not None:
                         await member.aclose()

@@ -10,6 +10,7 @@ from protocols.lowlevel import fixup_module_metadata as _fixup
 from ._cluster._node import live_nodes
 from ._event_sourced import CONTINUES, Outcome
 from ._gc_tuning import RUNTIME_GC_THRESHOLD
+from ._idle import IdleWatch
 from ._persist_listener import CommitObserver, PersistListener
 from ._postgres._lock import postgres_lock, postgres_lock_held
 from ._store._snapshot_chunks import (
@@ -32,6 +33,7 @@ from ._virtual_time import hold_virtual_clock, run_sync_in_thread
 __all__ = [
     "CONTINUES",
     "CommitObserver",
+    "IdleWatch",
     "Outcome",
     "PersistListener",
     "RUNTIME_GC_THRESHOLD",

@@ -267,3 +267,120 @@ async def test_a_passivating_session_snapshots_a_long_tail_and_skips_a_snapshot_
         assert store.loads == loads
         assert len((await long.state()).results) == 6  # from the snapshot
         assert store.loads == loads + 1
+
+
+def _tasks() -> list[str]:
+    """The names of every task of this Trio run."""
+    names: list[str] = []
+    pending = [trio.lowlevel.current_root_task()]
+    while pending:
+        task = pending.pop()
+        names.append(task.name)
+        for nursery in task.child_nurseries:
+            pending.extend(nursery.child_tasks)
+    return names
+
+
+async def test_a_warm_session_runs_no_idle_task_of_its_own(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Twenty warm sessions waiting to passivate run as many tasks as twenty that never
+    do: one idle sweeper per runtime looks at them all, not a sleeping task each."""
+    async with open_runtime(seed=1) as runtime:
+        llm = _counting_llm()
+        added = []
+        for passivate_after in (None, PASSIVATE_AFTER):
+            await trio.testing.wait_all_tasks_blocked()
+            before = len(_tasks())
+            for _ in range(20):
+                session = await spawn_session(runtime, llm=llm, passivate_after=passivate_after)
+                await session.send("hello")
+            await trio.testing.wait_all_tasks_blocked()
+            added.append(len(_tasks()) - before)
+        assert added[1] == added[0]
+        assert not [name for name in _tasks() if name.endswith(" idle")]
+        assert len(runtime._idle) == 20  # one look scheduled per session that passivates
+        await trio.sleep(PASSIVATE_AFTER + 1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(_tasks()) == before  # each passivated
+        await trio.sleep(PASSIVATE_AFTER)
+        assert len(runtime._idle) == 0  # and its look, due next, was dropped
+
+
+async def test_the_sweeper_lets_go_of_a_passivated_actor_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A passivated session's actor (and its folded state) is freed when it stops: the
+    sweeper keeps no reference to it until its next look."""
+    import gc
+    import weakref
+
+    from actors._session._actor import SessionActor
+
+    async with open_runtime(seed=1) as runtime:
+        with runtime.subscribe() as events:
+            session = await spawn_session(runtime, llm=_counting_llm(), passivate_after=10)
+            await session.send("hello")
+            actor = runtime.lookup(session.id)._cell.actor
+            assert isinstance(actor, SessionActor)
+            gone = weakref.ref(actor)
+            del actor
+            await trio.sleep(11)
+            await trio.testing.wait_all_tasks_blocked()
+            assert _passivations(_drain(events), session.id) == [1]
+            gc.collect()
+            assert gone() is None
+            assert (await session.send("again")).text == "answer 3"
+
+
+class _SlowReads(_CountingSnapshots):
+    """An in-memory store whose snapshot loads and stream reads each take a second."""
+
+    reads = 0
+
+    async def load_snapshot(self, stream: str) -> object:
+        await trio.sleep(1)
+        return await super().load_snapshot(stream)
+
+    async def read(self, stream: str, from_version: int = 1, *, limit: int | None = None) -> object:
+        self.reads += 1
+        await trio.sleep(1)
+        return await self.inner.read(stream, from_version, limit=limit)
+
+
+async def test_a_reactivation_reads_its_snapshot_and_its_tail_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A passivated session with a snapshot starts again in one wait for the store: its
+    snapshot and the last events it folded are read at the same time (each trip to a
+    worker thread is most of a short read); one without a snapshot reads its log alone.
+    Either way its state is the one it had."""
+    store = _SlowReads()
+    async with open_runtime(store=store, seed=1) as runtime:  # type: ignore[arg-type]
+        short = await spawn_session(runtime, llm=_counting_llm())
+        await short.send("one")  # 4 events: passivates with no snapshot
+        long = await spawn_session(runtime, llm=_counting_llm())
+        for turn in range(6):  # 19 events: passivates with a snapshot at its head
+            await long.send(f"turn {turn}")
+        for round_ in range(2):  # then with 3 events after that snapshot
+            states = {s.id: await s.state() for s in (short, long)}
+            await trio.sleep(PASSIVATE_AFTER + 1)
+            await trio.testing.wait_all_tasks_blocked()
+            for session, loads in ((short, 0), (long, 1)):
+                before, reads = store.loads, store.reads
+                began = trio.current_time()
+                state = await session.state()
+                assert trio.current_time() - began == 1.0  # one wait
+                assert (store.loads - before, store.reads - reads) == (loads, 1)
+                assert (state.transcript, state.results) == (
+                    states[session.id].transcript,
+                    states[session.id].results,
+                )
+            if round_ == 0:
+                assert (await long.send("again")).text == "answer 13"
+        snapshot = await store.inner.load_snapshot(f"session/{long.id}")
+        assert snapshot is not None
+        assert (snapshot.version, await store.inner.stream_version(f"session/{long.id}")) == (
+            19,
+            22,
+        )

@@ -611,3 +611,77 @@ async def test_a_send_hashes_only_its_own_messages(monkeypatch: pytest.MonkeyPat
             await session.send(f"message {i}")
             per_send.append(sum(hashed) - before)
     assert set(per_send) == {4}  # user, assistant, tool result, assistant
+
+
+class _SpawnCounter(trio.abc.Instrument):
+    """Counts the tasks Trio starts while it is installed."""
+
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+async def test_a_watched_model_call_starts_no_task_of_its_own() -> None:
+    """Time to first token: watching a session costs its model call no task beside it.
+    The round is told when the run's start is logged, by the actor that logs it, and the
+    first delta waits for that log only while it is not there yet."""
+    llm = ScriptedLLM([answer("first"), answer("second"), answer("third")], chunk_size=2)
+    async with open_runtime() as runtime:
+        session = await spawn_session(runtime, llm=llm)
+        await session.send("warm up")  # the session's actor and its step runner exist
+        counter = _SpawnCounter()
+        trio.lowlevel.add_instrument(counter)
+        try:
+            await session.send("unwatched")
+            unwatched, counter.spawned = counter.spawned, 0
+            seen: list[Observation] = []
+            with session.observe(buffer=64) as observations:
+                result = await session.send("watched")
+                while True:
+                    observation = observations.receive_nowait()
+                    seen.append(observation)
+                    if isinstance(observation, RunEnded):
+                        break
+            watched = counter.spawned
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+    assert result.text == "third"
+    assert [type(o).__name__ for o in seen if not isinstance(o, DeltaReceived)] == [
+        "RunBegan",
+        "RoundBegan",
+        "LLMCallFinished",
+        "UsageUpdated",
+        "RunEnded",
+    ]
+    assert (
+        "".join(
+            o.delta.text for o in seen if isinstance(o, DeltaReceived) and o.delta.type == "text"
+        )
+        == "third"
+    )
+    assert watched == unwatched
+
+
+async def test_a_delta_that_comes_before_its_run_is_logged_waits_for_the_log() -> None:
+    """A streamed model call may go out while the events that ask for it commit; nobody
+    hears of its round or its deltas before they are in the log, and then in order."""
+    store = GatedStore("session.run_started")
+    seen: list[tuple[str, bool]] = []
+    llm = ScriptedLLM([answer("streamed before the log")], chunk_size=4)
+
+    def watch(observation: Observation) -> None:
+        seen.append((type(observation).__name__, store.gate.is_set()))
+
+    async with open_runtime(store=store.as_store()) as runtime:
+        session = await spawn_session(runtime, llm=llm, observers=[watch])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(session.send, "hi")
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(llm.requests) == 1  # the request is out, its run not logged yet
+            assert seen == []
+            store.gate.set()
+    kinds = [kind for kind, _ in seen]
+    assert kinds[:3] == ["RunBegan", "RoundBegan", "DeltaReceived"]
+    assert all(logged for _, logged in seen)

@@ -17,7 +17,7 @@ from actors._session._events import SessionState, evolve
 from protocols import LLMRequest, LLMResponse
 from protocols.codec import default_registry
 from runtime import EventStore, NewEvent, open_runtime, open_sqlite_store
-from runtime.lowlevel import chunk_address, snapshot_chunk, stash_chunk
+from runtime.lowlevel import chunk_address, decode_snapshot, snapshot_chunk, stash_chunk
 from runtime.testing import FunctionLLM, InMemoryEventStore
 
 STREAM = "session/s"
@@ -195,3 +195,54 @@ def test_chunks_are_read_and_stashed_only_inside_a_snapshot_codec_call() -> None
     assert stash_chunk(address, b"data") is False  # outside encode_snapshot: write inline
     with pytest.raises(ValueError, match=f"snapshot chunk {address.hex()} read outside"):
         snapshot_chunk(address)
+
+
+async def test_a_reopened_session_structures_no_item_until_one_is_read() -> None:
+    """Decoding a snapshot structures none of the chunk still filling (the run results, the
+    newest messages): a re-activation reads few of them, and structuring them all took
+    most of its time; each is structured when first read."""
+    store = InMemoryEventStore()
+    await _sends(store, 9)
+    snapshot = await store.load_snapshot(STREAM)
+    assert snapshot is not None
+    state = decode_snapshot(default_registry, snapshot, stream=STREAM)
+    assert isinstance(state, SessionState)
+    newest = (len(state.results) - 1) // persistent.CHUNK
+    assert newest in state.results._entries.lazy  # not structured
+    assert (len(state.history) - 1) // persistent.CHUNK in state.history._items._buf.lazy
+    last = list(state.results)[-1]
+    assert state.results[last].status == "completed"  # structured now
+    assert newest not in state.results._entries.lazy
+    assert state.history.last == (await _folded(store)).history.last
+
+
+@pytest.mark.parametrize("field", ["history", "results"])
+async def test_an_altered_unsealed_chunk_makes_the_session_fold_its_log(
+    field: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The chunk still filling is stored inline, with no address to check it by: a byte
+    altered in it still makes the snapshot not decode at load (its zlib checksum), so
+    the session folds its log rather than failing when it reads the item later."""
+    store = InMemoryEventStore()
+    await _sends(store, 9)
+    folded = await _folded(store)
+    snapshot = await store.load_snapshot(STREAM)
+    assert snapshot is not None
+    raw = orjson.loads(snapshot.data)
+    chunks = raw["history"]["chunks"] if field == "history" else raw["results"]
+    text: str = chunks[-1]
+    # A byte near the end of the values (the compressed stream's last bytes and checksum).
+    at = len(text) - 6
+    chunks[-1] = text[:at] + ("A" if text[at] != "A" else "B") + text[at + 1 :]
+    await store.save_snapshot(
+        STREAM,
+        snapshot.version,
+        type=snapshot.type,
+        schema_version=snapshot.schema_version,
+        data=orjson.dumps(raw),
+        chunks=snapshot.chunks,
+    )
+    with caplog.at_level(logging.WARNING, logger="powertrio.event_sourced"):
+        reopened = await _sends(store, 0)
+    assert reopened == folded
+    assert f"{STREAM}: ignored the snapshot at version" in caplog.text

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Any, Literal
 
+import httpx
+import orjson
 import pytest
 import trio
 from _scripted_http import Reply, ScriptedHTTPServer, json_reply, sse, sse_reply
@@ -44,6 +46,7 @@ from protocols.transports import (
     ProviderConfig,
     RetryPolicy,
     Timeouts,
+    open_http_client,
 )
 
 KEY = "sk-test-0123456789-secret"
@@ -957,3 +960,69 @@ async def test_retry_deadline_before_the_attempt_timeout_bounds_a_slow_answer(ca
         "openai: no answer within the 0.3 s deadline for all attempts (1 started)"
     )
     assert 0.3 <= took < 1.2
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_request_is_the_clients_own_without_its_merge_per_call(
+    provider: Literal["openai", "anthropic"], stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transport makes its requests' headers once, not through the client's merge on
+    every call (most of a request's cost before it left), and each request is the one the
+    client's ``build_request`` makes: its headers, changed after the transport was made,
+    go with it; so do cookies and query parameters, for which the client builds it."""
+    config = ProviderConfig(
+        provider=provider,
+        base_url="http://127.0.0.1:9",
+        model="m",
+        api_key=KEY,
+        extra_headers=(("x-team", "blue"),),
+    )
+    async with open_http_client() as client:
+        transport = (OpenAITransport if provider == "openai" else AnthropicTransport)(
+            config, client=client
+        )
+        build_request = client.build_request
+        merged: list[str] = []
+
+        def counting(*args: Any, **kwargs: Any) -> httpx.Request:
+            merged.append(str(args[1]))
+            return build_request(*args, **kwargs)
+
+        monkeypatch.setattr(client, "build_request", counting)
+
+        def shape(request: httpx.Request) -> tuple[object, ...]:
+            return (
+                request.method,
+                str(request.url),
+                request.headers.multi_items(),
+                request.content,
+                request.extensions,
+            )
+
+        def check() -> None:
+            built = transport._build(REQUEST, stream=stream)
+            content = orjson.dumps(transport._body(REQUEST, stream=stream))
+            headers = transport._stream_headers if stream else transport._plain_headers
+            expected = build_request(
+                "POST",
+                transport._url,
+                content=content,
+                headers=headers,
+                extensions={"timeout": config.timeouts.to_httpx().as_dict()},
+            )
+            assert shape(built) == shape(expected)
+
+        check()
+        check()
+        client.headers["x-proxy"] = "hop-1"
+        check()
+        assert merged == []
+        client.cookies.set("__cf_bm", "token", domain="127.0.0.1")
+        check()
+        assert "__cf_bm=token" in transport._build(REQUEST, stream=stream).headers["cookie"]
+        client.cookies.clear()
+        client.params = httpx.QueryParams({"api-version": "1"})
+        check()
+        assert transport._build(REQUEST, stream=stream).url.params["api-version"] == "1"
+        assert len(merged) == 4

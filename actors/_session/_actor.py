@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import final
 
@@ -15,6 +15,7 @@ from protocols import Cancel, FollowUp, LLMRequest, LLMResponse, ToolCall, ToolO
 from protocols.errors import ActorExistsError, ActorNotFoundError
 from protocols.lowlevel import denied_outcome
 from runtime import Decision, EventSourcedActor, Reply, StepFailed
+from runtime.lowlevel import IdleWatch
 
 from .._tools._runner import run_tool_calls
 from . import _decider as decider
@@ -41,7 +42,6 @@ from ._observe import (
     DeltaReceived,
     HookContext,
     LLMCallFinished,
-    LLMCallNext,
     Observation,
     RoundBegan,
     RunBegan,
@@ -105,6 +105,10 @@ def _passes_through(cls: type) -> bool:
     return not _looked_at(cls)
 
 
+_CATCH_UP = 8
+"""The most observations a reader may be behind for the first delta to wait for it: one
+further behind (busy elsewhere) is not waited for."""
+
 # The events ``after_persist`` tells someone about.
 _tells_callers = _subclass_test(RunFinished, ChildFinished, CancelRequested, InputQueued)
 
@@ -134,6 +138,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         self._new = new
         self._passivate_after = config.passivate_after
         self._last_active = 0.0
+        self._idle: IdleWatch | None = None
         self._config = config
         self._session_id = config.session_id
         self._waiters: dict[str, list[Reply[object]]] = {}
@@ -142,6 +147,11 @@ class SessionActor(EventSourcedActor[SessionState]):
         # fingerprint. A cancel's Stamped message carries them to the decider.
         self._partial: list[str] | None = None
         self._inflight_fingerprint = ""
+        # A model call that went out before the events asking for it committed: they
+        # are being appended (``_logging``), and its round is told once they are, by
+        # ``after_persist``, which the kernel runs before it lets the step know.
+        self._logging = False
+        self._unannounced: RoundBegan | None = None
         self.snapshot_every = config.snapshot_every
 
     def stream_name(self) -> str:
@@ -152,26 +162,32 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     async def on_start(self) -> None:
         await super().on_start()
-        if self._passivate_after is not None:
+        after = self._passivate_after
+        if after is not None:
             self._last_active = trio.current_time()
-            self.context.start_soon(self._passivate_when_idle, name=f"{self.context.path} idle")
+            self._idle = self.context.watch_idle(self._last_active + after, self._idle_check)
 
-    async def _passivate_when_idle(self) -> None:
+    async def on_stop(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()  # the sweeper lets go of this incarnation now
+        await super().on_stop()
+
+    def _idle_check(self) -> float | None:
         """Passivate the actor once it has been idle for ``passivate_after`` seconds: no
         message meanwhile, and :meth:`_quiet`. Its next message, or a due timer, starts it
-        again from its log."""
+        again from its log. Called by the runtime's idle sweeper; returns when to look
+        again."""
         after = self._passivate_after
         assert after is not None
-        while True:
-            await trio.sleep_until(self._last_active + after)
-            quiet_since = self._last_active
-            if trio.current_time() < quiet_since + after:
-                continue  # a message came meanwhile
-            if self._quiet():
-                # Decided in the serial loop, between two messages: one being handled now
-                # (a send awaiting its append) or handled before then keeps the actor.
-                self.context.passivate_if_idle(partial(self._quiet, quiet_since))
-            await trio.sleep(after)  # still here: look again an idle time later
+        quiet_since = self._last_active
+        now = trio.current_time()
+        if now < quiet_since + after:
+            return quiet_since + after  # a message came meanwhile
+        if self._quiet():
+            # Decided in the serial loop, between two messages: one being handled now
+            # (a send awaiting its append) or handled before then keeps the actor.
+            self.context.passivate_if_idle(partial(self._quiet, quiet_since))
+        return now + after  # still here then: look again an idle time later
 
     def _quiet(self, since: float | None = None) -> bool:
         """Nothing to do and nobody to answer: no run, nothing queued, nobody waiting for a
@@ -247,8 +263,11 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
         # Observers and hooks hear of an early model call only once its events are
-        # logged (``wait_logged`` in ``_call_llm``).
-        return decider.starts_before_commit(step, events)
+        # logged: ``after_persist`` tells its round, ``_call_llm`` waits for its deltas.
+        early = decider.starts_before_commit(step, events)
+        if early and type(step) is CallLLM:
+            self._logging = True
+        return early
 
     async def execute(self, step: object) -> object:
         if isinstance(step, CallLLM):
@@ -277,20 +296,15 @@ class SessionActor(EventSourcedActor[SessionState]):
             self._inflight_fingerprint = step.fingerprint
             response = await self._config.llm.complete(step.request)
             return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
-        context = HookContext(session_id=self._session_id, run_id=step.run_id, round=step.round)
-        announced = trio.Event()
         # Set by the stream below, whichever hooks wrap it; a measurement, not an input.
         first_token: list[float | None] = [None]
-
-        async def announce() -> None:
-            # Observers hear of the round as soon as the events that ask for it are logged:
-            # while its request is out, when it went out before them.
-            await self.wait_logged()
-            if bus.active:
-                bus.publish(
-                    RoundBegan(session_id=self._session_id, run_id=step.run_id, round=step.round)
-                )
-            announced.set()
+        round_began = RoundBegan(session_id=self._session_id, run_id=step.run_id, round=step.round)
+        if self._logging:
+            # Sent before the events that ask for it are logged: observers hear of the
+            # round once they are (``after_persist``), while its request is out.
+            self._unannounced = round_began
+        elif bus.active:
+            bus.publish(round_began)
 
         async def innermost(request: LLMRequest) -> LLMResponse:
             if not bus.active:
@@ -303,7 +317,8 @@ class SessionActor(EventSourcedActor[SessionState]):
                 async for delta in stream:
                     if first:
                         first_token[0] = clock.monotonic() - started
-                        await announced.wait()
+                        if self._logging:  # nobody hears of a delta before its round
+                            await self.wait_logged()
                     if delta.type == "text":
                         partial.append(delta.text)
                     bus.publish(
@@ -318,21 +333,25 @@ class SessionActor(EventSourcedActor[SessionState]):
                         first = False
                         # The first token's observers run now, not after the rest of a
                         # burst that came with it (a short answer comes in one read).
-                        # Two schedule points: Trio may run a batch in either order, and
-                        # the observers woken by the publish run by the second.
-                        await trio.lowlevel.checkpoint()
-                        await trio.lowlevel.checkpoint()
-                await announced.wait()
+                        # A reader takes a schedule point per observation it holds (the
+                        # round's start may still be unread, told a moment ago) and one
+                        # for the delta, and Trio may run a batch in either order: two
+                        # more than its backlog (two when it waited for this delta).
+                        for _ in range(min(bus.backlog(), _CATCH_UP) + 2):
+                            await trio.lowlevel.checkpoint()
                 return await stream.final_response()
 
-        call = chain_llm_hooks(self._config.llm_hooks, innermost, context)
+        hooks = self._config.llm_hooks
         self._inflight_fingerprint = step.fingerprint
         try:
-            if self._config.llm_hooks:
-                await announce()  # hooks are the application's code: they act on the log
-                response = await call(step.request)
+            if not hooks:
+                response = await innermost(step.request)
             else:
-                response = await _call_beside(announce, call, step.request)
+                await self.wait_logged()  # hooks are the application's code: they act on the log
+                context = HookContext(
+                    session_id=self._session_id, run_id=step.run_id, round=step.round
+                )
+                response = await chain_llm_hooks(hooks, innermost, context)(step.request)
         finally:
             self._partial = None
         return LLMAnswered(
@@ -592,6 +611,11 @@ class SessionActor(EventSourcedActor[SessionState]):
                 observation = self._observation(event)
                 if observation is not None:
                     bus.publish(observation)
+        if self._logging:  # these are the events that asked for the model call out now
+            self._logging = False
+            round_began, self._unannounced = self._unannounced, None
+            if round_began is not None and bus.active:
+                bus.publish(round_began)
 
     def _retire_child(self, finished: ChildFinished) -> None:
         """Stop a finished child's actor (it folds back from its log if needed again); an
@@ -689,29 +713,11 @@ def _child_outcome(spawned: ChildSpawned, result: RunResult) -> ToolOutcome:
     )
 
 
-async def _call_beside(
-    task: Callable[[], Awaitable[None]], call: LLMCallNext, request: LLMRequest
-) -> LLMResponse:
-    """``call(request)`` with ``task`` running beside it in a nursery; a failed call raises
-    its own error (the model's typed error), not a group of one around it."""
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(task)
-            return await call(request)
-    except BaseExceptionGroup as group:
-        failed = _alone(group)
-        if failed is None:
-            raise
-    # Outside the handler: the error keeps its own cause and context.
-    raise failed
-
-
 def _alone(group: BaseExceptionGroup[BaseException]) -> Exception | None:
     """The one error in ``group``, when that is all it holds (``None`` otherwise).
 
-    The nursery of a watched model call holds the call and a task that only waits for the
-    log: a failed call comes out wrapped in a group of one, which no caller should have to
-    take apart.
+    A tool round's nurseries wrap a hook's error in groups of one, which no caller should
+    have to take apart.
     """
     if len(group.exceptions) != 1:
         return None

@@ -245,6 +245,11 @@ class ObserverBus:
             except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                 self.dropped += 1
 
+    def backlog(self) -> int:
+        """The most observations a channel holds unread (a reader waiting for the next
+        is handed it at once and holds none): each costs its reader a schedule point."""
+        return max((c.statistics().current_buffer_used for c in self._channels), default=0)
+
     @contextmanager
     def channel(self, buffer: int) -> Iterator[trio.MemoryReceiveChannel[Observation]]:
         """A receive channel of observations while the ``with`` block lasts."""

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import httpx
 import orjson
 import trio
 import trio.testing
@@ -211,12 +212,8 @@ async def _measure(n: int) -> dict[str, float | int | str]:
                     new_session_ttft = await _session_ttft(
                         runtime, session_transport, n + 1, started=False
                     )
-                    thinking = attrs.evolve(config, model=_THINKING)
-                    thinking_session_ttft = await _session_ttft(
-                        runtime,
-                        OpenAITransport(thinking, client=session_client),
-                        n + 1,
-                        started=True,
+                    thinking_session_ttft, run_starts = await _thinking_session_ttft(
+                        runtime, config, session_client, n + 1
                     )
                     thinking_body = _body(_THINKING, stream=True)
 
@@ -258,21 +255,58 @@ async def _measure(n: int) -> dict[str, float | int | str]:
         "ttft_bare_httpx_thinking_p50_ms": bare_thinking_t * 1000,
         "ttft_session_thinking_p50_ms": session_thinking_t * 1000,
         "ttft_session_over_bare_thinking_ms": (session_thinking_t - bare_thinking_t) * 1000,
+        "ttft_thinking_run_start_commit_p50_ms": run_starts.p50() * 1000,
         "complete_bare_httpx_p50_ms": bare_c * 1000,
         "complete_transport_p50_ms": ours_c * 1000,
         "complete_ratio": ours_c / bare_c,
     }
 
 
+@attrs.define
+class _RunStarts:
+    """How long the append of each timed session's run start took: a first token that
+    comes sooner waits for it, as it must, so when it takes longer than the model
+    thinks, the session's time to first token is the disk's."""
+
+    streams: list[str] = attrs.Factory(list)
+    """The timed sessions' streams."""
+    seconds: dict[str, float] = attrs.Factory(dict)
+    """Each stream's first append (the run's start, with the session's creation)."""
+
+    def __call__(self, stream: str, events: int, seconds: float) -> None:
+        self.seconds.setdefault(stream, seconds)
+
+    def p50(self) -> float:
+        return statistics.median(self.seconds[stream] for stream in self.streams)
+
+
+async def _thinking_session_ttft(
+    runtime: Any, config: ProviderConfig, client: httpx.AsyncClient, count: int
+) -> tuple[_Timed, _RunStarts]:
+    """:func:`_session_ttft` with the model that thinks, and how long its runs' starts
+    took to commit."""
+    run_starts = _RunStarts()
+    runtime.add_commit_observer(run_starts)
+    thinking = OpenAITransport(attrs.evolve(config, model=_THINKING), client=client)
+    timed = await _session_ttft(runtime, thinking, count, started=True, streams=run_starts.streams)
+    return timed, run_starts
+
+
 async def _session_ttft(
-    runtime: Any, transport: OpenAITransport, count: int, *, started: bool
+    runtime: Any,
+    transport: OpenAITransport,
+    count: int,
+    *,
+    started: bool,
+    streams: list[str] | None = None,
 ) -> _Timed:
     """A timed call: the first send on a session of its own (so every request is the same
     size), timed from the send to its first streamed text; the run then finishes untimed.
 
     ``started``: the session's actor is running already (it has answered a question), as
     in a conversation's later turns; otherwise the send starts it (a new session's first
-    turn, ``ttft_new_session_*``).
+    turn, ``ttft_new_session_*``). ``streams``, if given, gets the stream of each session
+    timed.
     """
     sessions = [await spawn_session(runtime, llm=transport) for _ in range(count)]
     if started:
@@ -281,6 +315,8 @@ async def _session_ttft(
 
     async def timed() -> float | None:
         session = sessions.pop()
+        if streams is not None:
+            streams.append(f"session/{session.id}")
         first: list[float] = []
         with session.observe(buffer=4096) as observations:
             async with trio.open_nursery() as nursery:

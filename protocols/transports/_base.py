@@ -128,8 +128,13 @@ class HTTPTransport(Transport):
         headers.update(dict(config.extra_headers))
         self._plain_headers = headers
         self._stream_headers = {**headers, "accept": "text/event-stream"}
-        self._timeout = config.timeouts.to_httpx().as_dict()
+        self._extensions = {"timeout": config.timeouts.to_httpx().as_dict()}
         self._url: httpx.URL | None = None  # parsed on first use, where errors are mapped
+        # The headers of every request (the client's, ours, Host), made once: building
+        # them per request through the client's merge took most of a request's cost
+        # before it left. Made again when the client's own headers change.
+        self._client_headers: list[tuple[bytes, bytes]] | None = None
+        self._raw_headers: dict[bool, list[tuple[bytes, bytes]] | None] = {}
         # An attempt's own total timeout needs a cancel scope only when it can expire before
         # the retry policy's deadline (by default that comes first, 300 s against 600 s).
         deadline = config.retry.deadline
@@ -178,13 +183,53 @@ class HTTPTransport(Transport):
         with map_httpx_errors(self.provider, secrets=self._secrets):
             if self._url is None:
                 self._url = httpx.URL(self._config.base_url.rstrip("/") + self._path())
-            return self._client.build_request(
+            raw = self._prepared_headers(stream)
+            if raw is None:
+                return self._client.build_request(
+                    "POST",
+                    self._url,
+                    content=content,
+                    headers=self._stream_headers if stream else self._plain_headers,
+                    extensions=self._extensions,
+                )
+            # The request ``build_request`` makes, less its merging: the same headers, in
+            # the same order, and the body read (``content``) as it would be.
+            headers = httpx.Headers([*raw, (b"Content-Length", b"%d" % len(content))])
+            http_request = httpx.Request(
                 "POST",
                 self._url,
-                content=content,
-                headers=self._stream_headers if stream else self._plain_headers,
-                extensions={"timeout": self._timeout},
+                headers=headers,
+                stream=httpx.ByteStream(content),
+                extensions=self._extensions,
             )
+            http_request.read()
+            return http_request
+
+    def _prepared_headers(self, stream: bool) -> list[tuple[bytes, bytes]] | None:
+        """The headers ``build_request`` would give a request of ``stream`` (the client's
+        merged with ours, ``Host`` first), all but its length; ``None`` when the client
+        adds more to a request than headers (cookies it was sent, query parameters) or
+        ours already hold what httpx would add, and ``build_request`` must make it."""
+        client = self._client
+        if client.cookies or client.params:
+            return None
+        current = client.headers.raw
+        if current != self._client_headers:
+            self._client_headers = current
+            self._raw_headers.clear()
+        if stream in self._raw_headers:
+            return self._raw_headers[stream]
+        headers = httpx.Headers(client.headers)
+        headers.update(self._stream_headers if stream else self._plain_headers)
+        url = self._url
+        assert url is not None
+        own = ("host", "content-length", "transfer-encoding")
+        raw = self._raw_headers[stream] = (
+            None
+            if any(name in headers for name in own) or not url.host
+            else [(b"Host", url.netloc), *headers.raw]
+        )
+        return raw
 
     async def _send(self, http_request: httpx.Request) -> httpx.Response:
         """Send once and return the response with its body unread; raise on an error status."""

@@ -26,6 +26,7 @@ from ._schema import (
     READ_SNAPSHOT,
     READ_SNAPSHOT_CHUNKS,
     READ_TAIL,
+    READ_TAIL_BACK,
     SAVE_SNAPSHOT,
     STREAMS_LISTING,
     check_contiguous,
@@ -58,16 +59,32 @@ class SqliteDialect:
     def read_stream(
         self, conn: sqlite3.Connection, stream: str, from_version: int, limit: int | None
     ) -> list[RecordedEvent]:
-        """The events, verified one by one and as a run of versions with no gap."""
+        """The events, verified one by one and as a run of versions with no gap.
+
+        The unindexed tail is scanned only for the versions the index does not hold, from
+        the newest event back to the oldest one wanted: a stream whose events are all
+        indexed (or a read past its head, such as a re-activation from a snapshot at its
+        head) costs the same however many events other streams keep in the tail, and a
+        read of a stream's newest events does not scan past its older ones.
+        """
         wanted = effective_limit(limit)
         conn.execute("BEGIN")  # one snapshot for the indexed part, the tail and the head
         try:
             upto = indexed_upto(conn)
+            head = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
             rows = conn.execute(READ_INDEXED, (stream, from_version, wanted)).fetchall()
             rest = -1 if wanted < 0 else wanted - len(rows)
-            if rest:
+            if rest and head is None:  # no head to bound the tail by: scan it all
                 rows += conn.execute(READ_TAIL, (upto, stream, from_version, rest))
-            head = conn.execute(READ_HEAD_VERSION, (stream,)).fetchone()
+            elif rest:
+                # The tail holds the stream's versions after the indexed ones, in order
+                # (a log that does not fails the check below whatever the tail holds).
+                start = from_version + len(rows)
+                stop = head[0] if rest < 0 else min(head[0], start + rest - 1)
+                if stop >= start:
+                    count = stop - start + 1
+                    tail = conn.execute(READ_TAIL_BACK, (upto, stream, start, stop, count))
+                    rows += reversed(tail.fetchall())
         finally:
             conn.execute("COMMIT")
         path = self._path

@@ -150,6 +150,13 @@ READ_INDEXED = (
 READ_TAIL = (
     _SELECT + "WHERE e.position > ? AND e.stream = ? AND e.version >= ? ORDER BY e.position LIMIT ?"
 )
+# The versions start..stop of a stream from the tail, newest first, limited to their
+# count: the scan walks back from the head and stops at the oldest one wanted. A version
+# stored as something else than an integer is returned, for the read to report it.
+READ_TAIL_BACK = (
+    _SELECT + "WHERE e.position > ? AND e.stream = ? AND e.version >= ? "
+    "AND (e.version <= ? OR typeof(e.version) <> 'integer') ORDER BY e.position DESC LIMIT ?"
+)
 # In key order, each insert lands beside the previous one in the b-tree (about 15 %
 # cheaper than position order, which jumps between streams' leaves on every row).
 _INDEX_TAIL = (
