@@ -33,8 +33,8 @@ def _keep_waiting(_: object) -> trio.lowlevel.Abort:
 
 class Gate:
     """Opened once the append that asked for an early step is done: what the step's
-    ``wait_logged`` waits for. A :class:`trio.Event` with nothing an early step never
-    uses: no set of waiters is made unless one waits (most steps never do)."""
+    ``wait_logged`` waits for. A lighter :class:`trio.Event`: no collection of waiters is
+    made unless a task waits, which most early steps never do."""
 
     __slots__ = ("open", "waiters")
 
