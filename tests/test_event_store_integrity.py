@@ -478,3 +478,26 @@ async def test_the_wal_stays_under_its_bound_through_sustained_writes(tmp_path: 
     biggest, stats = await _largest_wal_under_writers(tmp_path / "log.db", limit)
     assert stats.wal_checkpoints >= 1, stats
     assert biggest <= limit + slack, (biggest, stats)
+
+
+async def test_sequential_commits_reuse_the_wal_instead_of_growing_it(tmp_path: Path) -> None:
+    """One appender, one commit after another, never idle: the checkpointer copies the
+    WAL and the writer restarts it, so commits overwrite the pages the file already
+    holds. Before, the commits made while a background checkpoint ran kept the WAL from
+    ever being wholly copied when the next commit started: SQLite never restarted it,
+    and every commit grew the file (and paid the file system a journal commit)."""
+    path = tmp_path / "log.db"
+    wal = f"{path}-wal"
+    appends, grew, size = 3_000, 0, 0
+    async with open_sqlite_store(path, synchronous="OFF", checkpoint_interval=0.05) as store:
+        version = 0
+        for n in range(appends):
+            version = (await store.append("s", [_event(n, size=400)], version)).version
+            now = os.stat(wal).st_size
+            grew += now > size
+            size = now
+    # About four 1 KiB pages a commit: 12 MiB written to the WAL, which before grew by
+    # every one of them. Now it grows to its reuse size (256 KiB, where the writer asks
+    # for a checkpoint) and by what commits while a checkpoint runs (more on a busy box).
+    assert grew < appends // 2, (grew, size)
+    assert size < 4 * 1024 * 1024, (grew, size)

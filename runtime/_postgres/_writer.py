@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, final
@@ -21,20 +20,13 @@ import trio
 from protocols.errors import (
     ConcurrencyConflictError,
     FencedError,
-    StoreClosedError,
     StoreError,
     StoreUnavailableError,
 )
 
 from .._store._contract import CommitSignal
-from .._store._writer_queue import (
-    GroupCommitWriter,
-    PendingAppend,
-    WakeWhenIdle,
-    behind_failure,
-    take_back,
-)
-from .._virtual_time import Flight
+from .._store._writer import GroupCommitWriter, WriteJob
+from .._store._writer_queue import PendingAppend, behind_failure
 from ._fence import Fence
 from ._retry import (
     DEFAULT_RETRY_DEADLINE,
@@ -57,41 +49,11 @@ from ._schema import (
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PostgresWriter", "WriteJob"]
+__all__ = ["PostgresWriter"]
 
 # How often a group is retried when another writer (another node, a stray client) took a
 # version between our read and our insert; the primary key refused it, nothing was written.
 _RETRIES = 3
-
-
-@final
-class WriteJob:
-    """A maintenance write (snapshot, deletion) queued for the writer thread."""
-
-    __slots__ = ("error", "flight", "fn", "mutex", "queue", "result", "retry", "task")
-
-    def __init__(
-        self,
-        fn: Callable[[psycopg.Connection], object],
-        queue: list[WriteJob],
-        mutex: threading.Lock,
-        flight: Flight | None = None,
-        *,
-        retry: bool = False,
-    ) -> None:
-        self.fn = fn
-        # Idempotent (running it twice does no harm): retried through an outage.
-        self.retry = retry
-        self.queue = queue
-        self.mutex = mutex
-        self.flight = flight
-        self.task = trio.lowlevel.current_task()
-        self.result: object = None
-        self.error: BaseException | None = None
-
-    def abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
-        """Cancellation: give up if not started, else wait for it (like ``to_thread``)."""
-        return take_back(self)
 
 
 @attrs.define(eq=False)
@@ -129,8 +91,9 @@ class _Retry(Exception):  # control flow inside the writer, never raised out
 
 @final
 @attrs.define(eq=False, repr=False)
-class PostgresWriter(GroupCommitWriter):
-    """The writer thread of one ``PostgresEventStore`` and the state it shares with Trio."""
+class PostgresWriter(GroupCommitWriter["psycopg.Connection"]):
+    """The writer thread of one ``PostgresEventStore``: its commits, riding out outages,
+    the fence and the log's doorbell (the queues are ``GroupCommitWriter``'s)."""
 
     _dsn: str
     _schema: str
@@ -155,22 +118,6 @@ class PostgresWriter(GroupCommitWriter):
     _channel: str = attrs.field(
         default=attrs.Factory(lambda self: log_channel(self._schema), takes_self=True)
     )
-    _mutex: threading.Lock = attrs.field(factory=threading.Lock)
-    _work: threading.Condition = attrs.field(
-        default=attrs.Factory(lambda self: threading.Condition(self._mutex), takes_self=True)
-    )
-    _queue: list[PendingAppend] = attrs.field(factory=list)
-    _jobs: list[WriteJob] = attrs.field(factory=list)
-    _idle: bool = False
-    _stopping: bool = False
-    _in_flight: int = 0
-    # The Trio thread's alone: wakes the thread for appends once Trio is idle.
-    _nudge: WakeWhenIdle = attrs.field(
-        default=attrs.Factory(lambda self: WakeWhenIdle(self._wake_thread), takes_self=True)
-    )
-    thread: threading.Thread | None = None
-    drained: trio.Event = attrs.field(factory=trio.Event)
-    """Set (in the Trio thread) once the thread has answered everything and stopped."""
     counters: _Counters = attrs.field(factory=_Counters)
     retrying: Retrying = attrs.field(factory=lambda: Retrying(DEFAULT_RETRY_DEADLINE))
     """How the writer rides out an outage (see ``_postgres._retry``)."""
@@ -183,27 +130,11 @@ class PostgresWriter(GroupCommitWriter):
 
     def start(self) -> None:
         """Start the writer thread (once, from Trio)."""
-        self.thread = self._start_thread(self._main, f"powertrio-pg-writer {self._server}")
-
-    def enqueue_job(
-        self,
-        fn: Callable[[psycopg.Connection], object],
-        flight: Flight | None = None,
-        *,
-        retry: bool = False,
-    ) -> WriteJob | None:
-        """Queue a maintenance write between commits; ``None`` if the thread has stopped.
-
-        ``retry``: ``fn`` is idempotent, so it is retried through an outage.
-        """
-        job = WriteJob(fn, self._jobs, self._mutex, flight, retry=retry)
-        return job if self._enqueue(self._jobs, job) else None
+        self._start(f"powertrio-pg-writer {self._server}")
 
     def join(self) -> None:
         """Wait for the thread to end and close its connection."""
-        self._stop_nudging()
-        if self.thread is not None:
-            self.thread.join()
+        GroupCommitWriter.join(self)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -216,46 +147,11 @@ class PostgresWriter(GroupCommitWriter):
                 if isinstance(work, WriteJob):
                     self._run_job(work)
                     self._resume_job(work)
-                    continue
-                head = self._commit(work)
-                self._post_decided(work, head)
+                elif isinstance(work, list):  # never "idle": nothing to do then
+                    head = self._commit(work)
+                    self._post_decided(work, head)
         finally:
-            self._stop()
-
-    def _take_work(self) -> list[PendingAppend] | WriteJob | None:
-        with self._mutex:
-            while True:
-                if self._queue:
-                    batch = self._queue[: self._max_batch]
-                    del self._queue[: self._max_batch]
-                    self._in_flight += len(batch)
-                    return batch
-                if self._jobs:
-                    return self._jobs.pop(0)
-                if self._stopping:
-                    return None
-                self._idle = True
-                self._work.wait()
-                self._idle = False
-
-    def _stop(self) -> None:
-        """Refuse new work, fail whatever is left (only after an unexpected error)."""
-        with self._mutex:
-            self._stopping = True
-            left = self._queue[:]
-            jobs = self._jobs[:]
-            self._queue.clear()
-            self._jobs.clear()
-            self._in_flight += len(left)
-        for pending in left:
-            pending.outcome = StoreClosedError("the event store's writer stopped")
-            self.counters.failed_appends += 1
-        if left:
-            self._post_decided(left, 0)
-        for job in jobs:
-            job.error = StoreClosedError("the event store's writer stopped")
-            self._resume_job(job)
-        self._call_soon(self.drained.set)
+            self._stop([], 0)
 
     def _connection(self) -> psycopg.Connection:
         """The write connection, reconnecting after a loss.
@@ -308,7 +204,7 @@ class PostgresWriter(GroupCommitWriter):
                     (f"{int(self.fence_idle * 1000)}ms",),
                 )
 
-    def _run_job(self, job: WriteJob) -> None:
+    def _run_job(self, job: WriteJob[psycopg.Connection]) -> None:
         def attempt() -> object:
             conn = self._connection()
             with map_errors(self._server):

@@ -22,6 +22,7 @@ from typing import TypeVar, final
 import attrs
 import trio
 
+from protocols.errors import StoreClosedError, StoreError
 from protocols.lowlevel import unwrap_single_error
 
 from .._store._contract import (
@@ -74,6 +75,8 @@ class SqliteEventStore(SqlEventStore[sqlite3.Connection]):
     _closed: bool = False
     _checkpoint_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _appended: trio.Event = attrs.field(factory=trio.Event)
+    # Set (from the writer thread) when a commit grew the WAL past its reuse size.
+    _wal_grew: trio.Event = attrs.field(factory=trio.Event)
 
     def __repr__(self) -> str:
         return f"<SqliteEventStore {self._path!r}>"
@@ -90,10 +93,18 @@ class SqliteEventStore(SqlEventStore[sqlite3.Connection]):
             self._appended.set()
 
     async def _checkpointer(self, interval: float) -> None:
-        """Copy the WAL back into the database now and then, off the commit path.
+        """Copy the WAL back into the database now and then, off the commit path, and
+        have the writer start it again from its beginning.
 
-        A PASSIVE checkpoint on its own connection neither blocks the writer nor readers;
-        once it has copied everything, SQLite restarts the WAL from its beginning.
+        A PASSIVE checkpoint on its own connection neither blocks the writer nor readers.
+        But the writer commits meanwhile, so the WAL is never wholly copied when its next
+        commit starts, and SQLite then never restarts it: the file grows by every commit.
+        A commit that grows the file costs its sync a journal commit of the file system
+        (the file's size changes), several times the sync of a commit that overwrites
+        pages the file already holds. So after each background checkpoint the writer
+        thread copies the few commits made meanwhile itself, between two of its commits
+        (``_catch_up``): its next commit then finds the WAL wholly copied and restarts
+        it, and the WAL's pages are reused from then on.
         """
         conn = await run_in_thread(lambda: connect(self._path, read_only=False))
         try:
@@ -103,10 +114,17 @@ class SqliteEventStore(SqlEventStore[sqlite3.Connection]):
             conn.close()
 
     async def _checkpoint_loop(self, conn: sqlite3.Connection, interval: float) -> None:
+        """Checkpoint every ``interval`` seconds while appends come, or as soon as the
+        writer finds the WAL growing (past its reuse size, ``_WAL_REUSE``), though not
+        more often than every ``interval / 8``: every commit that grows the file pays for
+        it, so the WAL is restarted before it grows further."""
         seen = -1
+        writer = self._writer
         while not self._closing:
-            await trio.sleep(interval)
-            commits = self._writer.counters.commits
+            await trio.sleep(interval / 8)
+            with trio.move_on_after(interval * 7 / 8):
+                await self._wal_grew.wait()
+            commits = writer.counters.commits
             if commits == seen:
                 # Idle: wait for the next append rather than ticking, so an idle store sets
                 # no deadline (virtual time then jumps straight to the next real one).
@@ -114,15 +132,29 @@ class SqliteEventStore(SqlEventStore[sqlite3.Connection]):
                 await self._appended.wait()
                 continue
             seen = commits
+            self._wal_grew = trio.Event()  # before the catch-up, which re-arms the writer
             try:
-                await run_in_thread(functools.partial(self._checkpoint_passive, conn))
-            except sqlite3.Error:  # the next round tries again, but never silently
-                self._writer.counters.checkpoint_failures += 1
+                busy, frames, copied = await run_in_thread(
+                    functools.partial(self._checkpoint_passive, conn)
+                )
+                if busy or frames != copied:
+                    continue  # a reader kept part of the WAL: it cannot restart yet
+                await self._run_write(writer.catch_up)
+            except StoreClosedError:
+                return
+            except (sqlite3.Error, StoreError):  # the next round tries again, never silently
+                writer.counters.checkpoint_failures += 1
                 logger.exception("event log %r: the WAL checkpoint failed", self._path)
 
-    def _checkpoint_passive(self, conn: sqlite3.Connection) -> None:
+    def _wal_growth(self) -> None:
+        """The writer found the WAL growing past its reuse size: checkpoint now."""
+        self._wal_grew.set()
+
+    def _checkpoint_passive(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
+        """A PASSIVE checkpoint: (busy, frames in the WAL, frames copied)."""
         with self._writer.checkpoint_lock:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return busy, frames, copied
 
     # --- reading ---------------------------------------------------------------------
 
@@ -309,7 +341,10 @@ async def open_sqlite_store(
         verify (bool): run ``PRAGMA quick_check`` when opening an existing file.
         max_batch (int): most appends one group commit takes.
         clock (Callable[[], float]): the time source for ``recorded_at``.
-        checkpoint_interval (float): seconds between background WAL checkpoints.
+        checkpoint_interval (float): seconds between background WAL checkpoints while
+            appends come; one comes sooner (though not before an eighth of it) when a
+            commit grows the WAL past 256 KiB, so that the WAL restarts and commits
+            overwrite its pages rather than grow the file.
         index_lag (int): how many newest events may wait before the writer adds them to
             the per-stream index (reads scan that tail): once it has no append waiting,
             or, under a steady stream of appends, once four times as many wait; 0 indexes
@@ -365,6 +400,7 @@ async def open_sqlite_store(
         signal=signal,
         virtual=virtual_run(),
     )
+    writer.on_wal_growth = store._wal_growth
     try:
         writer.start()
         with unwrap_single_error():  # an error from the block comes out bare, not in a group

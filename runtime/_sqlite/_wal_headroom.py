@@ -8,7 +8,6 @@ WAL so far, and at least a quarter of the limit, and truncates before the crossi
 
 from __future__ import annotations
 
-import os
 from typing import final
 
 
@@ -30,13 +29,9 @@ class WalHeadroom:
         self.after = 0
         """No look before this many commits (set after a checkpoint failed or was blocked)."""
 
-    def due(self, wal_path: str, commits: int) -> bool:
-        """Whether to truncate the WAL at ``wal_path`` now, after ``commits`` commits."""
-        if commits < self.after:
-            return False
-        try:
-            size = os.stat(wal_path).st_size
-        except OSError:
+    def due(self, size: int, commits: int) -> bool:
+        """Whether to truncate the WAL, now ``size`` bytes, after ``commits`` commits."""
+        if not self.limit or commits < self.after:
             return False
         return self.crossing(size, commits)
 

@@ -13,21 +13,21 @@ import contextlib
 import functools
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
-from typing import Literal, final
+from typing import final
 
 import attrs
 import orjson
 import trio
 
-from protocols.errors import ConcurrencyConflictError, StoreClosedError, StoreError
+from protocols.errors import ConcurrencyConflictError, StoreError
 
 from .._store._contract import CommitSignal, NewEvent
-from .._store._writer_queue import GroupCommitWriter, PendingAppend, WakeWhenIdle, behind_failure
-from .._virtual_time import Flight
-from ._queue import WriteJob
+from .._store._writer import GroupCommitWriter, WriteJob
+from .._store._writer_queue import PendingAppend, behind_failure
 from ._schema import (
     GROUP_STATEMENT,
     GUARD_MESSAGE,
@@ -57,6 +57,11 @@ _SWEEP_DEFERRAL = 4
 
 # A queue at least this long, met when nothing else is in flight, is split in two groups.
 _SPLIT_QUEUE = 64
+
+# The WAL's size from which a commit that grows it asks for a checkpoint (see
+# SqliteWriter._look_at_wal): below it, the file grows to this size once; above it,
+# each growth costs a journal commit of the file system in the commit's sync.
+_WAL_REUSE = 256 * 1024
 
 # The WAL bound (see SqliteWriter._bound_wal): how long a blocking checkpoint waits for
 # readers to leave the WAL, and how many commits to wait after readers kept it busy.
@@ -144,13 +149,13 @@ def _as_store_error(path: str, exc: BaseException) -> BaseException:
 
 @final
 @attrs.define(eq=False, repr=False)
-class SqliteWriter(GroupCommitWriter):
-    """The writer thread of one ``SqliteEventStore`` and the state it shares with Trio.
+class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
+    """The writer thread of one ``SqliteEventStore``: its commits, its version cache
+    (the thread's alone), the index sweep and the WAL's bound.
 
-    The store queues appends and maintenance writes here from the Trio thread; the
-    writer thread takes them, commits, and resumes the waiting tasks through the run's
-    token. Everything both threads touch is guarded by one mutex; the version cache is
-    the writer thread's alone.
+    The store queues appends and maintenance writes from the Trio thread through the
+    shared part (``GroupCommitWriter``); this thread takes them, commits, and resumes
+    the waiting tasks through the run's token.
     """
 
     _path: str
@@ -163,27 +168,8 @@ class SqliteWriter(GroupCommitWriter):
     _index_lag: int
     # The WAL's bound: the writer truncates it between groups before it passes (0: never).
     _wal_limit: int = 0
-    # Shared with the Trio thread, guarded by _mutex: queued appends and maintenance
-    # writes, whether the thread sleeps on _work, whether it should stop once drained,
-    # and how many appends it has taken but not handed back.
-    _mutex: threading.Lock = attrs.field(factory=threading.Lock)
-    _work: threading.Condition = attrs.field(
-        default=attrs.Factory(lambda self: threading.Condition(self._mutex), takes_self=True)
-    )
-    _queue: list[PendingAppend] = attrs.field(factory=list)
-    _jobs: list[WriteJob] = attrs.field(factory=list)
-    _idle: bool = False
-    _stopping: bool = False
-    _in_flight: int = 0
-    # The Trio thread's alone: wakes the thread for appends once Trio is idle.
-    _nudge: WakeWhenIdle = attrs.field(
-        default=attrs.Factory(lambda self: WakeWhenIdle(self._wake_thread), takes_self=True)
-    )
-    thread: threading.Thread | None = None
     # Commit common groups with INSERT_GROUP (tests turn it off to cover the other way).
     group_statement: bool = GROUP_STATEMENT
-    drained: trio.Event = attrs.field(factory=trio.Event)
-    """Set (in the Trio thread) once the thread has answered everything and stopped."""
     counters: _Counters = attrs.field(factory=_Counters)
     # The writer thread's cache of stream versions (see _plan); only that thread uses it.
     _versions: dict[str, int] = attrs.field(factory=dict)
@@ -194,6 +180,14 @@ class SqliteWriter(GroupCommitWriter):
     _wal_room: WalHeadroom = attrs.field(
         default=attrs.Factory(lambda self: WalHeadroom(self._wal_limit), takes_self=True)
     )
+    _wal_path: str = attrs.field(
+        default=attrs.Factory(lambda self: self._path + "-wal", takes_self=True)
+    )
+    _wal_size: int = 0
+    """The WAL file's size after the last commit."""
+    _growth_told: bool = False
+    on_wal_growth: Callable[[], object] | None = None
+    """Called (in Trio) when a commit grew the WAL past its reuse size (``_WAL_REUSE``)."""
     checkpoint_lock: threading.Lock = attrs.field(factory=threading.Lock)
     """Held by whoever checkpoints (the background task, or this thread at the bound):
     two checkpoints at once would make one of them fail busy."""
@@ -202,29 +196,7 @@ class SqliteWriter(GroupCommitWriter):
 
     def start(self) -> None:
         """Start the writer thread (once, from Trio)."""
-        self.thread = self._start_thread(self._main, f"powertrio-writer {self._path}")
-
-    def enqueue_job(
-        self,
-        fn: Callable[[sqlite3.Connection], object],
-        flight: Flight | None = None,
-        *,
-        retry: bool = False,
-    ) -> WriteJob | None:
-        """Queue a maintenance write to run between commits; ``None`` if the thread has stopped.
-
-        The caller parks on the result with ``wait_task_rescheduled(job.abort)``.
-        ``flight`` (under virtual time) lands once the caller's wake-up is posted.
-        ``retry`` is for engines with outages to ride out; a file has none.
-        """
-        job = WriteJob(fn, self._jobs, self._mutex, flight)
-        return job if self._enqueue(self._jobs, job) else None
-
-    def join(self) -> None:
-        """Wait for the thread to end; after ``drained``, this returns at once."""
-        self._stop_nudging()
-        if self.thread is not None:
-            self.thread.join()
+        self._start(f"powertrio-writer {self._path}")
 
     def close(self) -> None:
         """Close the write connection (after ``join``)."""
@@ -259,9 +231,9 @@ class SqliteWriter(GroupCommitWriter):
                     self._hand_back(decided)
                     decided = []
                     if isinstance(work, WriteJob):
-                        work.run(self._conn, self._path)
+                        self._run_job(work)
                         self._resume_job(work)
-                    elif work == "sweep":
+                    elif work == "idle":
                         self._sweep_when_idle()
                     continue
                 previous, decided = decided, work
@@ -272,71 +244,32 @@ class SqliteWriter(GroupCommitWriter):
                 # Not kept while the thread waits for work: a group's appends hold their
                 # events and their callers' tasks.
                 previous = work = []
-                wal = self._wal_room
-                if wal.limit and wal.due(self._path + "-wal", self.counters.commits):
+                if self._look_at_wal():
                     self._hand_back(decided)  # nobody waits for their answer behind it
                     decided = []
                     self._bound_wal()
         finally:
-            self._stop(decided)
+            self._stop(decided, self._db_head)
 
-    def _take_work(
-        self, *, holding: bool
-    ) -> list[PendingAppend] | WriteJob | Literal["sweep"] | None:
-        """The next group of appends or maintenance write, waiting for one if needed.
+    def _group_size(self, queued: int, *, holding: bool) -> int:
+        if not holding and queued >= _SPLIT_QUEUE:
+            # A long queue and no other group in flight: commit half alone, so its
+            # callers run in Trio while the other half syncs. Two groups then alternate,
+            # one on disk while the other is in Trio.
+            return min(self._max_batch, queued // 2)
+        return self._max_batch
 
-        Returns ``[]`` instead of waiting while ``holding`` callers to hand back,
-        ``"sweep"`` when there is nothing else to do but the index is behind, and
-        ``None`` once the store is closing and everything queued (and the index) is done.
-        """
-        with self._mutex:
-            while True:
-                if self._queue:
-                    take = self._max_batch
-                    if not holding and len(self._queue) >= _SPLIT_QUEUE:
-                        # A long queue and no other group in flight: commit half alone,
-                        # so its callers run in Trio while the other half syncs. Two
-                        # groups then alternate, one on disk while the other is in Trio.
-                        take = min(take, len(self._queue) // 2)
-                    batch = self._queue[:take]
-                    del self._queue[:take]
-                    self._in_flight += len(batch)
-                    return batch
-                if self._jobs:
-                    return self._jobs.pop(0)
-                if holding:
-                    return []
-                # Idle, or closing: a good moment to catch the index up (a file left with
-                # a long tail would slow the next opener's first reads).
-                if self._cache_valid and self._db_head - self._indexed_upto > self._index_lag:
-                    return "sweep"
-                if self._stopping:
-                    return None
-                self._idle = True
-                self._work.wait()
-                self._idle = False
+    def _idle_work_due(self) -> bool:
+        # Idle, or closing: a good moment to catch the index up (a file left with a long
+        # tail would slow the next opener's first reads).
+        return self._cache_valid and self._db_head - self._indexed_upto > self._index_lag
 
-    def _stop(self, decided: list[PendingAppend]) -> None:
-        """The writer thread's last act: refuse new work, answer everyone, report drained.
-
-        After a normal close nothing is left queued; after an unexpected error in the
-        thread, whatever is left fails rather than waiting forever.
-        """
-        with self._mutex:
-            self._stopping = True
-            left = self._queue[:]
-            jobs = self._jobs[:]
-            self._queue.clear()
-            self._jobs.clear()
-            self._in_flight += len(left)
-        for pending in left:
-            pending.outcome = StoreClosedError("the event store's writer stopped")
-            self.counters.failed_appends += 1
-        self._hand_back(decided + left)
-        for job in jobs:
-            job.error = StoreClosedError("the event store's writer stopped")
-            self._resume_job(job)
-        self._call_soon(self.drained.set)
+    def _run_job(self, job: WriteJob[sqlite3.Connection]) -> None:
+        try:
+            with map_errors(self._path):
+                job.result = job.fn(self._conn)
+        except BaseException as exc:  # handed to the waiting task
+            job.error = exc
 
     def _hand_back(self, decided: list[PendingAppend]) -> None:
         if decided:
@@ -511,6 +444,36 @@ class SqliteWriter(GroupCommitWriter):
             return
         self._indexed_upto = indexed
 
+    def _look_at_wal(self) -> bool:
+        """After a commit: whether to truncate the WAL now (its bound), having told the
+        checkpointer if the commit grew the file past its reuse size (writer thread).
+
+        Each commit that grows the file pays its file system a journal commit in its
+        sync; once the WAL restarts, commits overwrite its pages instead. The
+        checkpointer then copies the WAL and has this thread restart it
+        (:meth:`catch_up`); told once until that catch-up.
+        """
+        try:
+            size = os.stat(self._wal_path).st_size
+        except OSError:
+            return False
+        grew = size > self._wal_size
+        self._wal_size = size
+        if grew and size >= _WAL_REUSE and not self._growth_told:
+            tell = self.on_wal_growth
+            if tell is not None:
+                self._growth_told = True
+                self._call_soon(tell)
+        return self._wal_room.due(size, self.counters.commits)
+
+    def catch_up(self, conn: sqlite3.Connection) -> None:
+        """Copy what the WAL holds beyond the last checkpoint (writer thread, between two
+        commits, as a maintenance write): the next commit then finds it wholly copied and
+        starts it again from its beginning, so its pages are reused."""
+        with self.checkpoint_lock:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        self._growth_told = False
+
     def _bound_wal(self) -> None:
         """Checkpoint and truncate the WAL, between two groups (writer thread).
 
@@ -547,6 +510,7 @@ class SqliteWriter(GroupCommitWriter):
         else:
             self.counters.wal_checkpoints += 1
             self._wal_room.truncated()
+            self._wal_size = 0
 
     def _cache_moved(self, conn: sqlite3.Connection) -> bool:
         """Whether another connection committed since the cache was filled."""

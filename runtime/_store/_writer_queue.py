@@ -1,7 +1,6 @@
-"""What the SQLite and PostgreSQL writers share: the queued append and its rules (taking
-one back, when a pipelined append may not commit, resuming its caller), and the Trio side
-of a writer thread (queueing work, waking the thread once Trio is idle, handing what it
-decided back).
+"""The queued append both SQL writers take, and its rules: taking one back, when a
+pipelined append may not commit, resuming its caller. The writer thread's shared state
+and rules are ``_store._writer.GroupCommitWriter``.
 
 A task waiting for a queued append or maintenance write is cancelled: if the writer thread
 has not taken the item yet it never will, else the item's outcome is decided by the work in
@@ -10,17 +9,16 @@ flight and the task keeps waiting for it.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, final
+from typing import Any, Protocol, final
 
 import trio
 
 from protocols.lowlevel import slot_setter
 
 from .._virtual_time import Flight
-from ._contract import AppendResult, CommitSignal, NewEvent
+from ._contract import AppendResult, NewEvent
 
 
 class Queued(Protocol):
@@ -89,14 +87,13 @@ class PendingAppend:
         "wake",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0917  # built on every append: positional is the cheaper call
         self,
         stream: str,
         events: tuple[NewEvent, ...],
         expected_version: int,
         queue: list[PendingAppend],
         mutex: threading.Lock,
-        *,
         flight: Flight | None = None,
         fence: tuple[int, int] | None = None,
         after: PendingAppend | None = None,
@@ -178,177 +175,3 @@ def resume(decided: list[PendingAppend]) -> None:
             trio.lowlevel.reschedule(pending.task)
         else:
             wake()
-
-
-class _Job(Protocol):
-    """A maintenance write, as the Trio side resumes its caller."""
-
-    @property
-    def task(self) -> trio.lowlevel.Task:
-        """The task parked on it."""
-
-    @property
-    def flight(self) -> Flight | None:
-        """Under virtual time, the flight that lands once the caller's wake-up is posted."""
-
-
-_Item = TypeVar("_Item", bound=Queued)
-
-
-_ROUNDS = 4
-"""Scheduler rounds an append may wait for Trio to go idle before its writer is woken
-anyway (a busy Trio thread is seldom idle)."""
-
-
-class WakeWhenIdle(trio.abc.Instrument):
-    """Wakes an idle writer thread for the appends queued meanwhile when Trio is about
-    to wait for I/O, or after a few scheduler rounds if it never does.
-
-    Woken at once, the thread would take the GIL from the Trio thread at its next
-    release, while it still works on what follows the append (the model call the
-    appended events asked for goes out while they commit). Each such hand-over of the
-    GIL costs a wake-up, a tenth of a millisecond or more. Woken once Trio has nothing
-    to run, the thread does its Python work then, and syncs without the GIL.
-    """
-
-    __slots__ = ("_rounds", "_wake", "due")
-
-    def __init__(self, wake: Callable[[], None]) -> None:
-        self._wake = wake
-        self._rounds = 0
-        self.due = False
-        """An append is queued for an idle thread that has not been woken for it."""
-
-    def before_io_wait(self, timeout: float) -> None:
-        if not self.due:
-            return
-        self._rounds += 1
-        if timeout > 0 or self._rounds >= _ROUNDS:
-            self.due = False
-            self._rounds = 0
-            self._wake()
-
-
-class GroupCommitWriter:
-    """What the SQLite and PostgreSQL writers share: queueing appends and maintenance
-    writes for the writer thread under one mutex, waking it, and handing what it decided
-    back to Trio through the run's token. The writers declare these attributes as their
-    own fields."""
-
-    _nudge: WakeWhenIdle
-    _mutex: threading.Lock
-    _work: threading.Condition
-    _queue: list[PendingAppend]
-    _idle: bool
-    _stopping: bool
-    _in_flight: int
-    _token: trio.lowlevel.TrioToken
-    _signal: CommitSignal
-
-    def _start_thread(self, main: Callable[[], None], name: str) -> threading.Thread:
-        """Start the writer thread running ``main`` (once, from Trio)."""
-        trio.lowlevel.add_instrument(self._nudge)
-        thread = threading.Thread(target=main, name=name, daemon=True)
-        thread.start()
-        return thread
-
-    def _stop_nudging(self) -> None:
-        """Take the idle wake-up out of the run (the store is closed)."""
-        with contextlib.suppress(KeyError, RuntimeError):  # never added, or Trio is gone
-            trio.lowlevel.remove_instrument(self._nudge)
-
-    def enqueue_append(
-        self,
-        stream: str,
-        events: tuple[NewEvent, ...],
-        expected_version: int,
-        flight: Flight | None = None,
-        fence: tuple[int, int] | None = None,
-        *,
-        after: PendingAppend | None = None,
-        wake: Callable[[], object] | None = None,
-    ) -> PendingAppend | None:
-        """Queue an append for the next group; ``None`` if the thread has stopped.
-
-        The caller parks on the result with ``wait_task_rescheduled(pending.abort)``, or
-        passes ``wake`` to be called instead (``after``: see ``PipelinedAppends``).
-        ``flight`` (under virtual time) lands once the caller's wake-up is posted;
-        ``fence`` is the ``(shard, epoch)`` the commit must find still held (an engine
-        without a fence never gets one).
-        """
-        pending = PendingAppend(
-            stream,
-            events,
-            expected_version,
-            self._queue,
-            self._mutex,
-            flight=flight,
-            fence=fence,
-            after=after,
-            wake=wake,
-        )
-        return pending if self._enqueue(self._queue, pending) else None
-
-    def _enqueue(self, queue: list[_Item], item: _Item) -> bool:
-        """Queue ``item`` and wake the thread (for an append, once Trio is idle: see
-        :class:`WakeWhenIdle`); ``False`` if it has stopped (closing, or it died), as
-        nobody would run the item."""
-        with self._mutex:
-            if self._stopping:
-                if item.flight is not None:
-                    item.flight.land()
-                return False
-            queue.append(item)
-            if not self._idle:
-                return True
-            if queue is not self._queue or item.flight is not None:
-                # A maintenance write, or an append under virtual time (whose clock must
-                # not wait on a thread nobody woke).
-                self._idle = False
-                self._work.notify()
-                return True
-        self._nudge.due = True
-        return True
-
-    def _wake_thread(self) -> None:
-        """Wake the thread if it waits for work (Trio thread)."""
-        with self._mutex:
-            if self._idle:
-                self._idle = False
-                self._work.notify()
-
-    def pending_appends(self) -> int:
-        """Appends queued or taken but not yet handed back."""
-        with self._mutex:
-            return len(self._queue) + self._in_flight
-
-    def request_stop(self) -> None:
-        """Ask the thread to commit what is queued, then stop (``drained`` tells when)."""
-        with self._mutex:
-            self._stopping = True
-            self._work.notify()
-
-    def _call_soon(self, fn: Callable[..., object], *args: object) -> None:
-        """Run ``fn(*args)`` in the Trio thread (from the writer thread)."""
-        with contextlib.suppress(trio.RunFinishedError):  # nobody is left to tell
-            self._token.run_sync_soon(fn, *args)
-
-    def _resume_job(self, job: _Job) -> None:
-        self._call_soon(trio.lowlevel.reschedule, job.task)
-        if job.flight is not None:
-            job.flight.land()
-
-    def _post_decided(self, decided: list[PendingAppend], head: int) -> None:
-        """Have Trio resume the callers of ``decided`` (from the writer thread)."""
-        self._call_soon(self._deliver, decided, head)
-        # Under virtual time: only now, with the wake-up posted, may Trio wait for I/O.
-        for pending in decided:
-            if pending.flight is not None:
-                pending.flight.land()
-
-    def _deliver(self, decided: list[PendingAppend], head: int) -> None:
-        """Resume the callers of a decided group (Trio thread; must not raise)."""
-        with self._mutex:
-            self._in_flight -= len(decided)
-        resume(decided)
-        self._signal.advance(head)
