@@ -35,6 +35,15 @@ if not any(ep.value == "actors.testing._pytest_plugin" for ep in entry_points(gr
     pytest_plugins = ["actors.testing._pytest_plugin"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests (marked ``slow``) first, in their order, then the rest in theirs.
+
+    pytest-xdist deals the first tests out between the workers before handing out the
+    rest as they finish: run early, the long ones are shared and the short ones even the
+    end out; run late, one of them would end the run alone on one worker."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def llama_server() -> Iterator[_llama.LlamaServer]:
     """llama.cpp's server with SmolLM2-135M on a free loopback port, for the whole session.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from actors.bench._agents import (
@@ -40,6 +41,7 @@ def test_a_sequential_session_counts_its_appends_and_the_commits_they_share(
     ]
 
 
+@pytest.mark.slow
 def test_the_idle_figures_measure_passivated_sessions_and_their_re_activation(
     tmp_path: Path,
 ) -> None:

@@ -77,6 +77,7 @@ def test_a_sends_figure_is_the_difference_of_two_runs_so_start_up_cancels(
     assert _per_send("sessions", 4, 1) == (700_000.0, 900_000.0, 3_000.0)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_callgrind_counts_each_threads_instructions_the_main_thread_first() -> None:
     """A tiny program under the bench's callgrind run (seconds, not the bench's minutes):
@@ -112,6 +113,7 @@ def test_the_allocator_calls_are_summed_over_every_caller() -> None:
     assert _calls(profile, _ALLOCATORS) == 14
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_callgrind_counts_the_objects_a_program_allocates() -> None:
     code = "kept = [object() for _ in 'x' * 50_000]"  # one-letter strings: cached

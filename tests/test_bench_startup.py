@@ -11,6 +11,7 @@ from actors.bench import SUITES
 from actors.bench._startup import cpu_ms, run
 
 
+@pytest.mark.slow
 def test_the_startup_suite_measures_every_figure_in_a_child_process() -> None:
     """``python -m actors.bench startup --quick`` gives each figure a positive CPU time (no
     threshold: timings are the benchmark's to print, not a test's to judge)."""

@@ -23,6 +23,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 import trio
@@ -115,6 +116,49 @@ def test_run_without_a_provider_explains_the_settings_and_offers_offline(tmp_pat
         assert needed in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "powertrio.sqlite").exists()
+
+
+def test_the_settings_help_names_every_provider_of_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The variables to set, their providers, keys and example models come from
+    ``PROVIDERS``: a provider added to the table is offered with no other change."""
+    import protocols.transports
+    from protocols.transports import _providers
+
+    help_lines = [
+        "Set these environment variables:",
+        "  POWERTRIO_PROVIDER   openai (any OpenAI-compatible server; the default) or anthropic",
+        "  POWERTRIO_API_KEY    the API key (or OPENAI_API_KEY / ANTHROPIC_API_KEY)",
+        "  POWERTRIO_MODEL      the model, e.g. gpt-4o-mini or claude-sonnet-4-5",
+        "  POWERTRIO_BASE_URL   optional: another server speaking its API (vLLM, llama.cpp, ...)",
+    ]
+    done = cli(tmp_path, "run", TASK)
+    assert done.returncode == 2
+    assert all(line in done.stderr.splitlines() for line in help_lines), done.stderr
+    added = _providers.Provider(
+        name="mistral",  # type: ignore[arg-type]  # a name the type does not know yet
+        base_url="https://api.mistral.ai/v1",
+        key_variable="MISTRAL_API_KEY",
+        example_model="mistral-small-latest",
+        also="Mistral's API",
+    )
+    table = MappingProxyType({**_providers.PROVIDERS, added.name: added})
+    monkeypatch.setattr(_providers, "PROVIDERS", table)
+    monkeypatch.setattr(protocols.transports, "PROVIDERS", table, raising=False)
+    lines = cli(tmp_path, "run", TASK).stderr.splitlines()
+    assert (
+        "  POWERTRIO_PROVIDER   openai (any OpenAI-compatible server; the default) or "
+        "anthropic or mistral (Mistral's API)"
+    ) in lines
+    assert (
+        "  POWERTRIO_API_KEY    the API key (or OPENAI_API_KEY / ANTHROPIC_API_KEY / "
+        "MISTRAL_API_KEY)"
+    ) in lines
+    assert (
+        "  POWERTRIO_MODEL      the model, e.g. gpt-4o-mini or claude-sonnet-4-5 or "
+        "mistral-small-latest"
+    ) in lines
 
 
 def test_offline_falls_back_to_the_demo_model_and_says_why(
@@ -653,6 +697,7 @@ def test_tree_and_sessions_count_usage_alike_after_a_fork_and_a_send(workdir: Pa
 # -- steering sessions from another process -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_is_listed_so_and_cancel_ends_it(tmp_path: Path) -> None:
     """A ``run`` killed mid-flight leaves an open run: ``sessions`` says interrupted,
     ``cancel`` resumes the session and ends it cancelled; a second cancel has nothing to do."""

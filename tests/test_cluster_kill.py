@@ -89,6 +89,7 @@ async def _records(server: PostgresServer, schema: str) -> list[RecordedEvent]:
         return await store.read_all()
 
 
+@pytest.mark.slow
 def test_three_nodes_survive_a_kill_and_a_pause(
     postgres_server: PostgresServer, schema: str, tmp_path: Path
 ) -> None:

@@ -32,6 +32,7 @@ from actors import (
 from actors._session._context import SUMMARY_INSTRUCTIONS, plan_cut, tools_tokens
 from actors.events import ContextCompacted, ToolFinished
 from actors.lowlevel import ValidTranscript, is_provider_valid, search_history
+from actors.observe import HookContext, HookVetoError, LLMCallNext
 from actors.testing import (
     Operation,
     RuntimeHarness,
@@ -368,6 +369,53 @@ async def test_a_summariser_of_its_own_answers_for_the_session_model() -> None:
     )
     assert replayed.state.compacted == compacted[-1]
     assert len(summariser.requests) == agent.summaries  # replay asked nothing
+
+
+async def test_llm_hooks_wrap_a_summary_and_are_told_it_is_one() -> None:
+    """The summariser's call goes through the session's hooks (its own model's or
+    another's), with ``purpose="summary"`` and the round it makes room for; a hook's veto
+    of it fails the run with the veto's code, and nothing is compacted."""
+    agent = Agent()
+    summariser = FunctionLLM(agent.answer)
+    seen: list[tuple[str, int, bool]] = []
+    veto_summaries = False
+
+    async def watch(
+        request: LLMRequest, call_next: LLMCallNext, context: HookContext
+    ) -> LLMResponse:
+        seen.append((context.purpose, context.round, is_summary_request(request)))
+        if veto_summaries and context.purpose == "summary":
+            raise HookVetoError("summaries wait for the night rate")
+        return await call_next(request)
+
+    store = InMemoryEventStore()
+    async with open_runtime(store=store, seed=3) as runtime:
+        session = await spawn_session(
+            runtime,
+            llm=Agent().llm,
+            system_prompt=SYSTEM,
+            context=ContextPolicy(window=700, reserve=100, summariser=summariser),
+            llm_hooks=[watch],
+            session_id="hooked",
+        )
+        for i in range(12):
+            assert (await session.send(turn_text(i, 20, 0))).status == "completed"
+        summaries = [entry for entry in seen if entry[0] == "summary"]
+        assert len(summaries) == agent.summaries >= 1
+        assert all(is_summary for _, _, is_summary in summaries)
+        assert all(not is_summary for purpose, _, is_summary in seen if purpose == "round")
+        # a summary makes room for a run's first round here (one round per send)
+        assert {round_ for _, round_, _ in summaries} == {1}
+        veto_summaries = True
+        asked = agent.summaries
+        result = await session.send(turn_text(12, 200, 0))
+    assert (result.status, result.error_code) == ("failed", "session.hook_vetoed")
+    assert result.error == (
+        "session.hook_vetoed: vetoed by a hook: summaries wait for the night rate"
+    )
+    assert agent.summaries == asked  # the vetoed call never reached the summariser
+    compacted = [e for _, e in await events_of(store, "hooked") if isinstance(e, ContextCompacted)]
+    assert len(compacted) == asked
 
 
 async def test_a_summary_longer_than_its_cap_is_cut() -> None:

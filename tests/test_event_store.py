@@ -396,6 +396,25 @@ async def test_a_read_only_log_says_so_with_its_own_code(
     )
 
 
+async def test_two_processes_creating_one_log_at_once_both_open_it(tmp_path: Path) -> None:
+    """Two openers of a new file at the same moment (``powertrio sessions`` beside the
+    ``run`` that makes the log) both open it and write to it: one creates the schema, the
+    other finds it made; neither fails with "table events already exists" nor takes the
+    half-made file for another application's."""
+    for attempt in range(20):
+        path = tmp_path / f"log-{attempt}.sqlite"
+
+        async def open_and_append(stream: str, path: Path = path) -> None:
+            async with open_sqlite_store(path) as store:
+                await store.append(stream, [_event(0, 10)], 0)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(open_and_append, "a")
+            nursery.start_soon(open_and_append, "b")
+        async with open_sqlite_store(path) as store:
+            assert [i.stream for i in await store.streams("")] == ["a", "b"]
+
+
 async def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
     """Another application's SQLite file raises ForeignDatabaseError and keeps its data."""
     path = tmp_path / "other.db"

@@ -20,6 +20,10 @@ from _depth import repeats
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("[0-9]*.py"))
 
+SLOW = {"05_property_test.py", "06_fleet.py", "08_research_app_property.py", "10_mcp_agent.py"}
+"""The examples that run for seconds each time (properties, fleets, a tool server): run
+first, so the workers share them (``tests/conftest.py``)."""
+
 _FRESH_ID = re.compile(r"\b([a-z]+)_[0-9A-Z]{26}\b")
 
 _AGAIN = """
@@ -65,7 +69,11 @@ def _runs(example: Path, count: int) -> list[str]:
     return [_printed(example, out, err) for out, err in json.loads(done.stdout)]
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+@pytest.mark.parametrize(
+    "example",
+    [pytest.param(p, marks=[pytest.mark.slow] if p.name in SLOW else []) for p in EXAMPLES],
+    ids=[p.name for p in EXAMPLES],
+)
 def test_example_runs_offline_and_the_same_every_time(example: Path) -> None:
     """The example exits 0, prints a completed run and nothing on stderr, and prints the
     same on every run: 4 in all (10 in the deep profile), the first as a script of its own,

@@ -184,6 +184,7 @@ async def _records(dsn: str) -> list[RecordedEvent]:
         return await store.read_all()
 
 
+@pytest.mark.slow
 def test_two_nodes_split_a_fleet_and_one_takes_over_when_the_other_is_killed(
     dsn: str, tmp_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ from _depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import spawn_session
+from actors import ContextPolicy, estimate_tokens, spawn_session
 from actors._limiter import _core as _limiter_core
 from actors._limiter._core import (
     WINDOW,
@@ -28,6 +28,7 @@ from actors._limiter._core import (
     in_window,
     next_change,
 )
+from actors._session._context import SUMMARY_INSTRUCTIONS
 from actors.events import BackoffRecorded, GrantsExpired
 from actors.limits import Limit, LimiterPolicy, LimitTooLargeError, spawn_limiter
 from protocols import LLMResponse, Usage
@@ -425,6 +426,45 @@ async def test_a_session_waits_for_grants_and_settles_with_the_reported_usage(vi
     }
     assert all(g.tokens > 100 for g in grants)  # the prompt's estimate plus the reserve
     assert [e.tokens for e in events if isinstance(e, GrantSettled)] == [42, 42, 42]
+
+
+async def test_a_compaction_s_summary_is_granted_and_settled_like_a_round(virtual_clock):
+    """A summary is a model call the application pays for: the limiter grants it in the
+    session's tree and settles it with the summariser's reported usage."""
+
+    def usage(request):
+        # The prompt as the session counts it, so the policy sees the context grow.
+        return Usage(prompt_tokens=sum(map(estimate_tokens, request.messages)), completion_tokens=3)
+
+    def answer(request):
+        if request.messages[0].text == SUMMARY_INSTRUCTIONS:
+            return LLMResponse(content="the gist", usage=usage(request))
+        return LLMResponse(content="noted", usage=usage(request))
+
+    store = InMemoryEventStore()
+    llm = FunctionLLM(answer)
+    policy = LimiterPolicy(models={"openai/*": Limit(tokens_per_minute=100_000)})
+    async with open_runtime(store=store) as runtime:
+        limiter = await spawn_limiter(runtime, policy)
+        session = await spawn_session(
+            runtime,
+            llm=llm,
+            model="gpt-x",
+            context=ContextPolicy(window=700, reserve=100),
+            llm_hooks=[limiter.hook(provider="openai")],
+        )
+        for i in range(12):
+            assert (await session.send(f"entry {i} " + "lorem " * 20)).text == "noted"
+        stats = await limiter.statistics()
+    summaries = [r for r in llm.requests if r.messages[0].text == SUMMARY_INSTRUCTIONS]
+    assert summaries  # the policy compacted
+    paid = [usage(r).total_tokens for r in llm.requests]
+    events = await _events(store, "limiter/fleet")
+    grants = [e for e in events if isinstance(e, GrantIssued)]
+    assert len(grants) == len(paid)
+    assert {(g.provider, g.tree) for g in grants} == {("openai", session.id)}
+    assert [e.tokens for e in events if isinstance(e, GrantSettled)] == paid
+    assert (stats.issued, stats.settled, stats.tokens_used) == (len(paid), len(paid), sum(paid))
 
 
 async def test_a_429_closes_the_model_until_its_retry_after(virtual_clock):

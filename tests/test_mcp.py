@@ -338,6 +338,7 @@ def _sum_model(request: LLMRequest) -> LLMResponse:
     return LLMResponse(tool_calls=[call("add", {"a": 40, "b": 2})])
 
 
+@pytest.mark.slow
 async def test_replay_takes_an_mcp_server_as_spawn_session_does() -> None:
     """``replay_session(tools=[server])`` lists the server's tools and checks every
     recorded request against them; no tool is called."""

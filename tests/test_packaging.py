@@ -39,8 +39,8 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedPro
     )  # fmt: skip
 
 
-# One worker runs both, so the module's one mypy run serves them.
-pytestmark = pytest.mark.xdist_group("mypy")
+# One worker runs both, so the module's one mypy run serves them (seconds: run first).
+pytestmark = [pytest.mark.xdist_group("mypy"), pytest.mark.slow]
 
 
 def test_an_app_outside_the_project_type_checks_against_the_install(

@@ -276,6 +276,7 @@ async def test_store_repr_and_schema(postgres_server: PostgresServer, schema: st
         )
 
 
+@pytest.mark.slow
 def test_cluster_bench_reports_both_rates(postgres_server: PostgresServer) -> None:
     """``python -m runtime.bench cluster --quick`` prints the store's and raw psycopg's rates."""
     import argparse

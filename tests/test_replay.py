@@ -252,6 +252,7 @@ async def test_fork_refuses_bad_arguments() -> None:
 # -- a real provider's recording -------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_recording_from_a_real_server_replays_without_it(
     llama_server: LlamaServer, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import trio
 from hypothesis import given
 
@@ -57,6 +58,7 @@ async def _board_writes(db: Path) -> tuple[int, int]:
     return outcomes.count("ok"), outcomes.count("aborted")
 
 
+@pytest.mark.slow
 async def test_the_app_killed_mid_run_finishes_without_asking_a_recorded_answer_again(
     tmp_path: Path,
 ) -> None:

@@ -38,7 +38,7 @@ from protocols.transports import (
 )
 from runtime import open_runtime, open_sqlite_store
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.slow]
 
 SYSTEM = "Answer briefly."
 FIRST = "Say hello."

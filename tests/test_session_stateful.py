@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 import attrs
+import pytest
 import trio
 import trio.lowlevel
 import trio.testing
@@ -370,6 +371,7 @@ def check(outcome: Outcome, records: list[RecordedEvent], problems: list[str]) -
     assert is_provider_valid(final.transcript)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=examples(200),
     deadline=None,

@@ -911,6 +911,7 @@ async def test_virtual_clock_fixture_makes_a_day_instant(
     assert trio.current_time() - start == 86_400
 
 
+@pytest.mark.slow
 def test_the_plugin_is_installed_for_any_project(tmp_path: Path) -> None:
     """A user's test file with no conftest gets the fixtures; an unused answer fails."""
     plugins = {ep.value for ep in entry_points(group="pytest11")}

@@ -42,6 +42,7 @@ from ._observe import (
     DeltaReceived,
     HookContext,
     LLMCallFinished,
+    LLMCallNext,
     Observation,
     RoundBegan,
     RunBegan,
@@ -370,12 +371,23 @@ class SessionActor(EventSourcedActor[SessionState]):
         )
 
     async def _summarise(self, step: Summarise) -> object:
-        """Ask the summariser for a compaction (recorded before the next request uses it)."""
+        """Ask the summariser for a compaction (recorded before the next request uses it).
+
+        A summary is a model call the application pays for: the LLM hooks wrap it as they
+        wrap a round's (a limiter counts its tokens), told so by ``HookContext.purpose``."""
         policy = self._config.context
         assert policy is not None
         summariser = policy.summariser
         llm = self._config.llm if summariser == "session" or summariser is None else summariser
-        response = await llm.complete(step.request)
+        hooks = self._config.llm_hooks
+        call: LLMCallNext = llm.complete
+        if hooks:
+            await self.wait_logged()  # hooks are the application's code: they act on the log
+            context = HookContext(
+                session_id=self._session_id, run_id=step.run_id, round=step.round, purpose="summary"
+            )
+            call = chain_llm_hooks(hooks, llm.complete, context)
+        response = await call(step.request)
         return Summarised(step.run_id, step.upto, response, step.fingerprint, step.tokens_before)
 
     async def _run_tool_round(self, step: RunTools) -> object:

@@ -96,6 +96,7 @@ def compaction_step(
     request = summary_request(policy, previous, messages[since : cut.upto], model)
     return Summarise(
         run_id=run_id,
+        round=run.rounds + 1,
         upto=cut.upto,
         since=since,
         request=request,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Protocol, TypeAlias, final
+from typing import Literal, Protocol, TypeAlias, final
 
 import attrs
 import trio
@@ -130,11 +130,16 @@ Observer: TypeAlias = Callable[[Observation], None]
 @final
 @attrs.frozen(kw_only=True)
 class HookContext:
-    """Where a hooked call happens."""
+    """Where a hooked call happens, and what it is for."""
 
     session_id: str
     run_id: str
     round: int
+    """The run's round the call belongs to; a summary's is the round it makes room for."""
+    purpose: Literal["round", "summary"] = "round"
+    """``"round"``: the model's next answer in a run. ``"summary"``: a compaction's summary
+    (:class:`~actors.ContextPolicy`), a model call the application pays for too, whichever
+    model the policy's summariser is."""
 
 
 LLMCallNext: TypeAlias = Callable[[LLMRequest], Awaitable[LLMResponse]]

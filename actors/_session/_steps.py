@@ -255,6 +255,8 @@ class Summarise:
     """The step: ask the summariser to compact the run's transcript up to ``upto``."""
 
     run_id: str
+    round: int
+    """The round whose request the compaction makes room for (hooks are told it)."""
     upto: int
     since: int
     request: LLMRequest

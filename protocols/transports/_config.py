@@ -156,7 +156,7 @@ class ProviderConfig:
             ConfigError: ``POWERTRIO_PROVIDER`` names an unknown provider.
         """
         env = os.environ if environ is None else environ
-        raw_provider = env.get("POWERTRIO_PROVIDER", "openai").strip().lower()
+        raw_provider = env.get("POWERTRIO_PROVIDER", next(iter(PROVIDERS))).strip().lower()
         entry = PROVIDERS.get(raw_provider)
         if entry is None:
             choices = " or ".join(
@@ -179,8 +179,9 @@ class ProviderConfig:
         if not model:
             raise MissingSettingError(
                 "POWERTRIO_MODEL",
-                "missing setting: set POWERTRIO_MODEL to the model to call "
-                "(e.g. gpt-4o-mini or claude-sonnet-4-5)",
+                "missing setting: set POWERTRIO_MODEL to the model to call (e.g. "
+                + " or ".join(p.example_model for p in PROVIDERS.values())
+                + ")",
             )
         return cls(
             provider=provider,

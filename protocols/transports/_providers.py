@@ -31,6 +31,8 @@ class Provider:
     """The public API's URL, used when no base URL is set."""
     key_variable: str
     """The provider's own API key variable, read when ``POWERTRIO_API_KEY`` is not set."""
+    example_model: str
+    """A model of the provider, for messages that say what ``POWERTRIO_MODEL`` takes."""
     url_variable: str | None = None
     """The provider's own base URL variable, read when ``POWERTRIO_BASE_URL`` is not set."""
     also: str = ""
@@ -45,6 +47,7 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType(
                 name="openai",
                 base_url="https://api.openai.com/v1",
                 key_variable="OPENAI_API_KEY",
+                example_model="gpt-4o-mini",
                 url_variable="OPENAI_BASE_URL",
                 also="any OpenAI-compatible server",
             ),
@@ -52,8 +55,10 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType(
                 name="anthropic",
                 base_url="https://api.anthropic.com",
                 key_variable="ANTHROPIC_API_KEY",
+                example_model="claude-sonnet-4-5",
             ),
         )
     }
 )
-"""Every provider by name, in the order messages list them."""
+"""Every provider by name, in the order messages list them; the first is the default
+(``POWERTRIO_PROVIDER`` unset)."""

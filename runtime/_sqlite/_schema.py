@@ -109,7 +109,6 @@ _CHUNK_STATEMENTS = (
     "PRIMARY KEY (stream, id)) WITHOUT ROWID",
     "CREATE INDEX snapshot_chunks_id ON snapshot_chunks (id)",
 )
-_CHUNKS = "".join(statement + ";\n" for statement in _CHUNK_STATEMENTS)
 # The one-writer-per-stream guard, checked by SQLite at every insert, whoever inserts: an
 # event must be its stream's head + 1, so a second writer of a (stream, version) and a gap
 # are both refused, and the statement (the whole group) writes nothing. A UNIQUE index on
@@ -128,7 +127,29 @@ _GUARD_STATEMENTS = (
     "INSERT INTO heads (stream, version) VALUES (NEW.stream, NEW.version) "
     "ON CONFLICT (stream) DO UPDATE SET version = excluded.version; END",
 )
-_GUARD = "".join(statement + ";\n" for statement in _GUARD_STATEMENTS)
+
+
+def _statements(script: str) -> tuple[str, ...]:
+    """The statements of ``script``, one by one."""
+    statements: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    assert not pending.strip(), pending
+    return tuple(statements)
+
+
+_NEW_LOG = (
+    *_statements(_SCHEMA),
+    *_GUARD_STATEMENTS,
+    *_CHUNK_STATEMENTS,
+    f"PRAGMA application_id = {APPLICATION_ID}",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
+"""What a new file gets, in one transaction."""
 _REQUIRED_TABLES = frozenset(
     {"events", "stream_index", "meta", "streams", "snapshots", "blobs", "heads", "snapshot_chunks"}
 )
@@ -523,14 +544,48 @@ def open_database(
     return conn, head
 
 
+def _markers(conn: sqlite3.Connection) -> tuple[int, set[str]]:
+    """The file's application id and its tables."""
+    app_id: int = conn.execute("PRAGMA application_id").fetchone()[0]
+    tables = {
+        name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    return app_id, tables
+
+
+def _create(conn: sqlite3.Connection) -> bool:
+    """Write the schema and the markers into a new file; ``False`` when another process
+    wrote them first.
+
+    The write lock comes before the second look, so of two processes opening a new file
+    at once one creates the log and the other finds it made (statement by statement:
+    ``executescript`` would commit the transaction that holds the lock first)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        new = _markers(conn) == (0, set())
+        if new:
+            for statement in _NEW_LOG:
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return new
+
+
 def _prepare(
     conn: sqlite3.Connection, path: str, *, synchronous: Synchronous, verify: bool
 ) -> None:
     """Create the schema in a new file, or check that an existing one is a log we can read."""
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    tables = {
-        name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-    }
+    # One read transaction: another process may be creating the log meanwhile, and its id
+    # read before that commit beside its tables read after would look like a foreign file.
+    conn.execute("BEGIN")
+    try:
+        app_id, tables = _markers(conn)
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
     if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
         raise ForeignDatabaseError(path)
     if app_id == 0:
@@ -540,15 +595,11 @@ def _prepare(
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode != "wal":
             raise StoreError(f"event log {path!r}: cannot switch to WAL mode (got {mode})")
-        conn.executescript(
-            "SAVEPOINT init;"
-            + _SCHEMA
-            + _GUARD
-            + _CHUNKS
-            + f"PRAGMA application_id = {APPLICATION_ID};"
-            + f"PRAGMA user_version = {SCHEMA_VERSION};"
-            + "RELEASE init;"
-        )
+        if not _create(conn):
+            # Another process made the log meanwhile (``powertrio sessions`` beside the
+            # ``run`` that creates it): open it as found.
+            _prepare(conn, path, synchronous=synchronous, verify=verify)
+            return
     else:
         found = conn.execute("PRAGMA user_version").fetchone()[0]
         if found > SCHEMA_VERSION:
