@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
-from typing import Literal, TypeAlias, final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, TypeAlias, final
 
 import attrs
 import orjson
@@ -352,15 +352,50 @@ class LLMRequest:
         Returns:
             (str): ``"sha256:"`` followed by 64 hex digits.
         """
-        messages = self.messages
-        system = _leading_system(messages)
+        frame = self.fingerprint_frame()
         if messages_digest is None:
-            messages_digest = chain_messages(EMPTY_CHAIN, messages[len(system) :])
+            messages_digest = chain_messages(EMPTY_CHAIN, self.messages[frame.system_count :])
+        return frame.fingerprint(messages_digest)
+
+    def fingerprint_frame(self) -> FingerprintFrame:
+        """What :meth:`fingerprint` hashes besides the conversation, written once.
+
+        A caller that asks for many requests which differ only in their conversation
+        (a session, at every model call of a run) keeps the frame and pays one hash per
+        request, with no parameter walked or written again. It holds the parameters and
+        the leading system messages: it is the frame of any request that has the same.
+        """
+        system = _leading_system(self.messages)
         params: dict[str, object] = {name: getattr(self, name) for name in _REQUEST_PARAMS}
         params["tools"] = orjson.Fragment(canonical_tools(self.tools))
         params["system"] = system  # a tuple, written as the list a slice made
-        params["messages"] = messages_digest
-        return "sha256:" + hashlib.sha256(_canonical(params)).hexdigest()
+        # The canonical JSON of ``{**params, "messages": digest}`` is the keys before
+        # "messages", the digest, then the keys after it (sorted keys, no spaces): the
+        # digest's string is spliced between two objects' canonical bytes.
+        before = _canonical({k: v for k, v in params.items() if k < "messages"})
+        after = _canonical({k: v for k, v in params.items() if k > "messages"})
+        head = before[:-1] + (b',"messages":' if len(before) > 2 else b'"messages":')
+        tail = b"," + after[1:] if len(after) > 2 else b"}"
+        return FingerprintFrame(head, tail, len(system))
+
+
+@final
+class FingerprintFrame:
+    """A request's fingerprint less its conversation: :meth:`LLMRequest.fingerprint_frame`."""
+
+    __slots__ = ("_head", "_tail", "system_count")
+
+    def __init__(self, head: bytes, tail: bytes, system_count: int) -> None:
+        self._head = head
+        self._tail = tail
+        self.system_count = system_count
+        """How many system messages the request starts with (hashed here, not chained)."""
+
+    def fingerprint(self, messages_digest: str) -> str:
+        """The fingerprint of the request whose conversation (after the leading system
+        messages) has the :func:`chain_messages` digest ``messages_digest``."""
+        canonical = self._head + orjson.dumps(messages_digest) + self._tail
+        return "sha256:" + hashlib.sha256(canonical).hexdigest()
 
 
 def _leading_system(messages: Sequence[Message]) -> tuple[Message, ...]:
@@ -384,7 +419,8 @@ _REQUEST_PARAMS = tuple(
     a.name for a in attrs.fields(LLMRequest) if a.name not in {"messages", "tools"}
 )
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_AS_DICT: dict[type, Callable[[object], dict[str, object]]] = {}
+"""Per attrs class met in a canonical form: the function that makes its dict."""
 
 
 def _canonical_default(value: object) -> object:
@@ -394,15 +430,27 @@ def _canonical_default(value: object) -> object:
     rest (str, numbers, dicts, tuples, enums) as ``asdict`` + ``orjson.dumps`` did, so the
     canonical bytes hashed here stay the same; only the walk over the value moved from
     Python into orjson."""
-    cls = type(value)
-    names = _FIELDS.get(cls)
-    if names is None:
+    as_dict = _AS_DICT.get(type(value))
+    if as_dict is None:
+        cls = type(value)
         if not attrs.has(cls):
             if isinstance(value, Sequence | set | frozenset):
                 return list(value)
             raise TypeError(f"Type is not JSON serializable: {cls.__name__}")
-        names = _FIELDS[cls] = tuple(a.name for a in attrs.fields(cls))
-    return {name: getattr(value, name) for name in names}
+        as_dict = _AS_DICT[cls] = _as_dict_of(cls)
+    return as_dict(value)
+
+
+def _as_dict_of(cls: type) -> Callable[[object], dict[str, object]]:
+    """A function from an instance of the attrs class ``cls`` to the dict of its fields,
+    written for the class: a dict display reading each attribute, with no comprehension
+    or ``getattr`` per field (a message is hashed at every turn)."""
+    names = [a.name for a in attrs.fields(cls)]
+    items = ", ".join(f"{name!r}: value.{name}" for name in names)
+    namespace: dict[str, Any] = {}
+    exec(f"def as_dict(value):\n    return {{{items}}}", namespace)  # code from field names
+    as_dict: Callable[[object], dict[str, object]] = namespace["as_dict"]
+    return as_dict
 
 
 def _canonical(value: object) -> bytes:

@@ -139,15 +139,14 @@ def idempotency_key(session_id: str, call_id: str, *, round_index: int | None = 
     Returns:
         ``"pt-"`` followed by 32 hexadecimal digits.
     """
-    parts = [session_id, call_id]
+    # Each part's length (8 bytes, big-endian), then its UTF-8, hashed in one call.
+    session = session_id.encode("utf-8")
+    call = call_id.encode("utf-8")
+    data = len(session).to_bytes(8, "big") + session + len(call).to_bytes(8, "big") + call
     if round_index is not None:
-        parts.append(str(round_index))
-    digest = hashlib.sha256()
-    for part in parts:
-        data = part.encode("utf-8")
-        digest.update(len(data).to_bytes(8, "big"))
-        digest.update(data)
-    return "pt-" + digest.hexdigest()[:32]
+        index = str(round_index).encode("utf-8")
+        data += len(index).to_bytes(8, "big") + index
+    return "pt-" + hashlib.sha256(data).hexdigest()[:32]
 
 
 def interrupted_outcome(call_id: str, tool_name: str) -> ToolOutcome:
@@ -355,7 +354,8 @@ def _scan(value: object, depth: int) -> bool:
         items = value.values() if isinstance(value, dict) else value
         inexact = False
         for item in items:  # no early exit: every branch's depth is checked
-            if _scan(item, depth + 1):
+            kind = type(item)  # orjson's own types: a str, int, bool or None needs no call
+            if (kind is dict or kind is list or kind is float) and _scan(item, depth + 1):
                 inexact = True
         return inexact
     return False

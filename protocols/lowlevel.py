@@ -20,6 +20,7 @@ from ._util import (
 
 __all__ = [
     "EMPTY_CHAIN",
+    "FingerprintFrame",
     "MessageView",
     "SUPPORTED_TYPES",
     "SchemaBuilder",
@@ -46,7 +47,7 @@ __all__ = [
 # The schema builder and the message view load on first use: every package's __init__
 # imports its helpers from here, and needs none of them.
 if _TYPE_CHECKING:
-    from ._llm import EMPTY_CHAIN, canonical_tools, chain_messages
+    from ._llm import EMPTY_CHAIN, FingerprintFrame, canonical_tools, chain_messages
     from ._message_view import MessageView
     from ._tools import (
         aborted_outcome,
@@ -69,7 +70,7 @@ else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "._llm": ("EMPTY_CHAIN", "canonical_tools", "chain_messages"),
+            "._llm": ("EMPTY_CHAIN", "FingerprintFrame", "canonical_tools", "chain_messages"),
             "._message_view": ("MessageView",),
             "._tools": (
                 "aborted_outcome",

@@ -42,7 +42,7 @@ from protocols.lowlevel import unwrap_single_error
 
 from ._actor import Actor
 from ._ref import PriorityMessage
-from ._steps import Follow, Link, StepRunner, Waiter
+from ._steps import Follow, Gate, Link, StepRunner, Waiter
 from ._store._contract import (
     EventStore,
     NewEvent,
@@ -290,7 +290,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
         self._running_in = self.context.runtime
         self._stream = self.stream_name()
         self._step_token: object | None = None
-        self._step_gate: trio.Event | None = None
+        self._step_gate: Gate | None = None
         self._runner: StepRunner | None = None
         self.snapshot_version = 0
         if self.snapshot_every is not None:
@@ -775,7 +775,7 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             self._start_step(step)
             return
 
-    def _start_early(self, step: object | None, events: Sequence[object]) -> trio.Event | None:
+    def _start_early(self, step: object | None, events: Sequence[object]) -> Gate | None:
         """Start ``step`` before the append of ``events``, which asks for it, if it may
         (:meth:`starts_before_commit`); returns the event to set once that append is done."""
         if (
@@ -785,16 +785,20 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             or not self.starts_before_commit(step, events)
         ):
             return None
-        gate = trio.Event()
+        gate = Gate()
         self._start_step(step, gate)
         return gate
 
-    def _start_step(self, step: object, gate: trio.Event | None = None) -> None:
+    def _start_step(self, step: object, gate: Gate | None = None) -> None:
         token = object()
         self._step_token = token
         self._step_gate = gate
         runner = self._runner
-        if runner is None:
+        if runner is None or (gate is not None and runner.deciding):
+            # An early step must run while the append that asks for it commits: not in
+            # the task that waits for that append, deciding in the actor's turn.
+            if runner is not None:
+                runner.cancelled = True  # it ends once its handling does
             runner = self._runner = StepRunner(step, token)
             self.context.start_soon(self._run_steps, runner, name=f"{self.context.path} step")
         else:
@@ -819,12 +823,37 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                     result = StepFailed(step, exc)
                 if runner.cancelled:
                     return  # cancelled as it finished: its result is not wanted
-                self._step_finished(token, result)
+                lent = self._step_finished(token, result)
+                if lent is None:
+                    continue
+                # The actor is idle and lent this task its turn: handle the result here,
+                # as its loop would (one message at a time: messages that come meanwhile
+                # wait for it), and go on to the step it asks for without a wake-up.
+                runner.deciding = True
+                cell = self._cell
+                cell.current_reply = None
+                try:
+                    await self.receive(_StepResult(token, result))
+                except BaseException:
+                    # Not given back: the actor crashes (or is cancelled) with this error,
+                    # and its task must handle nothing more, not even a message queued
+                    # meanwhile, on a working state that holds what was not appended.
+                    runner.deciding = False
+                    raise
+                runner.deciding = False
+                cell.mailbox.give_back(lent, wake=cell.stop_requested)
+                if self._runner is not runner:
+                    return  # cancelled, or an early step went to a runner of its own
 
-    def _step_finished(self, token: object, result: object) -> None:
-        mailbox = self._cell.mailbox
+    def _step_finished(self, token: object, result: object) -> trio.lowlevel.Task | None:
+        """Deliver a finished step's result: decided as a follow of the append in flight,
+        or queued for the actor. If the actor is idle instead, its loop is lent to the
+        calling step task, which must handle the result now: returns the actor's task,
+        to give back (:meth:`~runtime._mailbox._Mailbox.give_back`)."""
+        cell = self._cell
+        mailbox = cell.mailbox
         if mailbox.closed:
-            return
+            return None
         link = self._open_link
         if (
             link is not None
@@ -838,8 +867,13 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
             state = cast("StateT", link.state)
             link.follow = self._decide_follow(result, state, link.version, link)
             if link.follow is not None:
-                return
+                return None
+        if not cell.stop_requested:
+            lent = mailbox.lend()
+            if lent is not None:
+                return lent
         mailbox.put_system((_StepResult(token, result), None))
+        return None
 
     def _cancel_step(self) -> None:
         if self._step_token is not None and self._runner is not None:

@@ -229,13 +229,44 @@ class _Mailbox(Generic[T]):
         """Park until something is queued or :meth:`interrupt` is called."""
         if self._user or self._system:
             return
-        self._receiver = current_task()
+        task = current_task()
+        self._receiver = task
+        task.custom_sleep_data = self  # parked here: see give_back
 
         def abort(_: object) -> Abort:
             self._receiver = None
+            task.custom_sleep_data = None
             return Abort.SUCCEEDED
 
         await wait_task_rescheduled(abort)
+
+    def lend(self) -> Task | None:
+        """Take the parked receiver's turn, if it is parked with nothing queued: the caller
+        handles one item in its stead, then hands the receiver back to
+        :meth:`give_back`. ``None`` (nothing lent) if the receiver is busy, absent, or has
+        something queued to handle first.
+
+        How a task that has the next item in hand (a step's result) handles it without a
+        hop through the queue and two task switches. The receiver stays parked meanwhile
+        and nothing wakes it: messages that arrive queue up, and :meth:`give_back` wakes
+        it for them, so the mailbox stays serial.
+        """
+        receiver = self._receiver
+        if receiver is None or self._user or self._system or self._closed:
+            return None
+        self._receiver = None
+        return receiver
+
+    def give_back(self, receiver: Task, *, wake: bool) -> None:
+        """Return the turn :meth:`lend` took: park ``receiver`` again, or wake it if a
+        message came or the mailbox closed meanwhile, or ``wake`` says to (a stop was
+        requested: :meth:`interrupt` found nobody to wake)."""
+        if receiver.custom_sleep_data is not self:
+            return  # cancelled meanwhile: it has left :meth:`wait`
+        if wake or self._user or self._system or self._closed:
+            reschedule(receiver)
+        else:
+            self._receiver = receiver
 
     def interrupt(self) -> None:
         """Wake the receiver even though nothing was queued (a stop was requested)."""

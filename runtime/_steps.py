@@ -31,13 +31,55 @@ def _keep_waiting(_: object) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED
 
 
+class Gate:
+    """Opened once the append that asked for an early step is done: what the step's
+    ``wait_logged`` waits for. A lighter :class:`trio.Event`: no collection of waiters is
+    made unless a task waits, which most early steps never do."""
+
+    __slots__ = ("open", "waiters")
+
+    def __init__(self) -> None:
+        self.open = False
+        self.waiters: list[trio.lowlevel.Task] | None = None
+
+    def set(self) -> None:
+        self.open = True
+        waiters = self.waiters
+        if waiters:
+            self.waiters = None
+            for task in waiters:
+                trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """Wait until :meth:`set` (a checkpoint if it was already); cancellable."""
+        if self.open:
+            await trio.lowlevel.checkpoint()
+            return
+        task = trio.lowlevel.current_task()
+        waiters = self.waiters
+        if waiters is None:
+            waiters = self.waiters = []
+        waiters.append(task)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            waiters.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+
 class StepRunner:
     """The task that runs an actor's steps, one after another: a step costs a wake-up,
     not a new task and cancel scope. Cancelling the step cancels the task (``scope``); the
     actor's next step starts a new one. ``next`` is the step given and not yet taken, with
-    its token; ``cancelled`` says the result of the step running now is not wanted."""
+    its token; ``cancelled`` says the result of the step running now is not wanted.
 
-    __slots__ = ("cancelled", "idle", "next", "scope", "task")
+    ``deciding``: the task is handling its step's result itself, in the actor's turn (the
+    actor was idle): no step of its own runs then, so a cancel only marks it (its scope
+    left alone, or it would cut that handling, an append, short) and the task ends once
+    the handling does, without taking ``next``."""
+
+    __slots__ = ("cancelled", "deciding", "idle", "next", "scope", "task")
 
     def __init__(self, step: object, token: object) -> None:
         self.scope = trio.CancelScope()
@@ -45,10 +87,12 @@ class StepRunner:
         self.task: trio.lowlevel.Task | None = None
         self.idle = False
         self.cancelled = False
+        self.deciding = False
 
     def cancel(self) -> None:
         self.cancelled = True
-        self.scope.cancel()
+        if not self.deciding:
+            self.scope.cancel()
 
     def give(self, step: object, token: object) -> None:
         self.next = (step, token)

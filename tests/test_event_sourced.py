@@ -32,7 +32,7 @@ from runtime import (
     open_runtime,
     open_sqlite_store,
 )
-from runtime.supervision import ActorCrashed, Backoff, Supervision
+from runtime.supervision import ActorCrashed, ActorStopped, Backoff, Supervision
 from runtime.testing import InMemoryEventStore
 
 registry = EventRegistry()
@@ -383,6 +383,225 @@ async def test_steps_share_one_task_until_one_is_cancelled(
     assert step_tasks[1][1] is first
     assert step_tasks[2][1] is first
     assert step_tasks[3][1] is not first
+
+
+class _TaskSteps(trio.abc.Instrument):
+    """Counts how often each task runs, by name."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, int] = {}
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps[task.name] = self.steps.get(task.name, 0) + 1
+
+
+async def test_an_idle_actor_has_its_step_results_decided_by_the_step_task(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A step's result that finds the actor idle is decided by the step's task in the
+    actor's turn: the actor's own task is not woken for it, and the step it asks for next
+    runs in the same task, without a wake-up of its own."""
+    executed.clear()
+    step_tasks.clear()
+    steps = _TaskSteps()
+    async with open_runtime(store=InMemoryEventStore(), seed=1) as runtime:
+        ref = await runtime.spawn(TaskNoting, name="jobs")
+        await ref.tell(Submit("a"))
+        await ref.tell(Submit("b"))
+        await trio.testing.wait_all_tasks_blocked()  # "a" runs; the actor waits
+        trio.lowlevel.add_instrument(steps)
+        try:
+            await trio.sleep(5)  # "a" and "b" finish
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+        status = await ref.ask(Status())
+    assert status.done == (("a", "A"), ("b", "B"))
+    assert [job for job, _ in step_tasks] == ["a", "b"]
+    assert step_tasks[0][1] is step_tasks[1][1]
+    assert steps.steps.get("actor /jobs", 0) == 0
+    # Each step wakes once, from its sleep, and its result's append parks it once more.
+    assert steps.steps["/jobs step"] == 4
+
+
+async def test_a_message_waits_while_a_step_task_decides_in_the_actor_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The mailbox stays serial while a step's task decides its result: a message that
+    comes while that decision's append is in flight is handled after it, on its state."""
+    executed.clear()
+    store = GatedStore("test.job_done")
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
+        ref = await runtime.spawn(TaskNoting, name="jobs")
+        async with trio.open_nursery() as nursery:
+            await ref.tell(Submit("a"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert store.waiting == 0
+            statuses: list[Jobs] = []
+
+            async def ask() -> None:
+                statuses.append(await ref.ask(Status()))
+
+            await trio.sleep(1.5)  # "a" is done, and its result's append is held
+            assert store.waiting == 1
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            assert statuses == []  # queued behind the decision in flight
+            store.gate.set()
+        assert statuses == [Jobs(queued=(), done=(("a", "A"),))]
+        assert executed[-1] == "a"
+
+
+async def test_a_stop_asked_while_a_step_task_decides_in_the_actor_turn_stops_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A stop that comes while a step's task decides in the actor's turn finds nobody to
+    wake; the actor's task is woken for it once that decision is appended, and stops."""
+    executed.clear()
+    store = GatedStore("test.job_done")
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
+        with runtime.subscribe() as events:
+            ref = await runtime.spawn(TaskNoting, name="jobs")
+            await ref.tell(Submit("a"))
+            await trio.sleep(1.5)  # "a" is done, and its result's append is held
+            assert store.waiting == 1
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(runtime.stop, ref)
+                await trio.testing.wait_all_tasks_blocked()
+                assert ref.alive  # asked to stop, but the decision is not appended yet
+                store.gate.set()
+            stopped = [e for e in drain(events) if isinstance(e, ActorStopped)]
+        # In order, at once: not killed once its shutdown timeout ran out.
+        assert [(e.path, e.reason) for e in stopped] == [("/jobs", "shutdown")]
+    assert [(r.version, r.type) for r in await store.inner.read("worker/1")] == [
+        (1, "test.job_queued"),
+        (2, "test.job_done"),
+    ]
+
+
+async def test_an_actor_killed_while_a_step_task_decides_in_its_turn_ends_cleanly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Killed (its shutdown timeout ran out) while a step's task decides in its turn, the
+    actor ends like any killed actor: the decision's append never happens, and nothing
+    wakes the actor's task again once it has left."""
+    executed.clear()
+    store = GatedStore("test.job_done")
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
+        with runtime.subscribe() as events:
+            ref = await runtime.spawn(TaskNoting, name="jobs", shutdown_timeout=1)
+            await ref.tell(Submit("a"))
+            await trio.sleep(1.5)  # "a" is done, and its result's append is held
+            assert store.waiting == 1
+            await runtime.stop(ref)
+            stopped = [e for e in drain(events) if isinstance(e, ActorStopped)]
+        assert [(e.path, e.reason) for e in stopped] == [("/jobs", "killed")]
+        assert not ref.alive
+    assert [r.type for r in await store.inner.read("worker/1")] == ["test.job_queued"]
+
+
+class EarlyNoting(TaskNoting):
+    """A worker whose jobs, a second each, may start while the append asking for them is
+    in flight."""
+
+    def starts_before_commit(self, step: object, events: Sequence[object]) -> bool:
+        return True
+
+
+async def test_a_step_task_deciding_in_the_actor_turn_starts_an_early_step_beside_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A result decided by a step's task in the actor's turn may ask for a step that starts
+    early: it runs in a task of its own while that task waits for the append (the task
+    cannot run it and wait at once), and the first task ends."""
+    executed.clear()
+    step_tasks.clear()
+    store = GatedStore("test.job_done")
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
+        ref = await runtime.spawn(EarlyNoting, name="jobs")
+        await ref.tell(Submit("a"))
+        await ref.tell(Submit("b"))
+        await trio.sleep(1.5)  # "a" is done, and its result's append is held
+        assert store.waiting == 1
+        assert [job for job, _ in step_tasks] == ["a", "b"]  # "b" started meanwhile
+        assert step_tasks[1][1] is not step_tasks[0][1]
+        store.gate.set()
+        await trio.sleep(5)
+        assert (await ref.ask(Status())).done == (("a", "A"), ("b", "B"))
+    assert executed == ["a", "b"]
+
+
+class Answering(TaskNoting):
+    """A worker that notes which incarnation answers each ``Status``."""
+
+    answered_by: list[int]
+
+    def handle(self, state: Jobs, message: object) -> Decision:
+        if isinstance(message, Status):
+            self.answered_by.append(self.context.incarnation)
+        return super().handle(state, message)
+
+
+async def test_a_message_queued_behind_a_decision_whose_append_fails_waits_for_the_restart(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A step's task deciding in the actor's turn whose append fails crashes the actor,
+    whose task handles nothing more: a message queued meanwhile is handled by the next
+    incarnation, on the fold of the log, never on a working state that holds what was
+    not appended."""
+    executed.clear()
+    store = GatedStore("test.job_done")
+    store.fail = True
+    Answering.answered_by = []
+    async with open_runtime(store=store.as_store(), seed=1) as runtime:
+        ref = await runtime.spawn(Answering, name="jobs")
+        await ref.tell(Submit("a"))
+        await trio.sleep(1.5)  # "a" is done, and its result's append is held
+        assert store.waiting == 1
+        async with trio.open_nursery() as nursery:
+            statuses: list[Jobs] = []
+
+            async def ask() -> None:
+                statuses.append(await ref.ask(Status()))
+
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            store.gate.set()  # the append fails
+        assert Answering.answered_by == [2]
+        assert statuses == [Jobs(queued=("a",))]
+    assert executed == ["a", "a"]
+
+
+class Failing(TaskNoting):
+    """A worker whose decider fails on the result of job "boom", the first time."""
+
+    fail = True
+
+    def handle(self, state: Jobs, message: object) -> Decision:
+        if isinstance(message, Worked) and message.job == "boom" and Failing.fail:
+            Failing.fail = False
+            raise RuntimeError("the decider failed")
+        return super().handle(state, message)
+
+
+async def test_a_decider_that_fails_on_a_step_result_crashes_the_actor(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Decided in the step's task or in the actor's, a result the decider fails on crashes
+    the actor (its supervisor hears of the error), and its next incarnation folds the log
+    and runs the step again."""
+    executed.clear()
+    Failing.fail = True
+    async with open_runtime(store=InMemoryEventStore(), seed=1) as runtime:
+        with runtime.subscribe() as events:
+            ref = await runtime.spawn(Failing, name="jobs")
+            await ref.tell(Submit("boom"))
+            await trio.sleep(10)
+            crashed = [e for e in drain(events) if isinstance(e, ActorCrashed)]
+        assert [(c.error_type, c.error_message) for c in crashed] == [
+            ("RuntimeError", "the decider failed")
+        ]
+        assert (await ref.ask(Status())).done == (("boom", "BOOM"),)
+    assert executed == ["boom", "boom"]  # its result was not logged: it ran again
 
 
 # -- the persist-listener seam ---------------------------------------------------------------

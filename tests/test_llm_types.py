@@ -109,6 +109,69 @@ def test_fingerprint_known_value() -> None:
     assert request.fingerprint() != LLMRequest(messages=[SystemMessage("hi")]).fingerprint()
 
 
+RICH_REQUEST = LLMRequest(
+    messages=[
+        SystemMessage('You are "terse".\n'),
+        SystemMessage("Second: \u00e9 \u2713"),
+        UserMessage([TextPart("look"), ImagePart(url="https://x/cat.png", detail="low")]),
+        AssistantMessage(
+            content="ok",
+            tool_calls=[ToolCall(id="c1", name="f", arguments='{"a": 1}')],
+            thinking=[ThinkingBlock(thinking="t", signature="s")],
+        ),
+        ToolResultMessage(tool_call_id="c1", content="1", is_error=True),
+        UserMessage("and now?"),
+    ],
+    tools=[
+        ToolDefinition(
+            name="f",
+            description="d",
+            parameters={"type": "object", "properties": {"messages": {"default": None}}},
+        ),
+        ToolDefinition(name="g", description="", parameters={}),
+    ],
+    tool_choice=ToolChoice.required(),
+    response_format=ResponseFormat(name="answer", schema={"type": "object", "required": ["x"]}),
+    max_tokens=10,
+    temperature=0.5,
+    model="m",
+    stop=["x", "y"],
+    thinking_budget=64,
+)
+
+
+def test_fingerprint_known_values_of_every_parameter() -> None:
+    """Every parameter, leading system messages, tools and a digest JSON must escape hash
+    as they always have: sessions' recorded logs hold these fingerprints, and a resumed or
+    replayed session compares its requests' with them."""
+    assert RICH_REQUEST.fingerprint() == (
+        "sha256:d7b2fa13bc5027ee26ae423eda9551db31832573b4c87ec8b39549472be38c12"
+    )
+    assert RICH_REQUEST.fingerprint(messages_digest='abc"\\\u00e9\u2028') == (
+        "sha256:0584cd748a85a97bd6758255926ff8c864fee3ddb99c3c5351a282bd58ad90ea"
+    )
+    schema = ResponseFormat(name="n", schema={"type": "object"})
+    request = LLMRequest(messages=[UserMessage("hi")], thinking_budget=5, response_format=schema)
+    assert request.fingerprint() == (
+        "sha256:7b5822bff49f27f94ce003d045527ed466a89d6dbfd3d5379e90f8f567cf178a"
+    )
+    assert RICH_REQUEST.fingerprint() == _reference_fingerprint(RICH_REQUEST)
+
+
+def test_fingerprint_frame_is_the_request_less_its_conversation() -> None:
+    """A frame kept from one request fingerprints any conversation under the same
+    parameters and system messages as the request holding it would."""
+    frame = RICH_REQUEST.fingerprint_frame()
+    assert frame.system_count == 2
+    for cut in (2, 3, 5, 6):
+        request = attrs.evolve(RICH_REQUEST, messages=RICH_REQUEST.messages[:cut])
+        digest = chain_messages(EMPTY_CHAIN, request.messages[2:])
+        assert frame.fingerprint(digest) == request.fingerprint()
+    assert frame.fingerprint(EMPTY_CHAIN) != attrs.evolve(RICH_REQUEST, model="n").fingerprint(
+        messages_digest=EMPTY_CHAIN
+    )
+
+
 def _reference_fingerprint(request: LLMRequest) -> str:
     """The fingerprint as first written, with ``attrs.asdict`` (the canonical form)."""
     lead = 0

@@ -60,6 +60,7 @@ def test_grow_map_versions_are_independent_dicts(steps: list[tuple[int, int, int
         for key in range(9):
             assert (key in mapping) == (key in model)
             assert mapping.get(key) == model.get(key)
+            assert mapping.get(key, -1) == model.get(key, -1)
         assert mapping == model
 
 
@@ -148,6 +149,7 @@ def test_a_map_from_chunks_checks_its_keys() -> None:
     loaded: GrowMap[str, int] = GrowMap.from_chunks(
         texts, lambda text: json.loads(text)[0], lambda text: json.loads(text)[1]
     )
+    assert (loaded.get("k299"), loaded.get("k300"), loaded.get("k300", -1)) == (299, None, -1)
     assert dict(loaded) == {f"k{i}": i for i in range(300)}
     with pytest.raises(ValueError, match="chunk 0 of 2 holds 3 keys"):
         GrowMap.from_chunks(["a", "b"], lambda text: ["x", "y", "z"], list)

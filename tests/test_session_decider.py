@@ -9,6 +9,7 @@ import attrs
 from actors import AgentSpec, SessionState, tool
 from actors._session import _decider as decider
 from actors._session._events import evolve
+from actors._session._request_header import RequestFrame
 from actors._session._steps import (
     Busy,
     CallLLM,
@@ -338,3 +339,62 @@ def test_replay_checks_a_recorded_answer_against_the_step() -> None:
         "the log has an answer of the model here, but the code asks for "
         "nothing (it would wait for a message)"
     )
+
+
+def test_a_kept_request_frame_makes_the_request_made_from_scratch() -> None:
+    """The running actor keeps what a run's model calls share between steps: each call's
+    request, fingerprint and header equal those made with nothing kept, one frame serves
+    every call of a run and the next usual run, and a run of its own system prompt gets a
+    frame of its own."""
+    config = _config()
+    frames: list[RequestFrame] = []
+    state = _created(config)
+    state = _fold(state, decider.handle(config, state, _send()).events)
+    calls: list[CallLLM] = []
+    used: list[RequestFrame] = []
+    answers = [
+        LLMResponse(
+            tool_calls=[ToolCall(id="c1", name="add", arguments='{"a": 2, "b": 3}')],
+            finish_reason="tool_calls",
+        ),
+        LLMResponse(content="5"),
+    ]
+    while state.run is not None:
+        kept = decider.next_step(config, state, frames)
+        assert kept == decider.next_step(config, state)
+        if isinstance(kept, CallLLM):
+            calls.append(kept)
+            used.extend(frames)
+            answer = LLMAnswered("r1", answers[len(calls) - 1], kept.fingerprint, kept.header)
+            state = _fold(state, decider.handle(config, state, answer).events)
+        elif isinstance(kept, RunTools):
+            outcome = ToolOutcome(call_id="c1", tool_name="add", status="ok", content="5")
+            state = _fold(state, decider.handle(config, state, ToolsDone("r1", (outcome,))).events)
+        else:
+            assert isinstance(kept, Decision)
+            state = _fold(state, kept.events)
+    first, second = calls
+    assert (first.header.messages, second.header.messages) == (1, 3)
+    assert first.fingerprint != second.fingerprint
+    frame, again = used
+    assert frame is again
+    assert frame.lead == (SystemMessage("Be brief."),)
+
+    usual = _send("r2", "And 3 + 4?")
+    state = _fold(state, decider.handle(config, state, usual).events)
+    step = decider.next_step(config, state, frames)
+    assert isinstance(step, CallLLM)
+    assert step == decider.next_step(config, state)
+    assert frames[0] is frame
+    state = _fold(
+        state, [RunFinished(run_id="r2", status="cancelled", text="", rounds=0, usage=Usage())]
+    )
+
+    own = attrs.evolve(_send("r3", "And 3 + 4?"), system_prompt="Be exact.")
+    state = _fold(state, decider.handle(config, state, own).events)
+    step = decider.next_step(config, state, frames)
+    assert isinstance(step, CallLLM)
+    assert step == decider.next_step(config, state)
+    assert step.request.messages[0] == SystemMessage("Be exact.")
+    assert step.header.system == "Be exact."
+    assert frames[0] is not frame

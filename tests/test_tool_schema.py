@@ -541,6 +541,16 @@ def test_idempotency_keys_are_deterministic_and_distinct() -> None:
     assert len(others) == 6
 
 
+def test_idempotency_keys_do_not_drift() -> None:
+    """A ``retry`` tool re-run after a crash gets the key recorded in its ``ToolStarted``;
+    a key made now for the same call must be the one made before (logs hold them)."""
+    assert idempotency_key("s", "c") == "pt-b48fc7a5c4482e015c556713bedffa26"
+    assert idempotency_key("a/b", "c", round_index=3) == "pt-9c822edcbb8c804502d1da809d6eab22"
+    assert idempotency_key("\u00e9\u2713", "", round_index=0) == (
+        "pt-cf23e5d4fa1d76f79416c0e962e1a062"
+    )
+
+
 def test_outcome_helpers() -> None:
     """Outcomes the session actor writes itself are explicit, never a fake success."""
     assert interrupted_outcome("c1", "t") == ToolOutcome(

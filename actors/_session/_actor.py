@@ -54,6 +54,8 @@ from ._observe import (
     chain_llm_hooks,
     chain_tool_hooks,
 )
+from ._replace import maker
+from ._request_header import RequestFrame
 from ._snapshot import register_session_state
 from ._steps import (
     TIMER_KEEPS_WARM,
@@ -79,39 +81,42 @@ from ._trace_ids import child_traceparent
 
 logger = logging.getLogger("powertrio.session")
 
+# A send's results and calls, made as their classes make them less the frozen guard.
+_llm_answered = maker(LLMAnswered)
+_tool_call = maker(ToolCall)
+_tools_done = maker(ToolsDone)
+
 register_session_state()  # snapshots: the state's codec (registered once, at import)
 
 
-def _subclass_test(*classes: type) -> Callable[[type], bool]:
+class _SubclassTest(dict[type, bool]):
     """``issubclass(cls, classes)``, remembered per class: the messages and events the
-    session looks at on every message are a few types among many."""
-    known: dict[type, bool] = {}
+    session looks at on every message are a few types among many. Read it as
+    ``test.get(cls)`` (``None`` the first time a class is seen, then ``test(cls)``): a
+    dictionary look-up where a function call would be one more frame per message."""
 
-    def test(cls: type) -> bool:
-        found = known.get(cls)
-        if found is None:
-            found = known[cls] = issubclass(cls, classes)
+    __slots__ = ("_classes",)
+
+    def __init__(self, *classes: type) -> None:
+        super().__init__()
+        self._classes = classes
+
+    def __call__(self, cls: type) -> bool:
+        found = self[cls] = issubclass(cls, self._classes)
         return found
-
-    return test
 
 
 # What ``receive`` looks at itself; the rest goes straight to the decider.
-_looked_at = _subclass_test(
+_looked_at = _SubclassTest(
     Send, Urgent, WaitRun, PythonSpawn, GetState, FollowUpSource, FollowUp, Cancel
 )
-
-
-def _passes_through(cls: type) -> bool:
-    return not _looked_at(cls)
-
 
 _CATCH_UP = 8
 """The most observations a reader may be behind for the first delta to wait for it: one
 further behind (busy elsewhere) is not waited for."""
 
 # The events ``after_persist`` tells someone about.
-_tells_callers = _subclass_test(RunFinished, ChildFinished, CancelRequested, InputQueued)
+_tells_callers = _SubclassTest(RunFinished, ChildFinished, CancelRequested, InputQueued)
 
 
 @final
@@ -139,6 +144,9 @@ class SessionActor(EventSourcedActor[SessionState]):
         self._new = new
         self._passivate_after = config.passivate_after
         self._last_active = 0.0
+        # Trio's time, read from the run's clock itself once it is known (``on_start``):
+        # a message stamps it, and ``trio.current_time`` is three calls to the same.
+        self._now: Callable[[], float] = trio.current_time
         self._idle: IdleWatch | None = None
         self._config = config
         self._session_id = config.session_id
@@ -148,6 +156,8 @@ class SessionActor(EventSourcedActor[SessionState]):
         # fingerprint. A cancel's Stamped message carries them to the decider.
         self._partial: list[str] | None = None
         self._inflight_fingerprint = ""
+        # What the run's model calls share (the decider's, kept here between steps).
+        self._frames: list[RequestFrame] = []
         # A model call that went out before the events asking for it committed: they
         # are being appended (``_logging``), and its round is told once they are, by
         # ``after_persist``, which the kernel runs before it lets the step know.
@@ -165,7 +175,8 @@ class SessionActor(EventSourcedActor[SessionState]):
         await super().on_start()
         after = self._passivate_after
         if after is not None:
-            self._last_active = trio.current_time()
+            self._now = trio.lowlevel.current_clock().current_time
+            self._last_active = self._now()
             self._idle = self.context.watch_idle(self._last_active + after, self._idle_check)
 
     async def on_stop(self) -> None:
@@ -215,17 +226,17 @@ class SessionActor(EventSourcedActor[SessionState]):
     def evolve(self, state: SessionState, event: object) -> SessionState:
         return evolve(state, event)
 
-    def apply(self, state: SessionState, event: object) -> SessionState:
-        # The working state, folded in place (the decider's ``evolve`` is its spec).
-        return working.apply(state, event)
+    # The working state, folded in place (the decider's ``evolve`` is its spec): the
+    # function itself, with no method of this class between the kernel and it.
+    apply = staticmethod(working.apply)
 
     def snapshot_due(self, events: Sequence[object]) -> bool:
         # At a run's end, so a reopened session folds what came after it; not after
         # every short run, since a snapshot carries the run's newest chunk of messages.
         every = self.snapshot_every or 0
-        return self.version - self.snapshot_version >= max(1, every // 10) and any(
-            isinstance(event, RunFinished) for event in events
-        )
+        if self.version - self.snapshot_version < (every // 10 if every >= 10 else 1):
+            return False
+        return any(type(event) is RunFinished for event in events)  # a final class
 
     def recovered(self, state: SessionState) -> Decision | None:
         return decider.recovered(self._config, state)
@@ -249,7 +260,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         )
 
     def next_step(self, state: SessionState) -> object | None:
-        return decider.next_step(self._config, state)
+        return decider.next_step(self._config, state, self._frames)
 
     def answers_effect(self, event: object) -> bool:
         return decider.answers_effect(event)
@@ -296,7 +307,7 @@ class SessionActor(EventSourcedActor[SessionState]):
             # model directly, with no context, closure or chain built for it.
             self._inflight_fingerprint = step.fingerprint
             response = await self._config.llm.complete(step.request)
-            return LLMAnswered(step.run_id, response, step.fingerprint, step.header)
+            return _llm_answered(step.run_id, response, step.fingerprint, step.header)
         # Set by the stream below, whichever hooks wrap it; a measurement, not an input.
         first_token: list[float | None] = [None]
         round_began = RoundBegan(session_id=self._session_id, run_id=step.run_id, round=step.round)
@@ -380,7 +391,7 @@ class SessionActor(EventSourcedActor[SessionState]):
         return Summarised(step.run_id, step.upto, response, step.fingerprint, step.tokens_before)
 
     async def _run_tool_round(self, step: RunTools) -> object:
-        calls = [ToolCall(id=c.call_id, name=c.name, arguments=c.arguments) for c in step.calls]
+        calls = [_tool_call(id=c.call_id, name=c.name, arguments=c.arguments) for c in step.calls]
         hooks = self._config.tool_hooks
         wrap = None
         if hooks:
@@ -411,7 +422,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                 approved=approved,
                 runtime=self.context.runtime,
             )
-            return ToolsDone(step.run_id, tuple(done), ())
+            return _tools_done(step.run_id, tuple(done), ())
         regular = [c for c in calls if c.id not in spawns]
         outcomes: dict[str, ToolOutcome] = {}
         finished: list[ChildFinished] = []
@@ -527,8 +538,12 @@ class SessionActor(EventSourcedActor[SessionState]):
     # -- answering the callers -------------------------------------------------------
 
     async def receive(self, message: object) -> object:
-        self._last_active = trio.current_time() if self._passivate_after is not None else 0.0
-        if _passes_through(type(message)):  # most of them: a step's result
+        self._last_active = self._now() if self._passivate_after is not None else 0.0
+        cls = type(message)
+        looked_at = _looked_at.get(cls)
+        if looked_at is None:
+            looked_at = _looked_at(cls)
+        if not looked_at:  # most of them: a step's result
             return await super().receive(message)
         if type(message) is Send:
             accepted = await super().receive(message)
@@ -593,7 +608,10 @@ class SessionActor(EventSourcedActor[SessionState]):
     def after_persist(self, events: Sequence[object]) -> None:
         bus = self._config.bus
         for event in events:
-            if not _tells_callers(type(event)):  # most of them
+            tells = _tells_callers.get(type(event))
+            if tells is None:
+                tells = _tells_callers(type(event))
+            if not tells:  # most of them
                 continue
             if isinstance(event, RunFinished):
                 result = self.state.results[event.run_id]
@@ -614,7 +632,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                     waiting,
                 )
         run = self.state.run
-        if run is not None and run.parked:
+        if run is not None and run.human and run.parked:  # human first: rarely any
             parked = self._parked(run.started.run_id)
             for reply in self._waiters.pop(run.started.run_id, ()):
                 reply.send(parked)

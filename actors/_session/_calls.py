@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import orjson
 
-from protocols import ToolCall, ToolOutcome
+from protocols import CrashPolicy, ToolCall, ToolOutcome
 from protocols.errors import ToolError, ToolNotFoundError
 from protocols.lowlevel import idempotency_key
 
@@ -23,7 +23,10 @@ from ._events import (
     ToolFinished,
     ToolStarted,
 )
+from ._replace import maker
 from ._steps import SessionConfig, ask_human, run_tools
+
+_tool_started = maker(ToolStarted)
 
 
 def begin_calls(config: SessionConfig, state: SessionState, run: ActiveRun) -> list[object]:
@@ -32,7 +35,9 @@ def begin_calls(config: SessionConfig, state: SessionState, run: ActiveRun) -> l
     children = len(state.children)
     for call in run.pending_calls:
         begun = _begin_call(config, state, run, call, children)
-        children += sum(isinstance(e, ChildSpawned) for e in begun)
+        for event in begun:
+            if type(event) is ChildSpawned:  # a final class
+                children += 1
         events.extend(begun)
     return events
 
@@ -68,7 +73,9 @@ def _begin_call(
                 call=call,
             )
         ]
-    return [_started(config, state, run, call)]
+    # The run's tool is the session's (a subset holds the same tools): its policy is known.
+    policy = target.spec.crash_policy if target is not None else None
+    return [_started(config, state, run, call, policy)]
 
 
 def _begin_spawn(
@@ -144,13 +151,18 @@ def _child_budget(config: SessionConfig, own: Budget | None, run: ActiveRun) -> 
 
 
 def _started(
-    config: SessionConfig, state: SessionState, run: ActiveRun, call: ToolCall
+    config: SessionConfig,
+    state: SessionState,
+    run: ActiveRun,
+    call: ToolCall,
+    policy: CrashPolicy | None = None,
 ) -> ToolStarted:
-    try:
-        policy = config.tools.get(call.name).spec.crash_policy
-    except ToolNotFoundError:
-        policy = "abort"
-    return ToolStarted(
+    if policy is None:
+        try:
+            policy = config.tools.get(call.name).spec.crash_policy
+        except ToolNotFoundError:
+            policy = "abort"
+    return _tool_started(
         run_id=run.started.run_id,
         call_id=call.id,
         name=call.name,

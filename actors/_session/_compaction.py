@@ -10,7 +10,6 @@ that decision is checked against the log like a model call.
 from __future__ import annotations
 
 from protocols import LLMResponse, Message, SystemMessage, ToolDefinition
-from protocols.lowlevel import MessageView
 from runtime import Decision
 
 from ._context import (
@@ -24,22 +23,30 @@ from ._context import (
 )
 from ._events import ActiveRun, SessionState
 from ._steps import SessionConfig, Summarise, Summarised
+from ._transcript import ValidTranscript
 
 
-def projection(system: str, state: SessionState) -> tuple[tuple[Message, ...], MessageView, str]:
-    """The request's leading system messages, its conversation and that conversation's
-    fingerprint chain, as the state's latest compaction has it.
-
-    The conversation is a view of the transcript's buffer, not a copy: O(1) however long
-    the history."""
-    history = state.history.closed()
+def projection_lead(system: str, compacted: ContextCompacted | None) -> tuple[Message, ...]:
+    """The system messages a request sends before its conversation: the system prompt
+    and, after a compaction, the message that stands for what it left out."""
     lead: tuple[Message, ...] = (SystemMessage(system),) if system else ()
+    if compacted is None:
+        return lead
+    return (*lead, summary_message(compacted.upto, compacted.summary, compacted.method))
+
+
+def projection(state: SessionState) -> tuple[ValidTranscript, int, str]:
+    """The transcript a request's conversation is a view of (its open calls closed),
+    where that view starts, and the view's fingerprint chain, as the state's latest
+    compaction has it.
+
+    The conversation is a view of the transcript's buffer from there, not a copy: O(1)
+    however long the history."""
+    history = state.history.closed()
     compacted = state.compacted
     if compacted is None:
-        return lead, history.view(), history.digest
-    kept = history.view(compacted.upto)
-    lead = (*lead, summary_message(compacted.upto, compacted.summary, compacted.method))
-    return lead, kept, projection_digest(history.digest, compacted.upto)
+        return history, 0, history.digest
+    return history, compacted.upto, projection_digest(history.digest, compacted.upto)
 
 
 def compaction_step(

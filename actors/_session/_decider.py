@@ -38,7 +38,7 @@ from runtime.timers import TimerFired
 
 from ._budget import cost_of
 from ._calls import begin_calls
-from ._compaction import compaction_step, projection, summarised
+from ._compaction import compaction_step, projection, projection_lead, summarised
 from ._context import ContextCompacted
 from ._errors import OutputInvalidError
 from ._events import (
@@ -59,7 +59,8 @@ from ._events import (
     ToolFinished,
     ToolStarted,
 )
-from ._request_header import RequestHeader
+from ._replace import maker
+from ._request_header import RequestFrame, RequestHeader
 from ._steps import (
     BadReply,
     Busy,
@@ -80,6 +81,14 @@ from ._steps import (
 )
 
 _CRASHED = "the process stopped while this tool ran; its result is unknown"
+
+# The hot path's values, made as their classes make them less the frozen guard per field.
+_assistant_message = maker(AssistantMessage)
+_assistant_recorded = maker(AssistantRecorded)
+_call_llm = maker(CallLLM)
+_run_finished = maker(RunFinished)
+_run_started = maker(RunStarted)
+_tool_finished = maker(ToolFinished)
 
 _DECIDED_BETWEEN_CALLS = (
     FollowUpsInjected,
@@ -170,6 +179,20 @@ def _recordable_outcome(outcome: ToolOutcome) -> ToolOutcome:
     return outcome
 
 
+def _plain(answer: AssistantMessage) -> bool:
+    """Whether every text of ``answer`` is ASCII, so none needs a look for lone surrogates:
+    nearly every answer, checked with no generator or call per field."""
+    if not answer.content.isascii():
+        return False
+    for call in answer.tool_calls:
+        if not (call.arguments.isascii() and call.name.isascii() and call.id.isascii()):
+            return False
+    for block in answer.thinking:
+        if not (block.thinking.isascii() and (block.signature or "").isascii()):
+            return False
+    return True
+
+
 def _recordable(answer: AssistantMessage) -> AssistantMessage:
     """``answer`` with no text the log cannot encode.
 
@@ -180,6 +203,8 @@ def _recordable(answer: AssistantMessage) -> AssistantMessage:
     (``\\ud800``): the log can hold that, and the tool layer refuses it as invalid arguments
     (``tool.invalid_args``) the model reads, as it does when a provider sends the escape.
     """
+    if _plain(answer):
+        return answer
     calls = answer.tool_calls
     bad_calls = any(
         _unencodable(c.arguments) or _unencodable(c.name) or _unencodable(c.id) for c in calls
@@ -220,7 +245,7 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
         assert run is not None
         response = message.response
         answer = _recordable(
-            AssistantMessage(
+            _assistant_message(
                 content=response.content,
                 tool_calls=response.tool_calls,
                 thinking=response.thinking,
@@ -228,7 +253,7 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
         )
         return Decision(
             events=[
-                AssistantRecorded(
+                _assistant_recorded(
                     run_id=message.run_id,
                     round=run.rounds + 1,
                     message=answer,
@@ -245,11 +270,16 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
         assert run is not None
         open_ids = {call.call_id for call in run.open_calls}
         events: list[object] = [
-            ToolFinished(run_id=message.run_id, outcome=_recordable_outcome(outcome))
+            _tool_finished(
+                run_id=message.run_id,
+                # ASCII text needs no look for lone surrogates (nearly every result).
+                outcome=outcome if outcome.content.isascii() else _recordable_outcome(outcome),
+            )
             for outcome in message.outcomes
             if outcome.call_id in open_ids
         ]
-        events.extend(c for c in message.children if c.child_id in run.children)
+        if message.children:
+            events.extend(c for c in message.children if c.child_id in run.children)
         return Decision(events=events)
     if isinstance(message, Send):
         return _handle_send(config, state, message)
@@ -294,7 +324,7 @@ def _handle_send(config: SessionConfig, state: SessionState, send: Send) -> Deci
     )
     if known:  # a retried send after a crash: already recorded
         return Decision(reply=send.run_id)
-    started = RunStarted(
+    started = _run_started(
         run_id=send.run_id,
         input=send.input,
         max_rounds=send.max_rounds if send.max_rounds is not None else state.max_rounds,
@@ -447,9 +477,14 @@ def _handle_reply(state: SessionState, reply: HumanReply) -> Decision:
 # -- the next step -----------------------------------------------------------------------
 
 
-def next_step(config: SessionConfig, state: SessionState) -> object | None:
+def next_step(
+    config: SessionConfig, state: SessionState, frames: list[RequestFrame] | None = None
+) -> object | None:
     """The effect to run next (:class:`CallLLM`, :class:`RunTools`), events to append at
-    once (a :class:`~runtime.Decision`), or ``None`` to wait for a message."""
+    once (a :class:`~runtime.Decision`), or ``None`` to wait for a message.
+
+    ``frames``: where to keep the frame of the run's model calls between steps (the
+    running actor's own list); the step is the same with or without it."""
     run = state.run
     if run is None:
         if state.queued:
@@ -466,7 +501,7 @@ def next_step(config: SessionConfig, state: SessionState) -> object | None:
         return RunTools(run_id, run.rounds, run.open_calls)
     if run.cancel is not None:
         return Decision(events=[_cancelled(run, run.cancel)])
-    if run.parked:
+    if run.human and run.parked:  # human first: a property costs a call per step
         return None  # until a human answers
     if state.inbox:
         return Decision(
@@ -488,11 +523,11 @@ def next_step(config: SessionConfig, state: SessionState) -> object | None:
         compaction = compaction_step(config, state, run, _system(config, run), _tools(config, run))
         if compaction is not None:
             return compaction
-    request, fingerprint, header = _request(config, state, run)
+    request, fingerprint, header = _request(config, state, run, frames)
     deadline = None
     if budget is not None and budget.max_seconds is not None and run.started.started_at:
         deadline = run.started.started_at + budget.max_seconds
-    return CallLLM(run_id, run.rounds + 1, request, fingerprint, header, deadline)
+    return _call_llm(run_id, run.rounds + 1, request, fingerprint, header, deadline)
 
 
 def _answered(run: ActiveRun, text: str) -> RunFinished | OutputRejected:
@@ -521,21 +556,41 @@ def _tools(config: SessionConfig, run: ActiveRun) -> tuple[ToolDefinition, ...]:
 
 
 def _request(
-    config: SessionConfig, state: SessionState, run: ActiveRun
+    config: SessionConfig,
+    state: SessionState,
+    run: ActiveRun,
+    frames: list[RequestFrame] | None,
 ) -> tuple[LLMRequest, str, RequestHeader]:
+    tools = run_tools(config, run).definitions()
+    started, compacted = run.started, state.compacted
+    # What a request holds besides the conversation comes from the configuration (the
+    # same for every call of the actor that keeps ``frames``) and from these, each
+    # compared by identity: the usual sends of a session (no prompt or format of their
+    # own) share one frame.
+    system, response_format = started.system_prompt, started.response_format
+    frame = frames[0] if frames else None
+    if frame is None or not (
+        frame.key[0] is system
+        and frame.key[1] is response_format
+        and frame.key[2] is tools
+        and frame.key[3] is compacted
+    ):
+        frame = RequestFrame(
+            (system, response_format, tools, compacted),
+            LLMRequest(
+                messages=projection_lead(_system(config, run), compacted),
+                tools=tools,
+                model=config.model,
+                response_format=response_format,
+                max_tokens=config.max_tokens,
+                temperature=config.temperature,
+            ),
+        )
+        if frames is not None:
+            frames[:] = (frame,)
     # The projection: the whole transcript, or what the latest compaction left of it.
-    lead, conversation, digest = projection(_system(config, run), state)
-    request = LLMRequest(
-        messages=conversation.prefixed(lead),
-        tools=run_tools(config, run).definitions(),
-        model=config.model,
-        response_format=run.started.response_format,
-        max_tokens=config.max_tokens,
-        temperature=config.temperature,
-    )
-    fingerprint = request.fingerprint(messages_digest=digest)
-    header = RequestHeader.of(request, digest, conversation=len(conversation))
-    return request, fingerprint, header
+    history, start, digest = projection(state)
+    return frame.request(history.view(start, frame.lead), len(history) - start, digest)
 
 
 # -- pipelining (EventSourcedActor.starts_before_commit) --------------------------------
@@ -555,7 +610,7 @@ def starts_before_commit(step: object, events: Sequence[object]) -> bool:
     """
     if type(step) is not CallLLM and type(step) is not Summarise:
         return False
-    return all(type(event) is not ToolFinished for event in events)
+    return ToolFinished not in map(type, events)  # (in C: no generator made per append)
 
 
 # -- replay (runtime.replay) -------------------------------------------------------------
@@ -635,7 +690,7 @@ def _finish(
     output: JsonValue = None,
     error_code: str | None = None,
 ) -> RunFinished:
-    return RunFinished(
+    return _run_finished(
         run_id=run.started.run_id,
         status=status,
         text=run.text,

@@ -34,7 +34,7 @@ from ._budget import Budget
 from ._context import ContextCompacted
 from ._errors import OutputTypeError
 from ._persistent import GrowMap, grow_map
-from ._replace import replacer
+from ._replace import maker, replacer
 from ._request_header import RequestHeader
 from ._transcript import ValidTranscript
 
@@ -466,6 +466,9 @@ class SessionState:
 _NO_USAGE = Usage()
 """The usage of a model not called yet in a run (one shared value: Usage is frozen)."""
 
+_run_result = maker(RunResult)
+"""``RunResult(...)`` less its frozen guard per field: a run's end makes one."""
+
 _evolve_state = replacer(SessionState)
 """``attrs.evolve`` for a state: the fold makes one per event."""
 _evolve_run = replacer(ActiveRun)
@@ -607,7 +610,7 @@ def run_result(state: SessionState, event: RunFinished) -> RunResult:
             code = event.error.split(": ", 1)[0]
         prefix = f"{code}: "
         message = event.error[len(prefix) :] if event.error.startswith(prefix) else event.error
-    return RunResult(
+    return _run_result(
         session_id=state.session_id,
         run_id=event.run_id,
         status=event.status,

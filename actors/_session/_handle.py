@@ -23,6 +23,7 @@ from ._budget import Budget, Price
 from ._errors import HumanRequestNotFoundError, SessionBusyError
 from ._events import ChildFinished, RunResult, SessionState, typed_result
 from ._observe import Observation, ObserverBus
+from ._replace import maker
 from ._steps import (
     BadReply,
     Busy,
@@ -38,6 +39,9 @@ from ._steps import (
     WaitRun,
     check_limits,
 )
+
+_send = maker(Send)
+"""``Send(...)`` less its frozen guard per field: one per send."""
 
 if TYPE_CHECKING:
     from runtime import ActorRef, Runtime
@@ -208,9 +212,11 @@ class Session:
         for name in subset or ():
             if name not in self._tools:
                 raise ToolNotFoundError(name, tuple(sorted(self._tools.names())))
-        response, output_type = resolve_format(response_format)
-        check_limits(response, budget, self._prices)
-        send = Send(
+        response, output_type = None, None
+        if response_format is not None or budget is not None:  # a send's usual: neither
+            response, output_type = resolve_format(response_format)
+            check_limits(response, budget, self._prices)
+        send = _send(
             run_id=id or self._runtime.ids.new("run"),
             input=input,
             max_rounds=max_rounds,

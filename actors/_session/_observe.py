@@ -214,22 +214,21 @@ class ObserverBus:
     resumes from the log.
     """
 
-    __slots__ = ("_callbacks", "_channels", "dropped", "errors")
+    __slots__ = ("_callbacks", "_channels", "active", "dropped", "errors")
 
     def __init__(self, callbacks: Sequence[Observer] = ()) -> None:
         self._callbacks = tuple(callbacks)
         # A list once someone opens a channel: most sessions never do, and a million
         # registered ones would each hold an empty list.
         self._channels: list[trio.MemorySendChannel[Observation]] | tuple[()] = ()
+        self.active = bool(self._callbacks)
+        """Whether anyone listens (the session streams answers only then). A field kept
+        as channels open and close, not a property: the session reads it on every
+        append."""
         self.errors = 0
         """Observer callbacks that raised (each one is logged and otherwise ignored)."""
         self.dropped = 0
         """Observations not delivered to a channel whose buffer was full."""
-
-    @property
-    def active(self) -> bool:
-        """Whether anyone listens (the session streams answers only then)."""
-        return bool(self._callbacks or self._channels)
 
     def publish(self, observation: Observation) -> None:
         """Tell every observer; never raises."""
@@ -263,8 +262,10 @@ class ObserverBus:
         if isinstance(channels, tuple):
             channels = self._channels = []
         channels.append(send)
+        self.active = True
         try:
             yield receive
         finally:
             channels.remove(send)
+            self.active = bool(self._callbacks or channels)
             send.close()

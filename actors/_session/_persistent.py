@@ -45,6 +45,9 @@ _UNLOADED: Any = object()
 """The placeholder of an item whose chunk is not decoded yet."""
 
 
+_new_object = object.__new__
+
+
 def _same(a: object, b: object) -> bool:
     return a is b or a == b
 
@@ -167,6 +170,12 @@ class AppendVector(Generic[T]):
         buf, size = self._buf, self._size
         if len(buf) == size:
             buf.append(item)
+        if buf[size] is item:  # the newest version, as in a fold: no call for it
+            grown: AppendVector[T] = _new_object(AppendVector)
+            grown._buf = buf
+            grown._size = size + 1
+            grown._tuple = None
+            return grown
         if len(buf) > size:
             if buf.lazy:  # (a fold's append never finds the buffer lazy: no call for it)
                 buf.fault(size, size + 1)
@@ -209,7 +218,13 @@ class AppendVector(Generic[T]):
     @property
     def last(self) -> T | None:
         """The last item, or ``None`` when empty."""
-        return self[-1] if self._size else None
+        size = self._size
+        if not size:
+            return None
+        buf = self._buf
+        if buf.lazy:
+            buf.fault(size - 1, size)
+        return buf[size - 1]
 
     def __len__(self) -> int:
         return self._size
@@ -349,6 +364,21 @@ class GrowMap(Mapping[K, V]):
         at = self._index.get(key)
         if at is None or at >= self._size:
             raise KeyError(key)
+        entries = self._entries
+        if entries.lazy:
+            entries.fault(at, at + 1)
+        return entries[at][1]
+
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+    @overload
+    def get(self, key: K, /, default: V | T) -> V | T: ...
+    def get(self, key: K, /, default: object = None) -> object:
+        # Mapping's own would raise and catch a KeyError for a missing key: a send asks
+        # for its run's result before the run has one.
+        at = self._index.get(key)
+        if at is None or at >= self._size:
+            return default
         entries = self._entries
         if entries.lazy:
             entries.fault(at, at + 1)

@@ -10,7 +10,9 @@ from typing import final
 import attrs
 
 from protocols import LLMRequest, Message, SystemMessage, ToolDefinition
-from protocols.lowlevel import MessageView, cache_by_identity, canonical_tools
+from protocols.lowlevel import FingerprintFrame, MessageView, cache_by_identity, canonical_tools
+
+from ._replace import replacer
 
 
 @cache_by_identity
@@ -107,3 +109,45 @@ class RequestHeader:
                 " (the transcript the code builds from the log changed)"
             )
         return lines
+
+
+_with_messages = replacer(LLMRequest)
+_with_conversation = replacer(RequestHeader)
+
+
+@final
+class RequestFrame:
+    """What a run's model calls share: everything of a request but its conversation.
+
+    A run asks the model several times with the same parameters, system prompt and tools
+    (and the same compaction, until the next one); only the conversation grows. The frame
+    holds the request without it, its fingerprint frame and its header, so each call
+    costs a view of the transcript, one hash and two copies of frozen values, not a walk
+    and a canonical writing of every parameter.
+
+    ``key`` is what the frame was made from, which a user of it compares by identity (the
+    session's: the run's own system prompt and response format, its tools and the latest
+    compaction). A kept frame is a cache: the request it makes equals the one made from
+    scratch (a test compares them).
+    """
+
+    __slots__ = ("_fingerprint", "_header", "_request", "key", "lead")
+
+    def __init__(self, key: tuple[object, ...], request: LLMRequest) -> None:
+        self.key = key
+        self.lead = tuple(request.messages)
+        """The messages sent before the conversation (the system prompt, a summary)."""
+        self._request = request
+        self._fingerprint: FingerprintFrame = request.fingerprint_frame()
+        self._header = RequestHeader.of(request, "", conversation=0)
+
+    def request(
+        self, messages: MessageView, conversation: int, digest: str
+    ) -> tuple[LLMRequest, str, RequestHeader]:
+        """The request whose ``messages`` end with a conversation of ``conversation``
+        messages chained to ``digest``, its fingerprint and its header."""
+        return (
+            _with_messages(self._request, messages=messages),
+            self._fingerprint.fingerprint(digest),
+            _with_conversation(self._header, messages=conversation, messages_digest=digest),
+        )

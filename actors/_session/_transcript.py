@@ -91,11 +91,12 @@ class ValidTranscript:
         version, then cached."""
         return self._items.as_tuple()
 
-    def view(self, start: int = 0) -> MessageView:
-        """The messages from ``start`` on, as a view sharing the transcript's buffer: O(1)
-        whatever the length of the history (what a request holds)."""
+    def view(self, start: int = 0, lead: tuple[Message, ...] = ()) -> MessageView:
+        """The messages from ``start`` on, after ``lead``, as a view sharing the
+        transcript's buffer: O(1) whatever the length of the history (what a request
+        holds)."""
         items, begin, stop, load = self._items.window(start)
-        return MessageView(items, begin, stop, load=load)
+        return MessageView(items, begin, stop, lead=lead, load=load)
 
     @property
     def last(self) -> Message | None:
@@ -128,19 +129,22 @@ class ValidTranscript:
 
     def append(self, message: Message) -> ValidTranscript:
         """The transcript with ``message`` added (and any open calls closed before it)."""
+        pending = self.pending
         if isinstance(message, ToolResultMessage):
-            if message.tool_call_id not in self.pending:
+            call_id = message.tool_call_id
+            if call_id not in pending:
                 return self  # answers no open call: providers would reject it
-            pending = tuple(i for i in self.pending if i != message.tool_call_id)
+            # The last open call answered (the usual round has one) leaves none.
+            left = () if len(pending) == 1 else tuple(i for i in pending if i != call_id)
             return ValidTranscript._of(
-                self._items.append(message), pending, chain_messages(self.digest, (message,))
+                self._items.append(message), left, chain_messages(self.digest, (message,))
             )
-        base = self.closed()
-        pending = (
-            tuple(c.id for c in message.tool_calls) if isinstance(message, AssistantMessage) else ()
-        )
+        base = self.closed() if pending else self
+        calls = message.tool_calls if isinstance(message, AssistantMessage) else ()
         return ValidTranscript._of(
-            base._items.append(message), pending, chain_messages(base.digest, (message,))
+            base._items.append(message),
+            tuple(c.id for c in calls) if calls else (),
+            chain_messages(base.digest, (message,)),
         )
 
     def closed(self) -> ValidTranscript:

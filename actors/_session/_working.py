@@ -51,6 +51,7 @@ _NO_USAGE = Usage()
 
 _copy_state = replacer(SessionState)
 _copy_run = replacer(ActiveRun)
+_BLANK_RUN = ActiveRun(started=RunStarted(run_id="", input="", max_rounds=0))
 
 
 def _setters(cls: type[Any], *names: str) -> tuple[Any, ...]:
@@ -126,7 +127,11 @@ def _tool_started(state: SessionState, event: ToolStarted) -> SessionState:
     run = state.run
     assert run is not None
     call_id = event.call_id
-    _set_pending(run, tuple(c for c in run.pending_calls if c.id != call_id))
+    pending = run.pending_calls
+    if len(pending) == 1 and pending[0].id == call_id:  # the usual round: one call
+        _set_pending(run, ())
+    else:
+        _set_pending(run, tuple(c for c in pending if c.id != call_id))
     _set_open(run, (*run.open_calls, event))
     return state
 
@@ -136,7 +141,11 @@ def _tool_finished(state: SessionState, event: ToolFinished) -> SessionState:
     assert run is not None
     outcome = event.outcome
     call_id = outcome.call_id
-    _set_open(run, tuple(c for c in run.open_calls if c.call_id != call_id))
+    calls = run.open_calls
+    if len(calls) == 1 and calls[0].call_id == call_id:
+        _set_open(run, ())
+    else:
+        _set_open(run, tuple(c for c in calls if c.call_id != call_id))
     if outcome.status == "aborted":
         _set_unknown(run, (*run.unknown_results, call_id))
     reply = ToolResultMessage(
@@ -149,7 +158,12 @@ def _tool_finished(state: SessionState, event: ToolFinished) -> SessionState:
 def _run_started(state: SessionState, event: RunStarted) -> SessionState:
     if event.input:
         _set_history(state, state.history.append(UserMessage(event.input)))
-    _set_run(state, ActiveRun(started=event, round_limit=event.max_rounds))
+    # A run of the blank one's fields: ``ActiveRun(...)`` less its frozen guard and
+    # factories (a run's usage is replaced, never changed; its dict is its own).
+    _set_run(
+        state,
+        _copy_run(_BLANK_RUN, started=event, round_limit=event.max_rounds, usage_by_model={}),
+    )
     if state.queued:
         _set_queued(state, tuple(q for q in state.queued if q.run_id != event.run_id))
     return state

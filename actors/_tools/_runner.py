@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
@@ -158,11 +157,12 @@ async def run_tool_calls(
     """
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit!r}")
-    needs_loop = (
-        any(call.name in registry and registry.get(call.name).kind == "asyncio" for call in calls)
-        and _loop_missing()
-    )
-    if needs_loop:
+    asyncio_call = False
+    for call in calls:  # (a loop: no generator made per round)
+        if call.name in registry and registry.get(call.name).kind == "asyncio":
+            asyncio_call = True
+            break
+    if asyncio_call and _loop_missing():
         import trio_asyncio  # noqa: PLC0415 - only asyncio tools pay for loading it
 
         async with trio_asyncio.open_loop():
@@ -336,9 +336,9 @@ async def _invoke(
             import trio_asyncio  # noqa: PLC0415 - only asyncio tools pay for loading it
 
             return await trio_asyncio.aio_as_trio(target.function)(*positional, **keywords)
-        result = target.function(*positional, **keywords)
-        assert inspect.isawaitable(result)
-        return await result
+        # A coroutine function's result (``await`` itself refuses anything else, and the
+        # call's outcome says so): no check per call.
+        return await target.function(*positional, **keywords)  # type: ignore[misc]
     except trio.Cancelled:
         context.cancel()  # a thread keeps running: tell it through the context
         raise
