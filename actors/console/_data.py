@@ -19,15 +19,15 @@ from typing import final
 import attrs
 import trio
 
-from actors.cli._common import SESSION_PREFIX, decode_or_none, session_id_of
-from actors.cli._inspect import SessionSummary, read_tree
-from actors.cli._tree import AgentTree
 from protocols import Usage
 from protocols.codec import decode_record
 from protocols.errors import CodecError
 from runtime import EventStore, RecordedEvent
 from runtime.lowlevel import TimerBook
 
+from .._reading._log import SESSION_PREFIX, decode_or_none, session_id_of
+from .._reading._sessions import SessionSummary, read_tree
+from .._reading._tree import AgentTree
 from .._session._budget import Price, price_for
 
 __all__ = [
@@ -212,8 +212,9 @@ async def session_view(
     ``head``: fold only the events up to this position (a live page goes on from it);
     ``None``: every event the read found, whoever appended it.
     """
-    from actors.cli._inspect import _entry  # noqa: PLC0415  # the transcript line of `show`
     from actors.events import HumanAnswered, HumanRequested, RunFinished, RunStarted  # noqa: PLC0415
+
+    from .._reading._sessions import _entry  # noqa: PLC0415  # the transcript line of `show`
 
     cut = head
     tree = AgentTree(root_id)
@@ -267,7 +268,7 @@ async def tree_events_since(
     """Fold the tree's events appended after ``position`` into ``tree``; the new
     position, whether anything of the tree changed, and whether its human requests may
     have (a request, an answer or a run's end was among the events)."""
-    from actors.cli._common import in_session_tree  # noqa: PLC0415
+    from .._reading._log import in_session_tree  # noqa: PLC0415
 
     changed = asked = False
     while True:
