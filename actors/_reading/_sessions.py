@@ -34,6 +34,7 @@ __all__ = [
     "read_tree",
     "recorded_setup",
     "summaries",
+    "transcript_entry",
     "tree_streams",
 ]
 
@@ -237,8 +238,9 @@ async def summaries(store: LogStore) -> list[SessionSummary]:
 # -- show: the transcript ------------------------------------------------------------------
 
 
-def _entry(record: RecordedEvent, event: object) -> dict[str, object] | None:
-    """One line of a transcript, or ``None`` for bookkeeping events."""
+def transcript_entry(record: RecordedEvent, event: object) -> dict[str, object] | None:
+    """One line of a transcript (``powertrio show``, the console's session page), or
+    ``None`` for bookkeeping events."""
     from actors.events import (
         AssistantRecorded,
         CancelRequested,

@@ -24,7 +24,7 @@ from .._reading._log import (
     read_stream,
     session_id_of,
 )
-from .._reading._sessions import SessionSummary, _entry, build_tree, read_tree, summaries
+from .._reading._sessions import SessionSummary, build_tree, read_tree, summaries, transcript_entry
 from ._common import CliContext, db_in_use, open_log
 from ._tree_view import render_tree
 
@@ -223,7 +223,7 @@ async def cmd_show(ctx: CliContext, args: argparse.Namespace) -> int:
         if event is None:
             continue
         summary.apply(event)
-        entry = _entry(record, event)
+        entry = transcript_entry(record, event)
         if isinstance(event, TimerFired):  # the input of a wake-up run, as the model read it
             pending = state.timers.get(event.timer_id)
             wake_up = timer_follow_up(event, pending.note if pending is not None else "")

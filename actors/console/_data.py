@@ -1,7 +1,7 @@
-"""What the console's pages show, folded from the log with the CLI's own folds.
+"""What the console's pages show, folded from the log with the folds the CLI shows too.
 
 The fleet and usage pages share one incremental fold (:class:`FleetFold`) over the whole
-log: it applies the CLI's :class:`~actors.cli._inspect.SessionSummary` fold (the fold of
+log: it applies the :class:`~actors._reading._sessions.SessionSummary` fold (the fold of
 ``powertrio sessions``) per session and per (session, day), so the console's tokens are
 the CLI's. The log page never folds: it reads one window of versions (keyset on the
 version), so it costs the same on a stream of ten events or a million.
@@ -206,7 +206,7 @@ class SessionView:
 async def session_view(
     store: EventStore, root_id: str, *, live: bool, head: int | None = None
 ) -> SessionView:
-    """The tree of ``root_id`` (the CLI's :class:`AgentTree` fold), its open human
+    """The tree of ``root_id`` (the :class:`AgentTree` fold of ``powertrio tree``), its open human
     requests, the root's runs and transcript, in one read of the tree's streams.
 
     ``head``: fold only the events up to this position (a live page goes on from it);
@@ -214,7 +214,7 @@ async def session_view(
     """
     from actors.events import HumanAnswered, HumanRequested, RunFinished, RunStarted  # noqa: PLC0415
 
-    from .._reading._sessions import _entry  # noqa: PLC0415  # the transcript line of `show`
+    from .._reading._sessions import transcript_entry  # noqa: PLC0415  # the transcript line of `show`
 
     cut = head
     tree = AgentTree(root_id)
@@ -247,7 +247,7 @@ async def session_view(
         elif isinstance(event, RunFinished) and event.run_id in runs:
             span = runs[event.run_id]
             span.last, span.status = record.version, event.status
-        entry = _entry(record, event)
+        entry = transcript_entry(record, event)
         if entry is not None:
             entries.append(entry)
     if not live:
