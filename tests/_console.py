@@ -14,11 +14,11 @@ import httpx
 import trio
 
 from actors import spawn_session, tool
+from actors._reading._sessions import build_tree
+from actors._reading._tree import ACTIVE
 from actors.cli._common import CliContext
 from actors.cli._demo import demo_llm
-from actors.cli._inspect import build_tree
 from actors.cli._model import spawn_cli_session
-from actors.cli._tree import ACTIVE
 from actors.cli._ui import CliOperator
 from actors.console import console_app, serve_console
 from protocols import LLMRequest, LLMResponse, ToolCall, ToolResultMessage, Usage

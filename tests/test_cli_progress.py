@@ -15,11 +15,11 @@ import pytest
 from rich.console import Console
 
 from actors import RunResult
+from actors._reading._tree import AgentTree
 from actors.cli import _model
 from actors.cli._common import CliContext
 from actors.cli._progress import StreamProgress
 from actors.cli._run import RunView
-from actors.cli._tree import AgentTree
 from actors.events import DeltaReceived, LLMCallFinished, Observation, RoundBegan, RunEnded
 from protocols import Usage
 from protocols.streaming import TextDelta, UsageDelta

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import _cluster_agents
-import pytest
 import trio
 
 from actors import AgentSpec, ToolContext, tool
@@ -32,7 +31,9 @@ async def research(context: ToolContext, question: str) -> str:
     runtime = context.runtime
     assert isinstance(runtime, Runtime)
     host = _hosts[id(runtime)]
-    helper = await host.create("worker", session_id=f"{context.session_id}~research")
+    helper = await host.create(
+        "worker", session_id=f"{context.session_id}~research", traceparent=context.traceparent
+    )
     result = await helper.send(question, id=context.idempotency_key)
     return result.text or result.status
 
@@ -89,11 +90,6 @@ async def test_a_tool_delegates_to_a_session_on_another_node(
         assert await (await b.session(f"L{n}")).send("ignored", id="r1") == result
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="host.create and send carry no trace context: the delegated session's run "
-    "starts a trace of its own instead of joining its caller's",
-)
 async def test_a_delegated_session_s_run_joins_its_caller_s_trace(
     postgres_server: PostgresServer, schema: str
 ) -> None:
@@ -120,3 +116,52 @@ async def test_a_delegated_session_s_run_joins_its_caller_s_trace(
     assert helper_run.context.trace_id == trace_id_of("T0", result.run_id)
     assert helper_run.parent is not None
     assert helper_run.parent.span_id == tool_span_id("T0", result.run_id, "c1")
+
+
+def _old_placement_table(server: PostgresServer, schema: str) -> None:
+    """The placements table as a fleet made it before placements carried a trace context."""
+    import psycopg
+
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+        conn.execute(
+            'CREATE TABLE placements (session_id text COLLATE "C" PRIMARY KEY, '
+            "shard integer NOT NULL, agent text NOT NULL)"
+        )
+
+
+def _old_placement(server: PostgresServer, schema: str, session_id: str, shard: int) -> None:
+    """Place a session the way a node did before placements carried a trace context."""
+    import psycopg
+
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+        conn.execute("INSERT INTO placements VALUES (%s, %s, %s)", (session_id, shard, "worker"))
+
+
+async def test_a_session_placed_without_a_trace_context_runs_in_a_trace_of_its_own(
+    postgres_server: PostgresServer, schema: str
+) -> None:
+    """A fleet's older placements table and its rows carry no trace context: a node
+    upgrades the table, runs such a session, and its run starts a trace of its own."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from actors.telemetry import export_session_spans, telemetry_tracer_provider, trace_id_of
+
+    async with open_postgres_store(postgres_server.dsn(), schema=schema):
+        pass  # the log, made by the older version too
+    await trio.to_thread.run_sync(_old_placement_table, postgres_server, schema)
+    async with _host(postgres_server, schema, "a") as a:
+        shard = a.node.shard_of_session("old")
+        await trio.to_thread.run_sync(_old_placement, postgres_server, schema, "old", shard)
+        helper = await a.session("old")
+        result = await helper.send("why is the sky blue", id="r1")
+        assert result.text == "answer (done: why is the sky blue)"
+        exporter = InMemorySpanExporter()
+        provider = telemetry_tracer_provider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        assert await export_session_spans(a.runtime.store, ["old"], provider) > 0
+    run = next(s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent"))
+    assert run.context.trace_id == trace_id_of("old", "r1")
+    assert run.parent is None

@@ -19,8 +19,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from actors import Price
+from actors._reading._sessions import build_tree, summaries
 from actors.cli import main
-from actors.cli._inspect import build_tree, summaries
 from actors.console import ConsoleTokenRequiredError, check_bind, console_app
 from actors.console._static import STATIC_VERSION
 from runtime import open_sqlite_store
@@ -810,7 +810,7 @@ async def test_a_whole_session_id_resolves_without_listing_the_log(db: Path) -> 
     """A page names its session by its whole id: one look at the stream's head, not the
     listing of every stream under the prefix (which, on PostgreSQL, aggregates all the
     events of a long session); a prefix still needs the listing."""
-    from actors.cli._common import resolve_session
+    from actors._reading._log import resolve_session
 
     class NoListing:
         def __init__(self, store: object) -> None:

@@ -14,10 +14,10 @@ import trio
 from _cli import run_cli
 
 from actors import RunResult, ask_human, spawn_session
+from actors._reading._tree import AgentTree
 from actors.cli._common import CliContext
 from actors.cli._model import ModelChoice, max_tokens_for
 from actors.cli._run import RunView, report, result_warnings
-from actors.cli._tree import AgentTree
 from protocols import LLMRequest, LLMResponse, ToolCall, Usage
 from runtime import open_runtime, open_sqlite_store
 from runtime.testing import FunctionLLM

@@ -17,7 +17,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors import spawn_session, tool
+from actors import ToolContext, spawn_session, tool
 from actors.telemetry import (
     FleetMetrics,
     JsonFormatter,
@@ -569,3 +569,38 @@ def test_the_json_switch_reads_the_environment(monkeypatch):
     assert use_json_logs() is False
     record = logging.LogRecord("x", logging.INFO, "f", 1, "hi", (), None)
     assert orjson.loads(JsonFormatter().format(record))["message"] == "hi"
+
+
+async def test_a_session_started_with_a_tool_call_s_trace_context_joins_that_trace():
+    """A tool hands its call's context (``ToolContext.traceparent``) to a session it
+    starts apart from the caller's tree: that session's runs join the caller's trace under
+    the call's span, and from its log alone, as a sub-agent's do."""
+    store = InMemoryEventStore()
+    seen: list[str | None] = []
+
+    @tool
+    async def hand_off(ctx: ToolContext, task: str) -> str:
+        """Hand the task to a session of its own."""
+        seen.append(ctx.traceparent)
+        assert ctx.runtime is not None
+        helper = await spawn_session(
+            ctx.runtime,
+            llm=ScriptedLLM([LLMResponse(content="helped")]),
+            session_id="h",
+            agent_name="helper",
+            traceparent=ctx.traceparent,
+        )
+        return (await helper.send(task)).text or ""
+
+    call = ToolCall(id="c1", name="hand_off", arguments='{"task": "x"}')
+    llm = ScriptedLLM([LLMResponse(tool_calls=[call]), LLMResponse(content="done")])
+    async with open_runtime(store=store) as runtime:
+        session = await spawn_session(runtime, llm=llm, tools=[hand_off], session_id="p")
+        result = await session.send("go")
+    trace_id, span_id = trace_id_of("p", result.run_id), tool_span_id("p", result.run_id, "c1")
+    assert [f"00-{trace_id:032x}-{span_id:016x}-01"] == seen
+    provider, exporter = traced()
+    assert await export_session_spans(store, ["h"], provider) == 2
+    helper_run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent helper")
+    assert trace_id == helper_run.context.trace_id
+    assert span_id == helper_run.parent.span_id

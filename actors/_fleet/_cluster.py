@@ -201,8 +201,15 @@ class NodeHost:
         """Ids of the sessions running on this node now."""
         return tuple(sorted(self._local))
 
-    async def create(self, agent: str, *, session_id: str | None = None) -> ClusterSession:
+    async def create(
+        self, agent: str, *, session_id: str | None = None, traceparent: str | None = None
+    ) -> ClusterSession:
         """Place a new session running ``agent`` (or find it, if ``session_id`` exists).
+
+        ``traceparent`` is the W3C trace context of the work the session is created for
+        (in a tool, ``ToolContext.traceparent``): it travels with the placement, so the
+        session's runs join that trace on whichever node runs them. A session that exists
+        keeps the trace context it was created with.
 
         Raises:
             ConfigError: ``agent`` is not in the catalog, or the session runs another agent.
@@ -210,7 +217,7 @@ class NodeHost:
         if agent not in self._catalog:
             raise ConfigError(self._unknown(agent))
         session_id = session_id or self.runtime.ids.new("ses")
-        recorded = await self.node.place(session_id, agent)
+        recorded = await self.node.place(session_id, agent, traceparent=traceparent)
         if recorded != agent:
             msg = f"session {session_id!r} runs agent {recorded!r}, not {agent!r}"
             raise ConfigError(msg)
@@ -263,11 +270,16 @@ class NodeHost:
             session = self._running(session_id)
             if session is not None:
                 return session
-            agent = self._agents.get(session_id) or await self.node.placement(session_id)
+            # One read gives the agent and the trace context the session was placed with,
+            # which its first event records, on whichever node starts it.
+            placed = await self.node.placed_with(session_id)
+            agent, traceparent = placed if placed is not None else (None, None)
             if agent is None or agent not in self._catalog:
                 raise ConfigError(self._unknown(str(agent)))
             self._agents[session_id] = agent
-            session = await spawn_agent(self.runtime, self._catalog[agent], session_id=session_id)
+            session = await spawn_agent(
+                self.runtime, self._catalog[agent], session_id=session_id, traceparent=traceparent
+            )
             self._local[session_id] = session
             return session
 

@@ -405,6 +405,7 @@ class SessionActor(EventSourcedActor[SessionState]):
 
         run = self.state.run
         keys = {c.call_id: c.idempotency_key for c in step.calls}
+        trace = partial(child_traceparent, self._session_id, self._config.traceparent, step.run_id)
         approved = run.approved if run is not None else ()
         if run is None or not run.children:
             spawns: dict[str, ChildSpawned] = {}
@@ -421,6 +422,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                 idempotency_keys=keys,
                 approved=approved,
                 runtime=self.context.runtime,
+                traceparent_of=trace,
             )
             return _tools_done(step.run_id, tuple(done), ())
         regular = [c for c in calls if c.id not in spawns]
@@ -437,6 +439,7 @@ class SessionActor(EventSourcedActor[SessionState]):
                 approved=approved,
                 wrap=wrap,
                 runtime=self.context.runtime,
+                traceparent_of=trace,
             )
             outcomes.update((o.call_id, o) for o in done)
 

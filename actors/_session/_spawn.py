@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, final
 
+import attrs
 from typing_extensions import Unpack
 
 from protocols import LLM
@@ -46,6 +47,7 @@ async def spawn_session(
     name: str | None = None,
     agent_name: str | None = None,
     passivate_after: float | None = PASSIVATE_AFTER,
+    traceparent: str | None = None,
     **options: Unpack[AgentOptions],
 ) -> Session:
     """Start a session actor under the runtime's root supervisor (or resume it from the log).
@@ -98,6 +100,11 @@ async def spawn_session(
             from its snapshot and log. Two minutes by default (``PASSIVATE_AFTER``, see
             there why); ``None``: the actor stays while the runtime runs. Its sub-agents
             inherit it.
+        traceparent (str | None): the W3C trace context of the work this session was
+            started for (a tool call of a session on another node, a request of your own
+            service), recorded in its first event: its runs' spans join that trace. A
+            malformed one is ignored (its runs start traces of their own). ``None``: each
+            run starts a trace of its own.
 
     Returns:
         Session: the handle.
@@ -140,6 +147,8 @@ async def spawn_session(
         agent=agent_name if agent_name is not None or spec is None else spec.name,
         passivate_after=passivate_after,
     )
+    if traceparent is not None:
+        config = attrs.evolve(config, traceparent=traceparent)
     factory = _SessionFactory(config, session_id is None)
     # One session's bad log or crash loop stops that session alone, never its neighbours.
     # A new session's actor starts at its first message: until then it costs a name.
@@ -182,6 +191,7 @@ async def spawn_agent(
     observers: Sequence[Observer] = (),
     prices: Mapping[str, Price] | None = None,
     passivate_after: float | None = PASSIVATE_AFTER,
+    traceparent: str | None = None,
 ) -> Session:
     """Start a top-level agent from a spec (or resume it from the log, by ``session_id``):
     ``spawn_session(runtime, spec, ...)`` with the arguments an agent most often needs.
@@ -198,6 +208,8 @@ async def spawn_agent(
         prices (Mapping[str, Price] | None): for cost budgets.
         passivate_after (float | None): idle seconds before the agent's actor (and each
             of its sub-agents') is passivated; ``None``: never (see :func:`spawn_session`).
+        traceparent (str | None): the W3C trace context its runs join (see
+            :func:`spawn_session`).
 
     Raises:
         ConfigError: no model (neither ``spec.llm`` nor ``llm``), a tool given by name, or
@@ -213,4 +225,5 @@ async def spawn_agent(
         prices=prices,
         session_id=session_id,
         passivate_after=passivate_after,
+        traceparent=traceparent,
     )

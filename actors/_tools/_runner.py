@@ -123,6 +123,7 @@ async def run_tool_calls(
     cancel_scope: trio.CancelScope | None = None,
     wrap: CallWrapper | None = None,
     runtime: Runtime | None = None,
+    traceparent_of: Callable[[str], str | None] | None = None,
 ) -> list[ToolOutcome]:
     """Run one round of tool calls concurrently and return one outcome per call, in order.
 
@@ -148,6 +149,9 @@ async def run_tool_calls(
         wrap (CallWrapper | None): middleware around each call (the session's tool
             hooks); what it raises propagates, unlike the tools' own errors.
         runtime (Runtime | None): the caller's runtime, given to each :class:`ToolContext`.
+        traceparent_of (Callable[[str], str | None] | None): call id → the W3C trace
+            context of that call's span, which :attr:`ToolContext.traceparent` asks
+            (made only when a tool reads it); ``None``: the calls are in no trace.
 
     Returns:
         One :class:`ToolOutcome` per call, in the order of ``calls``.
@@ -176,6 +180,7 @@ async def run_tool_calls(
                 cancel_scope=cancel_scope,
                 wrap=wrap,
                 runtime=runtime,
+                traceparent_of=traceparent_of,
             )
     return await _run_round(
         calls,
@@ -187,6 +192,7 @@ async def run_tool_calls(
         cancel_scope=cancel_scope,
         wrap=wrap,
         runtime=runtime,
+        traceparent_of=traceparent_of,
     )
 
 
@@ -201,6 +207,7 @@ async def _run_round(
     cancel_scope: trio.CancelScope | None,
     wrap: CallWrapper | None,
     runtime: Runtime | None,
+    traceparent_of: Callable[[str], str | None] | None,
 ) -> list[ToolOutcome]:
     outcomes: list[ToolOutcome | None] = [None] * len(calls)
     # A limiter that could never make a call wait is not built (a send's usual round).
@@ -209,7 +216,9 @@ async def _run_round(
 
     async def run(call: ToolCall) -> ToolOutcome:
         key = keys.get(call.id) or idempotency_key(session_id, call.id)
-        context = ToolContext(call.id, call.name, session_id, key, runtime=runtime)
+        context = ToolContext(
+            call.id, call.name, session_id, key, runtime=runtime, traceparent_of=traceparent_of
+        )
         return await _run_call(call, registry, context, limiter, approved)
 
     async def one(index: int, call: ToolCall) -> None:

@@ -68,6 +68,11 @@ class ToolContext:
     """The runtime the calling session runs in (``None`` when a tool is called outside
     one, as in a unit test). Built-in tools find their board or timers through it, so they
     are plain values an :class:`AgentSpec` can hold, made before any runtime exists."""
+    _traceparent_of: Callable[[str], str | None] | None = attrs.field(
+        default=None, kw_only=True, alias="traceparent_of", repr=False
+    )
+    # Hashing the trace ids costs microseconds most calls never need: the runner gives
+    # the function of the call id that makes them, and :attr:`traceparent` calls it.
     # Made at the first look (most calls never cancel nor wait): an Event costs a
     # Condition and a lock, a visible share of a tool call's CPU.
     _cancelled_event: threading.Event | None = attrs.field(default=None, init=False)
@@ -81,6 +86,18 @@ class ToolContext:
                 if event is None:
                     event = self._cancelled_event = threading.Event()
         return event
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C trace context of this call's span (``None`` outside a session's run).
+
+        A tool that hands work to something traced apart from its session (a session it
+        creates on another node with ``NodeHost.create``, a service of your own) passes
+        it on, so that work's spans join the caller's trace under this call's span, as a
+        sub-agent's do.
+        """
+        make = self._traceparent_of
+        return None if make is None else make(self.call_id)
 
     @property
     def cancelled(self) -> bool:

@@ -22,12 +22,13 @@ import attrs
 
 from protocols.errors import StreamNotFoundError
 
+from .._reading._format import shorten
+from .._reading._log import SESSION_PREFIX, decode_or_none, read_stream
 from .._session._errors import ForeignAgentError
-from ._common import SESSION_PREFIX, decode_or_none, read_stream, shorten
 from ._demo import SYSTEM_PROMPT
 
 if TYPE_CHECKING:
-    from ._common import LogStore
+    from .._reading._log import LogStore
 
 __all__ = ["RecordedAgent", "check_cli_agent", "cli_tool_names"]
 

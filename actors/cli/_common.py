@@ -1,7 +1,9 @@
-"""What every ``powertrio`` command shares: output, the log and its lock, session ids.
+"""What every ``powertrio`` command shares: output, the log and its lock.
 
 The log is a SQLite file (the default, zero setup) or, when ``--db``/``POWERTRIO_DB`` is a
-``postgresql://`` URI, a PostgreSQL database shared by several processes.
+``postgresql://`` URI, a PostgreSQL database shared by several processes. How sessions are
+read from it, and the plain formats they print in, are ``actors._reading``'s (the console
+reads them too).
 """
 
 from __future__ import annotations
@@ -13,64 +15,46 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, TypeAlias, final
+from typing import IO, TYPE_CHECKING, final
 
 import attrs
 import orjson
 
-from protocols.codec import decode_record
 from protocols.errors import (
     BadConnectionStringError,
-    CodecError,
     ConfigError,
     MissingExtraError,
     StoreLockedError,
     StoreNotFoundError,
-    StreamNotFoundError,
     UnsupportedLogSchemeError,
 )
-from runtime import SqliteEventStore, open_sqlite_store
-from runtime.postgres import PostgresEventStore, open_postgres_store
+from runtime import open_sqlite_store
+from runtime.postgres import open_postgres_store
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from runtime import RecordedEvent
+    from .._reading._log import LogStore
 
 __all__ = [
     "DEFAULT_DB",
-    "READ_PAGE",
-    "decode_or_none",
-    "read_stream",
-    "LogStore",
     "check_folder",
     "CliContext",
     "db_lock",
     "db_holder",
     "db_in_use",
-    "fmt_age",
-    "fmt_time",
     "open_log",
-    "plural",
-    "resolve_session",
-    "session_id_of",
 ]
 
 DEFAULT_DB = "powertrio.sqlite"
 """The event log the CLI uses in the current directory (``--db`` or ``POWERTRIO_DB`` to change)."""
-
-SESSION_PREFIX = "session/"
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 """``--db`` values starting so name a PostgreSQL database, not a file."""
 
 _URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 """What makes a ``--db`` value a URI rather than a path."""
-
-LogStore: TypeAlias = "SqliteEventStore | PostgresEventStore"
-"""What :func:`open_log` opens."""
 
 _LOCK_NAME = "powertrio-driver"
 
@@ -183,46 +167,6 @@ async def open_log(ctx: CliContext, *, create: bool = False) -> AsyncIterator[Lo
         yield store
 
 
-def session_id_of(stream: str) -> str | None:
-    """The session id of a ``session/<id>`` stream, else ``None``."""
-    return stream[len(SESSION_PREFIX) :] if stream.startswith(SESSION_PREFIX) else None
-
-
-def in_session_tree(root_id: str, session_id: str) -> bool:
-    """Whether ``session_id`` is ``root_id`` or one of its sub-agents (``root.1``, ``root.1.2``)."""
-    return session_id == root_id or session_id.startswith(root_id + ".")
-
-
-async def resolve_session(store: LogStore, given: str) -> str:
-    """The session id ``given`` names: an id, a ``session/<id>`` stream, or a unique prefix.
-
-    Raises:
-        StreamNotFoundError: no session matches.
-        ConfigError: the prefix matches several sessions (they are listed).
-    """
-    wanted = given.removeprefix(SESSION_PREFIX)
-    if not wanted:
-        raise StreamNotFoundError(SESSION_PREFIX)
-    if await store.stream_version(SESSION_PREFIX + wanted) > 0:
-        # The whole id: one look at the stream's head. The listing below aggregates
-        # every stream under the prefix (on PostgreSQL, over all of a long session's
-        # events), which a page of the console should not pay for each time.
-        return wanted
-    infos = await store.streams(SESSION_PREFIX + wanted)
-    ids = [sid for info in infos if (sid := session_id_of(info.stream)) is not None]
-    if wanted in ids:
-        return wanted
-    # A prefix names a top-level session or a sub-agent, never several of either.
-    candidates = sorted({i for i in ids if "." not in i[len(wanted) :]})
-    if len(candidates) == 1:
-        return candidates[0]
-    if not candidates:
-        raise StreamNotFoundError(SESSION_PREFIX + wanted)
-    listed = ", ".join(candidates[:5]) + (", ..." if len(candidates) > 5 else "")
-    msg = f"{given!r} matches {len(candidates)} sessions ({listed}); give more of the id"
-    raise ConfigError(msg)
-
-
 # -- the lock: one process drives the sessions of a log at a time ------------------------
 
 
@@ -325,58 +269,3 @@ def db_holder(db: Path) -> str | None:
     from actors._fleet._leases import driver_lock_holder  # noqa: PLC0415
 
     return driver_lock_holder(db)
-
-
-# -- formatting --------------------------------------------------------------------------
-
-
-def fmt_time(epoch: float) -> str:
-    """An epoch time as local ``YYYY-MM-DD HH:MM:SS``."""
-    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def fmt_iso(epoch: float) -> str:
-    """An epoch time as ISO 8601 in UTC (for JSON)."""
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
-
-
-def fmt_age(seconds: float) -> str:
-    """A duration the way people say it: ``12s``, ``5m``, ``3h``, ``2d``."""
-    seconds = max(0.0, seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
-
-
-def plural(count: int, noun: str) -> str:
-    """``count`` and its noun as people say it: ``1 round``, ``2 rounds``, ``1,024 events``."""
-    return f"{count:,} {noun if count == 1 else noun + 's'}"
-
-
-def shorten(text: str, width: int) -> str:
-    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: max(0, width - 1)] + "…"
-
-
-READ_PAGE = 2000
-"""Events read from the log at a time."""
-
-
-async def read_stream(store: LogStore, stream: str) -> list[RecordedEvent]:
-    """Every event of ``stream``, in order."""
-    events: list[RecordedEvent] = []
-    while True:
-        page = await store.read(stream, len(events) + 1, limit=READ_PAGE)
-        events.extend(page)
-        if len(page) < READ_PAGE:
-            return events
-
-
-def decode_or_none(record: RecordedEvent) -> object | None:
-    """The decoded event, or ``None`` when the codec cannot read it (``check`` says why)."""
-    try:
-        return decode_record(record)
-    except CodecError:
-        return None

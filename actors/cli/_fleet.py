@@ -32,15 +32,8 @@ import trio
 from protocols import LLM
 from protocols.errors import ConfigError, InputFileNotFoundError
 
-from ._common import (
-    CliContext,
-    db_lock,
-    fmt_age,
-    fmt_iso,
-    fmt_time,
-    open_log,
-    plural,
-)
+from .._reading._format import fmt_age, fmt_iso, fmt_time, plural
+from ._common import CliContext, db_lock, open_log
 from ._serve_ui import console_services
 
 if TYPE_CHECKING:

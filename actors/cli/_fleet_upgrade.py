@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._common import CliContext, open_log, plural
+from .._reading._format import plural
+from ._common import CliContext, open_log
 
 if TYPE_CHECKING:
     from .._fleet._file import FleetFile

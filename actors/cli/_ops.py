@@ -25,12 +25,14 @@ from protocols.errors import (
 )
 from runtime.maintenance import CheckProblem, CheckReport, check_store, export_jsonl, import_jsonl
 
-from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, plural, resolve_session
+from .._reading._format import plural
+from .._reading._log import SESSION_PREFIX, resolve_session
+from ._common import CliContext, db_lock, open_log
 
 if TYPE_CHECKING:
     from actors import SessionState
 
-    from ._common import LogStore
+    from .._reading._log import LogStore
 
 __all__ = ["cmd_bench", "cmd_check", "cmd_export", "cmd_import"]
 

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 from protocols.errors import ConfigError
 from runtime import Clock, IdSource
 
-from ._common import SESSION_PREFIX, CliContext, db_lock, open_log, plural, resolve_session
-from ._inspect import recorded_setup
+from .._reading._format import plural
+from .._reading._log import SESSION_PREFIX, resolve_session
+from .._reading._sessions import recorded_setup
+from ._common import CliContext, db_lock, open_log
 
 if TYPE_CHECKING:
     from rich.tree import Tree

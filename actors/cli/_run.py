@@ -27,20 +27,13 @@ from protocols.codec import decode_record
 from protocols.errors import ConfigError
 from runtime import Runtime, open_runtime
 
+from .._reading._format import plural, shorten
+from .._reading._log import SESSION_PREFIX, in_session_tree, resolve_session, session_id_of
+from .._reading._sessions import build_tree, recorded_setup
+from .._reading._tree import ACTIVE, AgentTree
 from .._session._errors import NoOpenRunError
 from ._agent import check_cli_agent
-from ._common import (
-    SESSION_PREFIX,
-    CliContext,
-    db_lock,
-    in_session_tree,
-    open_log,
-    plural,
-    resolve_session,
-    session_id_of,
-    shorten,
-)
-from ._inspect import build_tree, recorded_setup
+from ._common import CliContext, db_lock, open_log
 from ._model import (
     HaltLLM,
     ModelChoice,
@@ -50,7 +43,7 @@ from ._model import (
     spawn_cli_session,
 )
 from ._progress import StreamProgress
-from ._tree import ACTIVE, AgentTree
+from ._tree_view import render_tree
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -59,7 +52,7 @@ if TYPE_CHECKING:
     from actors import RunResult, Session
     from actors.events import HumanRequested, Observation
 
-    from ._common import LogStore
+    from .._reading._log import LogStore
 
 __all__ = ["cmd_cancel", "cmd_reply", "cmd_run", "cmd_send", "result_warnings"]
 
@@ -217,7 +210,7 @@ class RunView:
         if self.streaming:
             tail = "\n".join(self.streaming.splitlines()[-6:])
             parts.append(Text(tail))
-        parts.append(self.tree.render())
+        parts.append(render_tree(self.tree))
         parts.append(
             Text(
                 f"{plural(len(self.tree.nodes), 'agent')} · "
@@ -414,7 +407,7 @@ def report(
 
     out = ctx.out
     if view.mode in {"plain", "live"}:
-        out.print(view.tree.render())
+        out.print(render_tree(view.tree))
     style = "green" if code == 0 else "yellow"
     sid = result.session_id
     out.print(

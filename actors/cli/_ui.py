@@ -17,10 +17,12 @@ import trio
 from protocols.errors import ConfigError
 from runtime import Clock, IdSource, Runtime, open_runtime
 
+from .._reading._sessions import build_tree, recorded_setup
+from .._reading._tree import ACTIVE
 from .._session._errors import HumanRequestNotFoundError, NoOpenRunError
 from ._agent import check_cli_agent
 from ._common import CliContext, db_in_use, db_lock, open_log
-from ._inspect import build_tree, load_actors, recorded_setup
+from ._inspect import load_actors
 from ._model import (
     HaltLLM,
     ModelChoice,
@@ -30,13 +32,12 @@ from ._model import (
     spawn_cli_session,
 )
 from ._run import SETTLE_SECONDS, answer_request
-from ._tree import ACTIVE
 
 if TYPE_CHECKING:
     from actors import Price, Session
     from actors.console import Verdict
 
-    from ._common import LogStore
+    from .._reading._log import LogStore
 
 __all__ = ["CliOperator", "cmd_ui"]
 

@@ -15,25 +15,22 @@ import attrs
 
 from protocols.errors import ConfigError, StreamNotFoundError
 
-from ._common import (
+from .._reading._format import fmt_iso, shorten
+from .._reading._log import (
     SESSION_PREFIX,
-    CliContext,
-    db_lock,
     decode_or_none,
-    fmt_iso,
-    open_log,
     read_stream,
     resolve_session,
     session_id_of,
-    shorten,
 )
-from ._tree import AgentTree
+from .._reading._tree import AgentTree
+from ._common import CliContext, db_lock, open_log
 
 if TYPE_CHECKING:
     from actors.events import WorkflowState
     from runtime import RecordedEvent
 
-    from ._common import LogStore
+    from .._reading._log import LogStore
 
 __all__ = [
     "WORKFLOW_PREFIX",

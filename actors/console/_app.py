@@ -33,11 +33,12 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from actors.cli._common import SESSION_PREFIX, fmt_age, fmt_iso
 from protocols import SystemMessage
 from protocols.errors import ConfigError, PowertrioError, StoreError, StreamNotFoundError
 from runtime import EventStore
 
+from .._reading._format import fmt_age, fmt_iso
+from .._reading._log import SESSION_PREFIX
 from .._session._budget import Price
 from ._chart import stacked_bars
 from ._data import (
@@ -146,7 +147,7 @@ class _Console:
 
     async def resolve(self, given: str) -> str:
         """A session id, a stream name or a unique prefix (as the CLI takes them)."""
-        from actors.cli._common import resolve_session  # noqa: PLC0415
+        from .._reading._log import resolve_session  # noqa: PLC0415
 
         return await resolve_session(self.store, given)  # type: ignore[arg-type]
 
@@ -514,8 +515,9 @@ class _Console:
 
     async def replay(self, request: Request) -> Response:
         from actors import replay_session  # noqa: PLC0415
-        from actors.cli._inspect import recorded_setup  # noqa: PLC0415
         from protocols.errors import ReplayDivergenceError, ReplayError  # noqa: PLC0415
+
+        from .._reading._sessions import recorded_setup  # noqa: PLC0415
 
         sid = await self.resolve(request.path_params["sid"])
         from_version = _int_param(request.query_params.get("from"), "from") or 0

@@ -1,7 +1,7 @@
-"""What the console's pages show, folded from the log with the CLI's own folds.
+"""What the console's pages show, folded from the log with the folds the CLI shows too.
 
 The fleet and usage pages share one incremental fold (:class:`FleetFold`) over the whole
-log: it applies the CLI's :class:`~actors.cli._inspect.SessionSummary` fold (the fold of
+log: it applies the :class:`~actors._reading._sessions.SessionSummary` fold (the fold of
 ``powertrio sessions``) per session and per (session, day), so the console's tokens are
 the CLI's. The log page never folds: it reads one window of versions (keyset on the
 version), so it costs the same on a stream of ten events or a million.
@@ -19,15 +19,15 @@ from typing import final
 import attrs
 import trio
 
-from actors.cli._common import SESSION_PREFIX, decode_or_none, session_id_of
-from actors.cli._inspect import SessionSummary, read_tree
-from actors.cli._tree import AgentTree
 from protocols import Usage
 from protocols.codec import decode_record
 from protocols.errors import CodecError
 from runtime import EventStore, RecordedEvent
 from runtime.lowlevel import TimerBook
 
+from .._reading._log import SESSION_PREFIX, decode_or_none, session_id_of
+from .._reading._sessions import SessionSummary, read_tree
+from .._reading._tree import AgentTree
 from .._session._budget import Price, price_for
 
 __all__ = [
@@ -206,14 +206,15 @@ class SessionView:
 async def session_view(
     store: EventStore, root_id: str, *, live: bool, head: int | None = None
 ) -> SessionView:
-    """The tree of ``root_id`` (the CLI's :class:`AgentTree` fold), its open human
+    """The tree of ``root_id`` (the :class:`AgentTree` fold of ``powertrio tree``), its open human
     requests, the root's runs and transcript, in one read of the tree's streams.
 
     ``head``: fold only the events up to this position (a live page goes on from it);
     ``None``: every event the read found, whoever appended it.
     """
-    from actors.cli._inspect import _entry  # noqa: PLC0415  # the transcript line of `show`
     from actors.events import HumanAnswered, HumanRequested, RunFinished, RunStarted  # noqa: PLC0415
+
+    from .._reading._sessions import transcript_entry  # noqa: PLC0415  # the transcript line of `show`
 
     cut = head
     tree = AgentTree(root_id)
@@ -246,7 +247,7 @@ async def session_view(
         elif isinstance(event, RunFinished) and event.run_id in runs:
             span = runs[event.run_id]
             span.last, span.status = record.version, event.status
-        entry = _entry(record, event)
+        entry = transcript_entry(record, event)
         if entry is not None:
             entries.append(entry)
     if not live:
@@ -267,7 +268,7 @@ async def tree_events_since(
     """Fold the tree's events appended after ``position`` into ``tree``; the new
     position, whether anything of the tree changed, and whether its human requests may
     have (a request, an answer or a run's end was among the events)."""
-    from actors.cli._common import in_session_tree  # noqa: PLC0415
+    from .._reading._log import in_session_tree  # noqa: PLC0415
 
     changed = asked = False
     while True:

@@ -16,9 +16,10 @@ import attrs
 
 from actors._fleet._events import NodeStatus
 from actors._fleet._leases import with_leases
-from actors.cli._common import fmt_age, fmt_iso
 from protocols.codec import decode_record
 from runtime import EventStore
+
+from .._reading._format import fmt_age, fmt_iso
 
 __all__ = ["LogFleetSource", "RecentRun"]
 

@@ -7,8 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from markupsafe import Markup
 
-from actors.cli._common import fmt_iso
-
+from .._reading._format import fmt_iso
 from ._fleet import RecentRun
 from ._templates import fragment
 

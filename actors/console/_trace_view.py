@@ -15,9 +15,9 @@ import attrs
 import orjson
 from markupsafe import Markup, escape
 
-from actors.cli._common import SESSION_PREFIX, decode_or_none
 from runtime import EventStore, RecordedEvent
 
+from .._reading._log import SESSION_PREFIX, decode_or_none
 from .._session._budget import Price
 from .._session._events import ChildSpawned, RunFinished, RunStarted
 from ._trace import Bar, Trace, TraceEvent, trace_bars

@@ -562,16 +562,26 @@ class ClusterNode:
 
     # -- placements -------------------------------------------------------------------
 
-    async def place(self, session_id: str, agent: str) -> str:
-        """Record that ``session_id`` runs ``agent`` (first writer wins); the agent recorded."""
+    async def place(self, session_id: str, agent: str, *, traceparent: str | None = None) -> str:
+        """Record that ``session_id`` runs ``agent`` (first writer wins); the agent recorded.
+
+        ``traceparent``: the W3C trace context of the work the session is created for,
+        kept with the placement so whichever node starts the session records it (and its
+        runs join that trace); the first placement's stays.
+        """
         shard = self.shard_of_session(session_id)
         return await self._store.call(
-            lambda conn: sql.record_placement(conn, session_id, shard, agent)
+            lambda conn: sql.record_placement(conn, session_id, shard, agent, traceparent)
         )
 
     async def placement(self, session_id: str) -> str | None:
         """The agent a session was placed with, or ``None``."""
         return await self._store.call(lambda conn: sql.placement_of(conn, session_id))
+
+    async def placed_with(self, session_id: str) -> tuple[str, str | None] | None:
+        """The agent and the trace context (``None``: placed without one) a session was
+        placed with, or ``None`` if it was never placed."""
+        return await self._store.call(lambda conn: sql.placed_with(conn, session_id))
 
     async def placements(self, shards: list[int]) -> list[tuple[str, str]]:
         """``(session_id, agent)`` of the sessions in ``shards``."""

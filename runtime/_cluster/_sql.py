@@ -29,6 +29,7 @@ __all__ = [
     "lease_tick",
     "live_nodes",
     "pending_messages",
+    "placed_with",
     "placements_in",
     "post_message",
     "prepare_cluster_schema",
@@ -53,8 +54,12 @@ _CLUSTER_DDL = (
     """CREATE TABLE IF NOT EXISTS placements (
         session_id text COLLATE "C" PRIMARY KEY,
         shard integer NOT NULL,
-        agent text NOT NULL
+        agent text NOT NULL,
+        traceparent text
     )""",
+    # A fleet's table from before sessions were placed with their caller's trace context:
+    # its placements have none (NULL), and their sessions start traces of their own.
+    "ALTER TABLE placements ADD COLUMN IF NOT EXISTS traceparent text",
     "CREATE INDEX IF NOT EXISTS placements_shard ON placements (shard)",
     """CREATE TABLE IF NOT EXISTS inbox (
         id text COLLATE "C" PRIMARY KEY,
@@ -82,7 +87,7 @@ CHECK_LEASES = (
 )
 
 
-_PLACEMENT = "SELECT agent FROM placements WHERE session_id = %s"
+_PLACEMENT = "SELECT agent, traceparent FROM placements WHERE session_id = %s"
 
 
 def prepare_cluster_schema(conn: psycopg.Connection, shards: int) -> None:
@@ -240,11 +245,19 @@ def leave(conn: psycopg.Connection, node: str) -> None:
     conn.execute("DELETE FROM cluster_nodes WHERE node = %s", (node,))
 
 
-def record_placement(conn: psycopg.Connection, session_id: str, shard: int, agent: str) -> str:
-    """Record which agent a session runs (first writer wins); returns the recorded agent."""
+def record_placement(
+    conn: psycopg.Connection,
+    session_id: str,
+    shard: int,
+    agent: str,
+    traceparent: str | None = None,
+) -> str:
+    """Record which agent a session runs, and the trace context of the work it was created
+    for (first writer wins); returns the recorded agent."""
     conn.execute(
-        "INSERT INTO placements VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-        (session_id, shard, agent),
+        "INSERT INTO placements (session_id, shard, agent, traceparent) "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (session_id, shard, agent, traceparent),
     )
     row = conn.execute(_PLACEMENT, (session_id,)).fetchone()
     return agent if row is None else str(row[0])
@@ -252,8 +265,17 @@ def record_placement(conn: psycopg.Connection, session_id: str, shard: int, agen
 
 def placement_of(conn: psycopg.Connection, session_id: str) -> str | None:
     """The agent a session runs, or ``None`` if no node created it."""
+    placed = placed_with(conn, session_id)
+    return None if placed is None else placed[0]
+
+
+def placed_with(conn: psycopg.Connection, session_id: str) -> tuple[str, str | None] | None:
+    """``(agent, traceparent)`` a session was placed with (the trace context ``None`` for
+    a placement made without one), or ``None`` if no node created it."""
     row = conn.execute(_PLACEMENT, (session_id,)).fetchone()
-    return None if row is None else str(row[0])
+    if row is None:
+        return None
+    return str(row[0]), None if row[1] is None else str(row[1])
 
 
 def placements_in(conn: psycopg.Connection, shards: list[int]) -> list[tuple[str, str]]:

@@ -1,9 +1,8 @@
-"""The agent tree as the CLI shows it: built from a session's observations or from its log."""
+"""The agent tree the CLI and the console show, built from observations or from the log."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, final
+from typing import final
 
 import attrs
 
@@ -27,26 +26,9 @@ from actors.events import (
     ToolStarted,
 )
 
-from ._common import in_session_tree, shorten
+from ._log import in_session_tree
 
-if TYPE_CHECKING:
-    from rich.console import RenderableType
-    from rich.text import Text
-    from rich.tree import Tree
-
-__all__ = ["AgentTree", "TreeNode"]
-
-_STYLES: dict[str, tuple[str, str]] = {
-    "new": ("○", "dim"),
-    "running": ("●", "yellow"),
-    "interrupted": ("◌", "yellow"),
-    "waiting_for_human": ("?", "bold blue"),
-    "completed": ("✔", "green"),
-    "failed": ("✖", "bold red"),
-    "cancelled": ("■", "magenta"),
-    "hit_round_limit": ("!", "yellow"),
-    "budget_exceeded": ("!", "yellow"),
-}
+__all__ = ["ACTIVE", "AgentTree", "TreeNode"]
 
 ACTIVE = frozenset({"running", "waiting_for_human"})
 """Statuses of a node whose run has not ended."""
@@ -225,43 +207,3 @@ class AgentTree:
     def to_json(self) -> dict[str, object]:
         """The whole tree as nested JSON."""
         return self.root.to_json(self)
-
-    def render(self) -> Tree:
-        """A ``rich`` tree: each node's name, status, rounds, tokens and current tools."""
-        from rich.tree import Tree  # noqa: PLC0415  # rich loads only for the CLI
-
-        tree = Tree(self._label(self.root), guide_style="dim")
-        self._grow(tree, self.root)
-        return tree
-
-    def _grow(self, branch: Tree, node: TreeNode) -> None:
-        for child_id in node.children:
-            child = self.nodes[child_id]
-            self._grow(branch.add(self._label(child)), child)
-
-    def _label(self, node: TreeNode) -> RenderableType:
-        from rich.text import Text  # noqa: PLC0415
-
-        icon, style = _STYLES.get(node.status, ("·", ""))
-        label = Text()
-        label.append(f"{icon} ", style=style)
-        label.append(node.name, style="bold")
-        label.append(f" {node.session_id}", style="dim")
-        label.append(f"  {node.status.replace('_', ' ')}", style=style)
-        label.append(f"  rounds {node.rounds} · {node.tokens:,} tok", style="dim")
-        if node.thinking:
-            label.append("  thinking…", style="italic cyan")
-        if node.tools:
-            label.append("  ⚙ " + ", ".join(sorted(set(node.tools.values()))), style="cyan")
-        lines: list[Text] = [label]
-        if node.task and node.parent_id is not None:
-            lines.append(Text("  task: " + shorten(node.task, 70), style="dim"))
-        if node.said and node.parent_id is not None:
-            lines.append(Text("  said: " + shorten(node.said, 70), style="dim italic"))
-        return _stack(lines)
-
-
-def _stack(lines: Iterable[Text]) -> RenderableType:
-    from rich.console import Group  # noqa: PLC0415
-
-    return Group(*lines)
