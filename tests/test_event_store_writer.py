@@ -327,6 +327,23 @@ async def test_appends_that_keep_coming_are_indexed_once_the_oldest_has_waited(
         assert [e.version for e in await store.read("s")] == list(range(1, version + 1))
 
 
+async def test_a_tail_left_by_the_last_writer_is_indexed_once_the_next_one_idles(
+    tmp_path: Path,
+) -> None:
+    """A log closed with a short unindexed tail (a process that stopped) has it indexed
+    by the next writer once idle for index_after, though nothing more is appended."""
+    path = tmp_path / "log.db"
+    async with open_sqlite_store(path, index_after=None) as store:
+        await store.append("s", [_event(i) for i in range(5)], 0)
+    assert _indexed_upto(path) == 0
+    async with open_sqlite_store(path, index_after=0.05) as store:
+        with trio.fail_after(30):
+            while _indexed_upto(path) != 5:  # noqa: ASYNC110  # the writer thread's work
+                await trio.sleep(0.01)
+        assert [e.version for e in await store.read("s")] == [1, 2, 3, 4, 5]
+        assert store.statistics().sweep_failures == 0
+
+
 def _count_transactions(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threading.Event]:
     """Count groups committed in an explicit transaction (not the single statement)."""
     count = [0]

@@ -189,7 +189,7 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
     _indexed_upto: int = 0
     _tail_since: float | None = None
     """When (``time.monotonic``) the tail last went from empty to not empty (None: empty,
-    or not known: a tail left by a previous writer waits for this one's first commit)."""
+    or not known)."""
     _wal_room: WalHeadroom = attrs.field(
         default=attrs.Factory(lambda self: WalHeadroom(self._wal_limit), takes_self=True)
     )
@@ -237,6 +237,7 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
         and the thread would wait for Trio to go idle before it could finish the commit.
         """
         decided: list[PendingAppend] = []  # committed or failed, not handed back yet
+        self._learn_tail()
         try:
             while (work := self._take_work(holding=bool(decided))) is not None:
                 if not isinstance(work, list) or not work:
@@ -285,6 +286,18 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
         if since is None or self._index_after is None:
             return None
         return since + self._index_after - time.monotonic()
+
+    def _learn_tail(self) -> None:
+        """Whether a previous writer left a tail (writer thread, at start), for this one
+        to index once it has been idle long enough, whether or not anything is appended."""
+        if self._index_after is None:
+            return
+        conn = self._conn
+        try:
+            if read_head(conn) > indexed_upto(conn):
+                self._tail_since = time.monotonic()
+        except sqlite3.Error:
+            pass  # the first commit finds the tail
 
     def _run_job(self, job: WriteJob[sqlite3.Connection]) -> None:
         try:
