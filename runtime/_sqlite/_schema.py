@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import os
 import sqlite3
+import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -574,6 +575,29 @@ def _create(conn: sqlite3.Connection) -> bool:
     return new
 
 
+_WAL_SWITCH_PATIENCE = 10.0
+"""Seconds a connection keeps trying to switch a file into WAL mode (the busy timeout)."""
+
+
+def _journal_in_wal(conn: sqlite3.Connection) -> str:
+    """Switch the file into WAL mode and return the mode it is in.
+
+    The switch takes the file's exclusive lock and, when another process holds a lock on
+    the same new file at that moment (two openers of one new log), SQLite answers
+    "database is locked" at once rather than through the busy timeout: try again, a little
+    later each time, for as long as that timeout would have waited."""
+    deadline = time.monotonic() + _WAL_SWITCH_PATIENCE
+    delay = 0.001
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
+
+
 def _prepare(
     conn: sqlite3.Connection, path: str, *, synchronous: Synchronous, verify: bool
 ) -> None:
@@ -592,7 +616,7 @@ def _prepare(
         # A new file: the whole schema and the markers commit in one transaction, so a
         # crash here leaves an empty file, never a half-made log.
         conn.execute(f"PRAGMA page_size = {_PAGE_SIZE}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _journal_in_wal(conn)
         if mode != "wal":
             raise StoreError(f"event log {path!r}: cannot switch to WAL mode (got {mode})")
         if not _create(conn):
@@ -613,7 +637,7 @@ def _prepare(
             problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
             if problems != ["ok"]:
                 raise CorruptLogError(path, "; ".join(map(str, problems[:5])))
-        conn.execute("PRAGMA journal_mode = WAL")
+        _journal_in_wal(conn)
         if found == 1:
             _upgrade_from_1(conn)
         if found <= 2:
