@@ -6,7 +6,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import final
+from typing import Literal, final
 
 import orjson
 import trio
@@ -92,8 +92,8 @@ register_session_state()  # snapshots: the state's codec (registered once, at im
 class _SubclassTest(dict[type, bool]):
     """``issubclass(cls, classes)``, remembered per class: the messages and events the
     session looks at on every message are a few types among many. Read it as
-    ``test.get(cls)`` (``None`` the first time a class is seen, then ``test(cls)``): a
-    dictionary look-up where a function call would be one more frame per message."""
+    ``test[cls]``: a dictionary look-up (the test runs the first time a class is seen),
+    where a function call would be one more frame per message."""
 
     __slots__ = ("_classes",)
 
@@ -101,7 +101,7 @@ class _SubclassTest(dict[type, bool]):
         super().__init__()
         self._classes = classes
 
-    def __call__(self, cls: type) -> bool:
+    def __missing__(self, cls: type) -> bool:
         found = self[cls] = issubclass(cls, self._classes)
         return found
 
@@ -359,11 +359,7 @@ class SessionActor(EventSourcedActor[SessionState]):
             if not hooks:
                 response = await innermost(step.request)
             else:
-                await self.wait_logged()  # hooks are the application's code: they act on the log
-                context = HookContext(
-                    session_id=self._session_id, run_id=step.run_id, round=step.round
-                )
-                response = await chain_llm_hooks(hooks, innermost, context)(step.request)
+                response = await self._through_hooks(innermost, step.request, step, "round")
         finally:
             self._partial = None
         return LLMAnswered(
@@ -379,16 +375,26 @@ class SessionActor(EventSourcedActor[SessionState]):
         assert policy is not None
         summariser = policy.summariser
         llm = self._config.llm if summariser == "session" or summariser is None else summariser
-        hooks = self._config.llm_hooks
-        call: LLMCallNext = llm.complete
-        if hooks:
-            await self.wait_logged()  # hooks are the application's code: they act on the log
-            context = HookContext(
-                session_id=self._session_id, run_id=step.run_id, round=step.round, purpose="summary"
-            )
-            call = chain_llm_hooks(hooks, llm.complete, context)
-        response = await call(step.request)
+        if self._config.llm_hooks:
+            response = await self._through_hooks(llm.complete, step.request, step, "summary")
+        else:
+            response = await llm.complete(step.request)
         return Summarised(step.run_id, step.upto, response, step.fingerprint, step.tokens_before)
+
+    async def _through_hooks(
+        self,
+        call: LLMCallNext,
+        request: LLMRequest,
+        step: CallLLM | Summarise,
+        purpose: Literal["round", "summary"],
+    ) -> LLMResponse:
+        """``call(request)`` wrapped by the session's LLM hooks, once the events that ask
+        for it are logged: hooks are the application's code, and they act on the log."""
+        await self.wait_logged()
+        context = HookContext(
+            session_id=self._session_id, run_id=step.run_id, round=step.round, purpose=purpose
+        )
+        return await chain_llm_hooks(self._config.llm_hooks, call, context)(request)
 
     async def _run_tool_round(self, step: RunTools) -> object:
         calls = [_tool_call(id=c.call_id, name=c.name, arguments=c.arguments) for c in step.calls]
@@ -542,11 +548,7 @@ class SessionActor(EventSourcedActor[SessionState]):
 
     async def receive(self, message: object) -> object:
         self._last_active = self._now() if self._passivate_after is not None else 0.0
-        cls = type(message)
-        looked_at = _looked_at.get(cls)
-        if looked_at is None:
-            looked_at = _looked_at(cls)
-        if not looked_at:  # most of them: a step's result
+        if not _looked_at[type(message)]:  # most of them: a step's result
             return await super().receive(message)
         if type(message) is Send:
             accepted = await super().receive(message)
@@ -611,10 +613,7 @@ class SessionActor(EventSourcedActor[SessionState]):
     def after_persist(self, events: Sequence[object]) -> None:
         bus = self._config.bus
         for event in events:
-            tells = _tells_callers.get(type(event))
-            if tells is None:
-                tells = _tells_callers(type(event))
-            if not tells:  # most of them
+            if not _tells_callers[type(event)]:  # most of them
                 continue
             if isinstance(event, RunFinished):
                 result = self.state.results[event.run_id]
