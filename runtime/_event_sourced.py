@@ -834,13 +834,12 @@ class EventSourcedActor(Actor[object], Generic[StateT]):
                 cell.current_reply = None
                 try:
                     await self.receive(_StepResult(token, result))
-                except BaseException:
-                    # Not given back: the actor crashes (or is cancelled) with this error,
-                    # and its task must handle nothing more, not even a message queued
-                    # meanwhile, on a working state that holds what was not appended.
+                finally:
                     runner.deciding = False
-                    raise
-                runner.deciding = False
+                # Given back only now: if that raised, the actor crashes (or is cancelled)
+                # with the error, and its task must handle nothing more, not even a
+                # message queued meanwhile, on a working state holding what was not
+                # appended.
                 cell.mailbox.give_back(lent, wake=cell.stop_requested)
                 if self._runner is not runner:
                     return  # cancelled, or an early step went to a runner of its own
