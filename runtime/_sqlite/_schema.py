@@ -297,10 +297,14 @@ def map_errors(path: str) -> Iterator[None]:
         raise StoreError(f"event log {path!r}: {text}") from exc
 
 
+BUSY_TIMEOUT_MS = 10_000
+"""How long a connection waits for a lock another process holds, in milliseconds."""
+
+
 def connect(path: str, *, read_only: bool) -> sqlite3.Connection:
     """A connection to an existing log, with the pragmas every connection needs."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     # The store checkpoints in a background task, never inside a commit that callers are
     # waiting for.
     conn.execute("PRAGMA wal_autocheckpoint = 0")
@@ -575,10 +579,6 @@ def _create(conn: sqlite3.Connection) -> bool:
     return new
 
 
-_WAL_SWITCH_PATIENCE = 10.0
-"""Seconds a connection keeps trying to switch a file into WAL mode (the busy timeout)."""
-
-
 def _journal_in_wal(conn: sqlite3.Connection) -> str:
     """Switch the file into WAL mode and return the mode it is in.
 
@@ -586,7 +586,7 @@ def _journal_in_wal(conn: sqlite3.Connection) -> str:
     the same new file at that moment (two openers of one new log), SQLite answers
     "database is locked" at once rather than through the busy timeout: try again, a little
     later each time, for as long as that timeout would have waited."""
-    deadline = time.monotonic() + _WAL_SWITCH_PATIENCE
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     delay = 0.001
     while True:
         try:

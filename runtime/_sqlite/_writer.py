@@ -30,6 +30,7 @@ from .._store._contract import CommitSignal, NewEvent
 from .._store._writer import GroupCommitWriter, WriteJob
 from .._store._writer_queue import PendingAppend, behind_failure
 from ._schema import (
+    BUSY_TIMEOUT_MS,
     GROUP_STATEMENT,
     GUARD_MESSAGE,
     INSERT_BLOB,
@@ -534,7 +535,7 @@ class SqliteWriter(GroupCommitWriter[sqlite3.Connection]):
                 with self.checkpoint_lock:
                     busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             finally:
-                conn.execute("PRAGMA busy_timeout = 10000")
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         except sqlite3.Error:
             self.counters.checkpoint_failures += 1
             self._wal_room.after = self.counters.commits + _CHECKPOINT_BACKOFF
