@@ -270,11 +270,7 @@ def handle(config: SessionConfig, state: SessionState, message: object) -> Decis
         assert run is not None
         open_ids = {call.call_id for call in run.open_calls}
         events: list[object] = [
-            _tool_finished(
-                run_id=message.run_id,
-                # ASCII text needs no look for lone surrogates (nearly every result).
-                outcome=outcome if outcome.content.isascii() else _recordable_outcome(outcome),
-            )
+            _tool_finished(run_id=message.run_id, outcome=_recordable_outcome(outcome))
             for outcome in message.outcomes
             if outcome.call_id in open_ids
         ]
